@@ -1,1 +1,34 @@
+//! The no_std core of perfclock: turn a raw counter read into the nanoseconds that Linux perf
+//! stamps into its samples (`PERF_SAMPLE_TIME`, the kernel's `local_clock()`).
+//!
+//! # Design
+//! The kernel publishes the counter-to-perf-time conversion in the first page of any perf event's
+//! mapping (`struct perf_event_mmap_page`) under a seqlock. This crate knows that page's layout
+//! ([`page`]), reads it consistently together with the counter ([`seqlock::PageReader`]), applies
+//! the kernel's formula exactly ([`conversion::TimeConversion`]) and reads the counter of each
+//! architecture ([`counter`]). A calibrated clock publishes its own parameters in a page of
+//! ordinary memory with [`seqlock::PageWriter`], so both modes share one read path.
+//!
+//! Nothing here allocates, makes a system call or takes a lock: every function is usable from a
+//! signal handler.
+//!
+//! # Platform support
+//! x86_64 (`rdtsc`) and aarch64 (`CNTVCT_EL0`). Other architectures compile; their counter reads
+//! return `None` and the reader returns [`ReadError::CounterUnsupported`].
 #![no_std]
+
+#[cfg(test)]
+extern crate std;
+
+pub mod conversion;
+pub mod counter;
+mod error;
+pub mod page;
+pub mod seqlock;
+mod source;
+
+pub use conversion::TimeConversion;
+pub use error::{ParamError, ReadError};
+pub use page::PerfEventMmapPage;
+pub use seqlock::{PageReader, PageWriter, Reading};
+pub use source::PerfTimeSource;

@@ -1,0 +1,23 @@
+//! x86_64: the time stamp counter.
+
+use core::arch::x86_64::{_mm_lfence, _rdtsc};
+
+pub const COUNTER_NAME: &str = "tsc";
+pub const SUPPORTED: bool = true;
+
+#[inline(always)]
+pub fn read() -> Option<u64> {
+    // SAFETY: `rdtsc` exists on every x86_64 CPU and has no memory effects. (A kernel can make it
+    // fault with CR4.TSD, as seccomp strict mode does; no perf-clock reader can work there.)
+    Some(unsafe { _rdtsc() })
+}
+
+#[inline(always)]
+pub fn read_ordered() -> Option<u64> {
+    // SAFETY: `lfence` is part of SSE2, which every x86_64 CPU has; it waits for earlier
+    // instructions to complete so `rdtsc` cannot run ahead of them. `rdtsc` as in `read`.
+    Some(unsafe {
+        _mm_lfence();
+        _rdtsc()
+    })
+}

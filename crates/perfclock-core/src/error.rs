@@ -1,0 +1,70 @@
+//! Errors of the core: small `Copy` types whose `Display` needs no allocation.
+
+use core::fmt;
+
+/// Time parameters that no kernel would publish; converting with them would give garbage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamError {
+    /// `time_mult` is 0: every counter value would map to `time_zero`.
+    ZeroMultiplier,
+    /// `time_shift` is over 63: the shift is undefined on 64-bit values.
+    ShiftTooLarge(u16),
+    /// `cap_user_time_short` with a `time_mask` that is not of the form `2^k - 1`, `k >= 1`.
+    InvalidMask(u64),
+}
+
+impl fmt::Display for ParamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamError::ZeroMultiplier => f.write_str("time_mult is 0"),
+            ParamError::ShiftTooLarge(shift) => write!(f, "time_shift {shift} is over 63"),
+            ParamError::InvalidMask(mask) => {
+                write!(f, "time_mask {mask:#x} is not a run of low bits")
+            }
+        }
+    }
+}
+
+/// Why a read of the clock page gave no timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadError {
+    /// The writer held the seqlock (or kept changing it) for every allowed retry.
+    Contended,
+    /// The page does not set `cap_user_time_zero`: the writer does not publish the conversion.
+    TimeZeroUnavailable {
+        /// The page's capability word as read.
+        capabilities: u64,
+    },
+    /// The page publishes parameters that make no sense.
+    InvalidParameters(ParamError),
+    /// This architecture has no supported counter.
+    CounterUnsupported,
+}
+
+impl From<ParamError> for ReadError {
+    fn from(error: ParamError) -> Self {
+        ReadError::InvalidParameters(error)
+    }
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Contended => f.write_str(
+                "the clock page stayed locked by its writer for every retry (a writer that never \
+                 finishes, or one preempted mid-update)",
+            ),
+            ReadError::TimeZeroUnavailable { capabilities } => write!(
+                f,
+                "the clock page does not publish the time conversion \
+                 (cap_user_time_zero = 0, capabilities {capabilities:#x})"
+            ),
+            ReadError::InvalidParameters(error) => {
+                write!(f, "the clock page publishes invalid parameters: {error}")
+            }
+            ReadError::CounterUnsupported => {
+                f.write_str("no supported cycle counter on this architecture")
+            }
+        }
+    }
+}

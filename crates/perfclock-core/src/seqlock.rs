@@ -1,0 +1,466 @@
+//! The page's seqlock: a lock-free reader for kernel-written (or our own) pages, and the writer
+//! side of the same protocol for pages of ordinary memory.
+//!
+//! The kernel's update (`perf_event_update_userpage`) is `++lock; barrier(); fields; barrier();
+//! ++lock`. A reader loads `lock`, rejects odd values (update in progress), loads the fields and
+//! the counter, and accepts them only if `lock` is unchanged afterwards.
+
+use core::hint::spin_loop;
+use core::ptr::{addr_of_mut, NonNull};
+use core::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
+
+use crate::page::{caps, PerfEventMmapPage};
+use crate::{counter, ReadError, TimeConversion};
+
+/// Attempts before a read gives up with [`ReadError::Contended`]; `tools/perf/util/tsc.c` uses
+/// the same bound. A kernel update takes nanoseconds, so only a broken writer exhausts it.
+pub const MAX_RETRIES: u32 = 10_000;
+
+/// The time fields of one consistent read of the page, unvalidated: for diagnostics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawTimeFields {
+    pub capabilities: u64,
+    pub time_mult: u32,
+    pub time_shift: u16,
+    pub time_zero: u64,
+    pub time_cycles: u64,
+    pub time_mask: u64,
+}
+
+impl RawTimeFields {
+    /// Validates the fields as the conversion a reader would use.
+    ///
+    /// # Errors
+    /// [`ReadError::TimeZeroUnavailable`] without `cap_user_time_zero`,
+    /// [`ReadError::InvalidParameters`] for parameters that make no sense.
+    pub const fn conversion(&self) -> Result<TimeConversion, ReadError> {
+        if self.capabilities & caps::USER_TIME_ZERO == 0 {
+            return Err(ReadError::TimeZeroUnavailable {
+                capabilities: self.capabilities,
+            });
+        }
+        let converted = if self.capabilities & caps::USER_TIME_SHORT != 0 {
+            TimeConversion::new_short(
+                self.time_mult,
+                self.time_shift,
+                self.time_zero,
+                self.time_cycles,
+                self.time_mask,
+            )
+        } else {
+            TimeConversion::new(self.time_mult, self.time_shift, self.time_zero)
+        };
+        match converted {
+            Ok(conversion) => Ok(conversion),
+            Err(error) => Err(ReadError::InvalidParameters(error)),
+        }
+    }
+}
+
+/// A counter value and the conversion that was valid when it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reading {
+    pub cycles: u64,
+    pub conversion: TimeConversion,
+}
+
+impl Reading {
+    /// Perf-domain nanoseconds of this reading.
+    #[inline]
+    pub const fn ns(&self) -> u64 {
+        self.conversion.cycles_to_ns(self.cycles)
+    }
+}
+
+/// Reads a clock page. Copy it freely: it is a pointer.
+#[derive(Debug, Clone, Copy)]
+pub struct PageReader {
+    /// Invariant: points to a readable, 8-aligned `PerfEventMmapPage` for as long as this value
+    /// (or a copy) is used; other parties may write it concurrently.
+    page: NonNull<PerfEventMmapPage>,
+}
+
+// SAFETY: the reader only performs atomic loads through the pointer, which is sound from any
+// thread; the constructor's contract keeps the memory alive and readable.
+unsafe impl Send for PageReader {}
+// SAFETY: as for `Send`: shared use is only concurrent atomic loads.
+unsafe impl Sync for PageReader {}
+
+impl PageReader {
+    /// # Safety
+    /// `page` must point to 8-aligned memory of at least `size_of::<PerfEventMmapPage>()` bytes
+    /// that stays mapped and readable for as long as the reader or any copy of it is used, and
+    /// that is written only by the kernel's protocol or a [`PageWriter`] (never by plain,
+    /// non-atomic stores from Rust code).
+    pub const unsafe fn new(page: NonNull<PerfEventMmapPage>) -> Self {
+        PageReader { page }
+    }
+
+    /// The page this reader reads.
+    pub const fn page(&self) -> NonNull<PerfEventMmapPage> {
+        self.page
+    }
+
+    /// Reads the conversion and calls `counter` inside the same seqlock section, so the counter
+    /// value and the parameters belong together (as the kernel's documented read requires).
+    ///
+    /// # Errors
+    /// As [`RawTimeFields::conversion`], and [`ReadError::Contended`] after [`MAX_RETRIES`].
+    #[inline]
+    pub fn read_with(&self, mut counter: impl FnMut() -> u64) -> Result<Reading, ReadError> {
+        let (fields, cycles) = self.read_raw_with(&mut counter)?;
+        Ok(Reading {
+            cycles,
+            conversion: fields.conversion()?,
+        })
+    }
+
+    /// Perf-domain nanoseconds now, from this architecture's counter.
+    ///
+    /// # Errors
+    /// As [`PageReader::read_with`], and [`ReadError::CounterUnsupported`].
+    #[inline]
+    pub fn now_ns(&self) -> Result<u64, ReadError> {
+        if !counter::SUPPORTED {
+            return Err(ReadError::CounterUnsupported);
+        }
+        self.read_with(|| counter::read_counter().unwrap_or(0))
+            .map(|reading| reading.ns())
+    }
+
+    /// The conversion currently published.
+    ///
+    /// # Errors
+    /// As [`PageReader::read_with`].
+    pub fn conversion(&self) -> Result<TimeConversion, ReadError> {
+        self.read_with(|| 0).map(|reading| reading.conversion)
+    }
+
+    /// A consistent snapshot of the time fields, valid or not.
+    ///
+    /// # Errors
+    /// [`ReadError::Contended`] after [`MAX_RETRIES`].
+    pub fn raw(&self) -> Result<RawTimeFields, ReadError> {
+        self.read_raw_with(&mut || 0).map(|(fields, _)| fields)
+    }
+
+    #[inline]
+    fn read_raw_with(
+        &self,
+        counter: &mut impl FnMut() -> u64,
+    ) -> Result<(RawTimeFields, u64), ReadError> {
+        let page = self.page.as_ptr();
+        // SAFETY: the constructor's contract: the page is mapped, aligned and only written
+        // atomically or by the kernel, so atomic views of its fields are sound.
+        let fields = unsafe { PageFields::of(page) };
+        for _ in 0..MAX_RETRIES {
+            // ATOMICS: Acquire pairs with the writer's Release store of the even value that ends
+            // an update, so the loads below see at least that update.
+            let sequence = fields.lock.load(Ordering::Acquire);
+            if sequence & 1 != 0 {
+                spin_loop();
+                continue;
+            }
+            let raw = RawTimeFields {
+                capabilities: fields.capabilities.load(Ordering::Relaxed),
+                time_mult: fields.time_mult.load(Ordering::Relaxed),
+                time_shift: fields.time_shift.load(Ordering::Relaxed),
+                time_zero: fields.time_zero.load(Ordering::Relaxed),
+                time_cycles: fields.time_cycles.load(Ordering::Relaxed),
+                time_mask: fields.time_mask.load(Ordering::Relaxed),
+            };
+            let cycles = counter();
+            // ATOMICS: keeps the field loads above before the re-read of the lock; pairs with
+            // the writer's Release fence after it makes the lock odd.
+            fence(Ordering::Acquire);
+            if fields.lock.load(Ordering::Relaxed) == sequence {
+                return Ok((raw, cycles));
+            }
+            spin_loop();
+        }
+        Err(ReadError::Contended)
+    }
+}
+
+/// Publishes a conversion into a page of ordinary memory with the kernel's protocol.
+#[derive(Debug)]
+pub struct PageWriter {
+    /// Invariant: points to a writable, 8-aligned `PerfEventMmapPage` that outlives this writer,
+    /// and this is its only writer.
+    page: NonNull<PerfEventMmapPage>,
+}
+
+// SAFETY: the writer performs only atomic stores through the pointer; moving it to another thread
+// keeps the single-writer invariant.
+unsafe impl Send for PageWriter {}
+
+impl PageWriter {
+    /// # Safety
+    /// `page` must point to 8-aligned, writable memory of at least
+    /// `size_of::<PerfEventMmapPage>()` bytes that outlives the writer, that no other writer
+    /// updates, and that nothing accesses except through atomic loads ([`PageReader`]).
+    pub const unsafe fn new(page: NonNull<PerfEventMmapPage>) -> Self {
+        PageWriter { page }
+    }
+
+    /// Publishes `conversion` with `cap_user_time` and `cap_user_time_zero` set (and
+    /// `cap_user_time_short` for a narrow counter).
+    pub fn publish(&self, conversion: &TimeConversion) {
+        let short = if conversion.is_short() {
+            caps::USER_TIME_SHORT
+        } else {
+            0
+        };
+        self.write(&RawTimeFields {
+            capabilities: caps::BIT0_IS_DEPRECATED | caps::USER_TIME | caps::USER_TIME_ZERO | short,
+            time_mult: conversion.mult(),
+            time_shift: conversion.shift(),
+            time_zero: conversion.zero(),
+            time_cycles: conversion.cycles(),
+            time_mask: if conversion.is_short() {
+                conversion.mask()
+            } else {
+                0
+            },
+        });
+    }
+
+    /// Clears the capabilities: readers report [`ReadError::TimeZeroUnavailable`] from now on.
+    pub fn withdraw(&self) {
+        self.write(&RawTimeFields {
+            capabilities: caps::BIT0_IS_DEPRECATED,
+            time_mult: 0,
+            time_shift: 0,
+            time_zero: 0,
+            time_cycles: 0,
+            time_mask: 0,
+        });
+    }
+
+    /// Writes arbitrary field values, valid or not (tests use it to publish garbage).
+    pub fn write(&self, raw: &RawTimeFields) {
+        // SAFETY: the constructor's contract: the page is ours to write, aligned, and accessed
+        // by others only through atomic loads.
+        let fields = unsafe { PageFields::of(self.page.as_ptr()) };
+        let odd = fields.lock.load(Ordering::Relaxed) | 1;
+        fields.lock.store(odd, Ordering::Relaxed);
+        // ATOMICS: orders the odd lock before the field stores; pairs with the reader's Acquire
+        // fence, so a reader that sees any new field sees the lock changed on its re-read.
+        fence(Ordering::Release);
+        fields
+            .capabilities
+            .store(raw.capabilities, Ordering::Relaxed);
+        fields.time_mult.store(raw.time_mult, Ordering::Relaxed);
+        fields.time_shift.store(raw.time_shift, Ordering::Relaxed);
+        fields.time_zero.store(raw.time_zero, Ordering::Relaxed);
+        fields.time_cycles.store(raw.time_cycles, Ordering::Relaxed);
+        fields.time_mask.store(raw.time_mask, Ordering::Relaxed);
+        // ATOMICS: Release pairs with the reader's Acquire load of the lock.
+        fields.lock.store(odd.wrapping_add(1), Ordering::Release);
+    }
+}
+
+/// Atomic views of the fields the seqlock protects.
+struct PageFields<'a> {
+    lock: &'a AtomicU32,
+    capabilities: &'a AtomicU64,
+    time_mult: &'a AtomicU32,
+    time_shift: &'a AtomicU16,
+    time_zero: &'a AtomicU64,
+    time_cycles: &'a AtomicU64,
+    time_mask: &'a AtomicU64,
+}
+
+impl PageFields<'_> {
+    /// # Safety
+    /// `page` must be valid, 8-aligned, and accessed concurrently only atomically (or by the
+    /// kernel) for the returned lifetime.
+    #[inline(always)]
+    unsafe fn of<'a>(page: *mut PerfEventMmapPage) -> PageFields<'a> {
+        // SAFETY: the caller's contract; every field is naturally aligned in the `repr(C)`
+        // layout (checked at compile time in `page`), as `from_ptr` requires.
+        unsafe {
+            PageFields {
+                lock: AtomicU32::from_ptr(addr_of_mut!((*page).lock)),
+                capabilities: AtomicU64::from_ptr(addr_of_mut!((*page).capabilities)),
+                time_mult: AtomicU32::from_ptr(addr_of_mut!((*page).time_mult)),
+                time_shift: AtomicU16::from_ptr(addr_of_mut!((*page).time_shift)),
+                time_zero: AtomicU64::from_ptr(addr_of_mut!((*page).time_zero)),
+                time_cycles: AtomicU64::from_ptr(addr_of_mut!((*page).time_cycles)),
+                time_mask: AtomicU64::from_ptr(addr_of_mut!((*page).time_mask)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ParamError;
+    use std::boxed::Box;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    /// A page in ordinary memory with its reader and writer.
+    struct TestPage {
+        page: NonNull<PerfEventMmapPage>,
+    }
+
+    // SAFETY: the page is only accessed atomically through readers and the single writer.
+    unsafe impl Send for TestPage {}
+    // SAFETY: as for `Send`.
+    unsafe impl Sync for TestPage {}
+
+    impl TestPage {
+        fn new() -> Self {
+            let page = NonNull::from(Box::leak(Box::new(PerfEventMmapPage::zeroed())));
+            TestPage { page }
+        }
+        fn reader(&self) -> PageReader {
+            // SAFETY: the page is leaked (never freed) and written only by `PageWriter`.
+            unsafe { PageReader::new(self.page) }
+        }
+        fn writer(&self) -> PageWriter {
+            // SAFETY: as above; each test creates one writer per page.
+            unsafe { PageWriter::new(self.page) }
+        }
+    }
+
+    #[test]
+    fn zeroed_page_reports_time_unavailable() {
+        let page = TestPage::new();
+        assert_eq!(
+            page.reader().now_ns(),
+            Err(ReadError::TimeZeroUnavailable { capabilities: 0 })
+        );
+    }
+
+    #[test]
+    fn published_conversion_is_read_back_with_the_counter() {
+        let page = TestPage::new();
+        let conversion =
+            TimeConversion::new_short(33_554_432, 21, 7, 1_000, (1 << 57) - 1).unwrap();
+        page.writer().publish(&conversion);
+        let reading = page.reader().read_with(|| 1_001).unwrap();
+        assert_eq!(
+            reading,
+            Reading {
+                cycles: 1_001,
+                conversion
+            }
+        );
+        assert_eq!(reading.ns(), conversion.cycles_to_ns(1_001));
+        page.writer().withdraw();
+        assert!(matches!(
+            page.reader().conversion(),
+            Err(ReadError::TimeZeroUnavailable { .. })
+        ));
+    }
+
+    #[test]
+    fn nonsense_parameters_are_a_typed_error() {
+        let page = TestPage::new();
+        let mut raw = RawTimeFields {
+            capabilities: caps::USER_TIME | caps::USER_TIME_ZERO,
+            time_mult: 0,
+            time_shift: 10,
+            time_zero: 0,
+            time_cycles: 0,
+            time_mask: 0,
+        };
+        page.writer().write(&raw);
+        assert_eq!(
+            page.reader().now_ns(),
+            Err(ReadError::InvalidParameters(ParamError::ZeroMultiplier))
+        );
+        raw.time_mult = 1;
+        raw.time_shift = 64;
+        page.writer().write(&raw);
+        assert_eq!(
+            page.reader().conversion(),
+            Err(ReadError::InvalidParameters(ParamError::ShiftTooLarge(64)))
+        );
+        raw.time_shift = 1;
+        raw.capabilities |= caps::USER_TIME_SHORT;
+        raw.time_mask = 0x0ff0;
+        page.writer().write(&raw);
+        assert_eq!(
+            page.reader().conversion(),
+            Err(ReadError::InvalidParameters(ParamError::InvalidMask(
+                0x0ff0
+            )))
+        );
+    }
+
+    #[test]
+    fn lock_held_forever_ends_in_contended() {
+        let page = TestPage::new();
+        // SAFETY: no writer is active; the lock is set through its atomic view as writers do.
+        let fields = unsafe { PageFields::of(page.page.as_ptr()) };
+        fields.lock.store(3, Ordering::Release);
+        let mut counter_reads = 0;
+        assert_eq!(
+            page.reader().read_with(|| {
+                counter_reads += 1;
+                0
+            }),
+            Err(ReadError::Contended)
+        );
+        assert_eq!(
+            counter_reads, 0,
+            "an odd lock must be rejected before reading the counter"
+        );
+    }
+
+    /// Two parameter sets that differ in every field, so any mix of the two is detectable.
+    fn alternating_sets() -> [TimeConversion; 2] {
+        [
+            TimeConversion::new_short(0x1111_1111, 11, 0x1111_1111_1111, 0x1111, (1 << 40) - 1)
+                .unwrap(),
+            TimeConversion::new_short(0x2222_2222, 22, 0x2222_2222_2222, 0x2222, (1 << 50) - 1)
+                .unwrap(),
+        ]
+    }
+
+    #[test]
+    fn racing_writer_never_yields_a_torn_read() {
+        const READS: u64 = 10_000_000;
+        let page = Arc::new(TestPage::new());
+        let sets = alternating_sets();
+        page.writer().publish(&sets[0]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (page, stop) = (Arc::clone(&page), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let writer = page.writer();
+                let mut updates = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    writer.publish(&sets[(updates % 2) as usize]);
+                    updates += 1;
+                }
+                updates
+            })
+        };
+        let reader = page.reader();
+        let (mut seen, mut contended) = ([0u64; 2], 0u64);
+        for i in 0..READS {
+            match reader.read_with(|| i) {
+                Ok(reading) => {
+                    let index = sets.iter().position(|set| *set == reading.conversion);
+                    let index = index.unwrap_or_else(|| panic!("torn read: {reading:?}"));
+                    seen[index] += 1;
+                }
+                Err(ReadError::Contended) => contended += 1,
+                Err(other) => panic!("unexpected error {other:?}"),
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let updates = writer.join().unwrap();
+        std::println!("{READS} reads, {updates} updates, seen {seen:?}, contended {contended}");
+        assert!(updates > 1_000, "the writer barely ran ({updates} updates)");
+        assert!(
+            seen[0] > 0 && seen[1] > 0,
+            "reads never overlapped both sets: {seen:?}"
+        );
+    }
+}
