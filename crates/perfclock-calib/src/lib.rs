@@ -1,1 +1,2 @@
 //! Placeholder: filled by its issue.
+pub mod fit;
