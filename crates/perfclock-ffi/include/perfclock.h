@@ -1,0 +1,144 @@
+/*
+ * perfclock.h - C ABI of perfclock: the clock Linux perf stamps into samples
+ * (PERF_SAMPLE_TIME, i.e. the kernel's local_clock()), read in user space.
+ *
+ * Link statically with libperfclock_ffi.a or dynamically with libperfclock_ffi.so, both built
+ * by `cargo build --release -p perfclock-ffi` into target/release/. The static library needs
+ * the C runtime libraries Rust uses: `-lpthread -ldl -lm -lrt -lgcc_s -lc` (the exact list is
+ * printed by `cargo rustc --release -p perfclock-ffi --crate-type staticlib -- --print
+ * native-static-libs`). Inside a shared object (an agent), add `-Wl,--exclude-libs,ALL` so the
+ * Rust symbols of the archive are not exported.
+ *
+ * Modes
+ *   PERFCLOCK_MODE_KERNEL (1): the kernel publishes the conversion (cap_user_time_zero=1 on the
+ *     perf_event mmap page). perfclock_now_ns() is the value perf would stamp at the instant of
+ *     the counter read: bit-exact on x86_64, at most 1 ns above it on arm64.
+ *   PERFCLOCK_MODE_CALIBRATED (2): the kernel withholds the conversion (e.g. KVM guests, whose
+ *     sched_clock is kvm-clock); perfclock fits the counter against timestamps the kernel wrote
+ *     into perf records at init time. Readings are in the perf clock's domain within
+ *     perfclock_error_bound_ns().
+ *   PERFCLOCK_MODE_NONE (0): perfclock_init() has not succeeded. Every reading call returns its
+ *     "no clock" value (documented per function); none of them initialises.
+ *
+ * Safety and cost
+ *   - perfclock_init() opens a perf event, maps its page and, in calibrated mode, calibrates; it
+ *     makes syscalls, allocates and may take tens of milliseconds. Call it once at start-up
+ *     (JNI_OnLoad, Agent_OnLoad, main), never from a signal handler. It is thread-safe and
+ *     idempotent: later calls return the first successful result at no cost.
+ *   - Every other function is async-signal-safe, thread-safe, makes no syscall and does not
+ *     allocate: a seqlock read of a page plus one counter read (rdtsc, about 10 ns on the
+ *     project's machines) and integer arithmetic. They may be called from signal handlers, JVMTI
+ *     callbacks in any phase, and fork children (the library re-maps its page in a child).
+ *   - No Rust panic unwinds across this boundary: a panic inside the library (a bug) is caught
+ *     and turned into PERFCLOCK_E_INTERNAL or the function's "no clock" value.
+ *
+ * Error codes are negative ints with a stable mapping; new codes may be added, existing ones
+ * keep their value and meaning. perfclock_strerror() names each of them.
+ */
+#ifndef PERFCLOCK_H
+#define PERFCLOCK_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return values of perfclock_mode(). */
+#define PERFCLOCK_MODE_NONE 0
+#define PERFCLOCK_MODE_KERNEL 1
+#define PERFCLOCK_MODE_CALIBRATED 2
+
+/* Success. */
+#define PERFCLOCK_OK 0
+/* perf_event_open(2) failed (permissions: see /proc/sys/kernel/perf_event_paranoid; seccomp;
+ * kernel without perf events). */
+#define PERFCLOCK_E_PERF_EVENT_OPEN (-1)
+/* mmap(2) of the perf event page failed. */
+#define PERFCLOCK_E_MMAP (-2)
+/* Out of file descriptors (EMFILE/ENFILE) while opening the perf event. */
+#define PERFCLOCK_E_FD_EXHAUSTED (-3)
+/* The kernel withholds the time conversion (cap_user_time_zero=0) and no calibrated fallback
+ * could be used. */
+#define PERFCLOCK_E_KERNEL_WITHHOLDS_TIME (-4)
+/* Architecture or platform without a supported user-space counter. */
+#define PERFCLOCK_E_UNSUPPORTED (-5)
+/* Calibrated mode was needed and calibration failed. */
+#define PERFCLOCK_E_CALIBRATION (-6)
+/* A reading call was made before perfclock_init() succeeded. */
+#define PERFCLOCK_E_NOT_INITIALIZED (-7)
+/* A read failed after initialisation (seqlock contended beyond the retry bound, or the kernel
+ * withdrew the parameters). Transient: retrying is allowed. */
+#define PERFCLOCK_E_READ (-8)
+/* A required pointer argument was NULL. */
+#define PERFCLOCK_E_NULL_POINTER (-9)
+/* A bug in perfclock (a Rust panic was caught at the boundary). */
+#define PERFCLOCK_E_INTERNAL (-10)
+/* An initialisation error this version of the C ABI has no specific code for. */
+#define PERFCLOCK_E_OTHER (-11)
+
+/*
+ * Opens the process-wide clock: kernel mode if the kernel publishes the conversion, else
+ * calibrated mode. Returns PERFCLOCK_OK or a negative PERFCLOCK_E_* code.
+ * Not async-signal-safe (syscalls, allocation, possibly tens of milliseconds); thread-safe and
+ * idempotent.
+ */
+int perfclock_init(void);
+
+/*
+ * The perf clock now, in nanoseconds (the domain of PERF_SAMPLE_TIME and of `perf script --ns`).
+ * Returns 0 if perfclock_init() has not succeeded or the read failed (use perfclock_try_now_ns()
+ * to tell those apart). Never initialises. Async-signal-safe; about one rdtsc.
+ */
+uint64_t perfclock_now_ns(void);
+
+/*
+ * Like perfclock_now_ns() but reports failure: on success stores the reading in *out and returns
+ * PERFCLOCK_OK; otherwise leaves *out unchanged and returns PERFCLOCK_E_NOT_INITIALIZED,
+ * PERFCLOCK_E_READ, or PERFCLOCK_E_NULL_POINTER (out == NULL). Async-signal-safe.
+ */
+int perfclock_try_now_ns(uint64_t *out);
+
+/* PERFCLOCK_MODE_NONE, PERFCLOCK_MODE_KERNEL or PERFCLOCK_MODE_CALIBRATED. Async-signal-safe. */
+int perfclock_mode(void);
+
+/*
+ * Bound, in ns, on |perfclock_now_ns() - the kernel's local_clock()| at the instant of the
+ * counter read: 0 in kernel mode on x86_64, 1 on arm64, the calibration's bound in calibrated
+ * mode, UINT64_MAX when no clock is initialised. Async-signal-safe.
+ */
+uint64_t perfclock_error_bound_ns(void);
+
+/*
+ * The raw counter the clock converts (TSC on x86_64, CNTVCT_EL0 on arm64), or 0 on an
+ * architecture without one. Needs no initialisation. Async-signal-safe; one counter read.
+ * Use it to stamp cheaply and convert later with perfclock_cycles_to_ns().
+ */
+uint64_t perfclock_read_counter(void);
+
+/*
+ * Converts a value of perfclock_read_counter() to perf-clock nanoseconds with the clock's current
+ * parameters (the kernel's formula in kernel mode, the fit in calibrated mode). Returns 0 if no
+ * clock is initialised or the parameters cannot be read. Async-signal-safe.
+ */
+uint64_t perfclock_cycles_to_ns(uint64_t cycles);
+
+/*
+ * Inverse of perfclock_cycles_to_ns(), rounded down (the kernel's documented inverse in kernel
+ * mode): the counter value at which the clock reads `ns`. Returns 0 if no clock is initialised
+ * or the parameters cannot be read, or if `ns` precedes the clock's origin. Async-signal-safe.
+ */
+uint64_t perfclock_ns_to_cycles(uint64_t ns);
+
+/*
+ * A static, NUL-terminated English description of a PERFCLOCK_OK or PERFCLOCK_E_* code;
+ * "unknown perfclock error code" for anything else. Never NULL; the string must not be freed.
+ * Async-signal-safe.
+ */
+const char *perfclock_strerror(int code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PERFCLOCK_H */
