@@ -1,2 +1,3 @@
 //! Placeholder: filled by its issue.
 pub mod fit;
+pub mod published;

@@ -1,0 +1,374 @@
+//! Turning a [`Fit`] into what readers see: the kernel's integer `TimeConversion` in a page of
+//! our own memory, and an error bound that grows with the counter distance from the fit.
+//!
+//! # The published line
+//! At the publishing counter value `c_p` the fit says the true clock lies in `[L, U]`. We publish
+//! the line through the middle of that range with the middle slope of the feasible range
+//! `[s_min, s_max]`, quantised to `mult / 2^shift` (shift 32, or less if `mult` would not fit in
+//! `u32`, i.e. for counters slower than 1 GHz). `time_zero` absorbs the offset (wrapping, like the
+//! kernel's).
+//!
+//! # `error_bound_ns` (definition)
+//! For a counter value `c`, `bound(c) = base + growth * |c - c_p|` where
+//! - `base = ceil((U - L) / 2) + noise + 2`: half the feasible band at `c_p`, the kernel clock's
+//!   own jitter allowance (the truth at an instant is the line plus up to `noise`), and 2 ns for
+//!   rounding `time_zero` and the floor in the kernel formula;
+//! - `growth = max(s_max - s_q, s_q - s_min)` with `s_q` the quantised slope: the feasible lines
+//!   can run away from the published one by at most this many ns per counter tick.
+//!
+//! Every line in the polygon satisfies `|line(c) - published(c)| <= bound(c)` for all `c`, so the
+//! bound stays honest however long ago the fit was made; the refiner republishes so it stays small.
+
+use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use perfclock_core::conversion::TimeConversion;
+use perfclock_core::ParamError;
+
+use crate::fit::Fit;
+
+/// Shift used for the published conversion unless `mult` would overflow `u32`.
+pub const PREFERRED_SHIFT: u16 = 32;
+/// Added to every bound for rounding `time_zero` and the kernel formula's floor, ns.
+pub const ROUNDING_NS: u64 = 2;
+/// Fixed-point scale of [`BoundModel::growth_q48`]: ns per counter tick times 2^48.
+pub const GROWTH_SCALE_LOG2: u32 = 48;
+
+/// `bound(c) = base_ns + growth * |c - counter_ref|` (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BoundModel {
+    /// Bound at `counter_ref`, ns.
+    pub base_ns: u64,
+    /// Growth in ns per counter tick, times 2^48, rounded up.
+    pub growth_q48: u64,
+    /// Counter value the bound is anchored at.
+    pub counter_ref: u64,
+}
+
+impl BoundModel {
+    /// A bound that says "no idea": what readers get while nothing is published.
+    pub const UNKNOWN: BoundModel = BoundModel {
+        base_ns: u64::MAX,
+        growth_q48: 0,
+        counter_ref: 0,
+    };
+
+    /// The bound at counter value `counter`, ns, saturating at `u64::MAX`.
+    pub fn at(&self, counter: u64) -> u64 {
+        let distance = counter.abs_diff(self.counter_ref);
+        let grown = (u128::from(distance) * u128::from(self.growth_q48)) >> GROWTH_SCALE_LOG2;
+        let grown = u64::try_from(grown).unwrap_or(u64::MAX);
+        self.base_ns.saturating_add(grown).saturating_add(1)
+    }
+
+    /// Counter ticks after `counter_ref` until the bound exceeds `base_ns + extra_ns`
+    /// (`u64::MAX` if it never grows).
+    pub fn ticks_until_growth(&self, extra_ns: u64) -> u64 {
+        if self.growth_q48 == 0 {
+            return u64::MAX;
+        }
+        let ticks = (u128::from(extra_ns) << GROWTH_SCALE_LOG2) / u128::from(self.growth_q48);
+        u64::try_from(ticks).unwrap_or(u64::MAX)
+    }
+}
+
+/// What one fit publishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Solution {
+    /// The conversion readers use.
+    pub conversion: TimeConversion,
+    /// Its error bound.
+    pub bound: BoundModel,
+}
+
+/// Why a fit cannot be published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PublishError {
+    /// The slope is not positive or not finite, or too large for a `u32` multiplier.
+    SlopeOutOfRange,
+    /// The band is not finite.
+    BandNotFinite,
+    /// The core crate refused the parameters.
+    Param(ParamError),
+}
+
+impl core::fmt::Display for PublishError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::SlopeOutOfRange => {
+                f.write_str("fitted slope cannot be expressed as mult/2^shift")
+            }
+            Self::BandNotFinite => f.write_str("fitted band is not finite"),
+            Self::Param(e) => write!(f, "conversion parameters refused: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PublishError {}
+
+/// The integer multiplier and shift closest to `slope` ns per tick.
+pub fn quantise_slope(slope: f64) -> Result<(u32, u16), PublishError> {
+    if !(slope.is_finite() && slope > 0.0) {
+        return Err(PublishError::SlopeOutOfRange);
+    }
+    let mut shift = PREFERRED_SHIFT;
+    loop {
+        let mult = (slope * (1u64 << shift) as f64).round();
+        if (1.0..4_294_967_296.0).contains(&mult) {
+            // Truncation is exact: mult is integral and in range.
+            return Ok((mult as u32, shift));
+        }
+        if mult < 1.0 || shift == 0 {
+            return Err(PublishError::SlopeOutOfRange);
+        }
+        shift -= 1;
+    }
+}
+
+/// The conversion and bound to publish for `fit`, anchored at counter value `at_counter`
+/// (normally "now", just after the last bracket).
+///
+/// # Errors
+/// [`PublishError`] when the slope cannot be expressed in the kernel's format.
+pub fn solve(fit: &Fit, at_counter: u64) -> Result<Solution, PublishError> {
+    let (lower, upper) = fit.range_at(at_counter);
+    if !(lower.is_finite() && upper.is_finite()) || upper < lower {
+        return Err(PublishError::BandNotFinite);
+    }
+    let slope = (fit.slope_min + fit.slope_max) / 2.0;
+    let (mult, shift) = quantise_slope(slope)?;
+    let slope_q = f64::from(mult) / (1u64 << shift) as f64;
+    let middle = (lower + upper) / 2.0;
+    // zero + floor(c_p * mult >> shift) = ns_ref + middle
+    let scaled = (u128::from(at_counter) * u128::from(mult)) >> shift;
+    let target = i128::from(fit.ns_ref) + middle.round() as i128;
+    // Wrapping, as the kernel's time_zero: the perf clock may be behind counter * slope.
+    let zero = (target - scaled as i128) as u64;
+    let conversion = TimeConversion::new(mult, shift, zero).map_err(PublishError::Param)?;
+    let half_band = ((upper - lower) / 2.0).ceil();
+    let base_ns = half_band as u64 + fit.noise_ns().ceil() as u64 + ROUNDING_NS;
+    let growth = (fit.slope_max - slope_q)
+        .max(slope_q - fit.slope_min)
+        .max(0.0);
+    let growth_q48 = (growth * (1u64 << GROWTH_SCALE_LOG2) as f64).ceil();
+    let growth_q48 = if growth_q48 >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        growth_q48 as u64
+    };
+    Ok(Solution {
+        conversion,
+        bound: BoundModel {
+            base_ns,
+            growth_q48,
+            counter_ref: at_counter,
+        },
+    })
+}
+
+/// The published [`BoundModel`], readable lock-free from any thread (and from signal handlers:
+/// loads only, bounded retries) while one writer updates it. Same seqlock shape as the page.
+#[derive(Debug)]
+pub struct BoundCell {
+    /// Even when stable, odd while the writer is between its stores.
+    seq: AtomicU32,
+    base_ns: AtomicU64,
+    growth_q48: AtomicU64,
+    counter_ref: AtomicU64,
+}
+
+/// Attempts before [`BoundCell::load`] gives up and reports [`BoundModel::UNKNOWN`].
+pub const BOUND_MAX_RETRIES: u32 = 10_000;
+
+impl Default for BoundCell {
+    fn default() -> Self {
+        Self::new(BoundModel::UNKNOWN)
+    }
+}
+
+impl BoundCell {
+    /// A cell holding `model`.
+    pub const fn new(model: BoundModel) -> Self {
+        Self {
+            seq: AtomicU32::new(0),
+            base_ns: AtomicU64::new(model.base_ns),
+            growth_q48: AtomicU64::new(model.growth_q48),
+            counter_ref: AtomicU64::new(model.counter_ref),
+        }
+    }
+
+    /// Replace the model. Single writer.
+    pub fn store(&self, model: &BoundModel) {
+        let odd = self.seq.load(Ordering::Relaxed) | 1;
+        self.seq.store(odd, Ordering::Relaxed);
+        // ATOMICS: orders the odd sequence before the field stores; pairs with load's fence.
+        fence(Ordering::Release);
+        self.base_ns.store(model.base_ns, Ordering::Relaxed);
+        self.growth_q48.store(model.growth_q48, Ordering::Relaxed);
+        self.counter_ref.store(model.counter_ref, Ordering::Relaxed);
+        // ATOMICS: Release pairs with the Acquire load of seq in load().
+        self.seq.store(odd.wrapping_add(1), Ordering::Release);
+    }
+
+    /// A consistent snapshot, or [`BoundModel::UNKNOWN`] if the writer kept it busy.
+    pub fn load(&self) -> BoundModel {
+        for _ in 0..BOUND_MAX_RETRIES {
+            // ATOMICS: Acquire pairs with the writer's final Release store.
+            let seq = self.seq.load(Ordering::Acquire);
+            if seq & 1 == 1 {
+                core::hint::spin_loop();
+                continue;
+            }
+            let model = BoundModel {
+                base_ns: self.base_ns.load(Ordering::Relaxed),
+                growth_q48: self.growth_q48.load(Ordering::Relaxed),
+                counter_ref: self.counter_ref.load(Ordering::Relaxed),
+            };
+            // ATOMICS: keeps the field loads before the re-read; pairs with store's Release fence.
+            fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == seq {
+                return model;
+            }
+        }
+        BoundModel::UNKNOWN
+    }
+}
+
+/// The bound that covers both `a` and `b` from `counter` on: used while switching between two
+/// published conversions, when a reader may pair either page with either bound.
+pub fn union_bound(a: &BoundModel, b: &BoundModel, counter: u64) -> BoundModel {
+    BoundModel {
+        base_ns: a.at(counter).max(b.at(counter)),
+        growth_q48: a.growth_q48.max(b.growth_q48),
+        counter_ref: counter,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fit::{Constraint, Fit, FitOptions};
+
+    fn synthetic(n: u64) -> Vec<Constraint> {
+        // ns = 7_000 + c * 10 / 29, stamp 800 ticks in, exit 1800 ticks.
+        (0..n)
+            .map(|i| {
+                let before = 3_000_000_000 + i * 100_000 + (i * 37) % 300;
+                let stamp = before + 800;
+                Constraint {
+                    before,
+                    after: stamp + 1800,
+                    kernel_ns: 7_000 + stamp * 10 / 29,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn published_conversion_is_within_its_bound_of_the_truth() {
+        let data = synthetic(1000);
+        let fit = Fit::new(&data, &FitOptions::default()).expect("fit");
+        let at = fit.last_counter + 10_000;
+        let sol = solve(&fit, at).expect("solve");
+        assert_eq!(sol.conversion.shift(), 32);
+        for dt in [0u64, 1_000_000, 300_000_000, 30_000_000_000] {
+            let c = at + dt;
+            let truth = 7_000 + c * 10 / 29;
+            let published = sol.conversion.cycles_to_ns(c);
+            let err = published.abs_diff(truth);
+            assert!(
+                err <= sol.bound.at(c),
+                "dt {dt}: err {err} > {}",
+                sol.bound.at(c)
+            );
+        }
+        assert!(sol.bound.at(at) < 600, "{:?}", sol.bound);
+        assert!(sol.bound.at(at + 30_000_000_000) > sol.bound.at(at));
+    }
+
+    #[test]
+    fn negative_offset_wraps_like_the_kernel() {
+        // Perf clock behind counter * slope: time_zero wraps below zero.
+        let data: Vec<Constraint> = (0..200u64)
+            .map(|i| {
+                let before = 1_000_000_000_000 + i * 1_000_000;
+                let stamp = before + 500;
+                Constraint {
+                    before,
+                    after: stamp + 500,
+                    kernel_ns: stamp / 3 - 300_000_000_000,
+                }
+            })
+            .collect();
+        let fit = Fit::new(&data, &FitOptions::default()).expect("fit");
+        let at = fit.last_counter;
+        let sol = solve(&fit, at).expect("solve");
+        let truth = at / 3 - 300_000_000_000;
+        assert!(sol.conversion.cycles_to_ns(at).abs_diff(truth) <= sol.bound.at(at));
+    }
+
+    #[test]
+    fn slow_counters_use_a_smaller_shift() {
+        // 24 MHz counter: 41.67 ns per tick does not fit with shift 32.
+        let (mult, shift) = quantise_slope(41.666_666).expect("quantise");
+        assert!(shift < 32);
+        let back = f64::from(mult) / (1u64 << shift) as f64;
+        assert!((back - 41.666_666).abs() < 1e-6);
+        assert_eq!(quantise_slope(0.0), Err(PublishError::SlopeOutOfRange));
+        assert_eq!(quantise_slope(f64::NAN), Err(PublishError::SlopeOutOfRange));
+        assert_eq!(quantise_slope(1e12), Err(PublishError::SlopeOutOfRange));
+    }
+
+    #[test]
+    fn bound_model_arithmetic_saturates() {
+        let m = BoundModel {
+            base_ns: 100,
+            growth_q48: 1 << GROWTH_SCALE_LOG2, // 1 ns per tick
+            counter_ref: 1000,
+        };
+        assert_eq!(m.at(1000), 101);
+        assert_eq!(m.at(1010), 111);
+        assert_eq!(m.at(990), 111);
+        assert_eq!(m.ticks_until_growth(50), 50);
+        assert_eq!(BoundModel::UNKNOWN.at(5), u64::MAX);
+        let huge = BoundModel {
+            base_ns: u64::MAX - 1,
+            growth_q48: u64::MAX,
+            counter_ref: 0,
+        };
+        assert_eq!(huge.at(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn bound_cell_never_tears_under_a_writer() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let a = BoundModel {
+            base_ns: 1,
+            growth_q48: 1,
+            counter_ref: 1,
+        };
+        let b = BoundModel {
+            base_ns: 2,
+            growth_q48: 2,
+            counter_ref: 2,
+        };
+        let cell = Arc::new(BoundCell::new(a));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (cell, stop) = (cell.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    cell.store(if i % 2 == 0 { &b } else { &a });
+                    i += 1;
+                }
+            })
+        };
+        for _ in 0..200_000 {
+            let m = cell.load();
+            assert!(m == a || m == b || m == BoundModel::UNKNOWN, "torn {m:?}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().expect("writer");
+    }
+}
