@@ -1,0 +1,628 @@
+//! The calibrated perf-domain clock: a named background thread that brackets kernel-stamped
+//! records, fits them ([`crate::fit`]), and publishes the result ([`crate::published`]) into a
+//! page of our own memory with the kernel's seqlock protocol, so the facade reads it with the
+//! same [`PageReader`] as the kernel's page.
+//!
+//! # Lifecycle
+//! [`CalibratedClock::start`] spawns the thread (`perfclock-calib`), which opens its events (per
+//! thread: the records are the calibration thread's own), collects brackets for
+//! [`CalibrationOptions::init_budget`], fits, publishes, and reports back; `start` returns then.
+//! With `refine` on, the thread keeps going: every so often it brackets a small batch, checks it
+//! against what is published (a batch that mostly falls outside the published bound is a clock
+//! jump: suspend, host migration; the thread then starts over from scratch and counts it), adds
+//! it to a sliding window of history (longer baseline, tighter slope), refits and republishes.
+//! The interval is chosen so the published bound grows by at most
+//! [`CalibrationOptions::allowed_growth_ns`] between republishes, clamped to
+//! `[min_refine_interval, max_refine_interval]`.
+//!
+//! The thread blocks every signal for its whole life, so no signal handler ever runs on it while
+//! it holds the page's sequence odd (a handler reading the clock there would spin).
+//!
+//! # Safety
+//! The page is a `Box<PerfEventMmapPage>` turned into a raw pointer, freed when the last owner
+//! (the clock handle or the thread) drops the shared state; only the thread writes it (through
+//! [`PageWriter`]) and everyone else reads it through atomics ([`PageReader`]).
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use perfclock_core::{
+    counter, PageReader, PageWriter, PerfEventMmapPage, PerfTimeSource, ReadError,
+};
+
+use crate::comm_probe::{CommProbe, ProbeError};
+use crate::fit::{prune, Constraint, Fit, FitError, FitOptions};
+use crate::published::{solve, union_bound, BoundCell, BoundModel, PublishError, Solution};
+
+/// Name of the background thread (at most 15 bytes, the kernel's limit).
+pub const THREAD_NAME: &str = "perfclock-calib";
+/// Buckets and per-side survivors kept when pruning history.
+const PRUNE_BUCKETS: usize = 64;
+const PRUNE_KEEP: usize = 4;
+
+/// Tuning for [`CalibratedClock::start`]. `Default` is what the facade should use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CalibrationOptions {
+    /// Keep refining in the background (and watch for clock jumps). Off: calibrate once; the
+    /// bound then grows with the time since calibration.
+    pub refine: bool,
+    /// Time spent collecting brackets before the first fit.
+    pub init_budget: Duration,
+    /// How long `start` waits for the first result before giving up.
+    pub start_timeout: Duration,
+    /// Fit tuning.
+    pub fit: FitOptions,
+    /// History kept for the fit: the slope baseline.
+    pub window: Duration,
+    /// Brackets per refinement.
+    pub refine_batch: usize,
+    /// How much the bound may grow between republishes, ns.
+    pub allowed_growth_ns: u64,
+    /// Shortest pause between refinements.
+    pub min_refine_interval: Duration,
+    /// Longest pause between refinements (also the jump-detection latency).
+    pub max_refine_interval: Duration,
+}
+
+impl Default for CalibrationOptions {
+    fn default() -> Self {
+        Self {
+            refine: true,
+            init_budget: Duration::from_millis(30),
+            start_timeout: Duration::from_secs(2),
+            fit: FitOptions::default(),
+            window: Duration::from_secs(120),
+            refine_batch: 32,
+            allowed_growth_ns: 20,
+            min_refine_interval: Duration::from_millis(5),
+            max_refine_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why calibration failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CalibError {
+    /// The kernel-stamped records could not be had.
+    Probe(ProbeError),
+    /// The brackets could not be fitted.
+    Fit(FitError),
+    /// The fit could not be published as a conversion.
+    Publish(PublishError),
+    /// The background thread could not be spawned (`errno`-less std error text kind).
+    Spawn(std::io::ErrorKind),
+    /// The thread did not report a first calibration within `start_timeout`.
+    Timeout,
+    /// The thread ended without reporting.
+    ThreadDied,
+}
+
+impl core::fmt::Display for CalibError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Probe(e) => write!(f, "calibration records unavailable: {e}"),
+            Self::Fit(e) => write!(f, "calibration fit failed: {e}"),
+            Self::Publish(e) => write!(f, "calibration result unpublishable: {e}"),
+            Self::Spawn(k) => write!(f, "cannot spawn the calibration thread: {k:?}"),
+            Self::Timeout => f.write_str("calibration did not finish in time"),
+            Self::ThreadDied => f.write_str("calibration thread ended without a result"),
+        }
+    }
+}
+
+impl std::error::Error for CalibError {}
+
+impl From<ProbeError> for CalibError {
+    fn from(e: ProbeError) -> Self {
+        Self::Probe(e)
+    }
+}
+impl From<FitError> for CalibError {
+    fn from(e: FitError) -> Self {
+        Self::Fit(e)
+    }
+}
+impl From<PublishError> for CalibError {
+    fn from(e: PublishError) -> Self {
+        Self::Publish(e)
+    }
+}
+
+/// Counters describing the calibrator's work so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CalibStats {
+    /// Calibrations from scratch (1 + jumps + failed refits).
+    pub calibrations: u64,
+    /// Refinements published.
+    pub refinements: u64,
+    /// Clock jumps detected (a batch mostly outside the published bound).
+    pub jumps: u64,
+    /// Fresh brackets that fell outside the published bound when checked (jumps included).
+    pub stray_brackets: u64,
+    /// Counter span of the last fit, in perf ns.
+    pub last_fit_span_ns: u64,
+    /// Brackets the last fit used.
+    pub last_fit_brackets: u64,
+    /// Wall time of the first calibration, ns (from spawn to first publish).
+    pub first_calibration_ns: u64,
+    /// CPU time the thread has used, ns (`CLOCK_THREAD_CPUTIME_ID`, updated each round).
+    pub thread_cpu_ns: u64,
+    /// Kernel thread id of the calibration thread (for `/proc/self/task/<tid>/stat`).
+    pub thread_tid: u64,
+}
+
+#[derive(Debug, Default)]
+struct AtomicStats {
+    calibrations: AtomicU64,
+    refinements: AtomicU64,
+    jumps: AtomicU64,
+    stray_brackets: AtomicU64,
+    last_fit_span_ns: AtomicU64,
+    last_fit_brackets: AtomicU64,
+    first_calibration_ns: AtomicU64,
+    thread_cpu_ns: AtomicU64,
+    thread_tid: AtomicU64,
+}
+
+impl AtomicStats {
+    fn snapshot(&self) -> CalibStats {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CalibStats {
+            calibrations: r(&self.calibrations),
+            refinements: r(&self.refinements),
+            jumps: r(&self.jumps),
+            stray_brackets: r(&self.stray_brackets),
+            last_fit_span_ns: r(&self.last_fit_span_ns),
+            last_fit_brackets: r(&self.last_fit_brackets),
+            first_calibration_ns: r(&self.first_calibration_ns),
+            thread_cpu_ns: r(&self.thread_cpu_ns),
+            thread_tid: r(&self.thread_tid),
+        }
+    }
+}
+
+/// The page we publish into. Owns the allocation.
+#[derive(Debug)]
+struct OwnedPage(NonNull<PerfEventMmapPage>);
+
+impl OwnedPage {
+    fn new() -> Self {
+        let boxed = Box::new(PerfEventMmapPage::zeroed());
+        // Box::into_raw is never null.
+        Self(NonNull::from(Box::leak(boxed)))
+    }
+}
+
+impl Drop for OwnedPage {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from Box::leak in new() and is freed only here, once; every
+        // reader and the writer hold the Arc that owns this value, so none outlives it.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+// SAFETY: the page is only accessed through atomics (PageReader/PageWriter), so sharing the
+// pointer between threads is sound.
+unsafe impl Send for OwnedPage {}
+// SAFETY: as above.
+unsafe impl Sync for OwnedPage {}
+
+#[derive(Debug)]
+struct Shared {
+    page: OwnedPage,
+    bound: BoundCell,
+    stats: AtomicStats,
+    stop: AtomicBool,
+}
+
+/// A calibrated perf-domain clock with its own published page. See the module docs.
+#[derive(Debug)]
+pub struct CalibratedClock {
+    shared: Arc<Shared>,
+    reader: PageReader,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl CalibratedClock {
+    /// Calibrate, publish the first result, and (with `options.refine`) keep refining in a
+    /// background thread named [`THREAD_NAME`].
+    ///
+    /// # Errors
+    /// [`CalibError`] if the records cannot be had, the fit fails, or the thread cannot run.
+    pub fn start(options: CalibrationOptions) -> Result<Self, CalibError> {
+        let shared = Arc::new(Shared {
+            page: OwnedPage::new(),
+            bound: BoundCell::default(),
+            stats: AtomicStats::default(),
+            stop: AtomicBool::new(false),
+        });
+        // SAFETY: the page is 8-aligned (Box of an 8-aligned type), lives as long as `shared`,
+        // which the reader's owner (this clock) keeps, and is only written by the thread.
+        let reader = unsafe { PageReader::new(shared.page.0) };
+        let (tx, rx) = mpsc::sync_channel::<Result<(), CalibError>>(1);
+        let thread_shared = shared.clone();
+        let spawned_at = Instant::now();
+        let timeout = options.start_timeout;
+        let thread = std::thread::Builder::new()
+            .name(THREAD_NAME.into())
+            .spawn(move || run(thread_shared, options, tx, spawned_at))
+            .map_err(|e| CalibError::Spawn(e.kind()))?;
+        let mut clock = Self {
+            shared,
+            reader,
+            thread: Some(thread),
+        };
+        match rx.recv_timeout(timeout) {
+            Ok(Ok(())) => Ok(clock),
+            Ok(Err(e)) => {
+                clock.stop();
+                Err(e)
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                clock.shared.stop.store(true, Ordering::Relaxed);
+                Err(CalibError::Timeout)
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                clock.stop();
+                Err(CalibError::ThreadDied)
+            }
+        }
+    }
+
+    /// The page readers use (valid as long as this clock lives).
+    pub fn page(&self) -> NonNull<PerfEventMmapPage> {
+        self.shared.page.0
+    }
+
+    /// A reader of [`CalibratedClock::page`].
+    pub fn reader(&self) -> PageReader {
+        self.reader
+    }
+
+    /// The current error bound: how far the published conversion can be from the kernel's perf
+    /// clock at the counter value read now (see [`crate::published`] for the definition).
+    /// `u64::MAX` when unknown. Lock-free, syscall-free, signal-safe.
+    pub fn error_bound_ns(&self) -> u64 {
+        match counter::read_counter() {
+            Some(now) => self.error_bound_at(now),
+            None => u64::MAX,
+        }
+    }
+
+    /// The error bound at counter value `counter`.
+    pub fn error_bound_at(&self, counter: u64) -> u64 {
+        self.shared.bound.load().at(counter)
+    }
+
+    /// The bound model currently published.
+    pub fn bound_model(&self) -> BoundModel {
+        self.shared.bound.load()
+    }
+
+    /// What the calibrator has done so far.
+    pub fn stats(&self) -> CalibStats {
+        self.shared.stats.snapshot()
+    }
+
+    /// Stop the background thread (the last published conversion stays readable).
+    pub fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            // A panic on the thread has already been reported; nothing to add here.
+            let _ = t.join();
+        }
+    }
+
+    /// Leak the clock for process-wide use: the thread keeps running and the page stays valid
+    /// for the rest of the process.
+    pub fn leak(self) -> &'static CalibratedClock {
+        Box::leak(Box::new(self))
+    }
+}
+
+impl Drop for CalibratedClock {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl PerfTimeSource for CalibratedClock {
+    fn now_ns(&self) -> Result<u64, ReadError> {
+        self.reader.now_ns()
+    }
+    fn error_bound_ns(&self) -> u64 {
+        CalibratedClock::error_bound_ns(self)
+    }
+    fn read_counter(&self) -> Option<u64> {
+        counter::read_counter()
+    }
+    fn cycles_to_ns(&self, cycles: u64) -> Result<u64, ReadError> {
+        Ok(self.reader.conversion()?.cycles_to_ns(cycles))
+    }
+}
+
+fn block_all_signals() {
+    // SAFETY: sigset_t is plain data; sigfillset initialises it; pthread_sigmask only changes
+    // this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut());
+    }
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
+/// State of the background thread.
+struct Calibrator {
+    shared: Arc<Shared>,
+    writer: PageWriter,
+    options: CalibrationOptions,
+    probe: CommProbe,
+    history: Vec<Constraint>,
+    current: Option<(Solution, f64)>,
+}
+
+impl Calibrator {
+    fn publish(&mut self, fit: &Fit) -> Result<(), CalibError> {
+        let now = counter::read_counter().ok_or(ProbeError::CounterUnsupported)?;
+        let sol = solve(fit, now)?;
+        // While switching, a reader may pair either conversion with either bound: cover both.
+        if let Some((old, _)) = &self.current {
+            self.shared
+                .bound
+                .store(&union_bound(&old.bound, &sol.bound, now));
+        }
+        self.writer.publish(&sol.conversion);
+        self.shared.bound.store(&sol.bound);
+        let st = &self.shared.stats;
+        st.last_fit_span_ns.store(
+            (fit.span_counter() as f64 * fit.slope_best) as u64,
+            Ordering::Relaxed,
+        );
+        st.last_fit_brackets
+            .store(fit.used as u64, Ordering::Relaxed);
+        self.current = Some((sol, fit.slope_best));
+        Ok(())
+    }
+
+    /// Calibrate from nothing: collect for the init budget, fit, publish.
+    fn calibrate_from_scratch(&mut self) -> Result<(), CalibError> {
+        self.history.clear();
+        let start = Instant::now();
+        let mut raw = Vec::new();
+        while start.elapsed() < self.options.init_budget || raw.len() < 16 {
+            self.probe.collect(64, &mut raw)?;
+            if start.elapsed() > self.options.init_budget * 4 {
+                break;
+            }
+        }
+        let rough = Fit::new(&prune_rough(&raw), &self.options.fit)?;
+        self.history = prune(&raw, rough.slope_best, PRUNE_BUCKETS, PRUNE_KEEP);
+        let fit = Fit::new(&self.history, &self.options.fit)?;
+        self.publish(&fit)?;
+        self.shared
+            .stats
+            .calibrations
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// One refinement round. Returns the pause before the next.
+    fn refine(&mut self) -> Result<Duration, CalibError> {
+        let mut batch = Vec::with_capacity(self.options.refine_batch);
+        self.probe.collect(self.options.refine_batch, &mut batch)?;
+        let Some((sol, _)) = self.current else {
+            self.calibrate_from_scratch()?;
+            return Ok(self.options.min_refine_interval);
+        };
+        let stray = batch.iter().filter(|b| outside_bound(&sol, b)).count();
+        let st = &self.shared.stats;
+        st.stray_brackets.fetch_add(stray as u64, Ordering::Relaxed);
+        if stray >= 2 && stray * 2 >= batch.len() {
+            st.jumps.fetch_add(1, Ordering::Relaxed);
+            self.calibrate_from_scratch()?;
+            return Ok(self.options.min_refine_interval);
+        }
+        self.history.extend_from_slice(&batch);
+        if let Some(last) = self.history.iter().map(|c| c.after).max() {
+            let (_, slope) = self.current.unwrap_or((sol, 1.0));
+            let window_ticks = (self.options.window.as_nanos() as f64 / slope) as u64;
+            let oldest = last.saturating_sub(window_ticks);
+            self.history.retain(|c| c.before >= oldest);
+            let slope_now = slope;
+            self.history = prune(&self.history, slope_now, PRUNE_BUCKETS, PRUNE_KEEP);
+        }
+        let fit = match Fit::new(&self.history, &self.options.fit) {
+            Ok(f) => f,
+            Err(_) => {
+                // The history contradicts itself: something moved. Start over.
+                self.calibrate_from_scratch()?;
+                return Ok(self.options.min_refine_interval);
+            }
+        };
+        self.publish(&fit)?;
+        self.shared
+            .stats
+            .refinements
+            .fetch_add(1, Ordering::Relaxed);
+        let (sol, slope) = self.current.unwrap_or((sol, fit.slope_best));
+        let ticks = sol.bound.ticks_until_growth(self.options.allowed_growth_ns);
+        let pause = Duration::from_nanos((ticks as f64 * slope).min(u64::MAX as f64) as u64);
+        Ok(pause.clamp(
+            self.options.min_refine_interval,
+            self.options.max_refine_interval,
+        ))
+    }
+}
+
+/// A cheap subset for the first rough slope: every bracket of the narrowest tenth, plus the
+/// first and last.
+fn prune_rough(raw: &[Constraint]) -> Vec<Constraint> {
+    if raw.len() <= 256 {
+        return raw.to_vec();
+    }
+    let mut widths: Vec<u64> = raw
+        .iter()
+        .map(|c| c.after.saturating_sub(c.before))
+        .collect();
+    widths.sort_unstable();
+    let cut = widths[widths.len() / 10];
+    let mut out: Vec<Constraint> = raw
+        .iter()
+        .filter(|c| c.after.saturating_sub(c.before) <= cut)
+        .copied()
+        .collect();
+    if out.len() > 512 {
+        let step = out.len() / 512 + 1;
+        out = out.into_iter().step_by(step).collect();
+    }
+    out.extend(raw.first().copied());
+    out.extend(raw.last().copied());
+    out
+}
+
+/// Whether bracket `b` contradicts the published conversion by more than its bound.
+fn outside_bound(sol: &Solution, b: &Constraint) -> bool {
+    let conv = &sol.conversion;
+    let at_before = conv.cycles_to_ns(b.before);
+    let at_after = conv.cycles_to_ns(b.after);
+    let bound_b = sol.bound.at(b.before);
+    let bound_a = sol.bound.at(b.after);
+    b.kernel_ns.saturating_add(bound_b) < at_before
+        || b.kernel_ns > at_after.saturating_add(bound_a)
+}
+
+fn run(
+    shared: Arc<Shared>,
+    options: CalibrationOptions,
+    tx: mpsc::SyncSender<Result<(), CalibError>>,
+    spawned_at: Instant,
+) {
+    block_all_signals();
+    // SAFETY: gettid has no memory effects.
+    let tid = unsafe { libc::gettid() };
+    shared.stats.thread_tid.store(tid as u64, Ordering::Relaxed);
+    let probe = match CommProbe::open() {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = tx.send(Err(e.into()));
+            return;
+        }
+    };
+    // SAFETY: the page is 8-aligned, outlives the thread (it holds `shared`), and this thread is
+    // its only writer; readers use atomics.
+    let writer = unsafe { PageWriter::new(shared.page.0) };
+    let refine = options.refine;
+    let mut cal = Calibrator {
+        shared: shared.clone(),
+        writer,
+        options,
+        probe,
+        history: Vec::new(),
+        current: None,
+    };
+    let first = cal.calibrate_from_scratch();
+    shared
+        .stats
+        .first_calibration_ns
+        .store(spawned_at.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    shared
+        .stats
+        .thread_cpu_ns
+        .store(thread_cpu_ns(), Ordering::Relaxed);
+    let ok = first.is_ok();
+    // The receiver may have timed out and gone: then nobody is waiting and we just go on.
+    let _ = tx.send(first);
+    if !ok || !refine {
+        return;
+    }
+    let mut pause = cal.options.min_refine_interval;
+    while !shared.stop.load(Ordering::Relaxed) {
+        std::thread::park_timeout(pause);
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        pause = match cal.refine() {
+            Ok(p) => p,
+            // Transient trouble (e.g. fd limits): keep the last publication, its bound keeps
+            // growing honestly; try again later.
+            Err(_) => cal.options.max_refine_interval,
+        };
+        shared
+            .stats
+            .thread_cpu_ns
+            .store(thread_cpu_ns(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// End to end against the kernel's own COMM records: the published clock must put fresh
+    /// kernel stamps (taken on the test thread, not used in the fit) inside their brackets
+    /// widened by the published bound.
+    #[test]
+    fn calibrates_against_kernel_records_and_fresh_records_agree() {
+        let clock = CalibratedClock::start(CalibrationOptions::default()).expect("calibration");
+        let st = clock.stats();
+        assert_eq!(st.calibrations, 1);
+        let bound = clock.error_bound_ns();
+        assert!(bound < 5_000, "first bound {bound} ns");
+        let mut probe = CommProbe::open().expect("probe");
+        let mut fresh = Vec::new();
+        probe.collect(2_000, &mut fresh).expect("collect");
+        assert!(fresh.len() > 1_000, "only {} brackets", fresh.len());
+        let conv = clock.reader().conversion().expect("published");
+        let mut violations = 0;
+        for b in &fresh {
+            let lo = conv
+                .cycles_to_ns(b.before)
+                .saturating_sub(clock.error_bound_at(b.before));
+            let hi = conv.cycles_to_ns(b.after) + clock.error_bound_at(b.after);
+            if b.kernel_ns < lo || b.kernel_ns > hi {
+                violations += 1;
+            }
+        }
+        assert_eq!(violations, 0, "of {}", fresh.len());
+    }
+
+    #[test]
+    fn refinement_off_means_no_refinements() {
+        let options = CalibrationOptions {
+            refine: false,
+            ..CalibrationOptions::default()
+        };
+        let clock = CalibratedClock::start(options).expect("calibration");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(clock.stats().refinements, 0);
+        // The bound grows with time since the fit when nothing refines it.
+        let now = counter::read_counter().expect("counter");
+        assert!(clock.error_bound_at(now + 3_000_000_000) > clock.error_bound_at(now));
+    }
+
+    #[test]
+    fn refinement_republishes() {
+        let clock = CalibratedClock::start(CalibrationOptions::default()).expect("calibration");
+        std::thread::sleep(Duration::from_millis(300));
+        let st = clock.stats();
+        assert!(st.refinements >= 3, "{st:?}");
+        assert_eq!(st.jumps, 0, "{st:?}");
+    }
+}
