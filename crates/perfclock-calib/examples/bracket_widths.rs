@@ -1,0 +1,112 @@
+//! Measures each ground-truth kind on this machine: bracket width (cycles and ns), cost per
+//! bracket, and where the kernel's stamp sits inside the bracket under the one affine line
+//! through all brackets of all kinds.
+//!
+//! `cargo run --release -p perfclock-calib --example bracket_widths [brackets-per-kind]`
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::Instant;
+
+use common::{best_line, percentile, sorted};
+use perfclock_calib::{Bracket, GroundTruth};
+
+fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(5000);
+    let mut gt = match GroundTruth::open_available() {
+        Ok(gt) => gt,
+        Err(e) => {
+            eprintln!("cannot open ground truth: {e}");
+            std::process::exit(1);
+        }
+    };
+    let kinds = gt.kinds();
+    let mut all: Vec<Bracket> = Vec::new();
+    let mut per_kind = Vec::new();
+    // Interleave kinds in rounds so that all share one time span for the joint line.
+    let rounds = 50;
+    let mut cost = vec![0.0f64; kinds.len()];
+    for _ in 0..rounds {
+        for (i, &k) in kinds.iter().enumerate() {
+            let start = Instant::now();
+            let mut v = Vec::new();
+            if let Err(e) = gt.collect(k, n / rounds, &mut v) {
+                eprintln!("{k}: {e}");
+                std::process::exit(1);
+            }
+            cost[i] += start.elapsed().as_secs_f64();
+            all.extend_from_slice(&v);
+        }
+    }
+    all.sort_by_key(|b| b.before);
+    let line = best_line(&all);
+    println!(
+        "{} brackets over {:.3} s; joint line: {:.6} ns/cycle ({:.1} MHz), slack {:.1} ns",
+        all.len(),
+        (all.last().unwrap().kernel_ns - all[0].kernel_ns) as f64 * 1e-9,
+        line.slope,
+        1e3 / line.slope,
+        line.slack_ns()
+    );
+    println!(
+        "{:<11} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>12} {:>12} {:>12} {:>9}",
+        "kind",
+        "n",
+        "w_min_c",
+        "w_p50_c",
+        "w_p99_c",
+        "w_p50_ns",
+        "cost_us",
+        "pos_p1_c",
+        "pos_p50_c",
+        "pos_p99_c",
+        "pos_rel50"
+    );
+    for (i, &k) in kinds.iter().enumerate() {
+        let bs: Vec<&Bracket> = all.iter().filter(|b| b.kind == k).collect();
+        let widths = sorted(bs.iter().map(|b| b.width() as f64).collect());
+        let pos = sorted(
+            bs.iter()
+                .map(|b| line.cycles_at(b.kernel_ns) - b.before as f64)
+                .collect(),
+        );
+        let rel = sorted(
+            bs.iter()
+                .map(|b| (line.cycles_at(b.kernel_ns) - b.before as f64) / b.width() as f64)
+                .collect(),
+        );
+        let own = best_line(&bs.iter().map(|b| **b).collect::<Vec<_>>());
+        per_kind.push((k, own.slack_ns()));
+        println!(
+            "{:<11} {:>6} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>8.2} {:>12.0} {:>12.0} {:>12.0} {:>9.3}",
+            k.name(),
+            bs.len(),
+            widths[0],
+            percentile(&widths, 0.5),
+            percentile(&widths, 0.99),
+            percentile(&widths, 0.5) * line.slope,
+            cost[i] / bs.len() as f64 * 1e6,
+            percentile(&pos, 0.01),
+            percentile(&pos, 0.5),
+            percentile(&pos, 0.99),
+            percentile(&rel, 0.5),
+        );
+    }
+    for (k, slack) in per_kind {
+        println!("{k}: slack of its own best line {slack:.1} ns");
+    }
+    for k in kinds {
+        let s = gt.stats(k);
+        println!(
+            "{k}: attempts {} accepted {} missing {} ambiguous {} lost {}",
+            s.attempts, s.accepted, s.missing, s.ambiguous, s.lost
+        );
+    }
+    println!(
+        "position uncertainty from the joint line's slack: +-{:.0} cycles",
+        line.slack_ns() / 2.0 / line.slope
+    );
+}

@@ -1,0 +1,367 @@
+//! Checking a perf-domain clock against fresh kernel stamps.
+//!
+//! Each check brackets one kernel-stamped record (see [`crate::ground_truth`]) with the clock's
+//! own readings: `now_ns()` and a raw counter read converted with `cycles_to_ns`, both before
+//! and after the action. A clock that is within its published error bound `b` of the kernel's
+//! perf clock must satisfy `ns_before - b <= kernel_ns <= ns_after + b` for every record; any
+//! record outside is a violation, reported with its distance.
+
+use core::fmt;
+
+use perfclock_core::{PerfTimeSource, ReadError};
+
+use crate::ground_truth::{BracketError, GroundTruth, GroundTruthError, RecordKind};
+
+/// What [`verify_with`] checks.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    /// Records per kind (spread over the CPUs when `alternate_cpus`).
+    pub per_kind: usize,
+    /// Kinds to use; empty: every kind this process can open.
+    pub kinds: Vec<RecordKind>,
+    /// Move the calling thread across every CPU it may run on, in turns, so that each CPU's
+    /// counter is checked. The thread's affinity is restored afterwards.
+    pub alternate_cpus: bool,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        Self {
+            per_kind: 1000,
+            kinds: Vec::new(),
+            alternate_cpus: true,
+        }
+    }
+}
+
+/// Results for one kind on one CPU (the CPU the kernel wrote the record on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KindReport {
+    /// The record kind.
+    pub kind: RecordKind,
+    /// The CPU.
+    pub cpu: u32,
+    /// Records checked.
+    pub events: u64,
+    /// Records outside `[now_before - bound, now_after + bound]`.
+    pub violations_now: u64,
+    /// Records outside the same interval computed from `cycles_to_ns(read_counter())`.
+    pub violations_counter: u64,
+    /// The largest distance outside the interval, ns (0 without violations).
+    pub worst_violation_ns: u64,
+    /// The narrowest `now_after - now_before`, ns.
+    pub tightest_ns: u64,
+    /// The median `now_after - now_before`, ns.
+    pub median_ns: u64,
+}
+
+/// The outcome of [`verify`]. `Display` prints a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// The clock's `error_bound_ns()` at the start.
+    pub bound_ns: u64,
+    /// One row per (kind, cpu), sorted.
+    pub rows: Vec<KindReport>,
+    /// Brackets discarded because their record was missing, ambiguous or lost.
+    pub discarded: u64,
+    /// CPUs the thread was pinned to in turn (empty: not pinned).
+    pub pinned_cpus: Vec<usize>,
+}
+
+impl VerifyReport {
+    /// Records checked in all.
+    pub fn events(&self) -> u64 {
+        self.rows.iter().map(|r| r.events).sum()
+    }
+
+    /// Violations in all, by either reading.
+    pub fn violations(&self) -> u64 {
+        self.rows
+            .iter()
+            .map(|r| r.violations_now + r.violations_counter)
+            .sum()
+    }
+
+    /// The largest violation in ns.
+    pub fn worst_violation_ns(&self) -> u64 {
+        self.rows
+            .iter()
+            .map(|r| r.worst_violation_ns)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// True when records were checked and none violated the bound.
+    pub fn passed(&self) -> bool {
+        self.events() > 0 && self.violations() == 0
+    }
+
+    /// Distinct CPUs the records were written on.
+    pub fn cpus_seen(&self) -> Vec<u32> {
+        let mut cpus: Vec<u32> = self.rows.iter().map(|r| r.cpu).collect();
+        cpus.sort_unstable();
+        cpus.dedup();
+        cpus
+    }
+}
+
+impl fmt::Display for VerifyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} kernel stamps, error bound {} ns: {} violations (worst {} ns), {} discarded",
+            self.events(),
+            self.bound_ns,
+            self.violations(),
+            self.worst_violation_ns(),
+            self.discarded
+        )?;
+        writeln!(
+            f,
+            "{:<10} {:>3} {:>7} {:>9} {:>9} {:>9} {:>11} {:>9}",
+            "kind", "cpu", "events", "viol_now", "viol_cyc", "worst_ns", "tightest_ns", "p50_ns"
+        )?;
+        for r in &self.rows {
+            writeln!(
+                f,
+                "{:<10} {:>3} {:>7} {:>9} {:>9} {:>9} {:>11} {:>9}",
+                r.kind.name(),
+                r.cpu,
+                r.events,
+                r.violations_now,
+                r.violations_counter,
+                r.worst_violation_ns,
+                r.tightest_ns,
+                r.median_ns
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Why verification could not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyError {
+    /// The ground-truth events could not be opened.
+    Open(GroundTruthError),
+    /// A bracket failed for good.
+    Bracket(BracketError),
+    /// The clock failed to read.
+    Clock(ReadError),
+    /// The clock has no counter (`read_counter()` returned `None`).
+    NoCounter,
+}
+
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VerifyError::Open(e) => write!(f, "cannot open kernel ground truth: {e}"),
+            VerifyError::Bracket(e) => write!(f, "kernel ground truth failed: {e}"),
+            VerifyError::Clock(e) => write!(f, "the clock failed to read: {e}"),
+            VerifyError::NoCounter => f.write_str("the clock has no counter to read"),
+        }
+    }
+}
+
+impl std::error::Error for VerifyError {}
+
+/// Checks `clock` against `n` fresh kernel stamps of every available kind, alternating over
+/// the CPUs the thread may run on. See [`verify_with`].
+///
+/// # Errors
+/// [`VerifyError`] when ground truth cannot be opened or the clock fails to read.
+pub fn verify(clock: &impl PerfTimeSource, n: usize) -> Result<VerifyReport, VerifyError> {
+    verify_with(
+        clock,
+        &VerifyOptions {
+            per_kind: n,
+            ..VerifyOptions::default()
+        },
+    )
+}
+
+/// Brackets at most this many records of one kind before moving to the next CPU.
+const BATCH: usize = 16;
+
+#[derive(Clone, Copy)]
+struct Reading {
+    now: Result<u64, ReadError>,
+    counter: Option<u64>,
+}
+
+#[derive(Default)]
+struct Acc {
+    events: u64,
+    violations_now: u64,
+    violations_counter: u64,
+    worst: u64,
+    widths: Vec<u64>,
+}
+
+/// Distance of `k` outside `[lo - bound, hi + bound]`, or None inside.
+fn outside(k: u64, lo: u64, hi: u64, bound: u64) -> Option<u64> {
+    let lo = lo.saturating_sub(bound);
+    let hi = hi.saturating_add(bound);
+    if k < lo {
+        Some(lo - k)
+    } else if k > hi {
+        Some(k - hi)
+    } else {
+        None
+    }
+}
+
+/// Checks `clock` as described in the [module docs](self).
+///
+/// # Errors
+/// [`VerifyError`] when ground truth cannot be opened, a bracket fails for good, or the clock
+/// fails to read.
+pub fn verify_with(
+    clock: &impl PerfTimeSource,
+    options: &VerifyOptions,
+) -> Result<VerifyReport, VerifyError> {
+    let mut gt = if options.kinds.is_empty() {
+        GroundTruth::open_available()
+    } else {
+        GroundTruth::open(&options.kinds)
+    }
+    .map_err(VerifyError::Open)?;
+    let kinds = gt.kinds();
+    let bound = clock.error_bound_ns();
+    let pin = if options.alternate_cpus {
+        AffinityGuard::save()
+    } else {
+        None
+    };
+    let cores: Vec<core_affinity::CoreId> = match &pin {
+        Some(_) => core_affinity::get_core_ids().unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let mut accs: Vec<((RecordKind, u32), Acc)> = Vec::new();
+    let mut discarded = 0u64;
+    let mut done = vec![0usize; kinds.len()];
+    let mut round = 0usize;
+    let mut read = || Reading {
+        now: clock.now_ns(),
+        counter: clock.read_counter(),
+    };
+    while done.iter().any(|d| *d < options.per_kind) {
+        if !cores.is_empty() {
+            core_affinity::set_for_current(cores[round % cores.len()]);
+        }
+        round += 1;
+        for (i, &kind) in kinds.iter().enumerate() {
+            let todo = (options.per_kind - done[i]).min(BATCH);
+            let mut discards_in_a_row = 0;
+            let mut got = 0;
+            while got < todo {
+                let s = match gt.bracket_with(kind, &mut read) {
+                    Ok(s) => s,
+                    Err(e) if e.is_transient() => {
+                        discarded += 1;
+                        discards_in_a_row += 1;
+                        if discards_in_a_row >= crate::ground_truth::MAX_CONSECUTIVE_DISCARDS {
+                            return Err(VerifyError::Bracket(e));
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(VerifyError::Bracket(e)),
+                };
+                discards_in_a_row = 0;
+                got += 1;
+                let before = s.before.now.map_err(VerifyError::Clock)?;
+                let after = s.after.now.map_err(VerifyError::Clock)?;
+                let c_before = s.before.counter.ok_or(VerifyError::NoCounter)?;
+                let c_after = s.after.counter.ok_or(VerifyError::NoCounter)?;
+                let cb = clock.cycles_to_ns(c_before).map_err(VerifyError::Clock)?;
+                let ca = clock.cycles_to_ns(c_after).map_err(VerifyError::Clock)?;
+                let key = (kind, s.cpu);
+                let idx = match accs.iter().position(|(k, _)| *k == key) {
+                    Some(idx) => idx,
+                    None => {
+                        accs.push((key, Acc::default()));
+                        accs.len() - 1
+                    }
+                };
+                let acc = &mut accs[idx].1;
+                acc.events += 1;
+                acc.widths.push(after.saturating_sub(before));
+                if let Some(d) = outside(s.kernel_ns, before, after, bound) {
+                    acc.violations_now += 1;
+                    acc.worst = acc.worst.max(d);
+                }
+                if let Some(d) = outside(s.kernel_ns, cb, ca, bound) {
+                    acc.violations_counter += 1;
+                    acc.worst = acc.worst.max(d);
+                }
+            }
+            done[i] += got;
+        }
+    }
+    let pinned_cpus = cores.iter().map(|c| c.id).collect();
+    drop(pin);
+    let mut rows: Vec<KindReport> = accs
+        .into_iter()
+        .map(|((kind, cpu), mut acc)| {
+            acc.widths.sort_unstable();
+            KindReport {
+                kind,
+                cpu,
+                events: acc.events,
+                violations_now: acc.violations_now,
+                violations_counter: acc.violations_counter,
+                worst_violation_ns: acc.worst,
+                tightest_ns: acc.widths.first().copied().unwrap_or(0),
+                median_ns: acc.widths.get(acc.widths.len() / 2).copied().unwrap_or(0),
+            }
+        })
+        .collect();
+    rows.sort_by_key(|r| (r.kind, r.cpu));
+    Ok(VerifyReport {
+        bound_ns: bound,
+        rows,
+        discarded,
+        pinned_cpus,
+    })
+}
+
+/// Restores the calling thread's CPU affinity on drop.
+struct AffinityGuard {
+    set: libc::cpu_set_t,
+}
+
+impl AffinityGuard {
+    fn save() -> Option<Self> {
+        // SAFETY: cpu_set_t is a plain bit array; all-zero is valid.
+        let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
+        // SAFETY: the size passed is the size of `set`, which the kernel fills.
+        let rc = unsafe {
+            libc::sched_getaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &mut set)
+        };
+        (rc == 0).then_some(Self { set })
+    }
+}
+
+impl Drop for AffinityGuard {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask read in `save`, with its own size.
+        unsafe {
+            libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &self.set);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_measures_distance_beyond_the_bound() {
+        assert_eq!(outside(100, 90, 110, 0), None);
+        assert_eq!(outside(89, 90, 110, 0), Some(1));
+        assert_eq!(outside(89, 90, 110, 1), None);
+        assert_eq!(outside(115, 90, 110, 2), Some(3));
+        assert_eq!(outside(0, 5, 10, 100), None);
+        assert_eq!(outside(u64::MAX, 5, u64::MAX - 1, 10), None);
+    }
+}

@@ -1,0 +1,236 @@
+//! Ground truth against this machine's kernel: every bracket holds its record, records are
+//! never mismatched, the ring survives wrap-around, and verify() catches a wrong clock.
+mod common;
+
+use common::best_line;
+use perfclock_calib::event::{sample, EventAttr, PerfEvent};
+use perfclock_calib::ground_truth::Stamped;
+use perfclock_calib::ring::{Parsed, RingReader};
+use perfclock_calib::verify::{verify_with, VerifyOptions};
+use perfclock_calib::{Bracket, GroundTruth, RecordKind};
+use perfclock_core::{PerfTimeSource, ReadError};
+
+fn open_all() -> GroundTruth {
+    GroundTruth::open(&RecordKind::ALL).expect("perf_event_open for ground truth")
+}
+
+/// Brackets of all kinds, interleaved in rounds on this thread.
+fn interleaved(gt: &mut GroundTruth, per_kind: usize) -> Vec<Bracket> {
+    let mut out = Vec::new();
+    for _ in 0..per_kind / 50 {
+        for k in RecordKind::ALL {
+            gt.collect(k, 50, &mut out).expect("collect");
+        }
+    }
+    out
+}
+
+#[test]
+fn one_line_passes_through_every_bracket_of_every_kind() {
+    let mut gt = open_all();
+    let bs = interleaved(&mut gt, 1500);
+    assert_eq!(bs.len(), 4500);
+    let line = best_line(&bs);
+    // Slack >= 0 means a single affine map counter -> kernel ns puts every stamp inside its
+    // bracket. A mismatched record (one from another action) would land ~microseconds outside.
+    assert!(
+        line.slack_ns() >= 0.0,
+        "no line through all brackets: slack {:.1} ns (slope {})",
+        line.slack_ns(),
+        line.slope
+    );
+    for b in &bs {
+        assert!(b.after > b.before, "{b:?}");
+        let lo = line.ns_at(b.before);
+        let hi = line.ns_at(b.after);
+        assert!(
+            (b.kernel_ns as f64) >= lo - 1.0 && (b.kernel_ns as f64) <= hi + 1.0,
+            "{b:?} outside [{lo}, {hi}]"
+        );
+    }
+}
+
+#[test]
+fn kernel_stamps_increase_along_sequential_brackets() {
+    let mut gt = open_all();
+    let bs = interleaved(&mut gt, 600);
+    for w in bs.windows(2) {
+        assert!(
+            w[1].kernel_ns > w[0].kernel_ns,
+            "stamps not increasing: {:?} then {:?}",
+            w[0],
+            w[1]
+        );
+        assert!(w[1].before > w[0].after, "brackets overlap: {w:?}");
+    }
+    for k in RecordKind::ALL {
+        let s = gt.stats(k);
+        assert_eq!(s.accepted, 600, "{k}: {s:?}");
+    }
+}
+
+#[test]
+fn comm_brackets_restore_the_thread_name() {
+    let get = || {
+        let mut name = [0u8; 16];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes.
+        unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+        name
+    };
+    std::thread::Builder::new()
+        .name("gt-name-test".into())
+        .spawn(move || {
+            let original = get();
+            let mut gt = GroundTruth::open(&[RecordKind::Comm]).unwrap();
+            let mut v = Vec::new();
+            gt.collect(RecordKind::Comm, 10, &mut v).unwrap();
+            assert_eq!(get(), original);
+            drop(gt);
+            assert_eq!(&get()[..12], b"gt-name-test");
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+#[test]
+fn unopened_kind_is_an_error() {
+    let mut gt = GroundTruth::open(&[RecordKind::PageFault]).unwrap();
+    assert_eq!(
+        gt.bracket(RecordKind::Comm),
+        Err(perfclock_calib::BracketError::KindNotOpened(
+            RecordKind::Comm
+        ))
+    );
+    assert!(gt.bracket(RecordKind::PageFault).is_ok());
+}
+
+#[test]
+fn works_on_a_thread_pinned_to_each_cpu() {
+    let cores = core_affinity::get_core_ids().expect("core ids");
+    for core in cores {
+        let bs: Vec<Bracket> = std::thread::spawn(move || {
+            assert!(core_affinity::set_for_current(core), "pin to {core:?}");
+            let mut gt = open_all();
+            interleaved(&mut gt, 100)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(bs.len(), 300);
+        for b in &bs {
+            assert_eq!(b.cpu as usize, core.id, "record from another CPU: {b:?}");
+        }
+    }
+}
+
+#[test]
+fn ring_reads_records_across_the_wrap() {
+    // A one-page ring with 48-byte COMM records: records regularly straddle the end.
+    let st = sample::TID | sample::TIME | sample::CPU;
+    let event = PerfEvent::open(
+        &EventAttr::dummy()
+            .sample_type(st)
+            .sample_id_all(true)
+            .comm(true),
+    )
+    .unwrap();
+    let mut ring = RingReader::new(event.map_ring(0).unwrap());
+    let mut original = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_GET_NAME, original.as_mut_ptr()) };
+    let mut expected = 0u32;
+    let mut last_time = 0;
+    for i in 0..600u32 {
+        let name = format!("ringw{i:06}\0");
+        // SAFETY: a NUL-terminated name of 12 bytes.
+        unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+        if i % 7 == 6 {
+            ring.drain(|rec| match rec.parse(st, true).unwrap() {
+                Parsed::Comm { comm, id, .. } => {
+                    assert_eq!(comm, format!("ringw{expected:06}").as_bytes());
+                    let t = id.time.unwrap();
+                    assert!(t > last_time);
+                    last_time = t;
+                    expected += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .unwrap();
+        }
+    }
+    // SAFETY: restores the saved NUL-terminated name.
+    unsafe { libc::prctl(libc::PR_SET_NAME, original.as_ptr()) };
+    assert_eq!(expected, 595);
+}
+
+/// A clock from the affine fit of a bracket set, shifted by `shift_ns`.
+struct LineClock {
+    line: common::Line,
+    shift_ns: f64,
+    bound_ns: u64,
+}
+
+impl PerfTimeSource for LineClock {
+    fn now_ns(&self) -> Result<u64, ReadError> {
+        self.cycles_to_ns(perfclock_core::counter::read_counter_ordered().unwrap())
+    }
+    fn error_bound_ns(&self) -> u64 {
+        self.bound_ns
+    }
+    fn read_counter(&self) -> Option<u64> {
+        perfclock_core::counter::read_counter_ordered()
+    }
+    fn cycles_to_ns(&self, cycles: u64) -> Result<u64, ReadError> {
+        Ok((self.line.ns_at(cycles) + self.shift_ns) as u64)
+    }
+}
+
+#[test]
+fn verify_passes_a_fitted_clock_and_catches_a_shifted_one() {
+    let mut gt = open_all();
+    let bs = interleaved(&mut gt, 1000);
+    drop(gt);
+    let line = best_line(&bs);
+    assert!(line.slack_ns() >= 0.0);
+    let options = VerifyOptions {
+        per_kind: 200,
+        kinds: Vec::new(),
+        alternate_cpus: true,
+    };
+    // The fit drifts a little after its window; 2 us covers that for the seconds this runs.
+    let good = LineClock {
+        line,
+        shift_ns: 0.0,
+        bound_ns: 2_000,
+    };
+    let report = verify_with(&good, &options).unwrap();
+    println!("{report}");
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.events(), 600);
+    let cpus = core_affinity::get_core_ids().unwrap().len();
+    assert_eq!(report.cpus_seen().len(), cpus, "{report}");
+
+    let bad = LineClock {
+        line,
+        shift_ns: 50_000.0,
+        bound_ns: 0,
+    };
+    let report = verify_with(&bad, &options).unwrap();
+    println!("{report}");
+    assert_eq!(report.violations(), 2 * report.events(), "{report}");
+    assert!(report.worst_violation_ns() > 40_000, "{report}");
+}
+
+#[test]
+fn bracket_with_passes_readings_through() {
+    let mut gt = GroundTruth::open(&[RecordKind::Mmap2]).unwrap();
+    let mut n = 0u32;
+    let s: Stamped<u32> = gt
+        .bracket_with(RecordKind::Mmap2, &mut || {
+            n += 1;
+            n
+        })
+        .unwrap();
+    assert_eq!((s.before, s.after), (1, 2));
+    assert!(s.kernel_ns > 0);
+}
