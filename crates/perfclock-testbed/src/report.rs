@@ -1,0 +1,128 @@
+//! Console lines for `scripts/testbed.sh`, and the totals behind the summary line.
+
+use std::fmt;
+
+use crate::brackets::Stats;
+
+/// What the run found so far. Printing and counting go together so that the summary can only
+/// count what a printed line reported.
+#[derive(Debug)]
+pub struct Report {
+    failures: u32,
+    passes: u32,
+    events: u64,
+    violations: u64,
+    slips_1ns: u64,
+    tightest_ns: Option<u64>,
+    /// Records bracketed through the facade's `now_ns()`, per CPU index (0 and 1).
+    facade_events: [u64; 2],
+}
+
+impl Report {
+    pub fn new() -> Report {
+        Report {
+            failures: 0,
+            passes: 0,
+            events: 0,
+            violations: 0,
+            slips_1ns: 0,
+            tightest_ns: None,
+            facade_events: [0; 2],
+        }
+    }
+
+    pub fn info(&mut self, args: fmt::Arguments<'_>) {
+        println!("TESTBED INFO {args}");
+    }
+
+    pub fn pass(&mut self, check: &str, args: fmt::Arguments<'_>) {
+        self.passes += 1;
+        println!("TESTBED PASS {check} {args}");
+    }
+
+    pub fn fail(&mut self, check: &str, args: fmt::Arguments<'_>) {
+        self.failures += 1;
+        println!("TESTBED FAIL {check} {args}");
+    }
+
+    /// PASS or FAIL with the same details.
+    pub fn check(&mut self, ok: bool, check: &str, args: fmt::Arguments<'_>) {
+        if ok {
+            self.pass(check, args);
+        } else {
+            self.fail(check, args);
+        }
+    }
+
+    /// Adds judged brackets to the totals; `facade_cpu` when they were read through the facade.
+    pub fn add_events(&mut self, stats: &Stats, facade_cpu: Option<usize>) {
+        self.events += stats.events;
+        self.violations += stats.violations;
+        self.slips_1ns += stats.slips;
+        if stats.events > 0 {
+            let t = stats.tightest_ns;
+            self.tightest_ns = Some(self.tightest_ns.map_or(t, |old| old.min(t)));
+        }
+        if let Some(slot) = facade_cpu.and_then(|cpu| self.facade_events.get_mut(cpu)) {
+            *slot += stats.events;
+        }
+    }
+
+    /// Prints the summary line, failing the run when it holds fewer records than required.
+    pub fn summary(&mut self, min_events: u64, min_facade_per_cpu: u64) {
+        let (events, [cpu0, cpu1]) = (self.events, self.facade_events);
+        self.check(
+            events >= min_events,
+            "event-count",
+            format_args!("events={events} required={min_events}"),
+        );
+        self.check(
+            cpu0 >= min_facade_per_cpu && cpu1 >= min_facade_per_cpu,
+            "facade-event-count",
+            format_args!("cpu0={cpu0} cpu1={cpu1} required_per_cpu={min_facade_per_cpu}"),
+        );
+        println!(
+            "TESTBED SUMMARY arch={} kernel={} events={} violations={} slips_1ns={} tightest_ns={} \
+             checks_passed={} checks_failed={}",
+            std::env::consts::ARCH,
+            kernel_release(),
+            self.events,
+            self.violations,
+            self.slips_1ns,
+            self.tightest_ns.map_or("-".to_owned(), |t| t.to_string()),
+            self.passes,
+            self.failures,
+        );
+    }
+
+    /// True when at least one check passed and none failed.
+    pub fn passed(&self) -> bool {
+        self.failures == 0 && self.passes > 0
+    }
+}
+
+fn utsname() -> Option<libc::utsname> {
+    // SAFETY: utsname is plain C chars, valid all-zero; uname fills it and NUL-terminates.
+    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `name` is a valid, writable utsname.
+    (unsafe { libc::uname(&mut name) } == 0).then_some(name)
+}
+
+fn field(chars: &[libc::c_char]) -> String {
+    let bytes: Vec<u8> = chars
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `uname -r`, e.g. `6.1.0-57-amd64`.
+pub fn kernel_release() -> String {
+    utsname().map_or("unknown".to_owned(), |u| field(&u.release))
+}
+
+/// `uname -v`, e.g. `#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (...)`.
+pub fn kernel_version() -> String {
+    utsname().map_or("unknown".to_owned(), |u| field(&u.version))
+}
