@@ -52,7 +52,7 @@ fn main() {
         line.slack_ns()
     );
     println!(
-        "{:<11} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>12} {:>12} {:>12} {:>9}",
+        "{:<11} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
         "kind",
         "n",
         "w_min_c",
@@ -60,10 +60,12 @@ fn main() {
         "w_p99_c",
         "w_p50_ns",
         "cost_us",
-        "pos_p1_c",
-        "pos_p50_c",
-        "pos_p99_c",
-        "pos_rel50"
+        "lead_p1",
+        "lead_p50",
+        "lead_p99",
+        "tail_p1",
+        "tail_p50",
+        "rel_p50"
     );
     for (i, &k) in kinds.iter().enumerate() {
         let bs: Vec<&Bracket> = all.iter().filter(|b| b.kind == k).collect();
@@ -78,10 +80,15 @@ fn main() {
                 .map(|b| (line.cycles_at(b.kernel_ns) - b.before as f64) / b.width() as f64)
                 .collect(),
         );
+        let after = sorted(
+            bs.iter()
+                .map(|b| b.after as f64 - line.cycles_at(b.kernel_ns))
+                .collect(),
+        );
         let own = best_line(&bs.iter().map(|b| **b).collect::<Vec<_>>());
         per_kind.push((k, own.slack_ns()));
         println!(
-            "{:<11} {:>6} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>8.2} {:>12.0} {:>12.0} {:>12.0} {:>9.3}",
+            "{:<11} {:>6} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.2} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.3}",
             k.name(),
             bs.len(),
             widths[0],
@@ -92,6 +99,8 @@ fn main() {
             percentile(&pos, 0.01),
             percentile(&pos, 0.5),
             percentile(&pos, 0.99),
+            percentile(&after, 0.01),
+            percentile(&after, 0.5),
             percentile(&rel, 0.5),
         );
     }
@@ -105,8 +114,9 @@ fn main() {
             s.attempts, s.accepted, s.missing, s.ambiguous, s.lost
         );
     }
+    println!("lead = stamp - before, tail = after - stamp, in cycles, under the joint line's mid offset;");
     println!(
-        "position uncertainty from the joint line's slack: +-{:.0} cycles",
+        "they share one unknown shift of at most +-{:.0} cycles (half the slack)",
         line.slack_ns() / 2.0 / line.slope
     );
 }

@@ -312,6 +312,36 @@ impl RingMapping {
     }
 }
 
+#[cfg(test)]
+impl RingMapping {
+    /// A ring in ordinary anonymous memory, laid out like a perf mapping, so that tests can
+    /// play the kernel's part.
+    pub(crate) fn anonymous_for_test(data_pages_log2: u32) -> Self {
+        let page = page_size();
+        let data_len = page << data_pages_log2;
+        let len = page + data_len;
+        // SAFETY: a fresh private anonymous mapping at an address the kernel picks.
+        let ptr = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED);
+        RingMapping {
+            page: PageMapping {
+                ptr: NonNull::new(ptr.cast()).unwrap(),
+                len,
+            },
+            data_len,
+        }
+    }
+}
+
 fn mmap_fd(fd: RawFd, len: usize, prot: libc::c_int) -> Result<NonNull<u8>, OpenError> {
     // SAFETY: a fresh shared mapping of a perf event fd at an address the kernel picks; it does
     // not alias any existing Rust object.

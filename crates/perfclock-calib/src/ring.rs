@@ -556,4 +556,94 @@ mod tests {
             }
         );
     }
+
+    /// Plays the kernel: writes `words` into the data area from byte position `at` (mod
+    /// size) and publishes `head`.
+    fn kernel_writes(map: &RingMapping, at: u64, words: &[u64], head: u64) {
+        let data = map.data().as_ptr().cast::<u64>();
+        let n = map.data_len() as u64 / 8;
+        for (i, w) in words.iter().enumerate() {
+            // SAFETY: index reduced modulo the data area's word count.
+            unsafe { *data.add(((at / 8 + i as u64) % n) as usize) = *w };
+        }
+        let page = map.page().as_ptr();
+        // SAFETY: the control page of a live mapping.
+        unsafe { atomic_at(core::ptr::addr_of!((*page).data_head)) }.store(head, Ordering::Release);
+    }
+
+    fn header_word(record_type: u32, misc: u16, size: u16) -> u64 {
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&record_type.to_ne_bytes());
+        b[4..6].copy_from_slice(&misc.to_ne_bytes());
+        b[6..].copy_from_slice(&size.to_ne_bytes());
+        u64::from_ne_bytes(b)
+    }
+
+    #[test]
+    fn record_wrapping_the_end_is_reassembled() {
+        let map = RingMapping::anonymous_for_test(0);
+        let len = map.data_len() as u64;
+        let start = 5 * len - 8; // tail far along, 8 bytes before the end of the area
+        let page = map.page().as_ptr();
+        // SAFETY: control page of a live mapping.
+        unsafe { atomic_at(core::ptr::addr_of!((*page).data_tail)) }
+            .store(start, Ordering::Relaxed);
+        let words = [header_word(RECORD_LOST, 0, 24), 77, 5];
+        kernel_writes(&map, start, &words, start + 24);
+        let mut reader = RingReader::new(map);
+        let mut seen = Vec::new();
+        let stats = reader
+            .drain(|rec| match rec.parse(0, false).unwrap() {
+                Parsed::Lost { lost } => seen.push(lost),
+                other => panic!("{other:?}"),
+            })
+            .unwrap();
+        assert_eq!(stats.lost, 5);
+        assert_eq!(stats.lost_records, 1);
+        assert_eq!(seen, [5]);
+        assert_eq!(reader.pending(), 0);
+        // SAFETY: control page of a live mapping.
+        let tail =
+            unsafe { atomic_at(core::ptr::addr_of!((*reader.map.page().as_ptr()).data_tail)) }
+                .load(Ordering::Relaxed);
+        assert_eq!(tail, start + 24);
+    }
+
+    #[test]
+    fn malformed_headers_are_errors_and_resynchronise() {
+        for (size, head) in [(0u16, 8u64), (12, 16), (64, 16)] {
+            let map = RingMapping::anonymous_for_test(0);
+            kernel_writes(&map, 0, &[header_word(RECORD_COMM, 0, size), 0], head);
+            let mut reader = RingReader::new(map);
+            let r = reader.drain(|_| panic!("no record may be delivered"));
+            assert!(
+                matches!(r, Err(RingError::BadRecordSize { .. })),
+                "{size}: {r:?}"
+            );
+            assert_eq!(reader.pending(), 0, "skipped to head");
+        }
+        let map = RingMapping::anonymous_for_test(0);
+        let too_far = map.data_len() as u64 + 8;
+        kernel_writes(&map, 0, &[], too_far);
+        let mut reader = RingReader::new(map);
+        assert!(matches!(
+            reader.drain(|_| {}),
+            Err(RingError::HeadOutOfRange { .. })
+        ));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_never_panics(
+            ty in 0u32..20,
+            misc in proptest::num::u16::ANY,
+            st in proptest::num::u64::ANY,
+            all in proptest::bool::ANY,
+            body in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
+        ) {
+            let bytes = record(ty, misc, &body);
+            let rec = Record { record_type: ty, misc, bytes: &bytes };
+            let _ = rec.parse(st, all);
+        }
+    }
 }
