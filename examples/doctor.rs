@@ -1,0 +1,170 @@
+//! The newcomer's first run: opens the perf clock, says which mode it is in and why, and
+//! measures it against timestamps the kernel stamped.
+//!
+//! ```text
+//! cargo run --release --example doctor [-- RECORDS_PER_KIND]
+//! ```
+//! Exits non-zero if no clock can be had or any kernel stamp falls outside the clock's bound.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use perfclock::{Clock, Mode};
+use perfclock_core::counter;
+
+fn main() -> ExitCode {
+    let per_kind = std::env::args()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000);
+    let opened = Instant::now();
+    let clock = match perfclock::init() {
+        Ok(clock) => clock,
+        Err(error) => {
+            println!("perfclock: no clock: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let open_time = opened.elapsed();
+    println!(
+        "perfclock doctor ({} counter, {})",
+        counter::COUNTER_NAME,
+        std::env::consts::ARCH
+    );
+    describe_mode(clock, open_time);
+    describe_conversion(clock);
+    let passed = check_against_kernel(clock, per_kind);
+    compare_with_monotonic(clock);
+    measure_read_cost(clock);
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn describe_mode(clock: &Clock, open_time: std::time::Duration) {
+    match clock.mode() {
+        Mode::Kernel => println!(
+            "mode: kernel — the kernel publishes the conversion (cap_user_time_zero=1); readings \
+             are the kernel's own arithmetic (error bound 0 ns)"
+        ),
+        Mode::Calibrated => {
+            println!("mode: calibrated");
+            if let Some(withheld) = clock.withheld() {
+                println!("why: {withheld}");
+            }
+        }
+    }
+    println!("opened in {:.1} ms", open_time.as_secs_f64() * 1e3);
+    if let Some(calibrated) = clock.calibrated() {
+        let stats = calibrated.stats();
+        println!(
+            "calibration: first bound after {:.1} ms, fit over {:.1} ms of {} brackets, \
+             background thread used {:.2} ms of CPU so far",
+            stats.first_calibration_ns as f64 / 1e6,
+            stats.last_fit_span_ns as f64 / 1e6,
+            stats.last_fit_brackets,
+            stats.thread_cpu_ns as f64 / 1e6
+        );
+    }
+    println!("error bound now: {} ns", clock.error_bound_ns());
+}
+
+fn describe_conversion(clock: &Clock) {
+    match clock.reader().raw() {
+        Ok(raw) => println!(
+            "published page: capabilities {:#x}, time_mult {}, time_shift {}, time_zero {}, \
+             time_cycles {}, time_mask {:#x}",
+            raw.capabilities,
+            raw.time_mult,
+            raw.time_shift,
+            raw.time_zero,
+            raw.time_cycles,
+            raw.time_mask
+        ),
+        Err(error) => println!("published page unreadable: {error}"),
+    }
+}
+
+fn check_against_kernel(clock: &Clock, per_kind: usize) -> bool {
+    println!("\nchecking against {per_kind} fresh kernel stamps per record kind and CPU turn ...");
+    match perfclock_calib::verify(clock, per_kind) {
+        Ok(report) => {
+            print!("{report}");
+            if report.passed() {
+                println!("result: every kernel stamp lies within the clock's bound");
+            } else {
+                println!(
+                    "result: FAILED: {} stamps outside the bound (worst {} ns)",
+                    report.violations(),
+                    report.worst_violation_ns()
+                );
+            }
+            report.passed()
+        }
+        Err(error) => {
+            println!("result: FAILED: could not check against the kernel: {error}");
+            false
+        }
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn compare_with_monotonic(clock: &Clock) {
+    let (Ok(before), monotonic, Ok(after)) = (clock.now_ns(), monotonic_ns(), clock.now_ns())
+    else {
+        return;
+    };
+    let perf = before / 2 + after / 2;
+    let offset = monotonic as i128 - perf as i128;
+    println!(
+        "\nCLOCK_MONOTONIC - perf clock = {offset} ns ({:.3} ms): CLOCK_MONOTONIC stamps {}",
+        offset as f64 / 1e6,
+        if offset.unsigned_abs() > 1_000 {
+            "would misplace events against perf samples"
+        } else {
+            "are close to the perf clock here"
+        }
+    );
+}
+
+fn measure_read_cost(clock: &Clock) {
+    const READS: u32 = 200_000;
+    let median = |mut samples: Vec<f64>| {
+        samples.sort_by(f64::total_cmp);
+        samples[samples.len() / 2]
+    };
+    let time_per_call = |f: &dyn Fn() -> u64| {
+        let samples = (0..11)
+            .map(|_| {
+                let start = Instant::now();
+                let mut sink = 0u64;
+                for _ in 0..READS {
+                    sink = sink.wrapping_add(std::hint::black_box(f()));
+                }
+                std::hint::black_box(sink);
+                start.elapsed().as_nanos() as f64 / f64::from(READS)
+            })
+            .collect();
+        median(samples)
+    };
+    let clock_read = time_per_call(&|| clock.now_ns().unwrap_or(0));
+    let counter_read = time_per_call(&|| counter::read_counter().unwrap_or(0));
+    let monotonic = time_per_call(&monotonic_ns);
+    println!(
+        "\ncost per read (median of 11 runs of {READS}): now_ns {clock_read:.1} ns, raw {} \
+         {counter_read:.1} ns ({:.2}x), clock_gettime(CLOCK_MONOTONIC) {monotonic:.1} ns",
+        counter::COUNTER_NAME,
+        clock_read / counter_read
+    );
+}

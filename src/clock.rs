@@ -1,0 +1,232 @@
+//! [`Clock`]: one perf-domain clock, in kernel mode or calibrated mode, behind one read path.
+
+use perfclock_calib::calibrator::{CalibratedClock, CalibrationOptions};
+use perfclock_core::{counter, PageReader, PerfTimeSource, ReadError, TimeConversion};
+
+use crate::diagnosis::Withheld;
+use crate::error::Error;
+use crate::kernel::{KernelPage, MapError};
+
+/// Where a clock's parameters come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// The kernel publishes them (`cap_user_time_zero = 1`): readings equal the kernel's
+    /// timestamps exactly (x86_64), or to within 1 ns (arm64, see the crate docs).
+    Kernel,
+    /// Fitted by perfclock against timestamps the kernel stamped, with a measured error bound.
+    Calibrated,
+}
+
+/// How to open a [`Clock`]. The default: kernel mode where the kernel publishes the parameters,
+/// calibrated mode with background refinement otherwise.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Options {
+    kernel_only: bool,
+    calibration: CalibrationOptions,
+}
+
+impl Options {
+    /// Refuse the calibrated fallback: [`Options::open`] fails with
+    /// [`Error::KernelWithholdsTime`] where the kernel withholds the parameters.
+    pub fn kernel_only(mut self, kernel_only: bool) -> Self {
+        self.kernel_only = kernel_only;
+        self
+    }
+
+    /// Keep refining a calibrated clock in a background thread (the default), or calibrate
+    /// once: the bound then grows with the time since calibration.
+    pub fn refine(mut self, refine: bool) -> Self {
+        self.calibration.refine = refine;
+        self
+    }
+
+    /// Every calibration setting (see `perfclock_calib::calibrator::CalibrationOptions`).
+    pub fn calibration(mut self, calibration: CalibrationOptions) -> Self {
+        self.calibration = calibration;
+        self
+    }
+
+    /// Opens a clock with these options.
+    ///
+    /// # Errors
+    /// See [`Error`]: each variant says what was observed and what to change.
+    pub fn open(self) -> Result<Clock, Error> {
+        if !counter::SUPPORTED {
+            return Err(Error::Unsupported);
+        }
+        let page = KernelPage::map().map_err(|error| match error {
+            MapError::Open(open) => Error::PerfEvent(open),
+            MapError::TooManyClocks => Error::TooManyClocks,
+        })?;
+        // SAFETY: `page` is a live read-only mapping written only by the kernel; the reader is
+        // stored next to it in the returned clock and never outlives it.
+        let reader = unsafe { PageReader::new(page.page()) };
+        match reader.conversion() {
+            Ok(_) => Ok(Clock {
+                reader,
+                source: Source::Kernel(page),
+            }),
+            Err(ReadError::TimeZeroUnavailable { capabilities }) => {
+                let withheld = Withheld::observe(capabilities);
+                if self.kernel_only {
+                    return Err(Error::KernelWithholdsTime(withheld));
+                }
+                // The kernel page is of no further use: calibrated mode reads its own page.
+                drop(page);
+                let calibrated = match CalibratedClock::start(self.calibration) {
+                    Ok(calibrated) => calibrated,
+                    Err(reason) => {
+                        return Err(Error::Calibration {
+                            withheld: Box::new(withheld),
+                            reason,
+                        })
+                    }
+                };
+                let reader = calibrated.reader();
+                Ok(Clock {
+                    reader,
+                    source: Source::Calibrated {
+                        calibrated,
+                        withheld,
+                    },
+                })
+            }
+            Err(other) => Err(Error::Page(other)),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Source {
+    /// Keeps the kernel's page mapped.
+    Kernel(#[allow(dead_code)] KernelPage),
+    Calibrated {
+        calibrated: CalibratedClock,
+        withheld: Withheld,
+    },
+}
+
+/// A perf-domain clock. Reads make no system call, take no lock, allocate nothing and are
+/// async-signal-safe; they re-read the published parameters every time, since the kernel (or
+/// the calibrator) may rewrite them.
+#[derive(Debug)]
+pub struct Clock {
+    /// Invariant: reads the page that `source` keeps alive.
+    reader: PageReader,
+    source: Source,
+}
+
+impl Clock {
+    /// Opens a clock in kernel mode if the kernel publishes the parameters, calibrated otherwise.
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn open() -> Result<Clock, Error> {
+        Options::default().open()
+    }
+
+    /// Opens a clock in kernel mode only.
+    ///
+    /// # Errors
+    /// [`Error::KernelWithholdsTime`] where the kernel withholds the parameters; see [`Error`].
+    pub fn open_kernel_only() -> Result<Clock, Error> {
+        Options::default().kernel_only(true).open()
+    }
+
+    /// Perf-domain nanoseconds now: the value the kernel would stamp into a sample.
+    ///
+    /// # Errors
+    /// [`ReadError`] if the page stopped publishing the conversion (the kernel withdrew it, for
+    /// example when the TSC was marked unstable) or stayed locked for every retry.
+    #[inline]
+    pub fn now_ns(&self) -> Result<u64, ReadError> {
+        self.reader.now_ns()
+    }
+
+    /// The conversion published now.
+    ///
+    /// # Errors
+    /// As [`Clock::now_ns`].
+    pub fn conversion(&self) -> Result<TimeConversion, ReadError> {
+        self.reader.conversion()
+    }
+
+    /// Converts a counter value taken with [`Clock::read_counter`].
+    ///
+    /// # Errors
+    /// As [`Clock::now_ns`].
+    #[inline]
+    pub fn cycles_to_ns(&self, cycles: u64) -> Result<u64, ReadError> {
+        self.conversion()
+            .map(|conversion| conversion.cycles_to_ns(cycles))
+    }
+
+    /// The counter value at perf time `ns` (rounded down).
+    ///
+    /// # Errors
+    /// As [`Clock::now_ns`].
+    pub fn ns_to_cycles(&self, ns: u64) -> Result<u64, ReadError> {
+        self.conversion()
+            .map(|conversion| conversion.ns_to_cycles(ns))
+    }
+
+    /// A raw counter read (TSC, `CNTVCT_EL0`), for stamping first and converting later.
+    #[inline]
+    pub fn read_counter(&self) -> Option<u64> {
+        counter::read_counter()
+    }
+
+    /// Where the parameters come from.
+    pub fn mode(&self) -> Mode {
+        match self.source {
+            Source::Kernel(_) => Mode::Kernel,
+            Source::Calibrated { .. } => Mode::Calibrated,
+        }
+    }
+
+    /// The most a reading taken now can be off the kernel's perf clock, in nanoseconds: 0 in
+    /// kernel mode; in calibrated mode the bound the calibrator derived from the brackets, grown
+    /// by the slope's uncertainty over the time since the last fit. Signal-safe.
+    pub fn error_bound_ns(&self) -> u64 {
+        match &self.source {
+            Source::Kernel(_) => 0,
+            Source::Calibrated { calibrated, .. } => calibrated.error_bound_ns(),
+        }
+    }
+
+    /// The calibrator, in calibrated mode (for its statistics and bound model).
+    pub fn calibrated(&self) -> Option<&CalibratedClock> {
+        match &self.source {
+            Source::Kernel(_) => None,
+            Source::Calibrated { calibrated, .. } => Some(calibrated),
+        }
+    }
+
+    /// In calibrated mode, what the kernel's page showed and why it withholds the parameters.
+    pub fn withheld(&self) -> Option<&Withheld> {
+        match &self.source {
+            Source::Kernel(_) => None,
+            Source::Calibrated { withheld, .. } => Some(withheld),
+        }
+    }
+
+    /// The page this clock reads, for diagnostics.
+    pub fn reader(&self) -> PageReader {
+        self.reader
+    }
+}
+
+impl PerfTimeSource for Clock {
+    fn now_ns(&self) -> Result<u64, ReadError> {
+        Clock::now_ns(self)
+    }
+    fn error_bound_ns(&self) -> u64 {
+        Clock::error_bound_ns(self)
+    }
+    fn read_counter(&self) -> Option<u64> {
+        Clock::read_counter(self)
+    }
+    fn cycles_to_ns(&self, cycles: u64) -> Result<u64, ReadError> {
+        Clock::cycles_to_ns(self, cycles)
+    }
+}
