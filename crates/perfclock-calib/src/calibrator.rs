@@ -33,8 +33,8 @@ use perfclock_core::{
     counter, PageReader, PageWriter, PerfEventMmapPage, PerfTimeSource, ReadError,
 };
 
-use crate::comm_probe::{CommProbe, ProbeError};
 use crate::fit::{prune, Constraint, Fit, FitError, FitOptions};
+use crate::ground_truth::{Bracket, BracketError, GroundTruth, GroundTruthError, RecordKind};
 use crate::published::{solve, union_bound, BoundCell, BoundModel, PublishError, Solution};
 
 /// Name of the background thread (at most 15 bytes, the kernel's limit).
@@ -65,6 +65,9 @@ pub struct CalibrationOptions {
     pub min_refine_interval: Duration,
     /// Longest pause between refinements (also the jump-detection latency).
     pub max_refine_interval: Duration,
+    /// Record kinds to calibrate from; empty: every kind this process can open. Mixing kinds
+    /// narrows the band (see [`crate::fit`]).
+    pub kinds: Vec<RecordKind>,
 }
 
 impl Default for CalibrationOptions {
@@ -79,6 +82,7 @@ impl Default for CalibrationOptions {
             allowed_growth_ns: 20,
             min_refine_interval: Duration::from_millis(5),
             max_refine_interval: Duration::from_secs(1),
+            kinds: Vec::new(),
         }
     }
 }
@@ -86,8 +90,12 @@ impl Default for CalibrationOptions {
 /// Why calibration failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CalibError {
-    /// The kernel-stamped records could not be had.
-    Probe(ProbeError),
+    /// No user-readable counter on this architecture.
+    CounterUnsupported,
+    /// The ground-truth events could not be opened.
+    GroundTruth(GroundTruthError),
+    /// Bracketing failed for good.
+    Bracket(BracketError),
     /// The brackets could not be fitted.
     Fit(FitError),
     /// The fit could not be published as a conversion.
@@ -103,7 +111,11 @@ pub enum CalibError {
 impl core::fmt::Display for CalibError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Self::Probe(e) => write!(f, "calibration records unavailable: {e}"),
+            Self::CounterUnsupported => {
+                f.write_str("no user-readable counter on this architecture")
+            }
+            Self::GroundTruth(e) => write!(f, "calibration records unavailable: {e}"),
+            Self::Bracket(e) => write!(f, "calibration bracketing failed: {e}"),
             Self::Fit(e) => write!(f, "calibration fit failed: {e}"),
             Self::Publish(e) => write!(f, "calibration result unpublishable: {e}"),
             Self::Spawn(k) => write!(f, "cannot spawn the calibration thread: {k:?}"),
@@ -115,9 +127,14 @@ impl core::fmt::Display for CalibError {
 
 impl std::error::Error for CalibError {}
 
-impl From<ProbeError> for CalibError {
-    fn from(e: ProbeError) -> Self {
-        Self::Probe(e)
+impl From<GroundTruthError> for CalibError {
+    fn from(e: GroundTruthError) -> Self {
+        Self::GroundTruth(e)
+    }
+}
+impl From<BracketError> for CalibError {
+    fn from(e: BracketError) -> Self {
+        Self::Bracket(e)
     }
 }
 impl From<FitError> for CalibError {
@@ -216,6 +233,9 @@ struct Shared {
     bound: BoundCell,
     stats: AtomicStats,
     stop: AtomicBool,
+    /// Test hook: added to every kernel stamp the thread sees, to simulate a clock jump.
+    #[cfg(test)]
+    skew_ns: AtomicU64,
 }
 
 /// A calibrated perf-domain clock with its own published page. See the module docs.
@@ -238,6 +258,8 @@ impl CalibratedClock {
             bound: BoundCell::default(),
             stats: AtomicStats::default(),
             stop: AtomicBool::new(false),
+            #[cfg(test)]
+            skew_ns: AtomicU64::new(0),
         });
         // SAFETY: the page is 8-aligned (Box of an 8-aligned type), lives as long as `shared`,
         // which the reader's owner (this clock) keeps, and is only written by the thread.
@@ -368,19 +390,60 @@ fn thread_cpu_ns() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
 }
 
+/// Where brackets come from: the crate's ground truth, kinds interleaved round-robin so every
+/// stretch of history has every kind.
+struct Source {
+    truth: GroundTruth,
+    kinds: Vec<RecordKind>,
+    scratch: Vec<Bracket>,
+}
+
+impl Source {
+    fn open(kinds: &[RecordKind]) -> Result<Self, CalibError> {
+        let truth = if kinds.is_empty() {
+            GroundTruth::open_available()?
+        } else {
+            GroundTruth::open(kinds)?
+        };
+        let kinds = truth.kinds();
+        Ok(Self {
+            truth,
+            kinds,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// About `n` brackets, all kinds in turn, appended to `out`.
+    fn collect(&mut self, n: usize, out: &mut Vec<Constraint>) -> Result<(), CalibError> {
+        let per = n.div_ceil(self.kinds.len().max(1)).max(1);
+        for _ in 0..per {
+            for &kind in &self.kinds {
+                self.scratch.clear();
+                self.truth.collect(kind, 1, &mut self.scratch)?;
+                out.extend(self.scratch.iter().map(|b| Constraint {
+                    before: b.before,
+                    after: b.after,
+                    kernel_ns: b.kernel_ns,
+                }));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// State of the background thread.
 struct Calibrator {
     shared: Arc<Shared>,
     writer: PageWriter,
     options: CalibrationOptions,
-    probe: CommProbe,
+    probe: Source,
     history: Vec<Constraint>,
     current: Option<(Solution, f64)>,
 }
 
 impl Calibrator {
     fn publish(&mut self, fit: &Fit) -> Result<(), CalibError> {
-        let now = counter::read_counter().ok_or(ProbeError::CounterUnsupported)?;
+        let now = counter::read_counter().ok_or(CalibError::CounterUnsupported)?;
         let sol = solve(fit, now)?;
         // While switching, a reader may pair either conversion with either bound: cover both.
         if let Some((old, _)) = &self.current {
@@ -407,10 +470,15 @@ impl Calibrator {
         let start = Instant::now();
         let mut raw = Vec::new();
         while start.elapsed() < self.options.init_budget || raw.len() < 16 {
-            self.probe.collect(64, &mut raw)?;
+            self.probe.collect(48, &mut raw)?;
             if start.elapsed() > self.options.init_budget * 4 {
                 break;
             }
+        }
+        #[cfg(test)]
+        {
+            let skew = self.shared.skew_ns.load(Ordering::Relaxed);
+            raw.iter_mut().for_each(|b| b.kernel_ns += skew);
         }
         let rough = Fit::new(&prune_rough(&raw), &self.options.fit)?;
         self.history = prune(&raw, rough.slope_best, PRUNE_BUCKETS, PRUNE_KEEP);
@@ -427,6 +495,11 @@ impl Calibrator {
     fn refine(&mut self) -> Result<Duration, CalibError> {
         let mut batch = Vec::with_capacity(self.options.refine_batch);
         self.probe.collect(self.options.refine_batch, &mut batch)?;
+        #[cfg(test)]
+        {
+            let skew = self.shared.skew_ns.load(Ordering::Relaxed);
+            batch.iter_mut().for_each(|b| b.kernel_ns += skew);
+        }
         let Some((sol, _)) = self.current else {
             self.calibrate_from_scratch()?;
             return Ok(self.options.min_refine_interval);
@@ -518,10 +591,10 @@ fn run(
     // SAFETY: gettid has no memory effects.
     let tid = unsafe { libc::gettid() };
     shared.stats.thread_tid.store(tid as u64, Ordering::Relaxed);
-    let probe = match CommProbe::open() {
+    let probe = match Source::open(&options.kinds) {
         Ok(p) => p,
         Err(e) => {
-            let _ = tx.send(Err(e.into()));
+            let _ = tx.send(Err(e));
             return;
         }
     };
@@ -574,37 +647,37 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::verify;
 
-    /// End to end against the kernel's own COMM records: the published clock must put fresh
-    /// kernel stamps (taken on the test thread, not used in the fit) inside their brackets
-    /// widened by the published bound.
+    fn median(v: &mut [u64]) -> u64 {
+        v.sort_unstable();
+        v[v.len() / 2]
+    }
+
+    /// End to end against the kernel's own records: fresh kernel stamps of every kind, on every
+    /// CPU, taken on the test thread (not used in the fit), must fall inside the clock's readings
+    /// around them widened by the published bound.
     #[test]
     fn calibrates_against_kernel_records_and_fresh_records_agree() {
+        let t = Instant::now();
         let clock = CalibratedClock::start(CalibrationOptions::default()).expect("calibration");
+        let took = t.elapsed();
         let st = clock.stats();
         assert_eq!(st.calibrations, 1);
         let bound = clock.error_bound_ns();
-        assert!(bound < 5_000, "first bound {bound} ns");
-        let mut probe = CommProbe::open().expect("probe");
-        let mut fresh = Vec::new();
-        probe.collect(2_000, &mut fresh).expect("collect");
-        assert!(fresh.len() > 1_000, "only {} brackets", fresh.len());
-        let conv = clock.reader().conversion().expect("published");
-        let mut violations = 0;
-        for b in &fresh {
-            let lo = conv
-                .cycles_to_ns(b.before)
-                .saturating_sub(clock.error_bound_at(b.before));
-            let hi = conv.cycles_to_ns(b.after) + clock.error_bound_at(b.after);
-            if b.kernel_ns < lo || b.kernel_ns > hi {
-                violations += 1;
-            }
-        }
-        assert_eq!(violations, 0, "of {}", fresh.len());
+        // Generous: a loaded 2-core machine can preempt the calibration; the real check is below.
+        assert!(bound < 20_000, "first bound {bound} ns");
+        let report = verify(&clock, 2_000).expect("verify");
+        println!("start {took:?}, bound {bound} ns\n{report}");
+        assert!(
+            report.events() >= 6_000 || report.rows.len() < 3,
+            "{report}"
+        );
+        assert_eq!(report.violations(), 0, "{report}");
     }
 
     #[test]
-    fn refinement_off_means_no_refinements() {
+    fn refinement_off_means_no_refinements_and_a_growing_bound() {
         let options = CalibrationOptions {
             refine: false,
             ..CalibrationOptions::default()
@@ -612,17 +685,113 @@ mod tests {
         let clock = CalibratedClock::start(options).expect("calibration");
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(clock.stats().refinements, 0);
-        // The bound grows with time since the fit when nothing refines it.
         let now = counter::read_counter().expect("counter");
         assert!(clock.error_bound_at(now + 3_000_000_000) > clock.error_bound_at(now));
+        let report = verify(&clock, 300).expect("verify");
+        assert_eq!(report.violations(), 0, "{report}");
     }
 
     #[test]
-    fn refinement_republishes() {
+    fn refinement_republishes_and_tightens_the_slope() {
         let clock = CalibratedClock::start(CalibrationOptions::default()).expect("calibration");
-        std::thread::sleep(Duration::from_millis(300));
+        let first = clock.bound_model();
+        std::thread::sleep(Duration::from_millis(400));
         let st = clock.stats();
         assert!(st.refinements >= 3, "{st:?}");
         assert_eq!(st.jumps, 0, "{st:?}");
+        assert!(
+            clock.bound_model().growth_q48 < first.growth_q48,
+            "{:?} vs {first:?}",
+            clock.bound_model()
+        );
+        assert!(st.thread_tid != 0 && st.thread_cpu_ns > 0, "{st:?}");
+    }
+
+    #[test]
+    fn a_clock_jump_is_detected_and_recalibrated() {
+        let clock = CalibratedClock::start(CalibrationOptions::default()).expect("calibration");
+        std::thread::sleep(Duration::from_millis(50));
+        // From now on the thread sees the kernel clock 1 ms later than it is.
+        clock.shared.skew_ns.store(1_000_000, Ordering::Relaxed);
+        let t = Instant::now();
+        while clock.stats().calibrations < 2 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let st = clock.stats();
+        assert!(st.jumps >= 1 && st.calibrations >= 2, "{st:?}");
+        // Let the recalibration publish, then the clock runs 1 ms ahead of the kernel: verify
+        // must now see violations (the check can fail).
+        std::thread::sleep(Duration::from_millis(100));
+        let report = verify(&clock, 200).expect("verify");
+        assert!(report.violations() > 0, "{report}");
+    }
+
+    /// Startup figures: `cargo test --release -p perfclock-calib --lib -- --ignored
+    /// report_startup --nocapture`.
+    #[test]
+    #[ignore = "measurement, run by hand"]
+    fn report_startup() {
+        let (mut times, mut bounds) = (Vec::new(), Vec::new());
+        for _ in 0..11 {
+            let t = Instant::now();
+            let clock = CalibratedClock::start(CalibrationOptions::default()).expect("calibration");
+            times.push(t.elapsed().as_micros() as u64);
+            bounds.push(clock.error_bound_ns());
+        }
+        println!(
+            "start() us: median {} all {times:?}",
+            median(&mut times.clone())
+        );
+        println!(
+            "first bound ns: median {} all {bounds:?}",
+            median(&mut bounds.clone())
+        );
+    }
+
+    /// Long run: `PERFCLOCK_CALIB_SECS=600 cargo test --release -p perfclock-calib --lib --
+    /// --ignored report_long_run --nocapture`. Verifies >= 100,000 fresh records right after
+    /// init and again at the end.
+    #[test]
+    #[ignore = "measurement, run by hand (minutes)"]
+    fn report_long_run() {
+        let secs: u64 = std::env::var("PERFCLOCK_CALIB_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(60);
+        let t = Instant::now();
+        let clock = CalibratedClock::start(CalibrationOptions::default()).expect("calibration");
+        println!(
+            "start() {} us, bound {} ns",
+            t.elapsed().as_micros(),
+            clock.error_bound_ns()
+        );
+        let early = verify(&clock, 34_000).expect("verify");
+        println!(
+            "right after init ({} ms):\n{early}",
+            t.elapsed().as_millis()
+        );
+        let started = Instant::now();
+        let mut next = 10;
+        while started.elapsed().as_secs() < secs {
+            std::thread::sleep(Duration::from_secs(1));
+            let el = started.elapsed().as_secs();
+            if el >= next {
+                let st = clock.stats();
+                println!(
+                    "t={el}s bound {} ns {:?} {st:?} cpu {:.4}%",
+                    clock.error_bound_ns(),
+                    clock.bound_model(),
+                    st.thread_cpu_ns as f64 / t.elapsed().as_nanos() as f64 * 100.0
+                );
+                next = el + 10.max(secs / 20);
+            }
+        }
+        let late = verify(&clock, 34_000).expect("verify");
+        let st = clock.stats();
+        println!(
+            "after {secs}s:\n{late}\nstats {st:?}; cpu {:.4}% of one CPU",
+            st.thread_cpu_ns as f64 / t.elapsed().as_nanos() as f64 * 100.0
+        );
+        assert_eq!(early.violations() + late.violations(), 0);
     }
 }

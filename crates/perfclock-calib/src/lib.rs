@@ -9,5 +9,4 @@ pub mod verify;
 pub use event::OpenError;
 pub use ground_truth::{Bracket, BracketError, GroundTruth, GroundTruthError, RecordKind};
 pub use verify::{verify, VerifyReport};
-mod comm_probe;
 pub mod calibrator;
