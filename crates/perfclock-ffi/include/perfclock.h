@@ -33,7 +33,9 @@
  *     and turned into PERFCLOCK_E_INTERNAL or the function's "no clock" value.
  *
  * Error codes are negative ints with a stable mapping; new codes may be added, existing ones
- * keep their value and meaning. perfclock_strerror() names each of them.
+ * keep their value and meaning. perfclock_init() returns -1..-9, -13 or -14 (the same numbers
+ * as the Rust `perfclock::Error::code()`); the reading calls return -10..-13.
+ * perfclock_strerror() names each of them.
  */
 #ifndef PERFCLOCK_H
 #define PERFCLOCK_H
@@ -51,31 +53,38 @@ extern "C" {
 
 /* Success. */
 #define PERFCLOCK_OK 0
-/* perf_event_open(2) failed (permissions: see /proc/sys/kernel/perf_event_paranoid; seccomp;
- * kernel without perf events). */
-#define PERFCLOCK_E_PERF_EVENT_OPEN (-1)
-/* mmap(2) of the perf event page failed. */
-#define PERFCLOCK_E_MMAP (-2)
+/* perf_event_open(2) refused (EACCES/EPERM): /proc/sys/kernel/perf_event_paranoid, missing
+ * CAP_PERFMON, or a seccomp filter (containers' default profiles). */
+#define PERFCLOCK_E_PERMISSION_DENIED (-1)
+/* No perf events (ENOSYS): kernel without CONFIG_PERF_EVENTS, or a sandbox hiding the call. */
+#define PERFCLOCK_E_NO_PERF_SUPPORT (-2)
 /* Out of file descriptors (EMFILE/ENFILE) while opening the perf event. */
 #define PERFCLOCK_E_FD_EXHAUSTED (-3)
-/* The kernel withholds the time conversion (cap_user_time_zero=0) and no calibrated fallback
- * could be used. */
-#define PERFCLOCK_E_KERNEL_WITHHOLDS_TIME (-4)
-/* Architecture or platform without a supported user-space counter. */
-#define PERFCLOCK_E_UNSUPPORTED (-5)
-/* Calibrated mode was needed and calibration failed. */
-#define PERFCLOCK_E_CALIBRATION (-6)
+/* Any other perf_event_open(2) or mmap(2) failure (event unsupported, mlock limit, ...). */
+#define PERFCLOCK_E_PERF_EVENT (-4)
+/* The kernel withholds the time conversion (cap_user_time_zero=0) and kernel mode was
+ * required. */
+#define PERFCLOCK_E_KERNEL_WITHHOLDS_TIME (-5)
+/* The kernel's perf page could not be read or publishes parameters that make no sense. */
+#define PERFCLOCK_E_PAGE (-6)
+/* Architecture or platform without a supported user-space counter (x86_64 TSC and arm64
+ * CNTVCT_EL0 on Linux are supported). */
+#define PERFCLOCK_E_UNSUPPORTED (-7)
+/* Too many kernel-mode clocks are open in this process. */
+#define PERFCLOCK_E_TOO_MANY_CLOCKS (-8)
+/* The kernel withholds the conversion and calibrating a perf-domain clock failed. */
+#define PERFCLOCK_E_CALIBRATION (-9)
 /* A reading call was made before perfclock_init() succeeded. */
-#define PERFCLOCK_E_NOT_INITIALIZED (-7)
-/* A read failed after initialisation (seqlock contended beyond the retry bound, or the kernel
- * withdrew the parameters). Transient: retrying is allowed. */
-#define PERFCLOCK_E_READ (-8)
+#define PERFCLOCK_E_NOT_INITIALIZED (-10)
+/* A read failed after initialisation (seqlock contended beyond the retry bound, or the
+ * parameters were withdrawn). Transient: retrying is allowed. */
+#define PERFCLOCK_E_READ (-11)
 /* A required pointer argument was NULL. */
-#define PERFCLOCK_E_NULL_POINTER (-9)
+#define PERFCLOCK_E_NULL_POINTER (-12)
 /* A bug in perfclock (a Rust panic was caught at the boundary). */
-#define PERFCLOCK_E_INTERNAL (-10)
+#define PERFCLOCK_E_INTERNAL (-13)
 /* An initialisation error this version of the C ABI has no specific code for. */
-#define PERFCLOCK_E_OTHER (-11)
+#define PERFCLOCK_E_OTHER (-14)
 
 /*
  * Opens the process-wide clock: kernel mode if the kernel publishes the conversion, else
