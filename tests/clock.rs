@@ -10,19 +10,33 @@ use perfclock_core::page::caps;
 #[test]
 fn process_clock_holds_against_kernel_stamps() {
     let clock = perfclock::init().expect("a perf clock in some mode");
-    println!("mode {:?}, bound {} ns", clock.mode(), clock.error_bound_ns());
+    println!(
+        "mode {:?}, bound {} ns",
+        clock.mode(),
+        clock.error_bound_ns()
+    );
     match clock.mode() {
         Mode::Kernel => assert_eq!(clock.error_bound_ns(), 0),
         Mode::Calibrated => {
             let bound = clock.error_bound_ns();
-            assert!(bound > 0 && bound < 100_000, "implausible calibrated bound {bound} ns");
+            assert!(
+                bound > 0 && bound < 100_000,
+                "implausible calibrated bound {bound} ns"
+            );
             assert!(clock.withheld().is_some());
         }
     }
     let report = perfclock_calib::verify(clock, 500).expect("kernel stamps for verification");
     print!("{report}");
-    assert!(report.events() >= 1_000, "too few kernel stamps checked: {}", report.events());
-    assert!(report.passed(), "kernel stamps outside the clock's bound:\n{report}");
+    assert!(
+        report.events() >= 1_000,
+        "too few kernel stamps checked: {}",
+        report.events()
+    );
+    assert!(
+        report.passed(),
+        "kernel stamps outside the clock's bound:\n{report}"
+    );
 }
 
 #[test]
@@ -93,11 +107,17 @@ fn fork_child_reads_the_same_clock() {
     // SAFETY: waits for our own child.
     unsafe { libc::waitpid(child, &mut status, 0) };
     let after = clock.now_ns().expect("parent read");
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status:#x}"
+    );
     let mut value = [0u8; 8];
     // SAFETY: reads at most 8 bytes into a live buffer.
     let got = unsafe { libc::read(pipe[0], value.as_mut_ptr().cast(), value.len()) };
     assert_eq!(got, 8, "child wrote nothing");
     let in_child = u64::from_ne_bytes(value);
-    assert!(before <= in_child && in_child <= after, "{before} <= {in_child} <= {after} fails");
+    assert!(
+        before <= in_child && in_child <= after,
+        "{before} <= {in_child} <= {after} fails"
+    );
 }
