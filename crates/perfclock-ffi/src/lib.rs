@@ -1,1 +1,343 @@
-//! Placeholder: filled by its issue.
+//! C ABI for perfclock: the functions declared in `include/perfclock.h`.
+//!
+//! # Design
+//! The process-wide clock comes from [`perfclock::init`], which hands out a `&'static Clock`.
+//! [`perfclock_init`] stores that reference in an atomic pointer; every other function only loads
+//! the pointer and reads through it, so none of them can initialise, allocate or make a syscall,
+//! which is what makes them async-signal-safe.
+//!
+//! # Panics
+//! No panic unwinds into C: each `extern "C"` function runs its body under
+//! [`std::panic::catch_unwind`] and returns its documented "no clock" value (or
+//! [`PERFCLOCK_E_INTERNAL`]) if the body panicked. A panic is a bug in perfclock.
+//!
+//! # Error codes
+//! The `PERFCLOCK_E_*` constants mirror the header's `#define`s; a test checks both agree.
+
+use std::ffi::{c_char, c_int};
+use std::panic::{catch_unwind, UnwindSafe};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use perfclock::{Clock, Error, Mode};
+use perfclock_calib::event::OpenError;
+
+/// Success.
+pub const PERFCLOCK_OK: c_int = 0;
+/// `perf_event_open(2)` refused (paranoid level, capabilities, seccomp).
+pub const PERFCLOCK_E_PERMISSION_DENIED: c_int = -1;
+/// No perf events in this kernel or sandbox.
+pub const PERFCLOCK_E_NO_PERF_SUPPORT: c_int = -2;
+/// Out of file descriptors.
+pub const PERFCLOCK_E_FD_EXHAUSTED: c_int = -3;
+/// Any other `perf_event_open(2)` or `mmap(2)` failure.
+pub const PERFCLOCK_E_PERF_EVENT: c_int = -4;
+/// The kernel withholds the time conversion and kernel mode was required.
+pub const PERFCLOCK_E_KERNEL_WITHHOLDS_TIME: c_int = -5;
+/// The kernel's perf page is unusable.
+pub const PERFCLOCK_E_PAGE: c_int = -6;
+/// No supported user-space counter on this platform.
+pub const PERFCLOCK_E_UNSUPPORTED: c_int = -7;
+/// Too many kernel-mode clocks open.
+pub const PERFCLOCK_E_TOO_MANY_CLOCKS: c_int = -8;
+/// The kernel withholds the conversion and calibration failed.
+pub const PERFCLOCK_E_CALIBRATION: c_int = -9;
+/// A reading call was made before `perfclock_init` succeeded.
+pub const PERFCLOCK_E_NOT_INITIALIZED: c_int = -10;
+/// A read failed after initialisation (transient).
+pub const PERFCLOCK_E_READ: c_int = -11;
+/// A required pointer argument was NULL.
+pub const PERFCLOCK_E_NULL_POINTER: c_int = -12;
+/// A panic was caught at the boundary (a bug in perfclock).
+pub const PERFCLOCK_E_INTERNAL: c_int = -13;
+/// An initialisation error without a specific code in this version of the ABI.
+pub const PERFCLOCK_E_OTHER: c_int = -14;
+
+/// `perfclock_mode()` values.
+pub const PERFCLOCK_MODE_NONE: c_int = 0;
+/// Kernel-published conversion.
+pub const PERFCLOCK_MODE_KERNEL: c_int = 1;
+/// Calibrated perf-domain clock.
+pub const PERFCLOCK_MODE_CALIBRATED: c_int = 2;
+
+/// Every code `perfclock_strerror` knows, with its description (NUL-terminated, static).
+const DESCRIPTIONS: [(c_int, &str); 15] = [
+    (PERFCLOCK_OK, "success\0"),
+    (
+        PERFCLOCK_E_PERMISSION_DENIED,
+        "perf_event_open refused: check /proc/sys/kernel/perf_event_paranoid, CAP_PERFMON or seccomp\0",
+    ),
+    (PERFCLOCK_E_NO_PERF_SUPPORT, "no perf events in this kernel or sandbox (ENOSYS)\0"),
+    (PERFCLOCK_E_FD_EXHAUSTED, "out of file descriptors opening the perf event\0"),
+    (PERFCLOCK_E_PERF_EVENT, "perf_event_open or mmap of the perf event page failed\0"),
+    (
+        PERFCLOCK_E_KERNEL_WITHHOLDS_TIME,
+        "kernel withholds the perf time conversion (cap_user_time_zero=0) and kernel mode was required\0",
+    ),
+    (PERFCLOCK_E_PAGE, "the kernel's perf page is unreadable or publishes invalid parameters\0"),
+    (PERFCLOCK_E_UNSUPPORTED, "no supported user-space counter on this platform\0"),
+    (PERFCLOCK_E_TOO_MANY_CLOCKS, "too many kernel-mode clocks are open in this process\0"),
+    (
+        PERFCLOCK_E_CALIBRATION,
+        "kernel withholds the perf time conversion and calibrating a perf-domain clock failed\0",
+    ),
+    (PERFCLOCK_E_NOT_INITIALIZED, "perfclock_init has not succeeded\0"),
+    (PERFCLOCK_E_READ, "reading the clock failed (seqlock contended or parameters withdrawn)\0"),
+    (PERFCLOCK_E_NULL_POINTER, "a required pointer argument was NULL\0"),
+    (PERFCLOCK_E_INTERNAL, "internal error in perfclock (panic caught at the C boundary)\0"),
+    (PERFCLOCK_E_OTHER, "perfclock initialisation failed (no specific code)\0"),
+];
+
+const UNKNOWN_CODE: &str = "unknown perfclock error code\0";
+
+/// The clock `perfclock_init` obtained; null until it succeeds.
+///
+/// Invariant: null, or a pointer obtained from the `&'static Clock` returned by
+/// [`perfclock::init`], so it is valid for the rest of the process and never written again.
+static CLOCK: AtomicPtr<Clock> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The initialised clock, if any. Lock-free, no syscall: async-signal-safe.
+fn clock() -> Option<&'static Clock> {
+    // ATOMICS: Acquire pairs with the Release store in `perfclock_init`, so the clock's contents
+    // written before the store are visible to a reader that sees the pointer.
+    let ptr = CLOCK.load(Ordering::Acquire);
+    // SAFETY: by the invariant on `CLOCK`, a non-null pointer came from a `&'static Clock`; the
+    // clock is only ever accessed through shared references.
+    unsafe { ptr.as_ref() }
+}
+
+/// Runs `body`, turning a panic into `fallback`.
+fn guard<T, F: FnOnce() -> T + UnwindSafe>(fallback: T, body: F) -> T {
+    catch_unwind(body).unwrap_or(fallback)
+}
+
+/// Maps an initialisation error onto its stable C code (the numbers of `Error::code()`).
+fn error_code(error: &Error) -> c_int {
+    match error {
+        Error::PerfEvent(OpenError::PermissionDenied { .. }) => PERFCLOCK_E_PERMISSION_DENIED,
+        Error::PerfEvent(OpenError::NoPerfSupport { .. }) => PERFCLOCK_E_NO_PERF_SUPPORT,
+        Error::PerfEvent(OpenError::FdExhausted { .. }) => PERFCLOCK_E_FD_EXHAUSTED,
+        Error::PerfEvent(_) => PERFCLOCK_E_PERF_EVENT,
+        Error::KernelWithholdsTime(_) => PERFCLOCK_E_KERNEL_WITHHOLDS_TIME,
+        Error::Page(_) => PERFCLOCK_E_PAGE,
+        Error::Unsupported => PERFCLOCK_E_UNSUPPORTED,
+        Error::TooManyClocks => PERFCLOCK_E_TOO_MANY_CLOCKS,
+        Error::Calibration { .. } => PERFCLOCK_E_CALIBRATION,
+        _ => PERFCLOCK_E_OTHER,
+    }
+}
+
+/// Opens the process-wide clock. See `perfclock.h`.
+///
+/// Not async-signal-safe; thread-safe and idempotent.
+#[no_mangle]
+pub extern "C" fn perfclock_init() -> c_int {
+    guard(PERFCLOCK_E_INTERNAL, || {
+        if clock().is_some() {
+            return PERFCLOCK_OK;
+        }
+        match perfclock::init() {
+            Ok(clock) => {
+                // ATOMICS: Release pairs with the Acquire load in `clock()`. Racing initialisers
+                // all store the same `&'static Clock`, which `perfclock::init` hands out once.
+                CLOCK.store(std::ptr::from_ref(clock).cast_mut(), Ordering::Release);
+                PERFCLOCK_OK
+            }
+            Err(error) => error_code(&error),
+        }
+    })
+}
+
+/// The perf clock now in ns, or 0 without a clock or on a failed read. Async-signal-safe.
+#[no_mangle]
+pub extern "C" fn perfclock_now_ns() -> u64 {
+    guard(0, || clock().and_then(|c| c.now_ns().ok()).unwrap_or(0))
+}
+
+/// Stores the perf clock now in `*out` and returns 0, or returns a negative code leaving
+/// `*out` unchanged. Async-signal-safe.
+///
+/// # Safety
+/// `out` must be NULL or valid for writing one `u64`.
+#[no_mangle]
+pub unsafe extern "C" fn perfclock_try_now_ns(out: *mut u64) -> c_int {
+    guard(PERFCLOCK_E_INTERNAL, || {
+        if out.is_null() {
+            return PERFCLOCK_E_NULL_POINTER;
+        }
+        let Some(clock) = clock() else {
+            return PERFCLOCK_E_NOT_INITIALIZED;
+        };
+        match clock.now_ns() {
+            Ok(ns) => {
+                // SAFETY: `out` is non-null and the caller promises it is valid for a write.
+                unsafe { out.write(ns) };
+                PERFCLOCK_OK
+            }
+            Err(_) => PERFCLOCK_E_READ,
+        }
+    })
+}
+
+/// 0 (none), 1 (kernel) or 2 (calibrated). Async-signal-safe.
+#[no_mangle]
+pub extern "C" fn perfclock_mode() -> c_int {
+    guard(PERFCLOCK_MODE_NONE, || match clock().map(Clock::mode) {
+        None => PERFCLOCK_MODE_NONE,
+        Some(Mode::Kernel) => PERFCLOCK_MODE_KERNEL,
+        Some(Mode::Calibrated) => PERFCLOCK_MODE_CALIBRATED,
+    })
+}
+
+/// Error bound of readings in ns; `u64::MAX` without a clock. Async-signal-safe.
+#[no_mangle]
+pub extern "C" fn perfclock_error_bound_ns() -> u64 {
+    guard(u64::MAX, || clock().map_or(u64::MAX, Clock::error_bound_ns))
+}
+
+/// The raw counter (TSC / CNTVCT_EL0), or 0 if unsupported. Needs no init. Async-signal-safe.
+#[no_mangle]
+pub extern "C" fn perfclock_read_counter() -> u64 {
+    guard(0, || match clock() {
+        Some(clock) => clock.read_counter().unwrap_or(0),
+        None => perfclock_core::counter::read_counter().unwrap_or(0),
+    })
+}
+
+/// Counter value to perf-clock ns; 0 without a clock. Async-signal-safe.
+#[no_mangle]
+pub extern "C" fn perfclock_cycles_to_ns(cycles: u64) -> u64 {
+    guard(0, || {
+        clock()
+            .and_then(|c| c.cycles_to_ns(cycles).ok())
+            .unwrap_or(0)
+    })
+}
+
+/// Perf-clock ns to counter value (floor); 0 without a clock. Async-signal-safe.
+#[no_mangle]
+pub extern "C" fn perfclock_ns_to_cycles(ns: u64) -> u64 {
+    guard(0, || {
+        clock().and_then(|c| c.ns_to_cycles(ns).ok()).unwrap_or(0)
+    })
+}
+
+/// Static description of a code; never NULL. Async-signal-safe.
+#[no_mangle]
+pub extern "C" fn perfclock_strerror(code: c_int) -> *const c_char {
+    guard(UNKNOWN_CODE.as_ptr().cast(), || {
+        DESCRIPTIONS
+            .iter()
+            .find(|(known, _)| *known == code)
+            .map_or(UNKNOWN_CODE, |(_, text)| *text)
+            .as_ptr()
+            .cast()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    #[test]
+    fn descriptions_are_nul_terminated_and_distinct() {
+        for (i, (code, text)) in DESCRIPTIONS.iter().enumerate() {
+            assert!(
+                text.ends_with('\0') && !text[..text.len() - 1].contains('\0'),
+                "{code}"
+            );
+            for (other, other_text) in &DESCRIPTIONS[i + 1..] {
+                assert_ne!(code, other);
+                assert_ne!(text, other_text);
+            }
+        }
+        assert!(UNKNOWN_CODE.ends_with('\0'));
+    }
+
+    #[test]
+    fn strerror_is_static_and_total() {
+        for code in [-1000, -15, -14, -1, 0, 1, c_int::MIN, c_int::MAX] {
+            // SAFETY: `perfclock_strerror` returns a pointer into a static NUL-terminated str.
+            let text = unsafe { CStr::from_ptr(perfclock_strerror(code)) };
+            assert!(!text.to_bytes().is_empty());
+        }
+        // SAFETY: as above.
+        let unknown = unsafe { CStr::from_ptr(perfclock_strerror(1)) };
+        assert_eq!(unknown.to_bytes(), b"unknown perfclock error code");
+    }
+
+    #[test]
+    fn init_codes_agree_with_the_facade() {
+        let errors = [
+            Error::PerfEvent(OpenError::PermissionDenied {
+                errno: 13,
+                paranoid: Some(4),
+            }),
+            Error::PerfEvent(OpenError::NoPerfSupport { errno: 38 }),
+            Error::PerfEvent(OpenError::FdExhausted { errno: 24 }),
+            Error::PerfEvent(OpenError::EventUnsupported { errno: 22 }),
+            Error::Unsupported,
+            Error::TooManyClocks,
+        ];
+        for error in &errors {
+            assert_eq!(error_code(error), error.code(), "{error:?}");
+            assert!(DESCRIPTIONS.iter().any(|(c, _)| *c == error_code(error)));
+        }
+    }
+
+    #[test]
+    fn header_defines_match_rust_constants() {
+        let header = include_str!("../include/perfclock.h");
+        let expected = [
+            ("PERFCLOCK_OK", PERFCLOCK_OK),
+            (
+                "PERFCLOCK_E_PERMISSION_DENIED",
+                PERFCLOCK_E_PERMISSION_DENIED,
+            ),
+            ("PERFCLOCK_E_NO_PERF_SUPPORT", PERFCLOCK_E_NO_PERF_SUPPORT),
+            ("PERFCLOCK_E_FD_EXHAUSTED", PERFCLOCK_E_FD_EXHAUSTED),
+            ("PERFCLOCK_E_PERF_EVENT", PERFCLOCK_E_PERF_EVENT),
+            (
+                "PERFCLOCK_E_KERNEL_WITHHOLDS_TIME",
+                PERFCLOCK_E_KERNEL_WITHHOLDS_TIME,
+            ),
+            ("PERFCLOCK_E_PAGE", PERFCLOCK_E_PAGE),
+            ("PERFCLOCK_E_UNSUPPORTED", PERFCLOCK_E_UNSUPPORTED),
+            ("PERFCLOCK_E_TOO_MANY_CLOCKS", PERFCLOCK_E_TOO_MANY_CLOCKS),
+            ("PERFCLOCK_E_CALIBRATION", PERFCLOCK_E_CALIBRATION),
+            ("PERFCLOCK_E_NOT_INITIALIZED", PERFCLOCK_E_NOT_INITIALIZED),
+            ("PERFCLOCK_E_READ", PERFCLOCK_E_READ),
+            ("PERFCLOCK_E_NULL_POINTER", PERFCLOCK_E_NULL_POINTER),
+            ("PERFCLOCK_E_INTERNAL", PERFCLOCK_E_INTERNAL),
+            ("PERFCLOCK_E_OTHER", PERFCLOCK_E_OTHER),
+            ("PERFCLOCK_MODE_NONE", PERFCLOCK_MODE_NONE),
+            ("PERFCLOCK_MODE_KERNEL", PERFCLOCK_MODE_KERNEL),
+            ("PERFCLOCK_MODE_CALIBRATED", PERFCLOCK_MODE_CALIBRATED),
+        ];
+        let mut defines = 0;
+        for line in header.lines() {
+            let mut words = line.split_whitespace();
+            if words.next() != Some("#define") {
+                continue;
+            }
+            let (Some(name), Some(value)) = (words.next(), words.next()) else {
+                continue;
+            };
+            if name == "PERFCLOCK_H" {
+                continue;
+            }
+            defines += 1;
+            let value: c_int = value
+                .trim_matches(|c| c == '(' || c == ')')
+                .parse()
+                .unwrap();
+            let rust = expected.iter().find(|(n, _)| *n == name);
+            assert_eq!(rust.map(|(_, v)| *v), Some(value), "{name}");
+        }
+        assert_eq!(defines, expected.len());
+        // Every error code in the header has a description.
+        for (name, value) in &expected[..15] {
+            assert!(DESCRIPTIONS.iter().any(|(c, _)| c == value), "{name}");
+        }
+    }
+}
