@@ -49,6 +49,9 @@ pub struct KindReport {
     pub violations_counter: u64,
     /// The largest distance outside the interval, ns (0 without violations).
     pub worst_violation_ns: u64,
+    /// The largest distance of a stamp outside `[now_before, now_after]` ignoring the bound,
+    /// ns: a lower bound on the clock's actual error (0 when every stamp is inside).
+    pub worst_unbounded_ns: u64,
     /// The narrowest `now_after - now_before`, ns.
     pub tightest_ns: u64,
     /// The median `now_after - now_before`, ns.
@@ -118,19 +121,28 @@ impl fmt::Display for VerifyReport {
         )?;
         writeln!(
             f,
-            "{:<10} {:>3} {:>7} {:>9} {:>9} {:>9} {:>11} {:>9}",
-            "kind", "cpu", "events", "viol_now", "viol_cyc", "worst_ns", "tightest_ns", "p50_ns"
+            "{:<10} {:>3} {:>7} {:>9} {:>9} {:>9} {:>11} {:>11} {:>9}",
+            "kind",
+            "cpu",
+            "events",
+            "viol_now",
+            "viol_cyc",
+            "worst_ns",
+            "outside_ns",
+            "tightest_ns",
+            "p50_ns"
         )?;
         for r in &self.rows {
             writeln!(
                 f,
-                "{:<10} {:>3} {:>7} {:>9} {:>9} {:>9} {:>11} {:>9}",
+                "{:<10} {:>3} {:>7} {:>9} {:>9} {:>9} {:>11} {:>11} {:>9}",
                 r.kind.name(),
                 r.cpu,
                 r.events,
                 r.violations_now,
                 r.violations_counter,
                 r.worst_violation_ns,
+                r.worst_unbounded_ns,
                 r.tightest_ns,
                 r.median_ns
             )?;
@@ -195,6 +207,7 @@ struct Acc {
     violations_now: u64,
     violations_counter: u64,
     worst: u64,
+    worst_unbounded: u64,
     widths: Vec<u64>,
 }
 
@@ -286,6 +299,9 @@ pub fn verify_with(
                 let acc = &mut accs[idx].1;
                 acc.events += 1;
                 acc.widths.push(after.saturating_sub(before));
+                if let Some(d) = outside(s.kernel_ns, before, after, 0) {
+                    acc.worst_unbounded = acc.worst_unbounded.max(d);
+                }
                 if let Some(d) = outside(s.kernel_ns, before, after, bound) {
                     acc.violations_now += 1;
                     acc.worst = acc.worst.max(d);
@@ -311,6 +327,7 @@ pub fn verify_with(
                 violations_now: acc.violations_now,
                 violations_counter: acc.violations_counter,
                 worst_violation_ns: acc.worst,
+                worst_unbounded_ns: acc.worst_unbounded,
                 tightest_ns: acc.widths.first().copied().unwrap_or(0),
                 median_ns: acc.widths.get(acc.widths.len() / 2).copied().unwrap_or(0),
             }
