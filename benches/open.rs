@@ -1,0 +1,2 @@
+//! Open/init and calibration benchmarks (issue 7); filled in by the next commit.
+fn main() {}
