@@ -33,15 +33,17 @@ use perfclock_core::{
     counter, PageReader, PageWriter, PerfEventMmapPage, PerfTimeSource, ReadError,
 };
 
-use crate::fit::{prune, Constraint, Fit, FitError, FitOptions};
+use crate::fit::{prune, prune_hull, signed_diff, Constraint, Fit, FitError, FitOptions};
 use crate::ground_truth::{Bracket, BracketError, GroundTruth, GroundTruthError, RecordKind};
 use crate::published::{solve, union_bound, BoundCell, BoundModel, PublishError, Solution};
 
 /// Name of the background thread (at most 15 bytes, the kernel's limit).
 pub const THREAD_NAME: &str = "perfclock-calib";
 /// Buckets and per-side survivors kept when pruning history.
-const PRUNE_BUCKETS: usize = 64;
-const PRUNE_KEEP: usize = 4;
+const PRUNE_BUCKETS: usize = 32;
+const PRUNE_KEEP: usize = 1;
+/// Hull layers kept per side (one more than the fit's default trim).
+const HULL_LAYERS: usize = 2;
 
 /// Tuning for [`CalibratedClock::start`]. `Default` is what the facade should use.
 #[derive(Clone, Debug, PartialEq)]
@@ -78,7 +80,7 @@ impl Default for CalibrationOptions {
             start_timeout: Duration::from_secs(2),
             fit: FitOptions::default(),
             window: Duration::from_secs(120),
-            refine_batch: 32,
+            refine_batch: 64,
             allowed_growth_ns: 20,
             min_refine_interval: Duration::from_millis(5),
             max_refine_interval: Duration::from_secs(1),
@@ -394,9 +396,15 @@ fn thread_cpu_ns() -> u64 {
 /// stretch of history has every kind.
 struct Source {
     truth: GroundTruth,
-    kinds: Vec<RecordKind>,
+    /// Every kind opened.
+    all: Vec<RecordKind>,
+    /// Kinds refinement uses: those that came close to binding a side at the last calibration.
+    active: Vec<RecordKind>,
     scratch: Vec<Bracket>,
 }
+
+/// A kind is kept for refinement if its tightest bracket side is within this of the best kind's.
+const KIND_USEFUL_SLACK_NS: f64 = 100.0;
 
 impl Source {
     fn open(kinds: &[RecordKind]) -> Result<Self, CalibError> {
@@ -405,29 +413,75 @@ impl Source {
         } else {
             GroundTruth::open(kinds)?
         };
-        let kinds = truth.kinds();
+        let all = truth.kinds();
         Ok(Self {
             truth,
-            kinds,
+            active: all.clone(),
+            all,
             scratch: Vec::new(),
         })
     }
 
-    /// About `n` brackets, all kinds in turn, appended to `out`.
-    fn collect(&mut self, n: usize, out: &mut Vec<Constraint>) -> Result<(), CalibError> {
-        let per = n.div_ceil(self.kinds.len().max(1)).max(1);
+    /// About `n` brackets of the active kinds in turn, appended to `out` (and their kinds to
+    /// `tags`, if given).
+    fn collect(
+        &mut self,
+        n: usize,
+        out: &mut Vec<Constraint>,
+        mut tags: Option<&mut Vec<RecordKind>>,
+    ) -> Result<(), CalibError> {
+        let per = n.div_ceil(self.active.len().max(1)).max(1);
         for _ in 0..per {
-            for &kind in &self.kinds {
+            for &kind in &self.active {
                 self.scratch.clear();
                 self.truth.collect(kind, 1, &mut self.scratch)?;
-                out.extend(self.scratch.iter().map(|b| Constraint {
-                    before: b.before,
-                    after: b.after,
-                    kernel_ns: b.kernel_ns,
-                }));
+                for b in &self.scratch {
+                    out.push(Constraint {
+                        before: b.before,
+                        after: b.after,
+                        kernel_ns: b.kernel_ns,
+                    });
+                    if let Some(t) = tags.as_deref_mut() {
+                        t.push(kind);
+                    }
+                }
             }
         }
         Ok(())
+    }
+
+    /// Keep for refinement only the kinds whose tightest entry (stamp minus `before`) or exit
+    /// (`after` minus stamp), measured against `fit`'s middle line, is near the best kind's:
+    /// the others never bind and only cost CPU.
+    fn select_useful(&mut self, fit: &Fit, raw: &[Constraint], tags: &[RecordKind]) {
+        let (l, u) = fit.range_at(fit.last_counter);
+        let mid = (l + u) / 2.0;
+        let slope = fit.slope_best;
+        let mut best: Vec<(RecordKind, f64, f64)> = Vec::new();
+        for (c, &kind) in raw.iter().zip(tags) {
+            let y = signed_diff(c.kernel_ns, fit.ns_ref);
+            let entry = y - (mid + slope * signed_diff(c.before, fit.counter_ref));
+            let exit = mid + slope * signed_diff(c.after, fit.counter_ref) - y;
+            match best.iter_mut().find(|b| b.0 == kind) {
+                Some(b) => {
+                    b.1 = b.1.min(entry);
+                    b.2 = b.2.min(exit);
+                }
+                None => best.push((kind, entry, exit)),
+            }
+        }
+        let min_entry = best.iter().map(|b| b.1).fold(f64::INFINITY, f64::min);
+        let min_exit = best.iter().map(|b| b.2).fold(f64::INFINITY, f64::min);
+        let useful: Vec<RecordKind> = best
+            .iter()
+            .filter(|b| {
+                b.1 <= min_entry + KIND_USEFUL_SLACK_NS || b.2 <= min_exit + KIND_USEFUL_SLACK_NS
+            })
+            .map(|b| b.0)
+            .collect();
+        if !useful.is_empty() {
+            self.active = useful;
+        }
     }
 }
 
@@ -467,10 +521,12 @@ impl Calibrator {
     /// Calibrate from nothing: collect for the init budget, fit, publish.
     fn calibrate_from_scratch(&mut self) -> Result<(), CalibError> {
         self.history.clear();
+        self.probe.active = self.probe.all.clone();
         let start = Instant::now();
         let mut raw = Vec::new();
+        let mut tags = Vec::new();
         while start.elapsed() < self.options.init_budget || raw.len() < 16 {
-            self.probe.collect(48, &mut raw)?;
+            self.probe.collect(48, &mut raw, Some(&mut tags))?;
             if start.elapsed() > self.options.init_budget * 4 {
                 break;
             }
@@ -480,9 +536,9 @@ impl Calibrator {
             let skew = self.shared.skew_ns.load(Ordering::Relaxed);
             raw.iter_mut().for_each(|b| b.kernel_ns += skew);
         }
-        let rough = Fit::new(&prune_rough(&raw), &self.options.fit)?;
-        self.history = prune(&raw, rough.slope_best, PRUNE_BUCKETS, PRUNE_KEEP);
+        self.history = prune_history(&raw);
         let fit = Fit::new(&self.history, &self.options.fit)?;
+        self.probe.select_useful(&fit, &raw, &tags);
         self.publish(&fit)?;
         self.shared
             .stats
@@ -494,7 +550,8 @@ impl Calibrator {
     /// One refinement round. Returns the pause before the next.
     fn refine(&mut self) -> Result<Duration, CalibError> {
         let mut batch = Vec::with_capacity(self.options.refine_batch);
-        self.probe.collect(self.options.refine_batch, &mut batch)?;
+        self.probe
+            .collect(self.options.refine_batch, &mut batch, None)?;
         #[cfg(test)]
         {
             let skew = self.shared.skew_ns.load(Ordering::Relaxed);
@@ -518,8 +575,7 @@ impl Calibrator {
             let window_ticks = (self.options.window.as_nanos() as f64 / slope) as u64;
             let oldest = last.saturating_sub(window_ticks);
             self.history.retain(|c| c.before >= oldest);
-            let slope_now = slope;
-            self.history = prune(&self.history, slope_now, PRUNE_BUCKETS, PRUNE_KEEP);
+            self.history = prune_history(&self.history);
         }
         let fit = match Fit::new(&self.history, &self.options.fit) {
             Ok(f) => f,
@@ -544,30 +600,17 @@ impl Calibrator {
     }
 }
 
-/// A cheap subset for the first rough slope: every bracket of the narrowest tenth, plus the
-/// first and last.
-fn prune_rough(raw: &[Constraint]) -> Vec<Constraint> {
-    if raw.len() <= 256 {
-        return raw.to_vec();
+/// The constraints worth keeping: two hull layers per side (lossless for the fit, see
+/// [`prune_hull`]) plus the tightest bracket per side in each slice of time, so that when the
+/// window drops old hull vertices there are candidates left everywhere.
+fn prune_history(history: &[Constraint]) -> Vec<Constraint> {
+    let mut kept = prune_hull(history, HULL_LAYERS);
+    if let Ok(rough) = Fit::new(&kept, &FitOptions::default()) {
+        kept.extend(prune(history, rough.slope_best, PRUNE_BUCKETS, PRUNE_KEEP));
+        kept.sort_unstable_by_key(|c| (c.before, c.after, c.kernel_ns));
+        kept.dedup();
     }
-    let mut widths: Vec<u64> = raw
-        .iter()
-        .map(|c| c.after.saturating_sub(c.before))
-        .collect();
-    widths.sort_unstable();
-    let cut = widths[widths.len() / 10];
-    let mut out: Vec<Constraint> = raw
-        .iter()
-        .filter(|c| c.after.saturating_sub(c.before) <= cut)
-        .copied()
-        .collect();
-    if out.len() > 512 {
-        let step = out.len() / 512 + 1;
-        out = out.into_iter().step_by(step).collect();
-    }
-    out.extend(raw.first().copied());
-    out.extend(raw.last().copied());
-    out
+    kept
 }
 
 /// Whether bracket `b` contradicts the published conversion by more than its bound.
@@ -732,9 +775,13 @@ mod tests {
     #[ignore = "measurement, run by hand"]
     fn report_startup() {
         let (mut times, mut bounds) = (Vec::new(), Vec::new());
+        let mut options = CalibrationOptions::default();
+        if let Some(ms) = std::env::var("PERFCLOCK_INIT_MS").ok().and_then(|s| s.parse().ok()) {
+            options.init_budget = Duration::from_millis(ms);
+        }
         for _ in 0..11 {
             let t = Instant::now();
-            let clock = CalibratedClock::start(CalibrationOptions::default()).expect("calibration");
+            let clock = CalibratedClock::start(options.clone()).expect("calibration");
             times.push(t.elapsed().as_micros() as u64);
             bounds.push(clock.error_bound_ns());
         }
@@ -793,5 +840,80 @@ mod tests {
             st.thread_cpu_ns as f64 / t.elapsed().as_nanos() as f64 * 100.0
         );
         assert_eq!(early.violations() + late.violations(), 0);
+    }
+
+    /// Band analysis: `PERFCLOCK_BAND_SECS=10 cargo test --release -p perfclock-calib --lib --
+    /// --ignored report_band --nocapture`. Collects interleaved brackets of every kind, fits
+    /// them with several settings, and prints the band half-width at the end of the data.
+    #[test]
+    #[ignore = "measurement, run by hand"]
+    fn report_band() {
+        let secs: u64 = std::env::var("PERFCLOCK_BAND_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(10);
+        let mut src = Source::open(&[]).expect("ground truth");
+        let mut per_kind: Vec<(RecordKind, Vec<Constraint>)> =
+            src.all.iter().map(|&k| (k, Vec::new())).collect();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(secs) {
+            for (kind, v) in per_kind.iter_mut() {
+                let mut b = Vec::new();
+                src.truth.collect(*kind, 16, &mut b).expect("collect");
+                v.extend(b.iter().map(|b| Constraint {
+                    before: b.before,
+                    after: b.after,
+                    kernel_ns: b.kernel_ns,
+                }));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let all: Vec<Constraint> = per_kind
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .collect();
+        for (noise, trim) in [(10.0, 1), (5.0, 1), (0.0, 0), (10.0, 0)] {
+            let opts = FitOptions {
+                noise_ns: noise,
+                trim_per_side: trim,
+                ..FitOptions::default()
+            };
+            match Fit::new(&all, &opts) {
+                Ok(f) => {
+                    let (l, u) = f.range_at(f.last_counter);
+                    let sol = solve(&f, f.last_counter).expect("solve");
+                    println!(
+                        "all kinds n={} noise {noise} trim {trim}: band {:.1} ns, bound {} ns, rejected {}, slope range {:.3e}",
+                        all.len(), u - l, sol.bound.base_ns, f.rejected,
+                        (f.slope_max - f.slope_min) / f.slope_best
+                    );
+                    let line_off = (l + u) / 2.0;
+                    for (kind, v) in &per_kind {
+                        // How close each kind gets to either side of the middle line.
+                        let (mut entry, mut exit) = (f64::INFINITY, f64::INFINITY);
+                        for c in v {
+                            let y = signed_diff(c.kernel_ns, f.ns_ref);
+                            let at_b =
+                                line_off + f.slope_best * signed_diff(c.before, f.counter_ref);
+                            let at_a =
+                                line_off + f.slope_best * signed_diff(c.after, f.counter_ref);
+                            entry = entry.min(y - at_b);
+                            exit = exit.min(at_a - y);
+                        }
+                        println!(
+                            "  {kind:?}: n={} min entry {entry:.0} ns, min exit {exit:.0} ns",
+                            v.len()
+                        );
+                    }
+                }
+                Err(e) => println!("noise {noise} trim {trim}: {e}"),
+            }
+        }
+        for (kind, v) in &per_kind {
+            if let Ok(f) = Fit::new(v, &FitOptions::default()) {
+                let (l, u) = f.range_at(f.last_counter);
+                println!("{kind:?} alone: band {:.1} ns", u - l);
+            }
+        }
     }
 }

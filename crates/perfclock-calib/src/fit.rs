@@ -135,10 +135,10 @@ pub struct Fit {
     rel: Vec<Rel>,
 }
 
-const TERNARY_ITERATIONS: usize = 160;
-const BISECT_ITERATIONS: usize = 80;
+const TERNARY_ITERATIONS: usize = 110;
+const BISECT_ITERATIONS: usize = 64;
 
-fn signed_diff(a: u64, b: u64) -> f64 {
+pub(crate) fn signed_diff(a: u64, b: u64) -> f64 {
     (i128::from(a) - i128::from(b)) as f64
 }
 
@@ -406,6 +406,80 @@ pub fn prune(
     out
 }
 
+/// `(b - a) x (c - a)` for integer points, exact in `i128`: > 0 when `a, b, c` turn left.
+fn cross(a: (u64, u64), b: (u64, u64), c: (u64, u64)) -> i128 {
+    let d = |p: u64, q: u64| i128::from(p) - i128::from(q);
+    d(b.0, a.0) * d(c.1, a.1) - d(b.1, a.1) * d(c.0, a.0)
+}
+
+/// Indices (into `points`, which must be sorted by x then y) of the upper (`upper = true`) or
+/// lower convex hull, by Andrew's monotone chain.
+fn hull(points: &[(u64, u64, usize)], upper: bool) -> Vec<usize> {
+    let mut h: Vec<(u64, u64, usize)> = Vec::with_capacity(32);
+    for &p in points {
+        while h.len() >= 2 {
+            let turn = cross(
+                (h[h.len() - 2].0, h[h.len() - 2].1),
+                (h[h.len() - 1].0, h[h.len() - 1].1),
+                (p.0, p.1),
+            );
+            // Upper hull: drop the middle point unless the chain turns right (clockwise).
+            let drop = if upper { turn >= 0 } else { turn <= 0 };
+            if drop {
+                h.pop();
+            } else {
+                break;
+            }
+        }
+        h.push(p);
+    }
+    h.into_iter().map(|p| p.2).collect()
+}
+
+/// Keep only the constraints that can bind, losslessly: `lo(s) = max_i (k_i - s * after_i)` is
+/// attained, for every `s`, at a vertex of the upper convex hull of the points
+/// `(after_i, kernel_ns_i)`, and `hi(s) = min_i (k_i - s * before_i)` at a vertex of the lower
+/// hull of `(before_i, kernel_ns_i)`. `layers` hull layers are kept on each side (peeling), so
+/// that dropping up to `layers - 1` binding constraints as outliers still sees the next ones.
+/// The result is a few dozen constraints whatever the history length, so refits stay cheap.
+pub fn prune_hull(constraints: &[Constraint], layers: usize) -> Vec<Constraint> {
+    let mut keep = vec![false; constraints.len()];
+    for upper in [true, false] {
+        let mut pts: Vec<(u64, u64, usize)> = constraints
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.after >= c.before)
+            .map(|(i, c)| (if upper { c.after } else { c.before }, c.kernel_ns, i))
+            .collect();
+        pts.sort_unstable();
+        // Equal x: only the best y can bind (largest for upper, smallest for lower).
+        pts.dedup_by(|next, prev| {
+            if next.0 != prev.0 {
+                return false;
+            }
+            if upper && next.1 > prev.1 {
+                *prev = *next;
+            }
+            true
+        });
+        for _ in 0..layers {
+            if pts.is_empty() {
+                break;
+            }
+            let layer = hull(&pts, upper);
+            for &i in &layer {
+                keep[i] = true;
+            }
+            pts.retain(|p| !layer.contains(&p.2));
+        }
+    }
+    constraints
+        .iter()
+        .zip(keep)
+        .filter_map(|(c, k)| k.then_some(*c))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -576,5 +650,35 @@ mod tests {
         assert!(lp + shift <= lf + 1e-3 && up + shift >= uf - 1e-3);
         let t = signed_diff(CLOCK.ns(probe), full.ns_ref);
         assert!(lp + shift <= t + 1.0 && t <= up + shift + 1.0);
+    }
+
+    #[test]
+    fn hull_pruning_is_lossless() {
+        let data = brackets(5000, 20_000, 6, 800, 1800);
+        let opts = FitOptions {
+            trim_per_side: 0,
+            ..FitOptions::default()
+        };
+        let full = Fit::new(&data, &opts).expect("fit");
+        let pruned = prune_hull(&data, 1);
+        assert!(pruned.len() < 200, "{}", pruned.len());
+        let p = Fit::new(&pruned, &opts).expect("fit pruned");
+        let probe = full.last_counter + 1_000_000_000;
+        let shift = signed_diff(p.ns_ref, full.ns_ref);
+        let (lf, uf) = full.range_at(probe);
+        let (lp, up) = p.range_at(probe);
+        assert!(
+            (lp + shift - lf).abs() < 0.01 && (up + shift - uf).abs() < 0.01,
+            "{lf} {uf} vs {} {}",
+            lp + shift,
+            up + shift
+        );
+        // Two layers keep the trimmed fit's band too.
+        let trimmed = Fit::new(&data, &FitOptions::default()).expect("trimmed");
+        let p2 = Fit::new(&prune_hull(&data, 2), &FitOptions::default()).expect("trimmed pruned");
+        let (lt, ut) = trimmed.range_at(probe);
+        let (l2, u2) = p2.range_at(probe);
+        let shift2 = signed_diff(p2.ns_ref, trimmed.ns_ref);
+        assert!(l2 + shift2 <= lt + 0.01 && u2 + shift2 >= ut - 0.01);
     }
 }
