@@ -776,7 +776,10 @@ mod tests {
     fn report_startup() {
         let (mut times, mut bounds) = (Vec::new(), Vec::new());
         let mut options = CalibrationOptions::default();
-        if let Some(ms) = std::env::var("PERFCLOCK_INIT_MS").ok().and_then(|s| s.parse().ok()) {
+        if let Some(ms) = std::env::var("PERFCLOCK_INIT_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+        {
             options.init_budget = Duration::from_millis(ms);
         }
         for _ in 0..11 {
