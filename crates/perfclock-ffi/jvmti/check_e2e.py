@@ -201,6 +201,17 @@ def main():
                                jit=after + len(before), jit_before=len(before),
                                jit_late=len(late))
 
+    # Resolution (informational): how many collector-task samples a wrong offset would move out.
+    windows, _ = gc_windows(gc, "perf")
+    resolution = []
+    for shift in (-1_000_000, -100_000, 100_000, 1_000_000):
+        shifted = [(a + shift, b + shift) for a, b in windows]
+        starts = [w[0] for w in shifted]
+        out = sum(1 for s in gc_work if window_distance(shifted, starts, s[0], 0) > 0)
+        resolution.append(f"{shift / 1000:+.0f} us: {out}")
+    print("[perfclock] GC check resolution, collector-task samples outside if the stamps were "
+          "off by " + ", ".join(resolution))
+
     p, m = results["perf"], results["mono"]
     problems = []
     if p["windows"] < MIN_GC_WINDOWS:
