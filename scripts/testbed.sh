@@ -11,6 +11,8 @@
 #
 # Environment: PERFCLOCK_CACHE (kernel cache, default ~/.cache/perfclock-testbed),
 # CARGO_TARGET_DIR, PERFCLOCK_TESTBED_TIMEOUT (seconds per guest, default 300),
+# PERFCLOCK_TESTBED_ARM64_CNTFRQ (arm64 generic-timer Hz, default 24000000; empty: qemu's own),
+# PERFCLOCK_TESTBED_APPEND (extra kernel command line, e.g. TESTBED_CORE_OPS=2000),
 # PERFCLOCK_TESTBED_ALLOW_SKIP=1 (exit 0 even if a piece was skipped; failures still fail).
 #
 # Exit status: 0 all guests passed; 1 a check failed or a result is missing; 2 something was
@@ -21,6 +23,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${PERFCLOCK_CACHE:-$HOME/.cache/perfclock-testbed}
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 guest_timeout=${PERFCLOCK_TESTBED_TIMEOUT:-300}
+# 24 MHz, a common real arm64 timer rate: 41.67 ns per tick, so time_mult/time_shift are
+# inexact and the kernel's floored time_zero is really exercised. (qemu 10's default for -cpu
+# max is 1 GHz, where the conversion is exactly 1 ns per tick.)
+arm64_cntfrq=${PERFCLOCK_TESTBED_ARM64_CNTFRQ-24000000}
+append=${PERFCLOCK_TESTBED_APPEND:-}
 archs=("$@")
 [ ${#archs[@]} -gt 0 ] || archs=(x86_64 aarch64)
 work=$(mktemp -d "${TMPDIR:-/tmp}/perfclock-testbed.XXXXXX")
@@ -53,7 +60,7 @@ install_host_tools() {
     say "plain install failed; retrying with bookworm-backports (qemu-utils comes from there)"
     local ov=$cache/apt-backports
     mkdir -p "$ov/parts" "$ov/lists/partial"
-    cp /etc/apt/sources.list.d/*.sources "$ov/parts/" 2>/dev/null
+    cp /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list "$ov/parts/" 2>/dev/null
     printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm-backports' \
         'Components: main' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' >"$ov/parts/backports.sources"
     local o=(-oDir::Etc::SourceParts="$ov/parts" -oDir::State::Lists="$ov/lists")
@@ -134,8 +141,8 @@ done
 boot() { # $1 = arch; console goes to $work/$1/console.log
     local a=$1 q
     case $a in
-    x86_64) q=(qemu-system-x86_64 -cpu max -append "console=ttyS0 quiet no-kvmclock tsc=reliable rdinit=/init panic=-1") ;;
-    aarch64) q=(qemu-system-aarch64 -M virt -cpu max -append "console=ttyAMA0 quiet rdinit=/init panic=-1") ;;
+    x86_64) q=(qemu-system-x86_64 -cpu max -append "console=ttyS0 quiet no-kvmclock tsc=reliable rdinit=/init panic=-1 $append") ;;
+    aarch64) q=(qemu-system-aarch64 -M virt -cpu "max${arm64_cntfrq:+,cntfrq=$arm64_cntfrq}" -append "console=ttyAMA0 quiet rdinit=/init panic=-1 $append") ;;
     esac
     local start=$SECONDS
     timeout -k 10 "$guest_timeout" "${q[@]}" -accel tcg,thread=multi -m 1024 -smp 2 \
@@ -158,7 +165,7 @@ rows=()
 for a in "${archs[@]}"; do
     if [ -n "${broken[$a]:-}" ]; then
         skip "$a guest" "${broken[$a]}"
-        rows+=("$a|-|-|-|-|-|-|SKIPPED")
+        rows+=("$a|-|-|-|-|-|-|-|SKIPPED")
         continue
     fi
     read -r rc secs <"$work/$a/exit"
@@ -178,14 +185,17 @@ for a in "${archs[@]}"; do
         tail -n 40 "$work/$a/console.txt" >&2
         tail -n 5 "$work/$a/qemu.log" >&2
     fi
-    rows+=("$a|$(field kernel)|$(field events)|$(field violations)|$(field slips_1ns)|$(field tightest_ns)|$secs|$verdict")
+    hz=$(field counter_hz)
+    [[ $hz =~ ^[0-9]+$ ]] && hz=$(awk -v h="$hz" 'BEGIN { printf "%.1f", h / 1e6 }')
+    rows+=("$a|$(field kernel)|$hz|$(field events)|$(field violations)|$(field slips_1ns)|$(field tightest_ns)|$secs|$verdict")
 done
 
 echo
-printf '%-8s %-22s %9s %10s %9s %11s %7s %s\n' arch kernel events violations 1ns-slips tightest_ns time_s result
+fmt='%-8s %-16s %11s %8s %10s %9s %11s %6s %s\n'
+printf "$fmt" arch kernel counter_MHz events violations 1ns-slips tightest_ns time_s result
 for r in "${rows[@]}"; do
-    IFS='|' read -r a k e v s t secs res <<<"$r"
-    printf '%-8s %-22s %9s %10s %9s %11s %7s %s\n' "$a" "${k:--}" "${e:--}" "${v:--}" "${s:--}" "${t:--}" "$secs" "$res"
+    IFS='|' read -r a k hz e v s t secs res <<<"$r"
+    printf "$fmt" "$a" "${k:--}" "${hz:--}" "${e:--}" "${v:--}" "${s:--}" "${t:--}" "$secs" "$res"
 done
 
 if [ $failed = 1 ]; then echo "testbed: FAILED"; exit 1; fi

@@ -221,6 +221,18 @@ pub fn two_cpus(report: &mut Report) -> Option<[CoreId; 2]> {
     }
 }
 
+/// `TESTBED_SELFTEST_SKEW_NS`: added to every first reading, to prove that the checks and the
+/// script catch a clock that runs ahead of the kernel's. 0 (off) unless set.
+pub fn selftest_skew_ns() -> u64 {
+    static SKEW: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SKEW.get_or_init(|| {
+        std::env::var("TESTBED_SELFTEST_SKEW_NS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    })
+}
+
 /// Collects `n` brackets of the calling thread, cycling through the record kinds.
 ///
 /// `read` returns the readings in ns plus, for core reads, the full `Reading`.
@@ -263,7 +275,7 @@ pub fn collect(
         };
         let ns = Stamped {
             kind,
-            before: before.0,
+            before: before.0.saturating_add(selftest_skew_ns()),
             after: after.0,
             kernel_ns: stamped.kernel_ns,
             cpu: stamped.cpu,

@@ -16,7 +16,8 @@
 //!
 //! Event counts can be scaled from the kernel command line, which passes `NAME=value` words it
 //! does not know to init's environment: `TESTBED_CORE_OPS`, `TESTBED_FACADE_OPS`,
-//! `TESTBED_HANDOFFS`, `TESTBED_CHILD_OPS` (see [`Budget`]).
+//! `TESTBED_HANDOFFS`, `TESTBED_CHILD_OPS` (see [`Budget`]). `TESTBED_SELFTEST_SKEW_NS=N` skews
+//! the first reading of every bracket by N ns, to see the run fail.
 
 mod brackets;
 mod fork;
@@ -83,6 +84,12 @@ fn run(report: &mut Report) {
         report::kernel_version(),
         perfclock_core::counter::COUNTER_NAME,
     ));
+    if brackets::selftest_skew_ns() != 0 {
+        report.info(format_args!(
+            "self-test: first readings skewed by +{} ns, brackets must FAIL",
+            brackets::selftest_skew_ns()
+        ));
+    }
     let Some(tolerance) = page::check(report) else {
         return;
     };

@@ -65,10 +65,13 @@ pub fn check(report: &mut Report) -> Option<Tolerance> {
             return None;
         }
     };
+    // The counter's rate implied by the conversion: 2^shift / mult ticks per ns.
+    let counter_hz = (1u128 << conversion.shift()) * 1_000_000_000 / u128::from(conversion.mult());
+    report.set_counter_hz(counter_hz);
     report.pass(
         "page",
         format_args!(
-            "cap_user_time_zero=1 mult={} shift={}",
+            "cap_user_time_zero=1 mult={} shift={} counter_hz={counter_hz}",
             conversion.mult(),
             conversion.shift()
         ),

@@ -16,6 +16,8 @@ pub struct Report {
     tightest_ns: Option<u64>,
     /// Records bracketed through the facade's `now_ns()`, per CPU index (0 and 1).
     facade_events: [u64; 2],
+    /// Counter rate implied by the page's conversion.
+    counter_hz: Option<u128>,
 }
 
 impl Report {
@@ -28,7 +30,12 @@ impl Report {
             slips_1ns: 0,
             tightest_ns: None,
             facade_events: [0; 2],
+            counter_hz: None,
         }
+    }
+
+    pub fn set_counter_hz(&mut self, hz: u128) {
+        self.counter_hz = Some(hz);
     }
 
     pub fn info(&mut self, args: fmt::Arguments<'_>) {
@@ -82,10 +89,11 @@ impl Report {
             format_args!("cpu0={cpu0} cpu1={cpu1} required_per_cpu={min_facade_per_cpu}"),
         );
         println!(
-            "TESTBED SUMMARY arch={} kernel={} events={} violations={} slips_1ns={} tightest_ns={} \
-             checks_passed={} checks_failed={}",
+            "TESTBED SUMMARY arch={} kernel={} counter_hz={} events={} violations={} slips_1ns={} \
+             tightest_ns={} checks_passed={} checks_failed={}",
             std::env::consts::ARCH,
             kernel_release(),
+            self.counter_hz.map_or("-".to_owned(), |hz| hz.to_string()),
             self.events,
             self.violations,
             self.slips_1ns,
