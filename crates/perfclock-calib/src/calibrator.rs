@@ -548,10 +548,14 @@ impl Calibrator {
     }
 
     /// One refinement round. Returns the pause before the next.
-    fn refine(&mut self) -> Result<Duration, CalibError> {
-        let mut batch = Vec::with_capacity(self.options.refine_batch);
-        self.probe
-            .collect(self.options.refine_batch, &mut batch, None)?;
+    /// `since_last` is the pause just taken: short pauses (early on, while the slope baseline
+    /// is short) take smaller batches, so the CPU spent per second stays about constant.
+    fn refine(&mut self, since_last: Duration) -> Result<Duration, CalibError> {
+        let full = self.options.refine_batch.max(1);
+        let share = since_last.as_secs_f64() / self.options.max_refine_interval.as_secs_f64();
+        let n = ((full as f64 * share) as usize).clamp((full / 8).max(3), full);
+        let mut batch = Vec::with_capacity(n);
+        self.probe.collect(n, &mut batch, None)?;
         #[cfg(test)]
         {
             let skew = self.shared.skew_ns.load(Ordering::Relaxed);
@@ -674,7 +678,7 @@ fn run(
         if shared.stop.load(Ordering::Relaxed) {
             break;
         }
-        pause = match cal.refine() {
+        pause = match cal.refine(pause) {
             Ok(p) => p,
             // Transient trouble (e.g. fd limits): keep the last publication, its bound keeps
             // growing honestly; try again later.
