@@ -691,6 +691,47 @@ fn run(
     }
 }
 
+/// How far `CLOCK_MONOTONIC` is from a perf-domain clock (for the doctor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MonotonicOffset {
+    /// `CLOCK_MONOTONIC - perf clock`, ns.
+    pub offset_ns: i64,
+    /// Half the narrowest `perf, monotonic, perf` bracket, ns (the clock's own error bound
+    /// comes on top).
+    pub uncertainty_ns: u64,
+}
+
+/// Measures `CLOCK_MONOTONIC - clock` with the narrowest of 64 brackets `clock, monotonic, clock`.
+///
+/// # Errors
+/// The clock's [`ReadError`].
+pub fn monotonic_offset(clock: &impl PerfTimeSource) -> Result<MonotonicOffset, ReadError> {
+    let mut best: Option<MonotonicOffset> = None;
+    for _ in 0..64 {
+        let before = clock.now_ns()?;
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: ts is a valid out-pointer; clock_gettime has no other effects.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let after = clock.now_ns()?;
+        if rc != 0 || after < before {
+            continue;
+        }
+        let mono = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec);
+        let mid = (i128::from(before) + i128::from(after)) / 2;
+        let candidate = MonotonicOffset {
+            offset_ns: i64::try_from(mono - mid).unwrap_or(i64::MAX),
+            uncertainty_ns: (after - before).div_ceil(2),
+        };
+        if best.map_or(true, |b| candidate.uncertainty_ns < b.uncertainty_ns) {
+            best = Some(candidate);
+        }
+    }
+    best.ok_or(ReadError::Contended)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -721,6 +762,19 @@ mod tests {
             "{report}"
         );
         assert_eq!(report.violations(), 0, "{report}");
+    }
+
+    #[test]
+    fn monotonic_offset_is_measured_in_calibrated_mode() {
+        let clock = CalibratedClock::start(CalibrationOptions::default()).expect("calibration");
+        let m = monotonic_offset(&clock).expect("offset");
+        println!(
+            "CLOCK_MONOTONIC - perf clock = {} ns +- {} ns",
+            m.offset_ns, m.uncertainty_ns
+        );
+        assert!(m.uncertainty_ns < 100_000, "{m:?}");
+        // Both clocks count from about boot: they cannot be a whole day apart.
+        assert!(m.offset_ns.unsigned_abs() < 86_400_000_000_000, "{m:?}");
     }
 
     #[test]
