@@ -1,0 +1,88 @@
+//! `perf_event_open` refused: a child process installs a seccomp filter that makes
+//! `perf_event_open` fail with EACCES, EPERM, then ENOSYS (one child each). `init()` must return
+//! the matching typed error with a message that says what to change, the signal-safe calls must
+//! answer "no clock", and nothing may panic.
+
+mod hostile_common;
+
+use std::time::Duration;
+
+use hostile_common::{child_case, fail_with_errno, install_filter, run_child, watchdog};
+use perfclock::{Clock, Error};
+use perfclock_calib::OpenError;
+
+const TEST: &str = "perf_event_open_refused_is_a_typed_error";
+
+#[test]
+fn perf_event_open_refused_is_a_typed_error() {
+    if let Some(case) = child_case() {
+        refused_child(&case);
+        return;
+    }
+    for errno in ["EACCES", "EPERM", "ENOSYS"] {
+        let run = run_child(TEST, errno, Duration::from_secs(30));
+        run.expect_success(&format!("REFUSED-OK {errno}"));
+    }
+}
+
+fn errno_of(name: &str) -> i32 {
+    match name {
+        "EACCES" => libc::EACCES,
+        "EPERM" => libc::EPERM,
+        "ENOSYS" => libc::ENOSYS,
+        other => panic!("unknown case {other}"),
+    }
+}
+
+fn refused_child(name: &str) {
+    watchdog(20);
+    let errno = errno_of(name);
+    // Only this thread (and threads it spawns later) sees the filter.
+    install_filter(&fail_with_errno(libc::SYS_perf_event_open, errno));
+    // The filter works: a raw perf_event_open now fails with exactly this errno.
+    let mut attr = *perfclock_calib::event::EventAttr::dummy().as_raw();
+    // SAFETY: a valid attr; the call is refused by the filter before the kernel looks at it.
+    let fd = unsafe { perf_event_open_sys::perf_event_open(&mut attr, 0, -1, -1, 0) };
+    assert_eq!(fd, -1, "the seccomp filter did not refuse perf_event_open");
+    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(errno));
+
+    let error = perfclock::init().expect_err("init must fail when perf_event_open is refused");
+    let message = error.to_string();
+    println!("{name}: init() -> {error:?}\n  message: {message}");
+    match (errno, &error) {
+        (
+            libc::EACCES | libc::EPERM,
+            Error::PerfEvent(OpenError::PermissionDenied { errno: got, .. }),
+        ) => {
+            assert_eq!(*got, errno);
+            assert_eq!(error.code(), -1);
+            assert!(message.contains("perf_event_open refused"), "{message}");
+            assert!(message.contains(name), "errno name missing: {message}");
+            // What to change: the filter, the paranoid level or the capability.
+            assert!(
+                message.contains("seccomp") && message.contains("perf_event_paranoid"),
+                "the message does not say what to change: {message}"
+            );
+        }
+        (libc::ENOSYS, Error::PerfEvent(OpenError::NoPerfSupport { errno: got })) => {
+            assert_eq!(*got, errno);
+            assert_eq!(error.code(), -2);
+            assert!(message.contains("ENOSYS"), "{message}");
+            assert!(
+                message.contains("CONFIG_PERF_EVENTS") && message.contains("seccomp"),
+                "the message does not say what to change: {message}"
+            );
+        }
+        _ => panic!("{name}: wrong error kind {error:?}"),
+    }
+    // The failure is remembered and the signal-safe calls say "no clock".
+    assert_eq!(perfclock::init().err(), Some(error.clone()));
+    assert_eq!(perfclock::try_now_ns(), None);
+    assert_eq!(perfclock::now_ns(), 0);
+    assert_eq!(perfclock::mode(), None);
+    assert_eq!(perfclock::error_bound_ns(), u64::MAX);
+    // Opening a clock directly fails the same way, in both constructors.
+    assert_eq!(Clock::open().err(), Some(error.clone()));
+    assert_eq!(Clock::open_kernel_only().err(), Some(error));
+    println!("REFUSED-OK {name}");
+}
