@@ -87,7 +87,8 @@ fi
 # --- kernels: resolve linux-image-<arch>'s current dependency, cache the vmlinuz --------------
 # Private apt lists per architecture, so neither the host's lists nor its architecture set change.
 fetch_kernel() { # $1 = Debian arch; prints the cached vmlinuz path
-    local da=$1 d=$cache/apt-$da
+    local da=$1
+    local d=$cache/apt-$da
     mkdir -p "$d/lists/partial" "$d/cache/archives/partial"
     local o=(-oAPT::Architecture="$da" -oAPT::Architectures="$da" -oDir::State::Lists="$d/lists" -oDir::Cache="$d/cache")
     apt-get "${o[@]}" update -qq >"$work/apt-$da.log" 2>&1 || say "apt-get update ($da) failed; trying the cache"
@@ -96,7 +97,7 @@ fetch_kernel() { # $1 = Debian arch; prints the cached vmlinuz path
     ver=$(apt-cache "${o[@]}" show --no-all-versions "$pkg" 2>/dev/null | awk '/^Version:/{print $2; exit}')
     if [ -z "$pkg" ] || [ -z "$ver" ]; then # offline: newest cached kernel, said out loud
         local last
-        last=$(ls -1d "$cache/kernels/$da"/*/vmlinuz 2>/dev/null | sort -V | tail -n 1)
+        last=$(printf '%s\n' "$cache/kernels/$da"/*/vmlinuz | grep -v '\*' | sort -V | tail -n 1)
         [ -n "$last" ] && say "could not resolve linux-image-$da; using cached $last" && echo "$last" && return 0
         return 1
     fi
@@ -191,11 +192,11 @@ for a in "${archs[@]}"; do
 done
 
 echo
-fmt='%-8s %-16s %11s %8s %10s %9s %11s %6s %s\n'
-printf "$fmt" arch kernel counter_MHz events violations 1ns-slips tightest_ns time_s result
+row() { printf '%-8s %-16s %11s %8s %10s %9s %11s %6s %s\n' "$@"; }
+row arch kernel counter_MHz events violations 1ns-slips tightest_ns time_s result
 for r in "${rows[@]}"; do
     IFS='|' read -r a k hz e v s t secs res <<<"$r"
-    printf "$fmt" "$a" "${k:--}" "${hz:--}" "${e:--}" "${v:--}" "${s:--}" "${t:--}" "$secs" "$res"
+    row "$a" "${k:--}" "${hz:--}" "${e:--}" "${v:--}" "${s:--}" "${t:--}" "$secs" "$res"
 done
 
 if [ $failed = 1 ]; then echo "testbed: FAILED"; exit 1; fi

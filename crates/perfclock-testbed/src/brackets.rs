@@ -394,3 +394,66 @@ pub fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance, cpus: [Co
         start.elapsed().as_secs_f64()
     ));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfclock_core::TimeConversion;
+
+    const EXACT: Tolerance = Tolerance { ns: 0, cycles: 0 };
+    const ARM64: Tolerance = Tolerance { ns: 1, cycles: 1 };
+
+    fn stamp(before: u64, kernel_ns: u64, after: u64) -> Stamped<u64> {
+        Stamped {
+            kind: RecordKind::Comm,
+            before,
+            after,
+            kernel_ns,
+            cpu: 1,
+        }
+    }
+
+    #[test]
+    fn a_stamp_inside_passes_and_outside_fails() {
+        let mut s = Stats::new();
+        s.judge(&stamp(100, 150, 200), None, EXACT, Some(1));
+        assert!(s.ok());
+        assert_eq!((s.events, s.tightest_ns, s.min_margin_ns), (1, 100, 50));
+        s.judge(&stamp(100, 99, 200), None, EXACT, Some(1));
+        assert!(!s.ok());
+        assert_eq!((s.violations, s.max_excess_ns), (1, 1));
+    }
+
+    #[test]
+    fn arm64_tolerates_one_ns_and_counts_it() {
+        let mut s = Stats::new();
+        s.judge(&stamp(100, 99, 200), None, ARM64, None);
+        assert!(s.ok());
+        assert_eq!((s.violations, s.slips), (0, 1));
+        s.judge(&stamp(100, 202, 200), None, ARM64, None);
+        assert!(!s.ok());
+    }
+
+    #[test]
+    fn a_record_from_another_cpu_fails() {
+        let mut s = Stats::new();
+        s.judge(&stamp(100, 150, 200), None, EXACT, Some(0));
+        assert_eq!(s.wrong_cpu, 1);
+        assert!(!s.ok());
+    }
+
+    #[test]
+    fn ns_to_cycles_outside_the_counter_reads_fails() {
+        let conversion = TimeConversion::new(1 << 20, 20, 0).unwrap(); // 1 ns per cycle
+        let reading = |cycles| Reading { cycles, conversion };
+        let (b, a) = (reading(100), reading(200));
+        let mut s = Stats::new();
+        s.judge(&stamp(100, 150, 200), Some((&b, &a)), EXACT, None);
+        assert!(s.ok());
+        // The ns bracket holds, but the counter values say the record came later.
+        let (b, a) = (reading(160), reading(200));
+        s.judge(&stamp(100, 150, 200), Some((&b, &a)), EXACT, None);
+        assert_eq!(s.inverse_violations, 1);
+        assert!(!s.ok());
+    }
+}
