@@ -80,7 +80,7 @@ impl Default for CalibrationOptions {
             start_timeout: Duration::from_secs(2),
             fit: FitOptions::default(),
             window: Duration::from_secs(120),
-            refine_batch: 64,
+            refine_batch: 192,
             allowed_growth_ns: 20,
             min_refine_interval: Duration::from_millis(5),
             max_refine_interval: Duration::from_secs(1),
