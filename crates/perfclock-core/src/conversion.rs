@@ -32,6 +32,7 @@ impl TimeConversion {
     /// # Errors
     /// [`ParamError::ZeroMultiplier`] or [`ParamError::ShiftTooLarge`] for parameters no kernel
     /// publishes.
+    #[inline]
     pub const fn new(mult: u32, shift: u16, zero: u64) -> Result<Self, ParamError> {
         if mult == 0 {
             return Err(ParamError::ZeroMultiplier);
@@ -55,6 +56,7 @@ impl TimeConversion {
     /// # Errors
     /// As [`TimeConversion::new`], and [`ParamError::InvalidMask`] unless `mask` is `2^k - 1`
     /// with `k >= 1`.
+    #[inline]
     pub const fn new_short(
         mult: u32,
         shift: u16,

@@ -33,6 +33,9 @@ impl RawTimeFields {
     /// # Errors
     /// [`ReadError::TimeZeroUnavailable`] without `cap_user_time_zero`,
     /// [`ReadError::InvalidParameters`] for parameters that make no sense.
+    // Inline: it runs on every read (`PageReader::now_ns`), and as an out-of-line call from
+    // another crate it costs a call, a spill of the fields and a Result through memory.
+    #[inline]
     pub const fn conversion(&self) -> Result<TimeConversion, ReadError> {
         if self.capabilities & caps::USER_TIME_ZERO == 0 {
             return Err(ReadError::TimeZeroUnavailable {
