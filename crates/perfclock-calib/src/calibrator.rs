@@ -24,7 +24,7 @@
 //! [`PageWriter`]) and everyone else reads it through atomics ([`PageReader`]).
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -161,6 +161,9 @@ pub struct CalibStats {
     pub jumps: u64,
     /// Fresh brackets that fell outside the published bound when checked (jumps included).
     pub stray_brackets: u64,
+    /// Size of the last jump: median of `kernel_ns - published(bracket middle)` over the batch
+    /// that revealed it, ns (0 before any jump).
+    pub last_jump_ns: i64,
     /// Counter span of the last fit, in perf ns.
     pub last_fit_span_ns: u64,
     /// Brackets the last fit used.
@@ -179,6 +182,7 @@ struct AtomicStats {
     refinements: AtomicU64,
     jumps: AtomicU64,
     stray_brackets: AtomicU64,
+    last_jump_ns: AtomicI64,
     last_fit_span_ns: AtomicU64,
     last_fit_brackets: AtomicU64,
     first_calibration_ns: AtomicU64,
@@ -194,6 +198,7 @@ impl AtomicStats {
             refinements: r(&self.refinements),
             jumps: r(&self.jumps),
             stray_brackets: r(&self.stray_brackets),
+            last_jump_ns: self.last_jump_ns.load(Ordering::Relaxed),
             last_fit_span_ns: r(&self.last_fit_span_ns),
             last_fit_brackets: r(&self.last_fit_brackets),
             first_calibration_ns: r(&self.first_calibration_ns),
@@ -569,6 +574,17 @@ impl Calibrator {
         let st = &self.shared.stats;
         st.stray_brackets.fetch_add(stray as u64, Ordering::Relaxed);
         if stray >= 2 && stray * 2 >= batch.len() {
+            let mut offsets: Vec<i64> = batch
+                .iter()
+                .map(|b| {
+                    let mid = b.before / 2 + b.after / 2;
+                    let published = sol.conversion.cycles_to_ns(mid);
+                    i64::try_from(i128::from(b.kernel_ns) - i128::from(published)).unwrap_or(0)
+                })
+                .collect();
+            offsets.sort_unstable();
+            st.last_jump_ns
+                .store(offsets[offsets.len() / 2], Ordering::Relaxed);
             st.jumps.fetch_add(1, Ordering::Relaxed);
             self.calibrate_from_scratch()?;
             return Ok(self.options.min_refine_interval);
@@ -820,6 +836,7 @@ mod tests {
         }
         let st = clock.stats();
         assert!(st.jumps >= 1 && st.calibrations >= 2, "{st:?}");
+        assert!((st.last_jump_ns - 1_000_000).abs() < 10_000, "{st:?}");
         // Let the recalibration publish, then the clock runs 1 ms ahead of the kernel: verify
         // must now see violations (the check can fail).
         std::thread::sleep(Duration::from_millis(100));
