@@ -1,2 +1,281 @@
-//! Read-cost benchmarks (issue 7); filled in by the next commit.
-fn main() {}
+//! What one read of each clock costs, on one thread and on two threads reading at once.
+//!
+//! ```text
+//! CARGO_TARGET_DIR=target cargo bench --bench read && python3 benches/summary.py target
+//! ```
+//!
+//! Every read loop is the same shape ([`run_calls`]): `iters` calls, each result passed through
+//! `black_box`, so the comparison is like for like (no call can be elided or hoisted, and each
+//! loop carries the same sink). Calls in a loop are independent, so what is measured is
+//! throughput, as in a program that stamps events. `lfence; rdtsc` against
+//! `lfence; perfclock::now_ns` compares latency instead: each read starts only when everything
+//! before it (the previous read included) has finished.
+//!
+//! Two threads: both threads run the loop at the same time (started by a barrier, pinned to
+//! different CPUs when there are two); the reported time is the mean of the two threads' own
+//! elapsed times, i.e. the per-thread cost. The bench prints how much the two loops overlapped:
+//! on a loaded machine one thread can be descheduled while the other runs.
+
+use std::hint::black_box;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use perfclock::{Clock, Options};
+use perfclock_calib::{GroundTruth, RecordKind};
+use perfclock_core::{counter, PageReader, PageWriter, PerfEventMmapPage, TimeConversion};
+
+/// Non-short parameters (`cap_user_time_zero` set, `cap_user_time_short` clear), the form an
+/// x86 kernel with a native TSC sched_clock publishes; the values are one calibrated run's.
+const EXACT_MULT: u32 = 1_654_360_220;
+const EXACT_SHIFT: u16 = 32;
+const EXACT_ZERO: u64 = 18_446_744_073_616_931_993;
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .without_plots()
+        .configure_from_args()
+}
+
+/// `iters` calls of `read`, each result through `black_box`; returns the elapsed time.
+#[inline(always)]
+fn run_calls<T>(iters: u64, read: &impl Fn() -> T) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        black_box(read());
+    }
+    start.elapsed()
+}
+
+/// Pins the calling thread to `cpu` (best effort: a failure leaves it unpinned).
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below CPU_SETSIZE (the callers pass 0 or 1).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is the calling thread; the set is a valid cpu_set_t of the size passed.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+}
+
+/// Samples of two-thread runs, and how many of them overlapped by less than 90%.
+static TWO_THREAD_SAMPLES: AtomicU64 = AtomicU64::new(0);
+static TWO_THREAD_POOR_OVERLAP: AtomicU64 = AtomicU64::new(0);
+
+/// Both threads run `iters` calls at once; returns the mean of their elapsed times.
+fn run_calls_two_threads<T>(iters: u64, read: &(impl Fn() -> T + Sync)) -> Duration {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let barrier = Barrier::new(2);
+    let (first, second) = std::thread::scope(|scope| {
+        let spawn = |index: usize| {
+            let barrier = &barrier;
+            scope.spawn(move || {
+                if cpus >= 2 {
+                    pin_to(index);
+                }
+                barrier.wait();
+                let start = Instant::now();
+                let elapsed = run_calls(iters, read);
+                (start, elapsed)
+            })
+        };
+        let (a, b) = (spawn(0), spawn(1));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let end = |(start, elapsed): (Instant, Duration)| start + elapsed;
+    let overlap = end(first)
+        .min(end(second))
+        .saturating_duration_since(first.0.max(second.0));
+    let longest = first.1.max(second.1);
+    TWO_THREAD_SAMPLES.fetch_add(1, Ordering::Relaxed);
+    if overlap.as_secs_f64() < 0.9 * longest.as_secs_f64() {
+        TWO_THREAD_POOR_OVERLAP.fetch_add(1, Ordering::Relaxed);
+    }
+    (first.1 + second.1) / 2
+}
+
+fn report_overlap(name: &str) {
+    let samples = TWO_THREAD_SAMPLES.swap(0, Ordering::Relaxed);
+    let poor = TWO_THREAD_POOR_OVERLAP.swap(0, Ordering::Relaxed);
+    println!("{name}: {poor} of {samples} two-thread samples overlapped by less than 90%");
+}
+
+#[inline(always)]
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec we pass (glibc serves it from the vDSO).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Waits for every earlier instruction to finish, as `counter::read_counter_ordered` does before
+/// its read (x86_64 `lfence`, aarch64 `isb`).
+#[inline(always)]
+fn serialise() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: lfence is part of SSE2, which every x86_64 CPU has; it has no memory effects.
+    unsafe {
+        core::arch::x86_64::_mm_lfence()
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: isb only flushes the pipeline; it touches no memory, stack or flags.
+    unsafe {
+        core::arch::asm!("isb", options(nomem, nostack, preserves_flags))
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn rdtscp() -> u64 {
+    let mut aux = 0u32;
+    // SAFETY: only called when /proc/cpuinfo lists rdtscp (`has_rdtscp`); it writes only `aux`.
+    unsafe { core::arch::x86_64::__rdtscp(&mut aux) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn rdtscp() -> u64 {
+    0
+}
+
+fn has_rdtscp() -> bool {
+    cfg!(target_arch = "x86_64")
+        && std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| {
+            info.lines()
+                .filter(|line| line.starts_with("flags"))
+                .any(|line| line.split_whitespace().any(|flag| flag == "rdtscp"))
+        })
+}
+
+/// A page of ordinary memory with exact-mode parameters published, and its reader.
+fn exact_page() -> PageReader {
+    let page = NonNull::from(Box::leak(Box::new(PerfEventMmapPage::zeroed())));
+    let conversion = TimeConversion::new(EXACT_MULT, EXACT_SHIFT, EXACT_ZERO).unwrap();
+    // SAFETY: the page is leaked (lives for the process), 8-aligned (a Box of an 8-aligned
+    // type), and this is its only writer.
+    unsafe { PageWriter::new(page) }.publish(&conversion);
+    // SAFETY: as above; it is written only through the PageWriter.
+    unsafe { PageReader::new(page) }
+}
+
+fn reads(c: &mut Criterion) {
+    // The process-wide clock, without background refinement so that no calibration thread
+    // competes for the two CPUs while reads are timed (the read path is the same either way).
+    let clock: &'static Clock = match perfclock::init_with(Options::default().refine(false)) {
+        Ok(clock) => clock,
+        Err(error) => {
+            println!("SKIPPED perfclock reads: no clock: {error}");
+            return;
+        }
+    };
+    println!(
+        "perfclock mode: {:?}, error bound {} ns",
+        clock.mode(),
+        clock.error_bound_ns()
+    );
+    let exact = exact_page();
+    let quanta_clock = quanta::Clock::new();
+
+    let perfclock_now = perfclock::now_ns;
+    let perfclock_try = || perfclock::try_now_ns().unwrap_or(0);
+    let clock_now = || clock.now_ns().unwrap_or(0);
+    let core_exact = || exact.now_ns().unwrap_or(0);
+    let lfence_now = || {
+        serialise();
+        perfclock::now_ns()
+    };
+    let rdtsc = || counter::read_counter().unwrap_or(0);
+    let lfence_rdtsc = || counter::read_counter_ordered().unwrap_or(0);
+    let std_instant = Instant::now;
+    let quanta_now = || quanta_clock.now();
+    let minstant_now = minstant::Instant::now;
+    // Each read is a closure monomorphised into the same inlined loop: no indirect call.
+    macro_rules! bench_one {
+        ($group:expr, $name:expr, $read:expr, $runner:ident) => {{
+            let read = $read;
+            $group.bench_function($name, |b| b.iter_custom(|iters| $runner(iters, &read)));
+        }};
+    }
+
+    let mut one = c.benchmark_group("read 1 thread");
+    bench_one!(one, "perfclock::now_ns", perfclock_now, run_calls);
+    bench_one!(one, "perfclock::try_now_ns", perfclock_try, run_calls);
+    bench_one!(one, "Clock::now_ns", clock_now, run_calls);
+    bench_one!(one, "PageReader::now_ns exact page", core_exact, run_calls);
+    bench_one!(one, "lfence; perfclock::now_ns", lfence_now, run_calls);
+    bench_one!(one, "rdtsc", rdtsc, run_calls);
+    bench_one!(one, "lfence;rdtsc", lfence_rdtsc, run_calls);
+    if has_rdtscp() {
+        bench_one!(one, "rdtscp", rdtscp, run_calls);
+    } else {
+        println!("SKIPPED rdtscp: the CPU does not report it");
+    }
+    bench_one!(one, "clock_gettime MONOTONIC", monotonic_ns, run_calls);
+    bench_one!(one, "std Instant::now", std_instant, run_calls);
+    bench_one!(one, "quanta Clock::now", quanta_now, run_calls);
+    bench_one!(one, "minstant Instant::now", minstant_now, run_calls);
+    one.finish();
+
+    let mut two = c.benchmark_group("read 2 threads");
+    bench_one!(
+        two,
+        "perfclock::now_ns",
+        perfclock_now,
+        run_calls_two_threads
+    );
+    report_overlap("perfclock::now_ns");
+    bench_one!(two, "Clock::now_ns", clock_now, run_calls_two_threads);
+    report_overlap("Clock::now_ns");
+    bench_one!(
+        two,
+        "PageReader::now_ns exact page",
+        core_exact,
+        run_calls_two_threads
+    );
+    report_overlap("PageReader::now_ns exact page");
+    bench_one!(two, "rdtsc", rdtsc, run_calls_two_threads);
+    report_overlap("rdtsc");
+    bench_one!(
+        two,
+        "clock_gettime MONOTONIC",
+        monotonic_ns,
+        run_calls_two_threads
+    );
+    report_overlap("clock_gettime MONOTONIC");
+    bench_one!(two, "quanta Clock::now", quanta_now, run_calls_two_threads);
+    report_overlap("quanta Clock::now");
+    two.finish();
+}
+
+/// One kernel-stamped round trip: what perfclock's calibration pays per bracket and every read
+/// avoids (prctl(PR_SET_NAME) twice, ring drain and parse).
+fn ground_truth(c: &mut Criterion) {
+    let mut truth = match GroundTruth::open(&[RecordKind::Comm]) {
+        Ok(truth) => truth,
+        Err(error) => {
+            println!("SKIPPED ground-truth round trip: {error}");
+            return;
+        }
+    };
+    let mut group = c.benchmark_group("read 1 thread");
+    group.bench_function("ground truth COMM round trip", |b| {
+        b.iter(|| {
+            truth
+                .bracket(RecordKind::Comm)
+                .map(|bracket| bracket.kernel_ns)
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = reads, ground_truth
+}
+criterion_main!(benches);

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Prints the README table from criterion's results: medians and the issue-7 ratios.
+
+usage: python3 benches/summary.py [TARGET_DIR]   (default: $CARGO_TARGET_DIR or ./target)
+"""
+import json
+import os
+import sys
+
+target = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("CARGO_TARGET_DIR", "target")
+root = os.path.join(target, "criterion")
+
+
+def median_ns(group, bench):
+    path = os.path.join(root, group, bench, "new", "estimates.json")
+    try:
+        with open(path) as f:
+            return json.load(f)["median"]["point_estimate"]
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def dirname(name):
+    # criterion's directory names: '/', ';', ':' and spaces kept, some characters replaced
+    for ch in "/\\?*<>|\":":
+        name = name.replace(ch, "_")
+    return name
+
+
+def lookup(group, bench):
+    return median_ns(dirname(group), dirname(bench))
+
+
+def fmt(ns):
+    if ns is None:
+        return "n/a"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.2f} us"
+    return f"{ns:.1f} ns"
+
+
+READS = [
+    ("perfclock::now_ns", "perf"),
+    ("perfclock::try_now_ns", "perf"),
+    ("Clock::now_ns", "perf"),
+    ("PageReader::now_ns exact page", "perf (exact-mode parameters, ordinary memory)"),
+    ("lfence; perfclock::now_ns", "perf, each read waits for the previous one"),
+    ("rdtsc", "raw TSC cycles"),
+    ("lfence;rdtsc", "raw TSC cycles"),
+    ("rdtscp", "raw TSC cycles"),
+    ("clock_gettime MONOTONIC", "CLOCK_MONOTONIC"),
+    ("std Instant::now", "CLOCK_MONOTONIC"),
+    ("quanta Clock::now", "TSC calibrated to CLOCK_MONOTONIC"),
+    ("minstant Instant::now", "TSC calibrated to CLOCK_MONOTONIC"),
+    ("ground truth COMM round trip", "perf (kernel-stamped, 2 prctl + ring read)"),
+]
+
+one = {name: lookup("read 1 thread", name) for name, _ in READS}
+two = {name: lookup("read 2 threads", name) for name, _ in READS}
+print("| read | time domain | median, 1 thread | median per thread, 2 threads | 2 threads / 1 |")
+print("| --- | --- | ---: | ---: | ---: |")
+for name, domain in READS:
+    a, b = one[name], two[name]
+    ratio = f"{b / a:.2f}" if a and b else ""
+    print(f"| `{name}` | {domain} | {fmt(a)} | {fmt(b) if b else ''} | {ratio} |")
+
+print()
+now, raw, gettime, quanta = (one.get(k) for k in
+                             ("perfclock::now_ns", "rdtsc", "clock_gettime MONOTONIC", "quanta Clock::now"))
+print("| target | measured | met |")
+print("| --- | ---: | --- |")
+
+
+def target(label, value, limit, less=True):
+    if value is None:
+        print(f"| {label} | n/a | |")
+        return
+    ok = value <= limit if less else value >= limit
+    print(f"| {label} | {value:.2f} | {'yes' if ok else 'no'} |")
+
+
+if now and raw:
+    target("now_ns / rdtsc <= 1.05", now / raw, 1.05)
+if now and gettime:
+    target("now_ns / clock_gettime <= 0.45", now / gettime, 0.45)
+if now and quanta:
+    target("now_ns / quanta Clock::now <= 1.00", now / quanta, 1.00)
+for name in ("perfclock::now_ns", "Clock::now_ns", "PageReader::now_ns exact page"):
+    if one.get(name) and two.get(name):
+        target(f"{name}: 2 threads / 1 thread <= 1.10", two[name] / one[name], 1.10)
+
+print()
+print("| open | median |")
+print("| --- | ---: |")
+for name in ("kernel page open+mmap+read+munmap", "Clock::open_kernel_only (fails here)",
+             "Clock::open (calibrated)"):
+    print(f"| `{name}` | {fmt(lookup('open', name))} |")
