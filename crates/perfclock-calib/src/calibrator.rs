@@ -79,7 +79,7 @@ impl Default for CalibrationOptions {
             init_budget: Duration::from_millis(30),
             start_timeout: Duration::from_secs(2),
             fit: FitOptions::default(),
-            window: Duration::from_secs(120),
+            window: Duration::from_secs(600),
             refine_batch: 192,
             allowed_growth_ns: 20,
             min_refine_interval: Duration::from_millis(5),
@@ -164,6 +164,8 @@ pub struct CalibStats {
     /// Size of the last jump: median of `kernel_ns - published(bracket middle)` over the batch
     /// that revealed it, ns (0 before any jump).
     pub last_jump_ns: i64,
+    /// Times the history window was halved because the brackets no longer fitted one line.
+    pub window_shrinks: u64,
     /// Counter span of the last fit, in perf ns.
     pub last_fit_span_ns: u64,
     /// Brackets the last fit used.
@@ -183,6 +185,7 @@ struct AtomicStats {
     jumps: AtomicU64,
     stray_brackets: AtomicU64,
     last_jump_ns: AtomicI64,
+    window_shrinks: AtomicU64,
     last_fit_span_ns: AtomicU64,
     last_fit_brackets: AtomicU64,
     first_calibration_ns: AtomicU64,
@@ -199,6 +202,7 @@ impl AtomicStats {
             jumps: r(&self.jumps),
             stray_brackets: r(&self.stray_brackets),
             last_jump_ns: self.last_jump_ns.load(Ordering::Relaxed),
+            window_shrinks: r(&self.window_shrinks),
             last_fit_span_ns: r(&self.last_fit_span_ns),
             last_fit_brackets: r(&self.last_fit_brackets),
             first_calibration_ns: r(&self.first_calibration_ns),
@@ -552,6 +556,30 @@ impl Calibrator {
         Ok(())
     }
 
+    /// Fit the history; if it needed to drop contradicting brackets beyond the routine trim (the
+    /// clock is not quite a straight line over the whole window), forget the older half of the
+    /// history and try again, down to 1/16 of it. Counts window shrinks.
+    fn fit_shrinking_window(&mut self) -> Option<Fit> {
+        let routine = 2 * self.options.fit.trim_per_side;
+        for _ in 0..5 {
+            if let Ok(f) = Fit::new(&self.history, &self.options.fit) {
+                // One contradicting pair is tolerated (a glitch); more is a pattern.
+                if f.rejected <= routine + 2 {
+                    return Some(f);
+                }
+            }
+            let first = self.history.iter().map(|c| c.before).min()?;
+            let last = self.history.iter().map(|c| c.after).max()?;
+            let middle = first + (last - first) / 2;
+            self.history.retain(|c| c.before >= middle);
+            self.shared
+                .stats
+                .window_shrinks
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        None
+    }
+
     /// One refinement round. Returns the pause before the next.
     /// `since_last` is the pause just taken: short pauses (early on, while the slope baseline
     /// is short) take smaller batches, so the CPU spent per second stays about constant.
@@ -597,10 +625,10 @@ impl Calibrator {
             self.history.retain(|c| c.before >= oldest);
             self.history = prune_history(&self.history);
         }
-        let fit = match Fit::new(&self.history, &self.options.fit) {
-            Ok(f) => f,
-            Err(_) => {
-                // The history contradicts itself: something moved. Start over.
+        let fit = match self.fit_shrinking_window() {
+            Some(f) => f,
+            None => {
+                // Even the recent history contradicts itself: something moved. Start over.
                 self.calibrate_from_scratch()?;
                 return Ok(self.options.min_refine_interval);
             }
