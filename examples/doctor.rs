@@ -138,33 +138,44 @@ fn compare_with_monotonic(clock: &Clock) {
     );
 }
 
-fn measure_read_cost(clock: &Clock) {
+/// `READS` calls of `read`, each result kept; ns per call. Generic, so each read is inlined
+/// into its own loop (no indirect call in the measurement).
+fn ns_per_call(read: impl Fn() -> u64) -> f64 {
     const READS: u32 = 200_000;
+    let start = Instant::now();
+    let mut sink = 0u64;
+    for _ in 0..READS {
+        sink = sink.wrapping_add(std::hint::black_box(read()));
+    }
+    std::hint::black_box(sink);
+    start.elapsed().as_nanos() as f64 / f64::from(READS)
+}
+
+fn measure_read_cost(clock: &Clock) {
+    const ROUNDS: usize = 11;
     let median = |mut samples: Vec<f64>| {
         samples.sort_by(f64::total_cmp);
         samples[samples.len() / 2]
     };
-    let time_per_call = |f: &dyn Fn() -> u64| {
-        let samples = (0..11)
-            .map(|_| {
-                let start = Instant::now();
-                let mut sink = 0u64;
-                for _ in 0..READS {
-                    sink = sink.wrapping_add(std::hint::black_box(f()));
-                }
-                std::hint::black_box(sink);
-                start.elapsed().as_nanos() as f64 / f64::from(READS)
-            })
-            .collect();
-        median(samples)
-    };
-    let clock_read = time_per_call(&|| clock.now_ns().unwrap_or(0));
-    let counter_read = time_per_call(&|| counter::read_counter().unwrap_or(0));
-    let monotonic = time_per_call(&monotonic_ns);
+    // Rounds interleave the three reads, and the ratio is taken within each round, so a change
+    // in the machine's load between rounds does not skew it.
+    let (mut clock_reads, mut counter_reads, mut monotonic_reads, mut ratios) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let clock_read = ns_per_call(|| clock.now_ns().unwrap_or(0));
+        let counter_read = ns_per_call(|| counter::read_counter().unwrap_or(0));
+        monotonic_reads.push(ns_per_call(monotonic_ns));
+        ratios.push(clock_read / counter_read);
+        clock_reads.push(clock_read);
+        counter_reads.push(counter_read);
+    }
     println!(
-        "\ncost per read (median of 11 runs of {READS}): now_ns {clock_read:.1} ns, raw {} \
-         {counter_read:.1} ns ({:.2}x), clock_gettime(CLOCK_MONOTONIC) {monotonic:.1} ns",
+        "\ncost per read (medians of {ROUNDS} interleaved rounds of 200000): now_ns {:.1} ns, raw \
+         {} {:.1} ns ({:.2}x), clock_gettime(CLOCK_MONOTONIC) {:.1} ns",
+        median(clock_reads),
         counter::COUNTER_NAME,
-        clock_read / counter_read
+        median(counter_reads),
+        median(ratios),
+        median(monotonic_reads)
     );
 }
