@@ -63,6 +63,13 @@ fn pin_to(cpu: usize) {
     unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
 }
 
+/// Whether the command line's filter (the first free argument, as criterion reads it) lets a
+/// benchmark named `name` run; `cargo bench -- paired` runs only the paired ratios.
+fn criterion_filter_allows(name: &str) -> bool {
+    let filter = std::env::args().skip(1).find(|arg| !arg.starts_with('-'));
+    filter.map_or(true, |filter| name.contains(filter.as_str()))
+}
+
 /// CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
 fn thread_cpu_time() -> Duration {
     let mut ts = libc::timespec {
@@ -264,6 +271,54 @@ fn reads(c: &mut Criterion) {
     bench_threads!("clock_gettime MONOTONIC", monotonic_ns);
     bench_threads!("quanta Clock::now", quanta_now);
     threaded.finish();
+
+    if criterion_filter_allows("paired") {
+        paired_ratios(clock, &quanta_clock);
+    }
+}
+
+/// ns per call over `calls` calls (the loop of [`run_calls`]).
+fn ns_per_call<T>(calls: u64, read: &impl Fn() -> T) -> f64 {
+    run_calls(calls, read).as_secs_f64() * 1e9 / calls as f64
+}
+
+/// The ratio targets measured paired: each round times every read once, back to back,
+/// and the ratios are taken within the round, so load that changes between criterion's
+/// benchmarks (seconds apart) does not skew them. Prints the median and the 10th-90th
+/// percentile range of each ratio over the rounds.
+fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock) {
+    const ROUNDS: usize = 41;
+    const CALLS: u64 = 100_000;
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let now = ns_per_call(CALLS, &perfclock::now_ns);
+        let clock_now = ns_per_call(CALLS, &|| clock.now_ns().unwrap_or(0));
+        let rdtsc = ns_per_call(CALLS, &|| counter::read_counter().unwrap_or(0));
+        let gettime = ns_per_call(CALLS, &monotonic_ns);
+        let quanta_now = ns_per_call(CALLS, &|| quanta_clock.now());
+        rounds.push([
+            now / rdtsc,
+            clock_now / rdtsc,
+            now / gettime,
+            now / quanta_now,
+        ]);
+    }
+    let labels = [
+        "perfclock::now_ns / rdtsc",
+        "Clock::now_ns / rdtsc",
+        "perfclock::now_ns / clock_gettime MONOTONIC",
+        "perfclock::now_ns / quanta Clock::now",
+    ];
+    for (index, label) in labels.iter().enumerate() {
+        let mut ratios: Vec<f64> = rounds.iter().map(|round| round[index]).collect();
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "paired ratio {label}: median {:.3} (p10 {:.3}, p90 {:.3}) over {ROUNDS} rounds",
+            ratios[ROUNDS / 2],
+            ratios[ROUNDS / 10],
+            ratios[ROUNDS * 9 / 10]
+        );
+    }
 }
 
 /// One kernel-stamped round trip: what perfclock's calibration pays per bracket and every read
