@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Prints the README table from criterion's results: medians and the issue-7 ratios.
 
-usage: python3 benches/summary.py [TARGET_DIR]   (default: $CARGO_TARGET_DIR or ./target)
+usage: python3 benches/summary.py [TARGET_DIR [BENCH_LOG]]
+  TARGET_DIR defaults to $CARGO_TARGET_DIR or ./target; BENCH_LOG is the saved output of
+  `cargo bench`, from which the paired ratios (printed by benches/read.rs) are added.
 """
 import json
 import os
+import re
 import sys
 
 target = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("CARGO_TARGET_DIR", "target")
@@ -87,14 +90,25 @@ def target(label, value, limit, less=True):
 
 
 if now and raw:
-    target("now_ns / rdtsc <= 1.05", now / raw, 1.05)
+    target("criterion medians: now_ns / rdtsc <= 1.05", now / raw, 1.05)
 if now and gettime:
-    target("now_ns / clock_gettime <= 0.45", now / gettime, 0.45)
+    target("criterion medians: now_ns / clock_gettime <= 0.45", now / gettime, 0.45)
 if now and quanta:
-    target("now_ns / quanta Clock::now <= 1.00", now / quanta, 1.00)
+    target("criterion medians: now_ns / quanta Clock::now <= 1.00", now / quanta, 1.00)
 for name in ("perfclock::now_ns", "Clock::now_ns", "PageReader::now_ns exact page"):
     if one_t.get(name) and two.get(name):
-        target(f"{name}: 2 threads / 1 thread <= 1.10", two[name] / one_t[name], 1.10)
+        target(f"per-thread CPU medians: {name}, 2 threads / 1 thread <= 1.10", two[name] / one_t[name], 1.10)
+
+if len(sys.argv) > 2:
+    with open(sys.argv[2]) as log:
+        for line in log:
+            m = re.match(r"paired ratio (.*): median ([0-9.]+) \(p10 ([0-9.]+), p90 ([0-9.]+)\)", line)
+            if m:
+                label, median, p10, p90 = m.groups()
+                limit = {"rdtsc": 1.05, "clock_gettime MONOTONIC": 0.45, "quanta Clock::now": 1.00}
+                bound = limit.get(label.split(" / ")[1])
+                met = "" if bound is None else ("yes" if float(median) <= bound else "no")
+                print(f"| paired: {label} (target {bound}) | {median} (p10 {p10}, p90 {p90}) | {met} |")
 
 print()
 print("| open | median |")
