@@ -310,29 +310,37 @@ fn alternating_sets() -> [TimeConversion; 2] {
     ]
 }
 
-/// Reads `reads` times while a writer thread alternates the two sets as fast as it can;
-/// every reading must be exactly one set (or `Contended`). Returns (seen per set, contended,
-/// writer updates).
-fn race(reads: u64) -> ([u64; 2], u64, u64) {
+/// Reads at least `reads` times while a writer thread alternates the two sets as fast as it
+/// can, and on until both sets have been seen (up to [`OVERLAP_DEADLINE`]: on a loaded machine
+/// the writer may get no CPU for a while); every reading must be exactly one set (or
+/// `Contended`). Returns (reads, seen per set, contended, writer updates).
+fn race(reads: u64) -> (u64, [u64; 2], u64, u64) {
     let page = Page::zeroed();
     let sets = alternating_sets();
     page.writer().publish(&sets[0]);
     let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicBool::new(false));
     let writer = {
-        let stop = Arc::clone(&stop);
+        let (stop, started) = (Arc::clone(&stop), Arc::clone(&started));
         std::thread::spawn(move || {
             let writer = page.writer();
             let mut updates = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 writer.publish(&sets[(updates % 2) as usize]);
                 updates += 1;
+                started.store(true, Ordering::Relaxed);
             }
             updates
         })
     };
+    while !started.load(Ordering::Relaxed) {
+        std::thread::yield_now();
+    }
     let reader = page.reader();
     let (mut seen, mut contended) = ([0u64; 2], 0u64);
-    for i in 0..reads {
+    let begun = Instant::now();
+    let mut i = 0u64;
+    while i < reads || ((seen[0] == 0 || seen[1] == 0) && begun.elapsed() < OVERLAP_DEADLINE) {
         match reader.read_with(|| i) {
             Ok(reading) => {
                 assert_eq!(reading.cycles, i, "the counter value was not the one read");
@@ -344,18 +352,22 @@ fn race(reads: u64) -> ([u64; 2], u64, u64) {
             Err(ReadError::Contended) => contended += 1,
             Err(other) => panic!("unexpected error {other:?}"),
         }
+        i += 1;
     }
     stop.store(true, Ordering::Relaxed);
     let updates = writer.join().expect("writer thread");
-    (seen, contended, updates)
+    (i, seen, contended, updates)
 }
+
+/// How long [`race`] keeps reading past its count for the writer to show both sets.
+const OVERLAP_DEADLINE: Duration = Duration::from_secs(20);
 
 #[test]
 fn racing_writer_short_run_never_tears() {
     let reads = if cfg!(miri) { 500 } else { 1_000_000 };
-    let (seen, contended, updates) = race(reads);
-    println!("{reads} reads, {updates} updates, seen {seen:?}, contended {contended}");
-    assert_eq!(seen[0] + seen[1] + contended, reads);
+    let (done, seen, contended, updates) = race(reads);
+    println!("{done} reads, {updates} updates, seen {seen:?}, contended {contended}");
+    assert_eq!(seen[0] + seen[1] + contended, done);
     if !cfg!(miri) {
         // Under Miri the interleaving is up to its scheduler; natively both sets must show up.
         assert!(updates > 100, "the writer barely ran ({updates} updates)");
@@ -374,9 +386,9 @@ fn racing_writer_100_million_reads_never_tear() {
         .and_then(|value| value.parse().ok())
         .unwrap_or(100_000_000);
     let started = Instant::now();
-    let (seen, contended, updates) = race(reads);
+    let (done, seen, contended, updates) = race(reads);
     println!(
-        "TORN-READS {reads} reads in {:?}: {updates} writer updates, seen {seen:?}, \
+        "TORN-READS {done} reads in {:?}: {updates} writer updates, seen {seen:?}, \
          contended {contended}, torn 0",
         started.elapsed()
     );
