@@ -533,10 +533,18 @@ impl Calibrator {
         let start = Instant::now();
         let mut raw = Vec::new();
         let mut tags = Vec::new();
+        let mut selected = false;
         while start.elapsed() < self.options.init_budget || raw.len() < 16 {
-            self.probe.collect(48, &mut raw, Some(&mut tags))?;
+            self.probe.collect(96, &mut raw, Some(&mut tags))?;
             if start.elapsed() > self.options.init_budget * 4 {
                 break;
+            }
+            // A quarter in, spend the rest of the budget on the kinds that bind.
+            if !selected && start.elapsed() * 4 >= self.options.init_budget {
+                selected = true;
+                if let Ok(rough) = Fit::new(&prune_history(&raw), &self.options.fit) {
+                    self.probe.select_useful(&rough, &raw, &tags);
+                }
             }
         }
         #[cfg(test)]
@@ -546,7 +554,9 @@ impl Calibrator {
         }
         self.history = prune_history(&raw);
         let fit = Fit::new(&self.history, &self.options.fit)?;
-        self.probe.select_useful(&fit, &raw, &tags);
+        if !selected {
+            self.probe.select_useful(&fit, &raw, &tags);
+        }
         self.publish(&fit)?;
         self.shared
             .stats
