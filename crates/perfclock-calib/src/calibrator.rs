@@ -900,6 +900,22 @@ mod tests {
             times.push(t.elapsed().as_micros() as u64);
             bounds.push(clock.error_bound_ns());
         }
+        // Without refinement the bound grows with the time since calibration.
+        let once = CalibratedClock::start(CalibrationOptions {
+            refine: false,
+            ..options.clone()
+        })
+        .expect("calibration");
+        let conv = once.reader().conversion().expect("published");
+        let ticks_per_s = (1_000_000_000u128 << conv.shift()) / u128::from(conv.mult().max(1));
+        let now = counter::read_counter().expect("counter");
+        for secs in [0u64, 1, 10, 60, 600] {
+            let at = now + (ticks_per_s as u64) * secs;
+            println!(
+                "refine off: bound {secs} s after calibration: {} ns",
+                once.error_bound_at(at)
+            );
+        }
         println!(
             "start() us: median {} all {times:?}",
             median(&mut times.clone())
