@@ -20,8 +20,12 @@ use std::time::{Duration, Instant};
 use hostile_common::{child_case, run_child, watchdog};
 
 const TEST: &str = "sigprof_handler_reads_while_threads_read";
-/// How long the readers run in the child.
+/// The readers run at least this long, and on until [`TARGET_HANDLER_READS`] or [`RUN_AT_MOST`].
 const RUN_FOR: Duration = Duration::from_secs(3);
+/// Handler reads to reach before stopping (a loaded machine delivers fewer per second).
+const TARGET_HANDLER_READS: u64 = 100_000;
+/// The longest the readers run.
+const RUN_AT_MOST: Duration = Duration::from_secs(15);
 /// Fewer handler reads than this means the signals did not really fire: the test fails.
 const MIN_HANDLER_READS: u64 = 20_000;
 /// Fewer loop reads than this per reader means a reader was starved: the test fails.
@@ -186,7 +190,12 @@ fn signal_child() {
             })
             .collect();
         set_prof_timer(100);
-        std::thread::sleep(RUN_FOR);
+        while started.elapsed() < RUN_FOR
+            || (HANDLER_READS.load(Ordering::Relaxed) < TARGET_HANDLER_READS
+                && started.elapsed() < RUN_AT_MOST)
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         set_prof_timer(0);
         stop.store(true, Ordering::Relaxed);
         let reports: Vec<LoopReport> = readers
