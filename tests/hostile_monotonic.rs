@@ -9,7 +9,7 @@
 //! a backward jump for any reader fast enough; an actual backward reading is counted too.
 //!
 //! `#[ignore]`d because it fails today (2026-12-02: about half of the republishes step back, by
-//! up to ~26 ns; one backward reading of 3 ns in 653 million tight-loop reads). Run it with
+//! up to ~48 ns; backward readings of 3-6 ns about once per 5-8 s of tight loop). Run it with
 //! `cargo test --release -p perfclock --test hostile_monotonic -- --ignored`.
 
 use std::time::{Duration, Instant};
