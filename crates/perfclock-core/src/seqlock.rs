@@ -427,27 +427,35 @@ mod tests {
 
     #[test]
     fn racing_writer_never_yields_a_torn_read() {
+        // At least this many reads; more while the writer has not yet overlapped them (on a loaded
+        // machine it may get no CPU for a while), up to ten times as many.
         const READS: u64 = 10_000_000;
+        const MIN_UPDATES: u64 = 1_000;
         let page = Arc::new(TestPage::new());
         let sets = alternating_sets();
         page.writer().publish(&sets[0]);
         let stop = Arc::new(AtomicBool::new(false));
+        let updates = Arc::new(AtomicU64::new(0));
         let writer = {
-            let (page, stop) = (Arc::clone(&page), Arc::clone(&stop));
+            let (page, stop, updates) =
+                (Arc::clone(&page), Arc::clone(&stop), Arc::clone(&updates));
             std::thread::spawn(move || {
                 let writer = page.writer();
-                let mut updates = 0u64;
+                let mut count = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    writer.publish(&sets[(updates % 2) as usize]);
-                    updates += 1;
+                    writer.publish(&sets[(count % 2) as usize]);
+                    count += 1;
+                    updates.store(count, Ordering::Relaxed);
                 }
-                updates
             })
         };
         let reader = page.reader();
-        let (mut seen, mut contended) = ([0u64; 2], 0u64);
-        for i in 0..READS {
-            match reader.read_with(|| i) {
+        let (mut seen, mut contended, mut reads) = ([0u64; 2], 0u64, 0u64);
+        while reads < READS
+            || (reads < 10 * READS
+                && (seen.contains(&0) || updates.load(Ordering::Relaxed) < MIN_UPDATES))
+        {
+            match reader.read_with(|| reads) {
                 Ok(reading) => {
                     let index = sets.iter().position(|set| *set == reading.conversion);
                     let index = index.unwrap_or_else(|| panic!("torn read: {reading:?}"));
@@ -456,11 +464,16 @@ mod tests {
                 Err(ReadError::Contended) => contended += 1,
                 Err(other) => panic!("unexpected error {other:?}"),
             }
+            reads += 1;
         }
         stop.store(true, Ordering::Relaxed);
-        let updates = writer.join().unwrap();
-        std::println!("{READS} reads, {updates} updates, seen {seen:?}, contended {contended}");
-        assert!(updates > 1_000, "the writer barely ran ({updates} updates)");
+        writer.join().unwrap();
+        let updates = updates.load(Ordering::Relaxed);
+        std::println!("{reads} reads, {updates} updates, seen {seen:?}, contended {contended}");
+        assert!(
+            updates >= MIN_UPDATES,
+            "the writer barely ran ({updates} updates)"
+        );
         assert!(
             seen[0] > 0 && seen[1] > 0,
             "reads never overlapped both sets: {seen:?}"
