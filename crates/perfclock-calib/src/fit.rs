@@ -364,14 +364,18 @@ impl Fit {
 
 /// Keep, in each of `buckets` equal slices of counter time, the `keep` tightest constraints on
 /// each side as judged at slope `slope`. Any subset gives a polygon at least as large, so
-/// pruning never makes the bound dishonest; it keeps the fit cheap on a long history.
+/// pruning never makes the bound dishonest; it keeps the fit cheap on a long history. Linear
+/// time; `keep == 0` or `buckets == 0` keeps everything.
 pub fn prune(
     constraints: &[Constraint],
     slope: f64,
     buckets: usize,
     keep: usize,
 ) -> Vec<Constraint> {
-    if constraints.len() <= buckets.saturating_mul(keep).saturating_mul(2) || buckets == 0 {
+    if constraints.len() <= buckets.saturating_mul(keep).saturating_mul(2)
+        || buckets == 0
+        || keep == 0
+    {
         return constraints.to_vec();
     }
     let first = constraints.iter().map(|c| c.before).min().unwrap_or(0);
@@ -397,10 +401,12 @@ pub fn prune(
         let hi_key = |c: &Constraint| {
             signed_diff(c.kernel_ns, base.kernel_ns) - slope * signed_diff(c.before, base.before)
         };
-        slice.sort_by(|a, b| lo_key(b).total_cmp(&lo_key(a)));
+        // Linear-time selection: the `keep` largest lo keys first, then the `keep` smallest hi
+        // keys among the rest.
+        slice.select_nth_unstable_by(keep - 1, |a, b| lo_key(b).total_cmp(&lo_key(a)));
         out.extend_from_slice(&slice[..keep]);
         let rest = &mut slice[keep..];
-        rest.sort_by(|a, b| hi_key(a).total_cmp(&hi_key(b)));
+        rest.select_nth_unstable_by(keep - 1, |a, b| hi_key(a).total_cmp(&hi_key(b)));
         out.extend_from_slice(&rest[..keep]);
     }
     out
