@@ -35,7 +35,9 @@ use perfclock_core::{
 
 use crate::fit::{prune, prune_hull, signed_diff, Constraint, Fit, FitError, FitOptions};
 use crate::ground_truth::{Bracket, BracketError, GroundTruth, GroundTruthError, RecordKind};
-use crate::published::{solve, union_bound, BoundCell, BoundModel, PublishError, Solution};
+use crate::published::{
+    continue_from, solve, union_bound, BoundCell, BoundModel, PublishError, Solution,
+};
 
 /// Name of the background thread (at most 15 bytes, the kernel's limit).
 pub const THREAD_NAME: &str = "perfclock-calib";
@@ -504,9 +506,16 @@ struct Calibrator {
 }
 
 impl Calibrator {
-    fn publish(&mut self, fit: &Fit) -> Result<(), CalibError> {
+    /// Publish `fit`. `continuous`: never step the clock back (refinements); off after a jump,
+    /// where the old line is simply wrong.
+    fn publish(&mut self, fit: &Fit, continuous: bool) -> Result<(), CalibError> {
         let now = counter::read_counter().ok_or(CalibError::CounterUnsupported)?;
-        let sol = solve(fit, now)?;
+        let mut sol = solve(fit, now)?;
+        if let (true, Some((old, _))) = (continuous, &self.current) {
+            let horizon_ns = self.options.max_refine_interval.as_nanos() as f64;
+            let horizon_ticks = (horizon_ns / fit.slope_best.max(f64::MIN_POSITIVE)) as u64;
+            sol = continue_from(&old.conversion, &sol, now, horizon_ticks)?;
+        }
         // While switching, a reader may pair either conversion with either bound: cover both.
         if let Some((old, _)) = &self.current {
             self.shared
@@ -557,7 +566,7 @@ impl Calibrator {
         if !selected {
             self.probe.select_useful(&fit, &raw, &tags);
         }
-        self.publish(&fit)?;
+        self.publish(&fit, false)?;
         self.shared
             .stats
             .calibrations
@@ -642,7 +651,7 @@ impl Calibrator {
                 return Ok(self.options.min_refine_interval);
             }
         };
-        self.publish(&fit)?;
+        self.publish(&fit, true)?;
         self.shared
             .stats
             .refinements

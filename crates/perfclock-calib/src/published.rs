@@ -165,6 +165,58 @@ pub fn solve(fit: &Fit, at_counter: u64) -> Result<Solution, PublishError> {
     })
 }
 
+/// Margin by which a continued line starts above the old one, ns: covers the floor in both
+/// conversions so that no reading taken after the switch is below one taken before it.
+pub const CONTINUITY_MARGIN_NS: u64 = 2;
+
+/// `target`, or, if publishing it would step the clock back (the old line is ahead of it at
+/// `at`), a line that continues the old one at `at` (plus [`CONTINUITY_MARGIN_NS`]) and slews
+/// into `target` over `horizon_ticks`: lower slope, same shift rules. The bound grows by exactly
+/// the distance between the two lines (`d` at `at`, plus the slope difference per tick), so it
+/// stays honest. Forward steps are published as they are: they never make time go back.
+///
+/// # Errors
+/// [`PublishError`] if the slewed slope cannot be expressed.
+pub fn continue_from(
+    old: &TimeConversion,
+    target: &Solution,
+    at: u64,
+    horizon_ticks: u64,
+) -> Result<Solution, PublishError> {
+    let old_ns = old.cycles_to_ns(at);
+    let target_ns = target.conversion.cycles_to_ns(at);
+    let ahead = old_ns.wrapping_sub(target_ns) as i64;
+    if ahead < 0 || horizon_ticks == 0 {
+        return Ok(*target);
+    }
+    let d = ahead as u64 + CONTINUITY_MARGIN_NS;
+    let t = &target.conversion;
+    let slope_target = f64::from(t.mult()) / (1u64 << t.shift()) as f64;
+    let slope = slope_target - d as f64 / horizon_ticks as f64;
+    let (mult, shift) = quantise_slope(slope)?;
+    let slope_q = f64::from(mult) / (1u64 << shift) as f64;
+    let scaled = ((u128::from(at) * u128::from(mult)) >> shift) as u64;
+    let zero = (old_ns + CONTINUITY_MARGIN_NS).wrapping_sub(scaled);
+    let conversion = TimeConversion::new(mult, shift, zero).map_err(PublishError::Param)?;
+    let extra_growth = ((slope_q - slope_target).abs() * (1u64 << GROWTH_SCALE_LOG2) as f64).ceil();
+    Ok(Solution {
+        conversion,
+        bound: BoundModel {
+            base_ns: target
+                .bound
+                .at(at)
+                .saturating_add(d)
+                .saturating_add(ROUNDING_NS),
+            growth_q48: target
+                .bound
+                .growth_q48
+                .saturating_add(extra_growth as u64)
+                .saturating_add(1),
+            counter_ref: at,
+        },
+    })
+}
+
 /// The published [`BoundModel`], readable lock-free from any thread (and from signal handlers:
 /// loads only, bounded retries) while one writer updates it. Same seqlock shape as the page.
 #[derive(Debug)]
@@ -370,5 +422,45 @@ mod tests {
         }
         stop.store(true, Ordering::Relaxed);
         writer.join().expect("writer");
+    }
+
+    #[test]
+    fn continuing_never_steps_back_and_covers_the_target() {
+        let old = TimeConversion::new(1_654_000_000, 32, 1_000_000).expect("old");
+        let target = Solution {
+            conversion: TimeConversion::new(1_654_000_100, 32, 999_800).expect("target"),
+            bound: BoundModel {
+                base_ns: 400,
+                growth_q48: 1000,
+                counter_ref: 5_000_000_000,
+            },
+        };
+        let at = 5_000_000_000u64;
+        assert!(old.cycles_to_ns(at) > target.conversion.cycles_to_ns(at));
+        let horizon = 2_600_000_000;
+        let sol = continue_from(&old, &target, at, horizon).expect("continue");
+        for dc in [0u64, 1, 1000, 1_000_000, horizon, 10 * horizon] {
+            let c = at + dc;
+            // No reading after the switch is below the old line at the same or an earlier counter.
+            if dc <= 1_000_000 {
+                assert!(
+                    sol.conversion.cycles_to_ns(c) >= old.cycles_to_ns(c),
+                    "dc {dc}"
+                );
+            }
+            let gap = sol
+                .conversion
+                .cycles_to_ns(c)
+                .abs_diff(target.conversion.cycles_to_ns(c));
+            assert!(
+                gap + target.bound.at(c) <= sol.bound.at(c),
+                "dc {dc}: gap {gap}, target {} vs {}",
+                target.bound.at(c),
+                sol.bound.at(c)
+            );
+        }
+        // A forward step is published as it is.
+        let behind = TimeConversion::new(1_654_000_000, 32, 0).expect("behind");
+        assert_eq!(continue_from(&behind, &target, at, horizon), Ok(target));
     }
 }
