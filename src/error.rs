@@ -4,6 +4,7 @@ use std::fmt;
 
 use perfclock_calib::calibrator::CalibError;
 use perfclock_calib::event::OpenError;
+use perfclock_calib::GroundTruthError;
 use perfclock_core::ReadError;
 
 use crate::diagnosis::Withheld;
@@ -35,13 +36,20 @@ pub enum Error {
 }
 
 impl Error {
-    /// A stable small integer per kind, for the C ABI.
+    /// A stable small integer per kind, for the C ABI. A calibration that failed because its
+    /// perf events could not be opened reports the open error's code: that is what to fix.
     pub fn code(&self) -> i32 {
         match self {
-            Error::PerfEvent(OpenError::PermissionDenied { .. }) => -1,
-            Error::PerfEvent(OpenError::NoPerfSupport { .. }) => -2,
-            Error::PerfEvent(OpenError::FdExhausted { .. }) => -3,
-            Error::PerfEvent(_) => -4,
+            Error::PerfEvent(open)
+            | Error::Calibration {
+                reason: CalibError::GroundTruth(GroundTruthError::Open(open)),
+                ..
+            } => match open {
+                OpenError::PermissionDenied { .. } => -1,
+                OpenError::NoPerfSupport { .. } => -2,
+                OpenError::FdExhausted { .. } => -3,
+                _ => -4,
+            },
             Error::KernelWithholdsTime(_) => -5,
             Error::Page(_) => -6,
             Error::Unsupported => -7,
