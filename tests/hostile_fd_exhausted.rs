@@ -98,7 +98,11 @@ fn fd_child(extra: u32) {
                         reason.contains("EMFILE") || reason.contains("descriptor"),
                         "calibration failure that does not name the descriptor limit: {reason}"
                     );
-                    assert_eq!(error.code(), -3, "the C code must name the cause: {error:?}");
+                    assert_eq!(
+                        error.code(),
+                        -3,
+                        "the C code must name the cause: {error:?}"
+                    );
                     "Calibration"
                 }
                 other => panic!("unexpected error for a descriptor limit: {other:?}"),
