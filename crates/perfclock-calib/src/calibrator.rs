@@ -34,6 +34,7 @@ use perfclock_core::{
 };
 
 use crate::fit::{prune, prune_hull, signed_diff, Constraint, Fit, FitError, FitOptions};
+use crate::fork_gate;
 use crate::ground_truth::{Bracket, BracketError, GroundTruth, GroundTruthError, RecordKind};
 use crate::published::{
     continue_from, solve, union_bound, BoundCell, BoundModel, PublishError, Solution,
@@ -266,6 +267,7 @@ impl CalibratedClock {
     /// # Errors
     /// [`CalibError`] if the records cannot be had, the fit fails, or the thread cannot run.
     pub fn start(options: CalibrationOptions) -> Result<Self, CalibError> {
+        fork_gate::install();
         let shared = Arc::new(Shared {
             page: OwnedPage::new(),
             bound: BoundCell::default(),
@@ -516,6 +518,8 @@ impl Calibrator {
             let horizon_ticks = (horizon_ns / fit.slope_best.max(f64::MIN_POSITIVE)) as u64;
             sol = continue_from(&old.conversion, &sol, now, horizon_ticks)?;
         }
+        // No fork may copy the page or the bound mid-update (see `fork_gate`).
+        let gate = fork_gate::hold();
         // While switching, a reader may pair either conversion with either bound: cover both.
         if let Some((old, _)) = &self.current {
             self.shared
@@ -524,6 +528,7 @@ impl Calibrator {
         }
         self.writer.publish(&sol.conversion);
         self.shared.bound.store(&sol.bound);
+        drop(gate);
         let st = &self.shared.stats;
         st.last_fit_span_ns.store(
             (fit.span_counter() as f64 * fit.slope_best) as u64,
