@@ -9,7 +9,7 @@
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use perfclock_core::{PageReader, PageWriter, PerfEventMmapPage, TimeConversion};
+use perfclock_core::{PageReader, PageWriter, PerfEventMmapPage, ReadError, TimeConversion};
 
 const BITS: u32 = 12;
 const MASK: u64 = (1 << BITS) - 1;
@@ -113,12 +113,16 @@ fn readers_never_see_time_go_back_while_the_kernel_re_anchors() {
         let mut reads = 0u64;
         while !done.load(Ordering::Acquire) || reads == 0 {
             let mut seen = 0;
-            let reading = reader
-                .read_with(|| {
-                    seen = ticks.load(Ordering::Acquire);
-                    seen & MASK
-                })
-                .unwrap();
+            let reading = reader.read_with(|| {
+                seen = ticks.load(Ordering::Acquire);
+                seen & MASK
+            });
+            // A writer that republishes back to back can keep a reader retrying past its bound
+            // on a loaded machine: that is the typed error by design, not a wrong time.
+            let reading = match reading {
+                Err(ReadError::Contended) => continue,
+                other => other.unwrap(),
+            };
             let ns = reading.ns();
             assert_eq!(ns, truth(seen), "counter value {seen}");
             assert!(ns >= last, "went back from {last} to {ns}");
