@@ -75,12 +75,14 @@ impl Reading {
     }
 }
 
-/// Reads a clock page. Copy it freely: it is a pointer.
+/// Reads a clock page, or a page and its mirror. Copy it freely: it is two pointers.
 #[derive(Debug, Clone, Copy)]
 pub struct PageReader {
-    /// Invariant: points to a readable, 8-aligned `PerfEventMmapPage` for as long as this value
-    /// (or a copy) is used; other parties may write it concurrently.
+    /// Invariant: both point to readable, 8-aligned `PerfEventMmapPage`s for as long as this
+    /// value (or a copy) is used; other parties may write them concurrently. `mirror` equals
+    /// `page` unless the reader was made with [`PageReader::new_mirrored`].
     page: NonNull<PerfEventMmapPage>,
+    mirror: NonNull<PerfEventMmapPage>,
 }
 
 // SAFETY: the reader only performs atomic loads through the pointer, which is sound from any
@@ -96,10 +98,24 @@ impl PageReader {
     /// that is written only by the kernel's protocol or a [`PageWriter`] (never by plain,
     /// non-atomic stores from Rust code).
     pub const unsafe fn new(page: NonNull<PerfEventMmapPage>) -> Self {
-        PageReader { page }
+        PageReader { page, mirror: page }
     }
 
-    /// The page this reader reads.
+    /// A reader of a page written by a user-space [`PageWriter::new_mirrored`]: each attempt that
+    /// finds `page` busy tries `mirror`. The writer finishes the mirror before it touches the
+    /// page, so at most one of them is ever mid-update, and a writer preempted in the middle of
+    /// an update (for as long as the scheduler likes) never makes readers fail.
+    ///
+    /// # Safety
+    /// As [`PageReader::new`], for both pages.
+    pub const unsafe fn new_mirrored(
+        page: NonNull<PerfEventMmapPage>,
+        mirror: NonNull<PerfEventMmapPage>,
+    ) -> Self {
+        PageReader { page, mirror }
+    }
+
+    /// The (primary) page this reader reads.
     pub const fn page(&self) -> NonNull<PerfEventMmapPage> {
         self.page
     }
@@ -152,32 +168,23 @@ impl PageReader {
         &self,
         counter: &mut impl FnMut() -> u64,
     ) -> Result<(RawTimeFields, u64), ReadError> {
-        let page = self.page.as_ptr();
-        // SAFETY: the constructor's contract: the page is mapped, aligned and only written
-        // atomically or by the kernel, so atomic views of its fields are sound.
-        let fields = unsafe { PageFields::of(page) };
+        // SAFETY: the constructor's contract: the pages are mapped, aligned and only written
+        // atomically or by the kernel, so atomic views of their fields are sound.
+        let (page, mirror) = unsafe {
+            (
+                PageFields::of(self.page.as_ptr()),
+                PageFields::of(self.mirror.as_ptr()),
+            )
+        };
+        let mirrored = self.mirror != self.page;
         for _ in 0..MAX_RETRIES {
-            // ATOMICS: Acquire pairs with the writer's Release store of the even value that ends
-            // an update, so the loads below see at least that update.
-            let sequence = fields.lock.load(Ordering::Acquire);
-            if sequence & 1 != 0 {
-                spin_loop();
-                continue;
+            if let Some(read) = attempt(&page, counter) {
+                return Ok(read);
             }
-            let raw = RawTimeFields {
-                capabilities: fields.capabilities.load(Ordering::Relaxed),
-                time_mult: fields.time_mult.load(Ordering::Relaxed),
-                time_shift: fields.time_shift.load(Ordering::Relaxed),
-                time_zero: fields.time_zero.load(Ordering::Relaxed),
-                time_cycles: fields.time_cycles.load(Ordering::Relaxed),
-                time_mask: fields.time_mask.load(Ordering::Relaxed),
-            };
-            let cycles = counter();
-            // ATOMICS: keeps the field loads above before the re-read of the lock; pairs with
-            // the writer's Release fence after it makes the lock odd.
-            fence(Ordering::Acquire);
-            if fields.lock.load(Ordering::Relaxed) == sequence {
-                return Ok((raw, cycles));
+            if mirrored {
+                if let Some(read) = attempt(&mirror, counter) {
+                    return Ok(read);
+                }
             }
             spin_loop();
         }
@@ -185,12 +192,42 @@ impl PageReader {
     }
 }
 
-/// Publishes a conversion into a page of ordinary memory with the kernel's protocol.
+/// One seqlock read section: `None` if the writer held the lock or changed it meanwhile. An odd
+/// lock is rejected before the counter is read.
+#[inline(always)]
+fn attempt(
+    fields: &PageFields<'_>,
+    counter: &mut impl FnMut() -> u64,
+) -> Option<(RawTimeFields, u64)> {
+    // ATOMICS: Acquire pairs with the writer's Release store of the even value that ends an
+    // update, so the loads below see at least that update.
+    let sequence = fields.lock.load(Ordering::Acquire);
+    if sequence & 1 != 0 {
+        return None;
+    }
+    let raw = RawTimeFields {
+        capabilities: fields.capabilities.load(Ordering::Relaxed),
+        time_mult: fields.time_mult.load(Ordering::Relaxed),
+        time_shift: fields.time_shift.load(Ordering::Relaxed),
+        time_zero: fields.time_zero.load(Ordering::Relaxed),
+        time_cycles: fields.time_cycles.load(Ordering::Relaxed),
+        time_mask: fields.time_mask.load(Ordering::Relaxed),
+    };
+    let cycles = counter();
+    // ATOMICS: keeps the field loads above before the re-read of the lock; pairs with the
+    // writer's Release fence after it makes the lock odd.
+    fence(Ordering::Acquire);
+    (fields.lock.load(Ordering::Relaxed) == sequence).then_some((raw, cycles))
+}
+
+/// Publishes a conversion into a page of ordinary memory (and its mirror) with the kernel's
+/// protocol.
 #[derive(Debug)]
 pub struct PageWriter {
-    /// Invariant: points to a writable, 8-aligned `PerfEventMmapPage` that outlives this writer,
-    /// and this is its only writer.
+    /// Invariant: both point to writable, 8-aligned `PerfEventMmapPage`s that outlive this
+    /// writer, and this is their only writer. `mirror` equals `page` unless mirrored.
     page: NonNull<PerfEventMmapPage>,
+    mirror: NonNull<PerfEventMmapPage>,
 }
 
 // SAFETY: the writer performs only atomic stores through the pointer; moving it to another thread
@@ -203,7 +240,19 @@ impl PageWriter {
     /// `size_of::<PerfEventMmapPage>()` bytes that outlives the writer, that no other writer
     /// updates, and that nothing accesses except through atomic loads ([`PageReader`]).
     pub const unsafe fn new(page: NonNull<PerfEventMmapPage>) -> Self {
-        PageWriter { page }
+        PageWriter { page, mirror: page }
+    }
+
+    /// A writer that updates `mirror` completely, then `page`: read both with
+    /// [`PageReader::new_mirrored`] and no reader ever waits for this writer.
+    ///
+    /// # Safety
+    /// As [`PageWriter::new`], for both pages, which must not overlap.
+    pub const unsafe fn new_mirrored(
+        page: NonNull<PerfEventMmapPage>,
+        mirror: NonNull<PerfEventMmapPage>,
+    ) -> Self {
+        PageWriter { page, mirror }
     }
 
     /// Publishes `conversion` with `cap_user_time` and `cap_user_time_zero` set (and
@@ -240,27 +289,35 @@ impl PageWriter {
         });
     }
 
-    /// Writes arbitrary field values, valid or not (tests use it to publish garbage).
+    /// Writes arbitrary field values, valid or not (tests use it to publish garbage): the
+    /// mirror first, if any, then the page.
     pub fn write(&self, raw: &RawTimeFields) {
-        // SAFETY: the constructor's contract: the page is ours to write, aligned, and accessed
-        // by others only through atomic loads.
-        let fields = unsafe { PageFields::of(self.page.as_ptr()) };
-        let odd = fields.lock.load(Ordering::Relaxed) | 1;
-        fields.lock.store(odd, Ordering::Relaxed);
-        // ATOMICS: orders the odd lock before the field stores; pairs with the reader's Acquire
-        // fence, so a reader that sees any new field sees the lock changed on its re-read.
-        fence(Ordering::Release);
-        fields
-            .capabilities
-            .store(raw.capabilities, Ordering::Relaxed);
-        fields.time_mult.store(raw.time_mult, Ordering::Relaxed);
-        fields.time_shift.store(raw.time_shift, Ordering::Relaxed);
-        fields.time_zero.store(raw.time_zero, Ordering::Relaxed);
-        fields.time_cycles.store(raw.time_cycles, Ordering::Relaxed);
-        fields.time_mask.store(raw.time_mask, Ordering::Relaxed);
-        // ATOMICS: Release pairs with the reader's Acquire load of the lock.
-        fields.lock.store(odd.wrapping_add(1), Ordering::Release);
+        if self.mirror != self.page {
+            write_page(self.mirror, raw);
+        }
+        write_page(self.page, raw);
     }
+}
+
+fn write_page(page: NonNull<PerfEventMmapPage>, raw: &RawTimeFields) {
+    // SAFETY: the writer's contract: the page is ours to write, aligned, and accessed by
+    // others only through atomic loads.
+    let fields = unsafe { PageFields::of(page.as_ptr()) };
+    let odd = fields.lock.load(Ordering::Relaxed) | 1;
+    fields.lock.store(odd, Ordering::Relaxed);
+    // ATOMICS: orders the odd lock before the field stores; pairs with the reader's Acquire
+    // fence, so a reader that sees any new field sees the lock changed on its re-read.
+    fence(Ordering::Release);
+    fields
+        .capabilities
+        .store(raw.capabilities, Ordering::Relaxed);
+    fields.time_mult.store(raw.time_mult, Ordering::Relaxed);
+    fields.time_shift.store(raw.time_shift, Ordering::Relaxed);
+    fields.time_zero.store(raw.time_zero, Ordering::Relaxed);
+    fields.time_cycles.store(raw.time_cycles, Ordering::Relaxed);
+    fields.time_mask.store(raw.time_mask, Ordering::Relaxed);
+    // ATOMICS: Release pairs with the reader's Acquire load of the lock.
+    fields.lock.store(odd.wrapping_add(1), Ordering::Release);
 }
 
 /// Atomic views of the fields the seqlock protects.
@@ -413,6 +470,42 @@ mod tests {
             counter_reads, 0,
             "an odd lock must be rejected before reading the counter"
         );
+    }
+
+    #[test]
+    fn a_writer_stuck_mid_update_does_not_block_a_mirrored_reader() {
+        let (primary, mirror) = (TestPage::new(), TestPage::new());
+        // SAFETY: two distinct leaked pages, one writer, atomic access only.
+        let (writer, reader) = unsafe {
+            (
+                PageWriter::new_mirrored(primary.page, mirror.page),
+                PageReader::new_mirrored(primary.page, mirror.page),
+            )
+        };
+        let [old, new] = alternating_sets();
+        writer.publish(&old);
+        // A writer preempted while updating the primary: the mirror already holds `new`.
+        write_page(mirror.page, &raw_of(&new));
+        // SAFETY: the lock is set through its atomic view, as a writer would.
+        let primary_lock = unsafe { PageFields::of(primary.page.as_ptr()) }.lock;
+        primary_lock.store(primary_lock.load(Ordering::Relaxed) | 1, Ordering::Release);
+        assert_eq!(reader.read_with(|| 5).map(|r| r.conversion), Ok(new));
+        // The single-page reader of the same primary has to give up.
+        assert_eq!(primary.reader().read_with(|| 5), Err(ReadError::Contended));
+    }
+
+    fn raw_of(conversion: &TimeConversion) -> RawTimeFields {
+        RawTimeFields {
+            capabilities: caps::BIT0_IS_DEPRECATED
+                | caps::USER_TIME
+                | caps::USER_TIME_ZERO
+                | caps::USER_TIME_SHORT,
+            time_mult: conversion.mult(),
+            time_shift: conversion.shift(),
+            time_zero: conversion.zero(),
+            time_cycles: conversion.cycles(),
+            time_mask: conversion.mask(),
+        }
     }
 
     /// Two parameter sets that differ in every field, so any mix of the two is detectable.
