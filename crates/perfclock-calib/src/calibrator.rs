@@ -217,21 +217,31 @@ impl AtomicStats {
 
 /// The page we publish into. Owns the allocation.
 #[derive(Debug)]
-struct OwnedPage(NonNull<PerfEventMmapPage>);
+/// The published page and its mirror (see `PageWriter::new_mirrored`): the writer finishes the
+/// mirror before it touches the page, so a writer preempted mid-update never blocks readers.
+struct OwnedPage {
+    page: NonNull<PerfEventMmapPage>,
+    mirror: NonNull<PerfEventMmapPage>,
+}
 
 impl OwnedPage {
     fn new() -> Self {
-        let boxed = Box::new(PerfEventMmapPage::zeroed());
-        // Box::into_raw is never null.
-        Self(NonNull::from(Box::leak(boxed)))
+        let leak = || NonNull::from(Box::leak(Box::new(PerfEventMmapPage::zeroed())));
+        Self {
+            page: leak(),
+            mirror: leak(),
+        }
     }
 }
 
 impl Drop for OwnedPage {
     fn drop(&mut self) {
-        // SAFETY: the pointer came from Box::leak in new() and is freed only here, once; every
-        // reader and the writer hold the Arc that owns this value, so none outlives it.
-        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+        // SAFETY: both pointers came from Box::leak in new() and are freed only here, once;
+        // every reader and the writer hold the Arc that owns this value, so none outlives it.
+        unsafe {
+            drop(Box::from_raw(self.page.as_ptr()));
+            drop(Box::from_raw(self.mirror.as_ptr()));
+        }
     }
 }
 
@@ -276,9 +286,9 @@ impl CalibratedClock {
             #[cfg(test)]
             skew_ns: AtomicU64::new(0),
         });
-        // SAFETY: the page is 8-aligned (Box of an 8-aligned type), lives as long as `shared`,
-        // which the reader's owner (this clock) keeps, and is only written by the thread.
-        let reader = unsafe { PageReader::new(shared.page.0) };
+        // SAFETY: the pages are 8-aligned (Boxes of an 8-aligned type), distinct, live as long as
+        // `shared`, which the reader's owner (this clock) keeps, and are only written by the thread.
+        let reader = unsafe { PageReader::new_mirrored(shared.page.page, shared.page.mirror) };
         let (tx, rx) = mpsc::sync_channel::<Result<(), CalibError>>(1);
         let thread_shared = shared.clone();
         let spawned_at = Instant::now();
@@ -309,9 +319,10 @@ impl CalibratedClock {
         }
     }
 
-    /// The page readers use (valid as long as this clock lives).
+    /// The primary page readers use (valid as long as this clock lives); read it together with
+    /// its mirror through [`CalibratedClock::reader`].
     pub fn page(&self) -> NonNull<PerfEventMmapPage> {
-        self.shared.page.0
+        self.shared.page.page
     }
 
     /// A reader of [`CalibratedClock::page`].
@@ -712,9 +723,9 @@ fn run(
             return;
         }
     };
-    // SAFETY: the page is 8-aligned, outlives the thread (it holds `shared`), and this thread is
-    // its only writer; readers use atomics.
-    let writer = unsafe { PageWriter::new(shared.page.0) };
+    // SAFETY: the pages are 8-aligned, distinct, outlive the thread (it holds `shared`), and this
+    // thread is their only writer; readers use atomics.
+    let writer = unsafe { PageWriter::new_mirrored(shared.page.page, shared.page.mirror) };
     let refine = options.refine;
     let mut cal = Calibrator {
         shared: shared.clone(),

@@ -218,9 +218,16 @@ pub fn continue_from(
 }
 
 /// The published [`BoundModel`], readable lock-free from any thread (and from signal handlers:
-/// loads only, bounded retries) while one writer updates it. Same seqlock shape as the page.
+/// loads only, bounded retries) while one writer updates it. Same seqlock shape as the page, and
+/// mirrored like it: the writer finishes the second slot before it touches the first, so a writer
+/// preempted mid-update never leaves readers without a bound.
 #[derive(Debug)]
 pub struct BoundCell {
+    slots: [BoundSlot; 2],
+}
+
+#[derive(Debug)]
+struct BoundSlot {
     /// Even when stable, odd while the writer is between its stores.
     seq: AtomicU32,
     base_ns: AtomicU64,
@@ -241,6 +248,31 @@ impl BoundCell {
     /// A cell holding `model`.
     pub const fn new(model: BoundModel) -> Self {
         Self {
+            slots: [BoundSlot::new(model), BoundSlot::new(model)],
+        }
+    }
+
+    /// Replace the model: the second slot, then the first. Single writer.
+    pub fn store(&self, model: &BoundModel) {
+        self.slots[1].store(model);
+        self.slots[0].store(model);
+    }
+
+    /// A consistent snapshot, or [`BoundModel::UNKNOWN`] if the writer kept both slots busy.
+    pub fn load(&self) -> BoundModel {
+        for _ in 0..BOUND_MAX_RETRIES {
+            if let Some(model) = self.slots.iter().find_map(BoundSlot::attempt) {
+                return model;
+            }
+            core::hint::spin_loop();
+        }
+        BoundModel::UNKNOWN
+    }
+}
+
+impl BoundSlot {
+    const fn new(model: BoundModel) -> Self {
+        Self {
             seq: AtomicU32::new(0),
             base_ns: AtomicU64::new(model.base_ns),
             growth_q48: AtomicU64::new(model.growth_q48),
@@ -248,40 +280,33 @@ impl BoundCell {
         }
     }
 
-    /// Replace the model. Single writer.
-    pub fn store(&self, model: &BoundModel) {
+    fn store(&self, model: &BoundModel) {
         let odd = self.seq.load(Ordering::Relaxed) | 1;
         self.seq.store(odd, Ordering::Relaxed);
-        // ATOMICS: orders the odd sequence before the field stores; pairs with load's fence.
+        // ATOMICS: orders the odd sequence before the field stores; pairs with attempt's fence.
         fence(Ordering::Release);
         self.base_ns.store(model.base_ns, Ordering::Relaxed);
         self.growth_q48.store(model.growth_q48, Ordering::Relaxed);
         self.counter_ref.store(model.counter_ref, Ordering::Relaxed);
-        // ATOMICS: Release pairs with the Acquire load of seq in load().
+        // ATOMICS: Release pairs with the Acquire load of seq in attempt().
         self.seq.store(odd.wrapping_add(1), Ordering::Release);
     }
 
-    /// A consistent snapshot, or [`BoundModel::UNKNOWN`] if the writer kept it busy.
-    pub fn load(&self) -> BoundModel {
-        for _ in 0..BOUND_MAX_RETRIES {
-            // ATOMICS: Acquire pairs with the writer's final Release store.
-            let seq = self.seq.load(Ordering::Acquire);
-            if seq & 1 == 1 {
-                core::hint::spin_loop();
-                continue;
-            }
-            let model = BoundModel {
-                base_ns: self.base_ns.load(Ordering::Relaxed),
-                growth_q48: self.growth_q48.load(Ordering::Relaxed),
-                counter_ref: self.counter_ref.load(Ordering::Relaxed),
-            };
-            // ATOMICS: keeps the field loads before the re-read; pairs with store's Release fence.
-            fence(Ordering::Acquire);
-            if self.seq.load(Ordering::Relaxed) == seq {
-                return model;
-            }
+    /// One read section: `None` if the writer was in it.
+    fn attempt(&self) -> Option<BoundModel> {
+        // ATOMICS: Acquire pairs with the writer's final Release store.
+        let seq = self.seq.load(Ordering::Acquire);
+        if seq & 1 == 1 {
+            return None;
         }
-        BoundModel::UNKNOWN
+        let model = BoundModel {
+            base_ns: self.base_ns.load(Ordering::Relaxed),
+            growth_q48: self.growth_q48.load(Ordering::Relaxed),
+            counter_ref: self.counter_ref.load(Ordering::Relaxed),
+        };
+        // ATOMICS: keeps the field loads before the re-read; pairs with store's Release fence.
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == seq).then_some(model)
     }
 }
 
