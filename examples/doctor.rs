@@ -121,16 +121,20 @@ fn monotonic_ns() -> u64 {
 }
 
 fn compare_with_monotonic(clock: &Clock) {
-    let (Ok(before), monotonic, Ok(after)) = (clock.now_ns(), monotonic_ns(), clock.now_ns())
-    else {
-        return;
+    let offset = match perfclock_calib::calibrator::monotonic_offset(clock) {
+        Ok(offset) => offset,
+        Err(error) => {
+            println!("\nCLOCK_MONOTONIC - perf clock: not measured: {error}");
+            return;
+        }
     };
-    let perf = before / 2 + after / 2;
-    let offset = monotonic as i128 - perf as i128;
+    let misplaced = offset.offset_ns.unsigned_abs() > offset.uncertainty_ns + 1_000;
     println!(
-        "\nCLOCK_MONOTONIC - perf clock = {offset} ns ({:.3} ms): CLOCK_MONOTONIC stamps {}",
-        offset as f64 / 1e6,
-        if offset.unsigned_abs() > 1_000 {
+        "\nCLOCK_MONOTONIC - perf clock = {} ns +- {} ns ({:.3} ms): CLOCK_MONOTONIC stamps {}",
+        offset.offset_ns,
+        offset.uncertainty_ns,
+        offset.offset_ns as f64 / 1e6,
+        if misplaced {
             "would misplace events against perf samples"
         } else {
             "are close to the perf clock here"
