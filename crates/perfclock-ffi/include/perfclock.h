@@ -89,6 +89,11 @@ extern "C" {
 #define PERFCLOCK_E_INTERNAL (-13)
 /* An initialisation error this version of the C ABI has no specific code for. */
 #define PERFCLOCK_E_OTHER (-14)
+/* A file could not be created, written or mapped: the directory is missing or not writable, or
+ * the disk is full. */
+#define PERFCLOCK_E_IO (-15)
+/* An argument is out of its documented range. */
+#define PERFCLOCK_E_INVALID_ARGUMENT (-16)
 
 /*
  * Opens the process-wide clock: kernel mode if the kernel publishes the conversion, else
@@ -152,6 +157,10 @@ uint64_t perfclock_ns_to_cycles(uint64_t ns);
  * Async-signal-safe.
  */
 const char *perfclock_strerror(int code);
+
+/* ---- jitdump: perf's jit-<pid>.dump, stamped in the counter perf converts ---- */
+
+/* ---- markers: samply's marker-<pid>.txt, in perf-clock nanoseconds ---- */
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,9 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use perfclock::{Clock, Error, Mode};
 use perfclock_calib::event::OpenError;
 
+mod jitdump;
+mod markers;
+
 /// Success.
 pub const PERFCLOCK_OK: c_int = 0;
 /// `perf_event_open(2)` refused (paranoid level, capabilities, seccomp).
@@ -51,6 +54,10 @@ pub const PERFCLOCK_E_NULL_POINTER: c_int = -12;
 pub const PERFCLOCK_E_INTERNAL: c_int = -13;
 /// An initialisation error without a specific code in this version of the ABI.
 pub const PERFCLOCK_E_OTHER: c_int = -14;
+/// A file could not be created, written or mapped (permissions, missing directory, full disk).
+pub const PERFCLOCK_E_IO: c_int = -15;
+/// An argument is out of its documented range.
+pub const PERFCLOCK_E_INVALID_ARGUMENT: c_int = -16;
 
 /// `perfclock_mode()` values.
 pub const PERFCLOCK_MODE_NONE: c_int = 0;
@@ -60,7 +67,7 @@ pub const PERFCLOCK_MODE_KERNEL: c_int = 1;
 pub const PERFCLOCK_MODE_CALIBRATED: c_int = 2;
 
 /// Every code `perfclock_strerror` knows, with its description (NUL-terminated, static).
-const DESCRIPTIONS: [(c_int, &str); 15] = [
+const DESCRIPTIONS: [(c_int, &str); 17] = [
     (PERFCLOCK_OK, "success\0"),
     (
         PERFCLOCK_E_PERMISSION_DENIED,
@@ -85,6 +92,11 @@ const DESCRIPTIONS: [(c_int, &str); 15] = [
     (PERFCLOCK_E_NULL_POINTER, "a required pointer argument was NULL\0"),
     (PERFCLOCK_E_INTERNAL, "internal error in perfclock (panic caught at the C boundary)\0"),
     (PERFCLOCK_E_OTHER, "perfclock initialisation failed (no specific code)\0"),
+    (
+        PERFCLOCK_E_IO,
+        "a file could not be created, written or mapped (check the directory's permissions and free space)\0",
+    ),
+    (PERFCLOCK_E_INVALID_ARGUMENT, "an argument is out of its documented range\0"),
 ];
 
 const UNKNOWN_CODE: &str = "unknown perfclock error code\0";
@@ -256,7 +268,7 @@ mod tests {
 
     #[test]
     fn strerror_is_static_and_total() {
-        for code in [-1000, -15, -14, -1, 0, 1, c_int::MIN, c_int::MAX] {
+        for code in [-1000, -17, -16, -15, -14, -1, 0, 1, c_int::MIN, c_int::MAX] {
             // SAFETY: `perfclock_strerror` returns a pointer into a static NUL-terminated str.
             let text = unsafe { CStr::from_ptr(perfclock_strerror(code)) };
             assert!(!text.to_bytes().is_empty());
@@ -310,6 +322,8 @@ mod tests {
             ("PERFCLOCK_E_NULL_POINTER", PERFCLOCK_E_NULL_POINTER),
             ("PERFCLOCK_E_INTERNAL", PERFCLOCK_E_INTERNAL),
             ("PERFCLOCK_E_OTHER", PERFCLOCK_E_OTHER),
+            ("PERFCLOCK_E_IO", PERFCLOCK_E_IO),
+            ("PERFCLOCK_E_INVALID_ARGUMENT", PERFCLOCK_E_INVALID_ARGUMENT),
             ("PERFCLOCK_MODE_NONE", PERFCLOCK_MODE_NONE),
             ("PERFCLOCK_MODE_KERNEL", PERFCLOCK_MODE_KERNEL),
             ("PERFCLOCK_MODE_CALIBRATED", PERFCLOCK_MODE_CALIBRATED),
@@ -336,7 +350,7 @@ mod tests {
         }
         assert_eq!(defines, expected.len());
         // Every error code in the header has a description.
-        for (name, value) in &expected[..15] {
+        for (name, value) in &expected[..17] {
             assert!(DESCRIPTIONS.iter().any(|(c, _)| c == value), "{name}");
         }
     }

@@ -1,0 +1,3 @@
+//! The `perfclock` command.
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! jitdump files (perf's `jit-<pid>.dump`) stamped with the counter perf converts.
