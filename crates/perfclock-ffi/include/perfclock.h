@@ -160,6 +160,58 @@ const char *perfclock_strerror(int code);
 
 /* ---- jitdump: perf's jit-<pid>.dump, stamped in the counter perf converts ---- */
 
+/*
+ * A jitdump writer: perf's jit-<pid>.dump for code a JIT generates, so `perf inject --jit`
+ * names the JIT's functions in samples of a default `perf record` (no -k 1). See docs/jit.md.
+ *
+ * Records carry the raw counter (perfclock_read_counter()) with JITDUMP_FLAGS_ARCH_TIMESTAMP;
+ * perf converts it with the recording's PERF_RECORD_TIME_CONV. Where the kernel withholds the
+ * conversion (and perf record therefore writes none), the writer keeps it in
+ * jit-<pid>.dump.timeconv next to the dump; `perfclock inject-time-conv` adds it to perf.data.
+ *
+ * Thread safety: perfclock_jitdump_code_load() may be called from any number of threads at
+ * once on the same handle. perfclock_jitdump_close() must be called exactly once, after every
+ * code_load on the handle has returned; the handle is freed by it and must not be used again.
+ * None of these functions is async-signal-safe (they write files and allocate).
+ */
+typedef struct perfclock_jitdump perfclock_jitdump;
+
+/*
+ * Opens the process clock (as perfclock_init()), creates DIR/jit-<pid>.dump (replacing an older
+ * one, mode 0644 less the umask), writes its header, maps its first page PROT_EXEC (the marker
+ * perf record logs so perf inject finds the dump) and writes DIR/jit-<pid>.dump.timeconv.
+ * `perf inject --jit` later writes jitted-<pid>-<n>.so files into DIR, so it must stay writable.
+ * On success stores the handle in *out and returns PERFCLOCK_OK. Otherwise leaves *out unchanged
+ * and returns PERFCLOCK_E_NULL_POINTER (dir or out NULL), PERFCLOCK_E_IO (DIR missing, not a
+ * directory, not writable, full, or mounted noexec), PERFCLOCK_E_READ (the clock's conversion
+ * could not be read), or perfclock_init()'s code if the clock cannot be opened.
+ */
+int perfclock_jitdump_open(const char *dir, perfclock_jitdump **out);
+
+/*
+ * Records that `size` bytes of machine code at `code` now sit at address `addr` under `name`
+ * (a NUL-terminated string of any other bytes; perf shows it as the symbol). Call it after the
+ * code is in place and before it first runs: the record is stamped with the counter at this
+ * call, and samples before the stamp are not attributed to it. Loading different code at the
+ * same address later is supported: each sample goes to the code loaded at its time.
+ * `code` may be the executable copy itself or a copy of it; it is only read.
+ * Returns PERFCLOCK_OK; PERFCLOCK_E_NULL_POINTER (jd, name or code NULL);
+ * PERFCLOCK_E_INVALID_ARGUMENT (size 0: perf cannot attribute samples to empty code; or a
+ * record over 4 GiB); PERFCLOCK_E_IO if the write failed (e.g. disk full): the file is then
+ * cut back to its last complete record, so a failed load leaves no partial record.
+ */
+int perfclock_jitdump_code_load(perfclock_jitdump *jd, const char *name, uint64_t addr,
+                                const void *code, uint64_t size);
+
+/*
+ * Writes the close record, rewrites the .timeconv file, unmaps the marker and frees the handle
+ * (also when it reports an error). Returns PERFCLOCK_OK, PERFCLOCK_E_NULL_POINTER (jd NULL),
+ * PERFCLOCK_E_IO or PERFCLOCK_E_READ. A process that exits without calling it leaves a dump
+ * whose complete records all parse, and the .timeconv file as last refreshed (at open, then by
+ * code_load at most once a second when the conversion or its bound changed).
+ */
+int perfclock_jitdump_close(perfclock_jitdump *jd);
+
 /* ---- markers: samply's marker-<pid>.txt, in perf-clock nanoseconds ---- */
 
 #ifdef __cplusplus
