@@ -31,6 +31,7 @@ mod clock;
 mod diagnosis;
 mod error;
 mod kernel;
+mod snapshot;
 
 use std::sync::OnceLock;
 
@@ -38,6 +39,7 @@ pub use clock::{Clock, Mode, Options};
 pub use diagnosis::Withheld;
 pub use error::Error;
 pub use perfclock_core::{ReadError, TimeConversion};
+pub use snapshot::{snapshot, ClockSnapshot, PairedClock, SnapshotError, SNAPSHOT_TRIES};
 
 static GLOBAL: OnceLock<Result<Clock, Error>> = OnceLock::new();
 
