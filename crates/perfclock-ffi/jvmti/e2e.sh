@@ -49,6 +49,19 @@ perfclock="${CARGO_TARGET_DIR:-$root/target}/release/perfclock"
 case $perfclock in /*) ;; *) perfclock="$root/$perfclock" ;; esac
 [ -x "$perfclock" ] || fail "$perfclock was not built"
 
+# The agent refuses what it cannot honour, before the JVM runs anything.
+agent_refuses() {
+    local option=$1 expect=$2
+    if java "-agentpath:$agent=$option" -version >"$out/refusal.out" 2>&1; then
+        fail "the JVM started with agent option '$option'"
+    fi
+    grep -q "$expect" "$out/refusal.out" || fail "agent option '$option': no '$expect' in: $(head -3 "$out/refusal.out")"
+}
+agent_refuses bogus=1 "unknown option 'bogus'"
+agent_refuses perfmap "option 'perfmap' needs a value"
+agent_refuses "jitdump=$out/missing-dir" "pass jitdump=DIR with an existing writable directory"
+echo "e2e: the agent refuses unknown options, options without a value and a missing jitdump directory"
+
 rm -rf "$out/classes" "$out/dump" "$out/dump-shifted" "$out/home" "$out/home-shifted" "$out/home-noconv"
 mkdir -p "$out/classes" "$out/dump" "$out/home" "$out/home-shifted" "$out/home-noconv"
 javac -d "$out/classes" "$here/Workload.java"

@@ -267,7 +267,8 @@ static int parse_path(const char *key, const char *value, char *out) {
  * malformed option. */
 static int parse_options(const char *text, struct options *opt) {
     static const char *const keys[] = {"jitdump", "perfmap", "log", "allow_no_clock"};
-    int seen[sizeof keys / sizeof keys[0]] = {0};
+    enum { n_keys = sizeof keys / sizeof keys[0] };
+    int seen[n_keys] = {0};
     memset(opt, 0, sizeof *opt);
     strcpy(opt->jitdump_dir, ".");
     for (const char *p = text; p && *p;) {
@@ -282,16 +283,18 @@ static int parse_options(const char *text, struct options *opt) {
         item[n] = '\0';
         p = end ? end + 1 : NULL;
         char *eq = strchr(item, '=');
+        if (eq) *eq = '\0';
         size_t k = 0;
-        if (eq) {
-            *eq = '\0';
-            while (k < sizeof keys / sizeof keys[0] && strcmp(item, keys[k]) != 0) k++;
-        }
-        if (!eq || k == sizeof keys / sizeof keys[0]) {
+        while (k < n_keys && strcmp(item, keys[k]) != 0) k++;
+        if (k == n_keys) {
             fprintf(stderr,
                     "perfclock_agent: unknown option '%s'; known: jitdump=DIR|off, perfmap=0|1, "
                     "log=PATH, allow_no_clock=0|1 (comma-separated)\n",
                     item);
+            return 0;
+        }
+        if (!eq) {
+            fprintf(stderr, "perfclock_agent: option '%s' needs a value: %s=...\n", item, item);
             return 0;
         }
         if (seen[k]++) {
