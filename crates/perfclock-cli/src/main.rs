@@ -64,8 +64,9 @@ fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
     match inject::run(&options) {
         Ok(inject::Outcome::Copied) => {
             eprintln!(
-                "{NAME}: {} holds a PERF_RECORD_TIME_CONV already (perf record wrote it: the \
-                 kernel publishes the conversion); copied it unchanged to {}",
+                "{NAME}: {} holds a PERF_RECORD_TIME_CONV already (perf record writes one where \
+                 the kernel publishes the conversion; or IN is inject-time-conv's output); copied \
+                 it unchanged to {}",
                 options.input.display(),
                 options.output.display()
             );
