@@ -177,14 +177,15 @@ const char *perfclock_strerror(int code);
 typedef struct perfclock_jitdump perfclock_jitdump;
 
 /*
- * Opens the process clock (as perfclock_init()), creates DIR/jit-<pid>.dump (replacing an older
- * one, mode 0644 less the umask), writes its header, maps its first page PROT_EXEC (the marker
+ * Calls perfclock_init(), then creates DIR/jit-<pid>.dump (replacing an older one, mode 0644
+ * less the umask), writes its header, maps its first page PROT_EXEC (the marker
  * perf record logs so perf inject finds the dump) and writes DIR/jit-<pid>.dump.timeconv.
  * `perf inject --jit` later writes jitted-<pid>-<n>.so files into DIR, so it must stay writable.
  * On success stores the handle in *out and returns PERFCLOCK_OK. Otherwise leaves *out unchanged
  * and returns PERFCLOCK_E_NULL_POINTER (dir or out NULL), PERFCLOCK_E_IO (DIR missing, not a
  * directory, not writable, full, or mounted noexec), PERFCLOCK_E_READ (the clock's conversion
- * could not be read), or perfclock_init()'s code if the clock cannot be opened.
+ * could not be read), or perfclock_init()'s code if the clock cannot be opened. After success
+ * the reading calls (perfclock_now_ns(), ...) work without a separate perfclock_init().
  */
 int perfclock_jitdump_open(const char *dir, perfclock_jitdump **out);
 
@@ -196,8 +197,8 @@ int perfclock_jitdump_open(const char *dir, perfclock_jitdump **out);
  * same address later is supported: each sample goes to the code loaded at its time.
  * `code` may be the executable copy itself or a copy of it; it is only read.
  * Returns PERFCLOCK_OK; PERFCLOCK_E_NULL_POINTER (jd, name or code NULL);
- * PERFCLOCK_E_INVALID_ARGUMENT (size 0: perf cannot attribute samples to empty code; or a
- * record over 4 GiB); PERFCLOCK_E_IO if the write failed (e.g. disk full): the file is then
+ * PERFCLOCK_E_INVALID_ARGUMENT (size 0: perf cannot attribute samples to empty code; or
+ * name and code together over 4 GiB, the format's limit); PERFCLOCK_E_IO if the write failed (e.g. disk full): the file is then
  * cut back to its last complete record, so a failed load leaves no partial record.
  */
 int perfclock_jitdump_code_load(perfclock_jitdump *jd, const char *name, uint64_t addr,

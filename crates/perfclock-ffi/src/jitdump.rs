@@ -10,8 +10,8 @@ use std::panic::AssertUnwindSafe;
 use ::perfclock_jitdump::{JitDump, JitDumpError};
 
 use super::{
-    error_code, guard, PERFCLOCK_E_INTERNAL, PERFCLOCK_E_INVALID_ARGUMENT, PERFCLOCK_E_IO,
-    PERFCLOCK_E_NULL_POINTER, PERFCLOCK_E_READ, PERFCLOCK_OK,
+    error_code, guard, perfclock_init, PERFCLOCK_E_INTERNAL, PERFCLOCK_E_INVALID_ARGUMENT,
+    PERFCLOCK_E_IO, PERFCLOCK_E_NULL_POINTER, PERFCLOCK_E_READ, PERFCLOCK_OK,
 };
 
 /// Opaque handle (`perfclock_jitdump` in C).
@@ -48,6 +48,12 @@ pub unsafe extern "C" fn perfclock_jitdump_open(
             if dir.is_null() || out.is_null() {
                 return PERFCLOCK_E_NULL_POINTER;
             }
+            // The writer opens the clock anyway; through `perfclock_init` the C reading calls
+            // (`perfclock_now_ns`, ...) work from here on too, and a failure has its usual code.
+            let init = perfclock_init();
+            if init != PERFCLOCK_OK {
+                return init;
+            }
             // SAFETY: non-null, and the caller promises a NUL-terminated string.
             let dir = OsStr::from_bytes(unsafe { CStr::from_ptr(dir) }.to_bytes());
             match JitDump::create(dir) {
@@ -83,9 +89,12 @@ pub unsafe extern "C" fn perfclock_jitdump_code_load(
             if jd.is_null() || name.is_null() || code.is_null() {
                 return PERFCLOCK_E_NULL_POINTER;
             }
-            let Ok(size) = usize::try_from(size) else {
+            // A jitdump record's size is 32 bits; checking first also keeps the slice below
+            // within `isize::MAX`, whatever `size` the caller passes.
+            let Ok(size) = u32::try_from(size) else {
                 return PERFCLOCK_E_INVALID_ARGUMENT;
             };
+            let size = size as usize;
             // SAFETY: the caller promises a live handle; it is only shared (`&`), which
             // `JitDump` allows from many threads.
             let dump = unsafe { &*jd };
