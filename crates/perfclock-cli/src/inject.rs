@@ -63,6 +63,8 @@ pub enum InjectError {
     PerfData(PerfDataError),
     /// IN maps no `jit-<pid>.dump`.
     NoJitMarker,
+    /// IN's events were opened with another clock (`perf record -k`).
+    OtherClock(i32),
     /// No sidecar was found for a dump.
     SidecarMissing {
         /// The dump as the recording names it.
@@ -128,6 +130,12 @@ impl fmt::Display for InjectError {
                 f,
                 "no MMAP2 of a jit-<pid>.dump in IN: was the JIT running with perfclock's \
                  jitdump writer during the recording?"
+            ),
+            Self::OtherClock(clockid) => write!(
+                f,
+                "IN was recorded with clock {clockid} (perf record -k/--clockid), not the perf \
+                 clock PERF_RECORD_TIME_CONV converts to: its samples would be misplaced against \
+                 the jitdump; record without -k"
             ),
             Self::SidecarMissing { dump, looked } => {
                 write!(
@@ -251,6 +259,9 @@ pub fn run(options: &InjectOptions) -> Result<Outcome, InjectError> {
     }
     if scan.jit_dumps.is_empty() {
         return Err(InjectError::NoJitMarker);
+    }
+    if let Some(clockid) = layout.clockid {
+        return Err(InjectError::OtherClock(clockid));
     }
     let sidecars = scan
         .jit_dumps

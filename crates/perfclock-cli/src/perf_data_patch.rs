@@ -60,6 +60,11 @@ const MMAP2_FILENAME_AT: usize = 64;
 const FEATURE_AUXTRACE: u32 = 18;
 const FEATURE_DIR_FORMAT: u32 = 24;
 
+/// `perf_event_attr`: where its flag bits are, the `use_clockid` bit, and where `clockid` is.
+const ATTR_FLAGS_AT: usize = 40;
+const ATTR_USE_CLOCKID_BIT: u32 = 25;
+const ATTR_CLOCKID_AT: usize = 92;
+
 /// Offsets of the header fields this module rewrites.
 const HEADER_ATTRS_OFFSET_AT: u64 = 24;
 const HEADER_DATA_SIZE_AT: u64 = 48;
@@ -306,6 +311,9 @@ pub struct Layout {
     pub file_len: u64,
     /// The data section (the records).
     pub data: Section,
+    /// The clock of the first event opened with `use_clockid` (`perf record -k`), if any:
+    /// such samples are not stamped with the perf clock.
+    pub clockid: Option<i32>,
     /// Every offset field of the file (header, attribute ID sections, feature table).
     offset_fields: Vec<OffsetField>,
 }
@@ -443,6 +451,7 @@ pub fn read_layout<R: Read + Seek>(reader: &mut R) -> Result<Layout, PerfDataErr
     }
     reader.seek(SeekFrom::Start(attrs.offset))?;
     let mut entry = vec![0u8; attr_size as usize];
+    let mut clockid = None;
     for index in 0..attr_count {
         reader.read_exact(&mut entry)?;
         // perf's read_attr reads `attr.size` bytes (0 meaning VER0), then the ID section: the
@@ -453,6 +462,15 @@ pub fn read_layout<R: Read + Seek>(reader: &mut R) -> Result<Layout, PerfDataErr
         };
         if own_size + SECTION_SIZE != attr_size {
             return Err(PerfDataError::AttrLayout { index });
+        }
+        let flags = u64_at(&entry, ATTR_FLAGS_AT);
+        if flags & (1 << ATTR_USE_CLOCKID_BIT) != 0 && clockid.is_none() {
+            clockid = Some(match entry.get(ATTR_CLOCKID_AT..ATTR_CLOCKID_AT + 4) {
+                Some(field) if own_size >= (ATTR_CLOCKID_AT + 4) as u64 => {
+                    i32::from_le_bytes(field.try_into().unwrap_or_default())
+                }
+                _ => -1,
+            });
         }
         let ids_at = own_size as usize;
         let ids = Section::parse(&entry[ids_at..ids_at + SECTION_SIZE as usize]);
@@ -490,6 +508,7 @@ pub fn read_layout<R: Read + Seek>(reader: &mut R) -> Result<Layout, PerfDataErr
     Ok(Layout {
         file_len,
         data,
+        clockid,
         offset_fields,
     })
 }
@@ -883,6 +902,22 @@ mod tests {
         let mut attr_zero = built.bytes.clone();
         attr_zero[16..24].copy_from_slice(&0u64.to_le_bytes());
         assert!(matches!(err(&attr_zero), PerfDataError::AttrSize(0)));
+    }
+
+    #[test]
+    fn reports_events_recorded_with_another_clock() {
+        let built = sample(false);
+        assert_eq!(
+            read_layout(&mut Cursor::new(&built.bytes)).unwrap().clockid,
+            None
+        );
+        let mut monotonic = built.bytes.clone();
+        let attr = built.attrs;
+        monotonic[attr + ATTR_FLAGS_AT + 3] |= 1 << (ATTR_USE_CLOCKID_BIT - 24);
+        monotonic[attr + ATTR_CLOCKID_AT..attr + ATTR_CLOCKID_AT + 4]
+            .copy_from_slice(&1i32.to_le_bytes());
+        let layout = read_layout(&mut Cursor::new(&monotonic)).unwrap();
+        assert_eq!(layout.clockid, Some(1));
     }
 
     #[test]

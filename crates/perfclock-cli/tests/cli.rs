@@ -160,6 +160,29 @@ fn inserts_the_sidecar_conversion_and_replaces_an_existing_out() {
 }
 
 #[test]
+fn another_boot_is_a_warning_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let built = recording_with_dumps(dir, &[41]);
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    let text = sidecar_text(41, "calibrated", 2_796_202_667, 1, 700, 5_000);
+    let this_boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let other = text.replace(this_boot.trim(), "00000000-1111-2222-3333-444444444444");
+    write(&dir.join("jit-41.dump.timeconv"), other.as_bytes());
+    let out = dir.join("out.data");
+    let output = inject(&input, &out, &[]);
+    assert!(output.status.success());
+    let message = stderr(&output);
+    assert!(message.contains("warning: "), "{message}");
+    assert!(
+        message.contains("00000000-1111-2222-3333-444444444444"),
+        "{message}"
+    );
+    assert!(out.exists());
+}
+
+#[test]
 fn picks_the_smallest_bound_among_agreeing_records() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
@@ -223,6 +246,13 @@ fn refuses_records_that_disagree_or_do_not_belong() {
             .as_bytes(),
     );
     assert_refused(&inject(&input, &out, &[]), &out, "different counters");
+    write(
+        &second,
+        sidecar_text(2, "kernel", 1_000_000_000, 5_000, 0, 20)
+            .replace("boot_id=", "boot_id=x")
+            .as_bytes(),
+    );
+    assert_refused(&inject(&input, &out, &[]), &out, "different boot_ids");
     write(&second, b"perfclock-timeconv 1\npid=2\n");
     assert_refused(&inject(&input, &out, &[]), &out, "lacks the key");
     write(&second, &[0xff; 64]);

@@ -253,6 +253,47 @@ fn perf_inject_jit_accepts_the_recording_once_time_conv_is_inserted() {
 }
 
 #[test]
+fn a_recording_with_another_clock_is_refused() {
+    const TEST: &str = "a_recording_with_another_clock_is_refused";
+    if !tool_or_skip(TEST, "perf") || !tool_or_skip(TEST, "python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let script = dir.join("jit.py");
+    fs::write(&script, JIT_PY).unwrap();
+    let recorded = dir.join("perf.data");
+    let output = run(perf(dir)
+        .args(["record", "-k", "1", "-e", "cpu-clock", "-o"])
+        .arg(&recorded)
+        .args([
+            "--",
+            "python3",
+            script.to_str().unwrap(),
+            dir.to_str().unwrap(),
+            "1000",
+        ]));
+    if !output.status.success() {
+        assert!(!required(), "{TEST}: perf record -k 1 failed");
+        println!("SKIPPED {TEST}: perf record -k 1 refused here");
+        return;
+    }
+    let out = dir.join("out.data");
+    let output = run(perfclock()
+        .arg("inject-time-conv")
+        .arg(&recorded)
+        .arg("-o")
+        .arg(&out));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr.contains("recorded with clock 1 (perf record -k"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
 fn a_real_recording_without_a_jitdump_is_refused_with_a_hint() {
     const TEST: &str = "a_real_recording_without_a_jitdump_is_refused_with_a_hint";
     if !tool_or_skip(TEST, "perf") {
