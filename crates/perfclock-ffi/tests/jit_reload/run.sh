@@ -4,7 +4,8 @@
 # `perf inject --jit`, every sample in the region must name the function loaded at its time
 # (check.py, from the program's own log). Two negative controls must fail:
 #   1. `perf inject --jit` without the TIME_CONV record (perf refuses the arch timestamps);
-#   2. a TIME_CONV whose time_zero is 200 ms late (samples go to the previous function).
+#   2. a TIME_CONV whose time_zero is 200 ms late (samples go to the previous function);
+#   3. the same 1 ms late (only the samples in the first ms after each reload go wrong).
 #
 # Usage: run.sh [WORKDIR]    (default: a new temporary directory, kept for inspection)
 # Needs root or kernel.perf_event_paranoid <= 1, perf, cc, python3, cargo; x86_64.
@@ -74,25 +75,39 @@ else
     echo "control-no-time-conv: perf inject refused ($(tr -d '\n' < no-conv.err)): FAILED as it must"
 fi
 
-# Control 2: the same conversion with time_zero 200 ms late must misattribute samples.
-mkdir -p shifted
-python3 - "$work/dump" "$work/shifted" <<'EOF'
+# Shifted conversions: the recording's TIME_CONV with time_zero moved by SHIFT_NS, from a copy
+# of the timeconv record (the dump and the recording stay as they are).
+shifted() { # LABEL SHIFT_NS -> check.py's exit status
+    local label=$1 shift_ns=$2
+    rm -rf "${work:?}/$label" && mkdir -p "$work/$label"
+    python3 - "$work/dump" "$work/$label" "$shift_ns" <<'EOF'
 import pathlib, sys
-src, dst = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+src, dst, shift = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3])
 for sidecar in src.glob("jit-*.dump.timeconv"):
     lines = sidecar.read_text().splitlines()
     for i, line in enumerate(lines):
         if line.startswith("time_zero="):
-            zero = (int(line.split("=", 1)[1]) + 200_000_000) % 2**64
-            lines[i] = f"time_zero={zero}"
+            lines[i] = f"time_zero={(int(line.split('=', 1)[1]) + shift) % 2**64}"
     (dst / sidecar.name).write_text("\n".join(lines) + "\n")
 EOF
-perfclock inject-time-conv perf.data -o shifted-conv.data --dump-dir "$work/shifted"
-perf inject --jit -i shifted-conv.data -o shifted.data
-perf script -i shifted.data -F time,ip,sym --ns > shifted.txt 2>/dev/null
-if python3 "$here/check.py" --label control-time-zero+200ms --log log.txt \
-    --script shifted.txt --min-samples "$min_samples"; then
+    perfclock inject-time-conv perf.data -o "$label-conv.data" --dump-dir "$work/$label" > /dev/null
+    perf inject --jit -i "$label-conv.data" -o "$label.data"
+    perf script -i "$label.data" -F time,ip,sym --ns > "$label.txt" 2>/dev/null
+    python3 "$here/check.py" --label "$label" --log log.txt --script "$label.txt" \
+        --min-samples "$min_samples"
+}
+
+# Control 2: time_zero 200 ms late: samples go to the previous function. Must fail.
+if shifted control-time-zero+200ms 200000000; then
     fail "control with time_zero 200 ms late passed: the check cannot tell"
 fi
 echo "control-time-zero+200ms: FAILED as it must"
+
+# Control 3: 1 ms late: the samples in the first ms after each reload (about 4 at 4000 Hz) go
+# to the previous function, so the check resolves errors far below the period. Must fail.
+if shifted control-time-zero+1ms 1000000; then
+    fail "control with time_zero 1 ms late passed: the check cannot resolve 1 ms"
+fi
+echo "control-time-zero+1ms: FAILED as it must"
+
 echo "run.sh: PASS"
