@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of the perfclock JVMTI agent's jitdump against the real perf tool.
 #
-# 1. build.sh builds libperfclock_ffi.a and the agent; the perfclock command is built too.
+# 1. build.sh builds libperfclock_ffi.a and the agent; the perfclock command is built too. The
+#    JVM must refuse to start with an unknown or valueless agent option or a missing jitdump DIR.
 # 2. `perf record -g -e cpu-clock -F 4000` (perf's default clock, no -k) of Workload.java run as
 #    a jar under the agent with jitdump=DUMP: three threads run three classes whose compiled code
 #    HotSpot throws away and recompiles several times a second (class redefinition), in a small
@@ -17,7 +18,7 @@
 # cc, python3, cargo; root or perf_event_paranoid <= 1. Exits non-zero on any failure.
 # Environment: CARGO_TARGET_DIR (default <repo>/target), PERFCLOCK_E2E_DIR (work directory,
 # default a fresh /tmp/perfclock-e2e.*), PERFCLOCK_E2E_SECONDS (workload length, default 6),
-# JAVA_HOME (default: the JDK of `javac` on PATH).
+# JAVA_HOME (the JDK build.sh compiles against; default: the JDK of `javac` on PATH).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

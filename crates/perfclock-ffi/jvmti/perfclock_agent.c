@@ -4,10 +4,10 @@
  *
  *   java -agentpath:/path/libperfclock_agent.so[=options] ...
  *
- * Options (comma-separated key=value; values cannot contain commas; an unknown or repeated key
- * makes the JVM refuse to start):
+ * Options (comma-separated key=value; values cannot contain commas; an unknown, repeated or
+ * valueless key, or a jitdump directory that cannot be written, makes the JVM refuse to start):
  *   jitdump=DIR       write DIR/jit-<pid>.dump and its DIR/jit-<pid>.dump.timeconv record
- *                     (default "." , the JVM's working directory: where `perf record` usually
+ *                     (default ".", the JVM's working directory: where `perf record` usually
  *                     writes perf.data and where `perf inject --jit` then writes the
  *                     jitted-<pid>-<n>.so files it needs; DIR must exist and be writable).
  *                     jitdump=off disables it (write jitdump=./off for a directory named off).
