@@ -202,9 +202,13 @@ impl TimeConvRecord {
                 return Err(TimeConvError::DuplicateKey(KEYS[slot]));
             }
         }
+        // Every key asked for is one of KEYS; one that is not would read as missing.
         let get = |key: &'static str| {
-            let slot = KEYS.iter().position(|known| *known == key).unwrap_or(0);
-            values[slot].ok_or(TimeConvError::MissingKey(key))
+            KEYS.iter()
+                .zip(values)
+                .find(|(known, _)| **known == key)
+                .and_then(|(_, value)| value)
+                .ok_or(TimeConvError::MissingKey(key))
         };
         let mode = match get("mode")? {
             "kernel" => TimeConvMode::Kernel,
