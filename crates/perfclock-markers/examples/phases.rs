@@ -166,6 +166,8 @@ fn run(args: &Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     file.sync_all()
         .map_err(|e| format!("syncing {}: {e}", data_path.display()))?;
+    // A wall-clock anchor for this recording (a default-clock perf.data has none).
+    let snapshot = perfclock::ClockSnapshot::take(clock).map_err(|e| e.to_string())?;
     let path = markers.path().to_path_buf();
     let lost = markers.lost();
     markers.close().map_err(|e| e.to_string())?;
@@ -178,6 +180,16 @@ fn run(args: &Args) -> Result<(), String> {
         path.display(),
         clock.mode(),
         clock.error_bound_ns()
+    );
+    println!(
+        "phases: snapshot perf_ns {} realtime_ns {} (offset {} +- {} ns) monotonic offset {} +- \
+         {} ns",
+        snapshot.perf_ns,
+        snapshot.realtime.ns,
+        snapshot.realtime.offset_ns,
+        snapshot.realtime.uncertainty_ns,
+        snapshot.monotonic.offset_ns,
+        snapshot.monotonic.uncertainty_ns
     );
     Ok(())
 }
