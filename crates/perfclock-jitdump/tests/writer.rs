@@ -7,8 +7,9 @@
 use std::collections::HashSet;
 use std::io::Cursor;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
 use perfclock_jitdump::record::{FLAGS_ARCH_TIMESTAMP, HEADER_SIZE, JIT_CODE_CLOSE};
@@ -52,11 +53,16 @@ struct Parsed {
 }
 
 fn parse(bytes: &[u8]) -> Result<Parsed, String> {
+    parse_of(bytes, std::process::id())
+}
+
+/// As [`parse`], for the dump of process `pid`.
+fn parse_of(bytes: &[u8], pid: u32) -> Result<Parsed, String> {
     let mut reader = JitDumpReader::new(Cursor::new(bytes)).map_err(|e| e.to_string())?;
     let header = reader.header().clone();
     assert_eq!(header.version, 1);
     assert_eq!(header.total_size as usize, HEADER_SIZE);
-    assert_eq!(header.pid, std::process::id());
+    assert_eq!(header.pid, pid);
     assert_eq!(header.flags, FLAGS_ARCH_TIMESTAMP);
     let mut parsed = Parsed {
         loads: Vec::new(),
@@ -70,7 +76,7 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
         parsed.timestamps.push(raw.timestamp);
         match raw.parse().map_err(|e| e.to_string())? {
             JitDumpRecord::CodeLoad(load) => {
-                assert_eq!(load.pid, std::process::id());
+                assert_eq!(load.pid, pid);
                 assert_eq!(load.vma, load.code_addr);
                 parsed.loads.push(Load {
                     timestamp: raw.timestamp,
@@ -370,4 +376,65 @@ fn full_disk_leaves_only_complete_records() {
         "full disk: {loaded} loads before {error}; file {} bytes",
         bytes.len()
     );
+}
+
+/// Set in the child of `killed_writer_leaves_complete_records`: the directory to write into.
+const CHILD_DIR_ENV: &str = "PERFCLOCK_JITDUMP_TEST_CHILD_DIR";
+
+/// Not a test on its own: with [`CHILD_DIR_ENV`] set, loads code into a dump until killed.
+#[test]
+fn killed_writer_child() {
+    let Some(dir) = std::env::var_os(CHILD_DIR_ENV) else {
+        return;
+    };
+    let dump = JitDump::create(dir).unwrap();
+    // Large records, so a kill has many chances to land inside a write.
+    let code = vec![0x90u8; 200_000];
+    for i in 0u64.. {
+        dump.code_load(format!("f{i}").as_bytes(), i, &code)
+            .unwrap();
+    }
+}
+
+#[test]
+fn killed_writer_leaves_complete_records() {
+    if !clock_available("killed_writer_leaves_complete_records") {
+        return;
+    }
+    for round in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "killed_writer_child", "--nocapture"])
+            .env(CHILD_DIR_ENV, dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let path = dir.path().join(format!("jit-{}.dump", child.id()));
+        // Kill it once a few records are in, at a moment that varies with the round.
+        let waited = Instant::now();
+        while std::fs::metadata(&path).map_or(0, |m| m.len()) < 1_000_000 + round * 333_333 {
+            assert!(
+                waited.elapsed() < Duration::from_secs(60),
+                "the child wrote nothing"
+            );
+            assert!(child.try_wait().unwrap().is_none(), "the child exited");
+            std::thread::yield_now();
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let parsed = parse_of(&bytes, child.id()).unwrap();
+        assert!(!parsed.closed);
+        assert!(parsed.loads.len() >= 4);
+        // All that may follow the complete records is part of one more record.
+        let tail = bytes.len() as u64 - parsed.end;
+        assert!(
+            tail < 200_100,
+            "round {round}: {tail} bytes after the last record"
+        );
+        println!(
+            "round {round}: {} complete loads, {tail} bytes of a partial one",
+            parsed.loads.len()
+        );
+    }
 }
