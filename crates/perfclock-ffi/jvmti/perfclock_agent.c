@@ -26,8 +26,9 @@
  * The jitdump's timestamps are raw counter values taken by perfclock when each record is written;
  * `perfclock inject-time-conv` turns the .timeconv record into the PERF_RECORD_TIME_CONV that
  * `perf inject --jit` needs to convert them. Caveat: HotSpot installs an nmethod before its
- * Service thread posts CompiledMethodLoad, so code can run briefly (up to milliseconds on a busy
- * machine) before its load record's stamp; perf cannot name samples taken in that window.
+ * Service thread posts CompiledMethodLoad, so code can run for a while (up to tens of
+ * milliseconds on a busy machine) before its load record's stamp; perf cannot name samples
+ * taken in that window.
  *
  * Log format, one event per line, '#' starts a comment line. Each line carries two stamps taken
  * back to back: perfclock_now_ns() (the perf clock) and CLOCK_MONOTONIC, for comparing the two
