@@ -4,8 +4,8 @@
 use std::ffi::{c_char, c_int, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 
-use perfclock::{ClockSnapshot, SnapshotError};
 use ::perfclock_markers::{MarkerError, Markers};
+use perfclock::{ClockSnapshot, SnapshotError};
 
 use crate::{
     clock, guard, PERFCLOCK_E_INTERNAL, PERFCLOCK_E_INVALID_ARGUMENT, PERFCLOCK_E_IO,
