@@ -265,10 +265,8 @@ mod tests {
     #[test]
     fn snapshot_needs_init_and_fills_every_field() {
         // SAFETY: null is checked.
-        assert_eq!(
-            unsafe { perfclock_snapshot(ptr::null_mut()) },
-            PERFCLOCK_E_NULL_POINTER
-        );
+        let null_out = unsafe { perfclock_snapshot(ptr::null_mut()) };
+        assert_eq!(null_out, PERFCLOCK_E_NULL_POINTER);
         if crate::perfclock_init() != PERFCLOCK_OK {
             assert!(
                 std::env::var_os("PERFCLOCK_FFI_REQUIRE_CLOCK").is_none(),
