@@ -57,8 +57,8 @@ pub enum InjectError {
     SameFile,
     /// IN could not be opened or read.
     Input(PathBuf, io::Error),
-    /// IN is a directory or another non-regular file.
-    InputNotFile(PathBuf),
+    /// IN is a directory (`true`) or another non-regular file.
+    InputNotFile(PathBuf, bool),
     /// IN is not a perf.data this tool can patch.
     PerfData(PerfDataError),
     /// IN maps no `jit-<pid>.dump`.
@@ -119,10 +119,15 @@ impl fmt::Display for InjectError {
                 "OUT is IN: the input is never modified; pass -o a different file"
             ),
             Self::Input(path, error) => write!(f, "cannot read IN {}: {error}", path.display()),
-            Self::InputNotFile(path) => write!(
+            Self::InputNotFile(path, true) => write!(
                 f,
-                "IN {} is not a regular file (a directory-format perf.data from perf record \
-                 --threads is not supported): pass the perf.data file",
+                "IN {} is a directory, not a perf.data file (the directory format of perf \
+                 record --threads is not supported): pass the perf.data file",
+                path.display()
+            ),
+            Self::InputNotFile(path, false) => write!(
+                f,
+                "IN {} is not a regular file: pass the perf.data file",
                 path.display()
             ),
             Self::PerfData(error) => write!(f, "{error}"),
@@ -242,7 +247,7 @@ pub fn run(options: &InjectOptions) -> Result<Outcome, InjectError> {
         .metadata()
         .map_err(|error| InjectError::Input(input.clone(), error))?;
     if !metadata.is_file() {
-        return Err(InjectError::InputNotFile(input.clone()));
+        return Err(InjectError::InputNotFile(input.clone(), metadata.is_dir()));
     }
     if names_same_file(&metadata, &options.output) {
         return Err(InjectError::SameFile);

@@ -143,6 +143,11 @@ pub enum PerfDataError {
     OffsetOverflow,
     /// Two offset fields of the file overlap (sections written over each other).
     OverlappingFields,
+    /// The header's data size is 0 though records follow it: perf record never finished.
+    Unfinished {
+        /// Bytes after the data section's start.
+        trailing: u64,
+    },
 }
 
 impl fmt::Display for PerfDataError {
@@ -237,6 +242,12 @@ impl fmt::Display for PerfDataError {
                  whose MMAP records this tool does not read: record without -z"
             ),
             Self::OffsetOverflow => write!(f, "IN's sections would end past 2^64 bytes once moved"),
+            Self::Unfinished { trailing } => write!(
+                f,
+                "IN's header says its data section is empty, but {trailing} bytes follow it: perf \
+                 record did not finish writing IN (killed?); re-record and stop perf record with \
+                 Ctrl-C or by ending the command"
+            ),
             Self::OverlappingFields => write!(
                 f,
                 "IN's header, attribute and feature tables overlap each other: corrupt perf.data"
@@ -413,6 +424,13 @@ pub fn read_layout<R: Read + Seek>(reader: &mut R) -> Result<Layout, PerfDataErr
         }
     };
     within_file("data section", data)?;
+    // perf record writes a header with no data and no features first, and the real one when
+    // it finishes.
+    if data.size == 0 && features.is_empty() && file_len > data.offset {
+        return Err(PerfDataError::Unfinished {
+            trailing: file_len - data.offset,
+        });
+    }
     if data.offset < FILE_HEADER_SIZE {
         return Err(PerfDataError::InsideData {
             what: "header".to_owned(),
@@ -899,6 +917,17 @@ mod tests {
         // The feature table now starts inside the last record: its entries are garbage, or
         // the last record runs past the data.
         assert!(patch(&past, &record_56()).is_err());
+        let mut unfinished = Synth {
+            records: vec![synth::comm(1, "x")],
+            ..Synth::default()
+        }
+        .build()
+        .bytes;
+        unfinished[48..56].copy_from_slice(&0u64.to_le_bytes());
+        assert!(matches!(
+            err(&unfinished),
+            PerfDataError::Unfinished { trailing: 24 }
+        ));
         let mut attr_zero = built.bytes.clone();
         attr_zero[16..24].copy_from_slice(&0u64.to_le_bytes());
         assert!(matches!(err(&attr_zero), PerfDataError::AttrSize(0)));

@@ -356,7 +356,16 @@ fn hostile_inputs_are_refused_cleanly() {
         assert_refused(&inject(&input, &out, &[]), &out, "past the end of the file");
     }
     // A directory (perf record --threads writes one), and a missing file.
-    assert_refused(&inject(dir, &out, &[]), &out, "not a regular file");
+    assert_refused(
+        &inject(dir, &out, &[]),
+        &out,
+        "is a directory, not a perf.data file",
+    );
+    assert_refused(
+        &inject(Path::new("/dev/null"), &out, &[]),
+        &out,
+        "not a regular file",
+    );
     assert_refused(
         &inject(&dir.join("absent.data"), &out, &[]),
         &out,
@@ -431,6 +440,16 @@ fn out_must_be_another_file_in_a_writable_directory() {
         "{}",
         stderr(&output)
     );
+    let existing_dir = dir.join("a-directory");
+    fs::create_dir(&existing_dir).unwrap();
+    let output = inject(&input, &existing_dir, &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("cannot write OUT"),
+        "{}",
+        stderr(&output)
+    );
+    assert_no_temporary(dir);
     let proc_out = Path::new("/proc/self/perfclock-out.data");
     let output = inject(&input, proc_out, &[]);
     assert_eq!(output.status.code(), Some(1));
