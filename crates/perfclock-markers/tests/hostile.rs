@@ -307,3 +307,64 @@ fn killed_mid_write_leaves_only_whole_lines() {
     println!("killed 12 writers: {total} markers read back, every one whole");
     assert!(total > 0, "the children never got to write");
 }
+
+/// Re-executed as a child by `exit_flushes_and_fork_children_write_nothing`: buffers markers,
+/// forks a child that writes to the inherited writer and exits through `exit(3)`, then exits
+/// itself through `exit(3)` without closing. Does nothing when run as an ordinary test.
+#[test]
+fn child_buffers_forks_and_exits() {
+    let Some(dir) = std::env::var_os("PCM_HOSTILE_EXIT_DIR") else {
+        return;
+    };
+    let markers = Markers::open(dir).unwrap();
+    for start in 1..=100u64 {
+        markers
+            .span(&checked_name(start, 10), start, start)
+            .unwrap();
+    }
+    // SAFETY: the child only calls the writer (which takes no lock once it sees it is in a
+    // child) and exit(3).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let _ = markers.span(&checked_name(1_000_000, 10), 1_000_000, 1_000_000);
+        let _ = markers.flush();
+        // SAFETY: exit(3) runs the atexit handlers, which must not write the parent's markers.
+        unsafe { libc::exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for the child just forked.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert_eq!(markers.lost(), 0, "the parent's writer lost nothing");
+    std::process::exit(0); // no close: the atexit flush must write the 100 markers
+}
+
+#[test]
+fn exit_flushes_and_fork_children_write_nothing() {
+    let dir = fresh_dir("exit");
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_buffers_forks_and_exits",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("PCM_HOSTILE_EXIT_DIR", &dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "only the parent's marker file: {files:?}");
+    let got = read_markers(&files[0]);
+    let starts: Vec<u64> = got.iter().map(|(s, _, _)| *s).collect();
+    assert_eq!(
+        starts,
+        (1..=100).collect::<Vec<u64>>(),
+        "each marker exactly once"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
