@@ -2,7 +2,7 @@
 # The sharp jitdump test: a C JIT (jit_reload.c) loads a different function at the same address
 # every 200 ms under a default-clock `perf record`; after `perfclock inject-time-conv` and
 # `perf inject --jit`, every sample in the region must name the function loaded at its time
-# (check.py, from the program's own log). Two negative controls must fail:
+# (check.py, from the program's own log). Three negative controls must fail:
 #   1. `perf inject --jit` without the TIME_CONV record (perf refuses the arch timestamps);
 #   2. a TIME_CONV whose time_zero is 200 ms late (samples go to the previous function);
 #   3. the same 1 ms late (only the samples in the first ms after each reload go wrong).
@@ -55,7 +55,9 @@ cc -std=c11 -O1 -Wall -Wextra -Werror -I "$repo/crates/perfclock-ffi/include" \
 # Default clock (no -k): the recording's timestamps are the perf clock.
 perf record -q -F 4000 -e cpu-clock -o perf.data -- \
     ./jit_reload "$work/dump" "$reloads" "$period_ms" > log.txt
+# perf record's own status does not tell whether the program succeeded: its log does.
 grep -q '^not ok' log.txt && fail "jit_reload's C ABI checks failed (log.txt)"
+grep -q '^ok - close' log.txt || fail "jit_reload did not finish (log.txt)"
 echo "run.sh: $(grep -c '^load ' log.txt) functions loaded at $(awk '/^region/ {print $2}' log.txt)"
 
 perfclock inject-time-conv perf.data -o with-conv.data
