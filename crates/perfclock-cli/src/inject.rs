@@ -268,6 +268,15 @@ pub fn run(options: &InjectOptions) -> Result<Outcome, InjectError> {
     if let Some(clockid) = layout.clockid {
         return Err(InjectError::OtherClock(clockid));
     }
+    if scan.compressed_markers {
+        // Seen with perf 6.1: inject --jit passes compressed records through unread, so it
+        // never sees the marker, and succeeds without injecting anything.
+        eprintln!(
+            "perfclock inject-time-conv: warning: IN's jitdump maps are inside compressed \
+             records (perf record -z); perf inject --jit (6.1 at least) does not look inside \
+             them and will inject no jitted code: record without -z for perf inject"
+        );
+    }
     let sidecars = scan
         .jit_dumps
         .iter()

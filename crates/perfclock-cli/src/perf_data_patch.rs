@@ -13,7 +13,10 @@
 //! panics or aborts on some malformed inputs (an MMAP2 build-id length above 20, an attribute
 //! size of 0, an `EVENT_DESC` count it pre-allocates) and reads every feature section into
 //! memory first; this scan needs only the 8-byte record headers and two file names, in constant
-//! memory. The tests read the output back with `linux-perf-data` as an independent check.
+//! memory. Records inside zstd-compressed records (`perf record -z`) are scanned through one
+//! streaming decompressor, as perf's `perf_session__process_compressed_event` does: a frame, and
+//! a record, may continue in the next compressed record. The tests read the output back with
+//! `linux-perf-data` as an independent check.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -134,10 +137,12 @@ pub enum PerfDataError {
         /// The record's file offset.
         offset: u64,
     },
-    /// zstd-compressed records (`perf record -z`): the MMAP records inside are not read.
+    /// A zstd-compressed record (`perf record -z`) does not decompress to whole records.
     Compressed {
-        /// The first compressed record's file offset.
+        /// The compressed record's file offset.
         offset: u64,
+        /// What is wrong.
+        reason: String,
     },
     /// A section would end past 2^64 once moved.
     OffsetOverflow,
@@ -236,10 +241,9 @@ impl fmt::Display for PerfDataError {
                 "IN's record at offset {offset} runs past the end of the data section: IN is \
                  truncated or corrupt"
             ),
-            Self::Compressed { offset } => write!(
+            Self::Compressed { offset, reason } => write!(
                 f,
-                "IN holds zstd-compressed records (first at offset {offset}; perf record -z), \
-                 whose MMAP records this tool does not read: record without -z"
+                "IN's compressed record at offset {offset} (perf record -z) is corrupt: {reason}"
             ),
             Self::OffsetOverflow => write!(f, "IN's sections would end past 2^64 bytes once moved"),
             Self::Unfinished { trailing } => write!(
@@ -339,6 +343,8 @@ pub struct Scan {
     pub jit_dumps: Vec<(u32, PathBuf)>,
     /// How many records the data section holds.
     pub records: u64,
+    /// Whether a jitdump's map was found inside a compressed record (`perf record -z`).
+    pub compressed_markers: bool,
 }
 
 /// The pid of a jitdump file name (`jit-<pid>.dump`, as perf's `jit_detect` matches it).
@@ -545,12 +551,107 @@ fn read_up_to<R: Read>(reader: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     Ok(filled)
 }
 
+/// Notes what one record tells: a TIME_CONV, or the map of a jitdump.
+fn inspect(scan: &mut Scan, kind: u32, body: &[u8]) {
+    scan.records += 1;
+    let name_at = match kind {
+        RECORD_TIME_CONV => {
+            scan.has_time_conv = true;
+            return;
+        }
+        RECORD_MMAP => MMAP_FILENAME_AT,
+        RECORD_MMAP2 => MMAP2_FILENAME_AT,
+        _ => return,
+    };
+    if let Some(name) = body.get(name_at..) {
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        let path = Path::new(OsStr::from_bytes(name));
+        if let Some(pid) = jitdump_pid(path) {
+            if !scan.jit_dumps.iter().any(|(_, seen)| seen == path) {
+                scan.jit_dumps.push((pid, path.to_path_buf()));
+            }
+        }
+    }
+}
+
+/// The records inside `PERF_RECORD_COMPRESSED`/`COMPRESSED2`: one zstd stream across all of
+/// them, and the tail of a record cut by a compressed record's end.
+struct Decompressed {
+    decoder: zstd::stream::raw::Decoder<'static>,
+    /// Decompressed bytes not yet a whole record (less than one record, at most 64 KiB, after
+    /// each chunk is parsed).
+    pending: Vec<u8>,
+    chunk: Vec<u8>,
+}
+
+impl Decompressed {
+    fn new(offset: u64) -> Result<Self, PerfDataError> {
+        Ok(Self {
+            decoder: zstd::stream::raw::Decoder::new().map_err(|error| {
+                PerfDataError::Compressed {
+                    offset,
+                    reason: format!("no zstd decompressor: {error}"),
+                }
+            })?,
+            pending: Vec::new(),
+            chunk: vec![0; 1 << 16],
+        })
+    }
+
+    /// Decompresses `compressed` (the record at `offset`) and inspects every whole record.
+    fn feed(
+        &mut self,
+        scan: &mut Scan,
+        compressed: &[u8],
+        offset: u64,
+    ) -> Result<(), PerfDataError> {
+        use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
+        let corrupt = |reason: String| PerfDataError::Compressed { offset, reason };
+        let mut input = InBuffer::around(compressed);
+        loop {
+            let mut output = OutBuffer::around(&mut self.chunk[..]);
+            self.decoder
+                .run(&mut input, &mut output)
+                .map_err(|error| corrupt(format!("zstd: {error}")))?;
+            let produced = output.pos();
+            self.pending.extend_from_slice(&self.chunk[..produced]);
+            let mut at = 0;
+            while self.pending.len() - at >= 8 {
+                let kind = u32_at(&self.pending, at);
+                let size = usize::from(u16::from_le_bytes([
+                    self.pending[at + 6],
+                    self.pending[at + 7],
+                ]));
+                if size < 8 {
+                    return Err(corrupt(format!(
+                        "a record inside claims {size} bytes, less than its own header"
+                    )));
+                }
+                if self.pending.len() - at < size {
+                    break;
+                }
+                let markers = scan.jit_dumps.len();
+                inspect(scan, kind, &self.pending[at + 8..at + size]);
+                scan.compressed_markers |= scan.jit_dumps.len() > markers;
+                at += size;
+            }
+            self.pending.drain(..at);
+            // Done when the input is used up and the last run did not fill the chunk (a full
+            // chunk may mean more output is buffered in the decoder).
+            if input.pos() == compressed.len() && produced < self.chunk.len() {
+                return Ok(());
+            }
+        }
+    }
+}
+
 /// Walks the data section's records: whether a TIME_CONV is there, and which jitdumps were
-/// mapped. Reads record headers and MMAP bodies only; constant memory.
+/// mapped. Reads record headers and MMAP bodies only, and decompresses compressed records in
+/// 64 KiB chunks; constant memory.
 ///
 /// # Errors
-/// [`PerfDataError`]: a record smaller than its header or running past the data, compressed
-/// records, or a read error.
+/// [`PerfDataError`]: a record smaller than its header or running past the data, a corrupt
+/// compressed record, or a read error.
 pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, PerfDataError> {
     let mut reader = BufReader::with_capacity(1 << 16, reader);
     reader.seek(SeekFrom::Start(layout.data.offset))?;
@@ -558,6 +659,7 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
     let mut scan = Scan::default();
     let mut offset = layout.data.offset;
     let mut body = Vec::new();
+    let mut decompressed: Option<Decompressed> = None;
     while offset < data_end {
         if data_end - offset < 8 {
             return Err(PerfDataError::RecordPastData { offset });
@@ -578,23 +680,34 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
             RECORD_MMAP | RECORD_MMAP2 => {
                 body.resize(body_len, 0);
                 reader.read_exact(&mut body)?;
-                let name_at = if kind == RECORD_MMAP {
-                    MMAP_FILENAME_AT
-                } else {
-                    MMAP2_FILENAME_AT
-                };
-                if let Some(name) = body.get(name_at..) {
-                    let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-                    let path = Path::new(OsStr::from_bytes(name));
-                    if let Some(pid) = jitdump_pid(path) {
-                        if !scan.jit_dumps.iter().any(|(_, seen)| seen == path) {
-                            scan.jit_dumps.push((pid, path.to_path_buf()));
-                        }
-                    }
-                }
+                inspect(&mut scan, kind, &body);
             }
             RECORD_COMPRESSED | RECORD_COMPRESSED2 => {
-                return Err(PerfDataError::Compressed { offset });
+                body.resize(body_len, 0);
+                reader.read_exact(&mut body)?;
+                // COMPRESSED2 says how much of its body is data (the rest is padding).
+                let compressed = if kind == RECORD_COMPRESSED {
+                    &body[..]
+                } else {
+                    let data_size = body.get(..8).map(|field| u64_at(field, 0));
+                    match data_size {
+                        Some(data_size) if data_size <= body_len as u64 - 8 => {
+                            &body[8..8 + data_size as usize]
+                        }
+                        _ => {
+                            return Err(PerfDataError::Compressed {
+                                offset,
+                                reason: "its data size exceeds the record".to_owned(),
+                            })
+                        }
+                    }
+                };
+                let decompressor = match &mut decompressed {
+                    Some(decompressor) => decompressor,
+                    empty => empty.insert(Decompressed::new(offset)?),
+                };
+                decompressor.feed(&mut scan, compressed, offset)?;
+                scan.records += 1;
             }
             RECORD_AUXTRACE => {
                 // The AUX data follows the record, outside its size: its length is the body's
@@ -606,13 +719,13 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
                 reader.read_exact(&mut aux_size)?;
                 reader.seek_relative(body_len as i64 - 8)?;
                 extra = u64::from_le_bytes(aux_size);
+                scan.records += 1;
             }
             _ => {
-                scan.has_time_conv |= kind == RECORD_TIME_CONV;
+                inspect(&mut scan, kind, &[]);
                 reader.seek_relative(body_len as i64)?;
             }
         }
-        scan.records += 1;
         offset += size;
         if extra > data_end - offset {
             return Err(PerfDataError::RecordPastData { offset });
@@ -620,6 +733,14 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
         if extra > 0 {
             reader.seek(SeekFrom::Start(offset + extra))?;
             offset += extra;
+        }
+    }
+    if let Some(decompressor) = decompressed {
+        if !decompressor.pending.is_empty() {
+            return Err(PerfDataError::Compressed {
+                offset,
+                reason: "the compressed stream ends inside a record".to_owned(),
+            });
         }
     }
     Ok(scan)
@@ -764,6 +885,72 @@ mod tests {
         );
     }
 
+    /// `PERF_RECORD_COMPRESSED`: unpadded, its whole body is zstd data.
+    fn compressed(data: &[u8]) -> Vec<u8> {
+        let mut record = Vec::new();
+        record.extend_from_slice(&RECORD_COMPRESSED.to_le_bytes());
+        record.extend_from_slice(&0u16.to_le_bytes());
+        record.extend_from_slice(&u16::try_from(8 + data.len()).unwrap().to_le_bytes());
+        record.extend_from_slice(data);
+        record
+    }
+
+    /// `PERF_RECORD_COMPRESSED2`: the data's size, the data, padding to 8 bytes.
+    fn compressed2(data: &[u8]) -> Vec<u8> {
+        let mut body = (data.len() as u64).to_le_bytes().to_vec();
+        body.extend_from_slice(data);
+        synth::record(RECORD_COMPRESSED2, &body)
+    }
+
+    fn scan_of(records: Vec<Vec<u8>>) -> Result<Scan, PerfDataError> {
+        let built = Synth {
+            records,
+            ..Synth::default()
+        }
+        .build();
+        let mut input = Cursor::new(&built.bytes);
+        let layout = read_layout(&mut input)?;
+        scan_records(&mut input, &layout)
+    }
+
+    #[test]
+    fn scans_inside_compressed_records_split_anywhere() {
+        let inner = [
+            synth::comm(5, "java"),
+            synth::mmap2(5, "/tmp/jit-5.dump"),
+            synth::comm(5, "java"),
+        ]
+        .concat();
+        let frame = zstd::bulk::compress(&inner, 1).unwrap();
+        // The frame, and so a record inside, cut in two at every point, in both record kinds.
+        for cut in 1..frame.len() {
+            for wrap in [compressed, compressed2] {
+                let scan = scan_of(vec![
+                    synth::comm(1, "perf"),
+                    wrap(&frame[..cut]),
+                    synth::comm(1, "perf"),
+                    wrap(&frame[cut..]),
+                ])
+                .unwrap();
+                assert_eq!(scan.jit_dumps, vec![(5, PathBuf::from("/tmp/jit-5.dump"))]);
+                assert_eq!(scan.records, 7);
+                assert!(scan.compressed_markers);
+            }
+        }
+        // A stream that ends inside a record, and data that is no zstd.
+        let cut_record = zstd::bulk::compress(&inner[..inner.len() - 8], 1).unwrap();
+        for records in [vec![compressed(&cut_record)], vec![compressed(&[7; 40])]] {
+            assert!(matches!(
+                scan_of(records),
+                Err(PerfDataError::Compressed { .. })
+            ));
+        }
+        // A record inside claiming less than its header.
+        let zero = zstd::bulk::compress(&[0; 16], 1).unwrap();
+        let message = scan_of(vec![compressed2(&zero)]).unwrap_err().to_string();
+        assert!(message.contains("less than its own header"), "{message}");
+    }
+
     #[test]
     fn scan_sees_a_time_conv() {
         let built = Synth {
@@ -897,14 +1084,6 @@ mod tests {
             let message = err(&with_feature.build().bytes).to_string();
             assert!(message.contains(expected), "{message}");
         }
-        let compressed = Synth {
-            records: vec![synth::record(81, &[1; 16])],
-            ..Synth::default()
-        };
-        assert!(matches!(
-            err(&compressed.build().bytes),
-            PerfDataError::Compressed { .. }
-        ));
         let mut zero_size = built.bytes.clone();
         zero_size[built.data.0 + 6..built.data.0 + 8].copy_from_slice(&0u16.to_le_bytes());
         assert!(matches!(
