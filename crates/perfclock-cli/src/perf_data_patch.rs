@@ -70,7 +70,8 @@ const ATTR_CLOCKID_AT: usize = 92;
 
 /// Offsets of the header fields this module rewrites.
 const HEADER_ATTRS_OFFSET_AT: u64 = 24;
-const HEADER_DATA_SIZE_AT: u64 = 48;
+const HEADER_DATA_AT: u64 = 40;
+const HEADER_DATA_SIZE_AT: u64 = HEADER_DATA_AT + 8;
 const HEADER_EVENT_TYPES_OFFSET_AT: u64 = 56;
 
 /// Why a perf.data cannot be scanned or patched. Each message says what to do.
@@ -442,13 +443,6 @@ pub fn read_layout<R: Read + Seek>(reader: &mut R) -> Result<Layout, PerfDataErr
             what: "header".to_owned(),
         });
     }
-    outside_data(
-        "header",
-        Section {
-            offset: 0,
-            size: FILE_HEADER_SIZE,
-        },
-    )?;
     outside_data("attribute section", attrs)?;
     outside_data("event type section", event_types)?;
 
@@ -521,12 +515,15 @@ pub fn read_layout<R: Read + Seek>(reader: &mut R) -> Result<Layout, PerfDataErr
             offset: section.offset,
         });
     }
-    // The copy rewrites each field in one pass, in file order: no two may overlap, nor overlap
-    // the data size field.
-    let mut positions: Vec<u64> = offset_fields.iter().map(|field| field.position).collect();
-    positions.push(HEADER_DATA_SIZE_AT);
-    positions.sort_unstable();
-    if positions.windows(2).any(|pair| pair[1] - pair[0] < 8) {
+    // The copy rewrites offset fields in one pass, in file order: no two section descriptors
+    // (offset, size) may overlap, or one rewrite would change another descriptor.
+    let mut descriptors: Vec<u64> = offset_fields.iter().map(|field| field.position).collect();
+    descriptors.push(HEADER_DATA_AT);
+    descriptors.sort_unstable();
+    if descriptors
+        .windows(2)
+        .any(|pair| pair[1] - pair[0] < SECTION_SIZE)
+    {
         return Err(PerfDataError::OverlappingFields);
     }
     Ok(Layout {
