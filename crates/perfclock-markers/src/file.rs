@@ -105,57 +105,46 @@ impl SharedFile {
             return Ok(());
         }
         let mut state = lock(&self.state);
-        let count = lines.iter().filter(|&&b| b == b'\n').count() as u64;
         if state.broken {
             return Err(MarkerError::Broken {
                 path: self.path.clone(),
-                lost: count,
+                lost: lines.iter().filter(|&&b| b == b'\n').count() as u64,
             });
         }
         let plan = layout(state.len, state.last.as_ref(), lines);
-        match write_all_at(&state.file, &plan.bytes, plan.offset) {
-            Ok(()) => {
-                state.len = plan.offset + plan.bytes.len() as u64;
-                state.last = plan.last_line();
-                Ok(())
+        let Err((written, source)) = write_all_at(&state.file, &plan.bytes, plan.offset) else {
+            state.len = plan.offset + plan.bytes.len() as u64;
+            state.last = plan.last_line();
+            return Ok(());
+        };
+        let (whole, last_whole) = plan.whole_prefix(written);
+        let lost = plan.new_lines_from(whole);
+        let undo = if whole > 0 {
+            // Whole lines made it (the rewritten last line among them, if any: it comes first):
+            // keep them, cut whatever follows.
+            let end = plan.offset + whole as u64;
+            state.file.set_len(end).map(|()| (end, last_whole))
+        } else if plan.rewritten_len > 0 {
+            // The lengthened last line may be half-written over the old one: put the old one
+            // back and cut the file after it.
+            let last = state.last.clone();
+            restore(&state.file, last.as_ref(), state.len).map(|()| (state.len, last))
+        } else {
+            let (len, last) = (state.len, state.last.clone());
+            state.file.set_len(len).map(|()| (len, last))
+        };
+        match undo {
+            Ok((len, last)) => {
+                state.len = len;
+                state.last = last;
             }
-            Err((written, source)) => {
-                let reached = plan.offset + written as u64;
-                let complete = plan.line_ends.iter().take_while(|&&e| e <= reached).count();
-                let undo = if complete > 0 {
-                    // Whole lines made it: keep them, cut whatever follows.
-                    let end = plan.line_ends[complete - 1];
-                    state
-                        .file
-                        .set_len(end)
-                        .map(|()| (end, plan.line(complete - 1)))
-                } else if plan.rewrites_last {
-                    // The lengthened last line may be half-written over the old one: put the old
-                    // one back and cut the file after it.
-                    let last = state.last.clone();
-                    restore(&state.file, last.as_ref(), state.len).map(|()| (state.len, last))
-                } else {
-                    state
-                        .file
-                        .set_len(state.len)
-                        .map(|()| (state.len, state.last.clone()))
-                };
-                let written_new = complete.saturating_sub(usize::from(plan.rewrites_last));
-                let lost = count - written_new as u64;
-                match undo {
-                    Ok((len, last)) => {
-                        state.len = len;
-                        state.last = last;
-                    }
-                    Err(_) => state.broken = true,
-                }
-                Err(MarkerError::Write {
-                    path: self.path.clone(),
-                    lost,
-                    source,
-                })
-            }
+            Err(_) => state.broken = true,
         }
+        Err(MarkerError::Write {
+            path: self.path.clone(),
+            lost,
+            source,
+        })
     }
 }
 

@@ -35,6 +35,13 @@ pub fn push_line(out: &mut Vec<u8>, start_ns: u64, end_ns: u64, name: &str) {
 /// a space, any other control character (newline, carriage return, NUL, DEL, C1) becomes U+FFFD.
 /// At most [`MAX_NAME_BYTES`] bytes are appended.
 pub fn clean_name(name: &str, out: &mut Vec<u8>) {
+    // Fast path: every control character's UTF-8 holds a byte below 0x20, 0x7f (DEL) or 0xc2
+    // (the lead byte of C1 controls, U+0080..U+009F); a name without them is copied as is.
+    let plain = |b: &u8| *b >= 0x20 && *b != 0x7f && *b != 0xc2;
+    if name.len() <= MAX_NAME_BYTES && name.as_bytes().iter().all(plain) {
+        out.extend_from_slice(name.as_bytes());
+        return;
+    }
     let limit = out.len() + MAX_NAME_BYTES;
     for c in name.chars() {
         let c = match c {
@@ -67,78 +74,109 @@ pub struct Layout {
     pub offset: u64,
     /// Complete lines, none crossing a multiple of [`BLOCK`] in the file.
     pub bytes: Vec<u8>,
-    /// File offset just past each line of `bytes`, ascending.
-    pub line_ends: Vec<u64>,
-    /// Whether the first line of `bytes` rewrites the file's last line.
-    pub rewrites_last: bool,
+    /// Length of the file's last line as rewritten at the start of `bytes` (lengthened), or 0.
+    pub rewritten_len: usize,
 }
 
 impl Layout {
-    /// Line `index` of the layout as [`LastLine`], or `None` past the end.
-    pub fn line(&self, index: usize) -> Option<LastLine> {
-        let end = *self.line_ends.get(index)?;
-        let start = match index {
-            0 => self.offset,
-            n => self.line_ends[n - 1],
-        };
-        let (from, to) = (
-            usize::try_from(start - self.offset).ok()?,
-            usize::try_from(end - self.offset).ok()?,
-        );
+    /// The last of the whole lines in `bytes[..end]` (`end` just past a newline).
+    fn line_ending_at(&self, end: usize) -> Option<LastLine> {
+        let before = self.bytes.get(..end.checked_sub(1)?)?;
+        let start = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
         Some(LastLine {
-            offset: start,
-            bytes: self.bytes[from..to].to_vec(),
+            offset: self.offset + start as u64,
+            bytes: self.bytes[start..end].to_vec(),
         })
     }
 
     /// The layout's last line, or `None` if it is empty.
     pub fn last_line(&self) -> Option<LastLine> {
-        self.line(self.line_ends.len().checked_sub(1)?)
+        self.line_ending_at(self.bytes.len())
+    }
+
+    /// After a write that stopped after `written` bytes: how many bytes of whole lines made it,
+    /// and the last of them.
+    pub fn whole_prefix(&self, written: usize) -> (usize, Option<LastLine>) {
+        let written = written.min(self.bytes.len());
+        match self.bytes[..written].iter().rposition(|&b| b == b'\n') {
+            Some(i) => (i + 1, self.line_ending_at(i + 1)),
+            None => (0, None),
+        }
+    }
+
+    /// New lines (not the rewritten one) in `bytes[from..]`.
+    pub fn new_lines_from(&self, from: usize) -> u64 {
+        let from = from.max(self.rewritten_len).min(self.bytes.len());
+        self.bytes[from..].iter().filter(|&&b| b == b'\n').count() as u64
     }
 }
 
 /// Places `lines` (complete lines, each shorter than [`BLOCK`]) after a file of `file_len` bytes
 /// whose last line is `last` (`None` for an empty file). Padding goes into the START field of the
-/// line before a boundary; if that line is already in the file it is rewritten.
+/// line before a boundary; if that line is already in the file it is rewritten. Only the lines
+/// around block boundaries are looked at; the rest is copied in runs.
 pub fn layout(file_len: u64, last: Option<&LastLine>, lines: &[u8]) -> Layout {
-    // (leading zeros to add, line) in file order.
-    let mut placed: Vec<(usize, &[u8])> = Vec::new();
-    let mut rewrites_last = false;
+    let mut out: Vec<u8> = Vec::with_capacity(lines.len() + lines.len() / 16 + 64);
     let mut offset = file_len;
-    let mut pos = file_len;
-    for line in lines.split_inclusive(|&b| b == b'\n') {
+    let mut rewritten_len = 0;
+    let mut pos = file_len; // file offset just past `out`
+    let mut src = lines;
+    while !src.is_empty() {
         let room = BLOCK - block_offset(pos);
-        if line.len() > room {
-            if let Some(previous) = placed.last_mut() {
-                previous.0 += room;
-                pos += room as u64;
-            } else if let Some(last) = last.filter(|l| l.offset + l.bytes.len() as u64 == file_len)
-            {
-                // The file's last line ends where this flush starts, inside the same block
-                // (lines never cross one), so lengthening it fills the block.
-                placed.push((room, &last.bytes));
-                rewrites_last = true;
-                offset = last.offset;
-                pos += room as u64;
-            }
-            // Else the file does not end in a line this writer wrote (cannot happen: the file is
-            // created empty): the line is written where it is, unpadded.
+        if src.len() <= room {
+            out.extend_from_slice(src);
+            break;
         }
-        placed.push((0, line));
-        pos += line.len() as u64;
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(pos - offset).unwrap_or(0));
-    let mut line_ends = Vec::with_capacity(placed.len());
-    for (zeros, line) in placed {
-        bytes.resize(bytes.len() + zeros, b'0');
-        bytes.extend_from_slice(line);
-        line_ends.push(offset + bytes.len() as u64);
+        // Lines that end at or before the boundary go in whole.
+        let whole = src[..room]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        out.extend_from_slice(&src[..whole]);
+        src = &src[whole..];
+        pos += whole as u64;
+        let gap = room - whole;
+        if gap == 0 {
+            continue;
+        }
+        // The next line would cross the boundary: lengthen the line before it by `gap` zeros.
+        if !out.is_empty() {
+            let start = out[..out.len() - 1]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            out.splice(start..start, std::iter::repeat(b'0').take(gap));
+            if start == 0 && rewritten_len > 0 {
+                rewritten_len += gap;
+            }
+        } else if let Some(last) = last.filter(|l| l.offset + l.bytes.len() as u64 == file_len) {
+            // The file's last line ends where this flush starts, inside this block (lines
+            // never cross one): rewrite it lengthened.
+            out.resize(gap, b'0');
+            out.extend_from_slice(&last.bytes);
+            offset = last.offset;
+            rewritten_len = out.len();
+        } else {
+            // The file does not end in a line this writer wrote (cannot happen: the file is
+            // created empty): the line goes where it is, unpadded.
+            let line = src
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(src.len(), |i| i + 1);
+            out.extend_from_slice(&src[..line]);
+            src = &src[line..];
+            pos += line as u64;
+            continue;
+        }
+        pos += gap as u64;
     }
     Layout {
         offset,
-        bytes,
-        line_ends,
-        rewrites_last,
+        bytes: out,
+        rewritten_len,
     }
 }
 
@@ -209,7 +247,7 @@ mod tests {
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
         for flush in 0..400 {
             let mut lines = Vec::new();
-            let n = (seed % 7) as usize;
+            let n = (seed % 40) as usize;
             for i in 0..n {
                 seed = seed
                     .wrapping_mul(6364136223846793005)
@@ -229,10 +267,7 @@ mod tests {
             let at = plan.offset as usize;
             file.truncate(at);
             file.extend_from_slice(&plan.bytes);
-            assert_eq!(
-                *plan.line_ends.last().unwrap_or(&(file.len() as u64)),
-                file.len() as u64
-            );
+            assert!(plan.bytes.is_empty() || plan.bytes.ends_with(b"\n"));
             if let Some(l) = plan.last_line() {
                 last = Some(l);
             }
