@@ -3,7 +3,7 @@
 
 samply leaves addresses unsymbolized in profile.json, so each sample's leaf frame is mapped to a
 function with the binary's symbol table (`nm`). A sample counts for a phase when its leaf frame is
-in that phase's function (`phases::phase_<name>`); it is "inside" when its time falls in a marker
+in that phase's function (`phases::phase_<name>`, or --symbol-format); it is "inside" when its time falls in a marker
 of that name. Both times come out of samply's one timestamp converter, so the score measures how
 well the marker stamps agree with the perf clock of the samples.
 
@@ -27,7 +27,7 @@ def fail(message, status=1):
     sys.exit(status)
 
 
-def phase_symbols(binary):
+def phase_symbols(binary, symbol_format):
     """(start, end, phase) of each phase function, as addresses relative to the ELF's base."""
     try:
         out = subprocess.run(
@@ -45,7 +45,7 @@ def phase_symbols(binary):
             continue
         address, size, _kind, name = parts
         for phase in PHASES:
-            if name == f"phases::phase_{phase}":
+            if name == symbol_format.format(phase):
                 start = int(address, 16)
                 ranges.append((start, start + int(size, 16), phase))
     found = {r[2] for r in ranges}
@@ -67,6 +67,11 @@ def main():
     ap.add_argument("--profile", required=True, help="profile.json written by samply import")
     ap.add_argument("--binary", required=True, help="the phases binary that was recorded")
     ap.add_argument("--marker-file", required=True, help="the marker-<pid>.txt it wrote")
+    ap.add_argument(
+        "--symbol-format",
+        default="phases::phase_{}",
+        help="demangled name of a phase's function, {} standing for the phase (C: phase_{})",
+    )
     ap.add_argument("--min-score", type=float, default=0.95)
     ap.add_argument("--max-control-score", type=float, default=0.5)
     ap.add_argument("--min-samples", type=int, default=100, help="per phase")
@@ -80,7 +85,7 @@ def main():
     lib_index = [i for i, lib in enumerate(profile["libs"]) if lib.get("path") == args.binary]
     if not lib_index:
         fail(f"{args.binary} is not among the profile's libraries", 2)
-    ranges = phase_symbols(args.binary)
+    ranges = phase_symbols(args.binary, args.symbol_format)
 
     spans = {}  # marker name -> sorted [(start_ms, end_ms)]
     simple_markers = 0
