@@ -22,9 +22,7 @@ static FILES: Mutex<Vec<Arc<SharedFile>>> = Mutex::new(Vec::new());
 pub struct SharedFile {
     /// The process that created it: a fork child must not append to its parent's file.
     pub pid: u32,
-    /// The directory it was opened with, as given.
-    dir: PathBuf,
-    /// The file's path, as perf will see it through the mapping.
+    /// The file's canonical path, as perf will see it through the mapping.
     pub path: PathBuf,
     state: Mutex<AppendState>,
     /// Held only so the mapping lives as long as the process.
@@ -49,13 +47,19 @@ impl SharedFile {
     /// [`MarkerError::Create`] or [`MarkerError::Map`].
     pub fn open(dir: &Path) -> Result<Arc<SharedFile>, MarkerError> {
         let pid = std::process::id();
+        let name = format!("marker-{pid}.txt");
+        // Canonical, so `.` and `/abs/dir` (or a symlink to it) share one file rather than
+        // truncating each other's, and the path is the one perf records for the mapping.
+        let path = std::fs::canonicalize(dir)
+            .map_err(|source| MarkerError::Create {
+                path: dir.join(&name),
+                source,
+            })?
+            .join(name);
         let mut files = lock(&FILES);
-        if let Some(file) = files.iter().find(|f| f.pid == pid && f.dir == dir) {
+        if let Some(file) = files.iter().find(|f| f.pid == pid && f.path == path) {
             return Ok(Arc::clone(file));
         }
-        let path = std::path::absolute(dir)
-            .unwrap_or_else(|_| dir.to_path_buf())
-            .join(format!("marker-{pid}.txt"));
         let file = OpenOptions::new()
             .read(true) // mmap needs a readable descriptor
             .write(true)
@@ -80,7 +84,6 @@ impl SharedFile {
             })?;
         let shared = Arc::new(SharedFile {
             pid,
-            dir: dir.to_path_buf(),
             path,
             state: Mutex::new(AppendState {
                 file,

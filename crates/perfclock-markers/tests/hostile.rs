@@ -368,3 +368,21 @@ fn exit_flushes_and_fork_children_write_nothing() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn one_file_per_directory_however_it_is_named() {
+    let dir = fresh_dir("aliases");
+    let first = Markers::open(&dir).unwrap();
+    first.span("first", 1, 2).unwrap();
+    first.flush().unwrap();
+    // The same directory by another name must share the file, not truncate it.
+    let second = Markers::open(dir.join(".")).unwrap();
+    assert_eq!(first.path(), second.path());
+    second.span("second", 3, 4).unwrap();
+    second.close().unwrap();
+    let path = first.path().to_path_buf();
+    first.close().unwrap();
+    let names: Vec<String> = read_markers(&path).into_iter().map(|(_, _, n)| n).collect();
+    assert_eq!(names, ["first", "second"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
