@@ -17,7 +17,7 @@
 pub const BLOCK: usize = 4096;
 
 /// Longest name kept, in bytes; longer names are cut at a character boundary so a line always
-/// fits in one [`BLOCK`].
+/// fits in one 4 KiB block (see the crate docs on why lines never cross one).
 pub const MAX_NAME_BYTES: usize = 1024;
 
 /// Appends `START END NAME\n` to `out`, the name cleaned by [`clean_name`].
