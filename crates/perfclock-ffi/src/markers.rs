@@ -1,0 +1,1 @@
+//! C ABI of the marker writer (`perfclock_marker*` in `perfclock.h`).
