@@ -3,9 +3,9 @@
 use std::fmt;
 
 use perfclock_calib::calibrator::CalibError;
-use perfclock_calib::event::OpenError;
 use perfclock_calib::GroundTruthError;
 use perfclock_core::ReadError;
+use perfclock_event::SysError;
 
 use crate::diagnosis::Withheld;
 use crate::kernel::MAX_KERNEL_PAGES;
@@ -16,7 +16,7 @@ use crate::kernel::MAX_KERNEL_PAGES;
 pub enum Error {
     /// `perf_event_open` or the page's `mmap` failed: refused (paranoid level, capabilities,
     /// seccomp), no perf support, or out of file descriptors.
-    PerfEvent(OpenError),
+    PerfEvent(SysError),
     /// The kernel's page does not publish the conversion (`cap_user_time_zero = 0`) and
     /// kernel-exact mode was required.
     KernelWithholdsTime(Withheld),
@@ -36,25 +36,16 @@ pub enum Error {
 }
 
 impl Error {
-    /// A stable small integer per kind, for the C ABI. A calibration that failed because its
-    /// perf events could not be opened reports the open error's code: that is what to fix.
-    pub fn code(&self) -> i32 {
+    /// The failed system call behind this error: the clock's own `perf_event_open`/`mmap`, or
+    /// the one that made calibration fail. Its [`SysError::kind`] says what to fix.
+    pub fn sys_error(&self) -> Option<&SysError> {
         match self {
-            Error::PerfEvent(open)
+            Error::PerfEvent(error)
             | Error::Calibration {
-                reason: CalibError::GroundTruth(GroundTruthError::Open(open)),
+                reason: CalibError::GroundTruth(GroundTruthError::Open(error)),
                 ..
-            } => match open {
-                OpenError::PermissionDenied { .. } => -1,
-                OpenError::NoPerfSupport { .. } => -2,
-                OpenError::FdExhausted { .. } => -3,
-                _ => -4,
-            },
-            Error::KernelWithholdsTime(_) => -5,
-            Error::Page(_) => -6,
-            Error::Unsupported => -7,
-            Error::TooManyClocks => -8,
-            Error::Calibration { .. } => -9,
+            } => Some(error),
+            _ => None,
         }
     }
 }
@@ -79,4 +70,16 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::PerfEvent(error) => Some(error),
+            // ReadError is core's no_std type, without std's Error trait.
+            Error::KernelWithholdsTime(_)
+            | Error::Page(_)
+            | Error::Unsupported
+            | Error::TooManyClocks => None,
+            Error::Calibration { reason, .. } => Some(reason),
+        }
+    }
+}

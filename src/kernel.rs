@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
 
 use perf_event_open_sys::bindings as sys;
-use perfclock_calib::event::{page_size, EventAttr, OpenError, PageMapping, PerfEvent};
 use perfclock_core::PerfEventMmapPage;
+use perfclock_event::{page_size, EventAttr, PageMapping, PerfEvent, SysError};
 
 /// Kernel pages mapped at once (one per kernel-mode [`crate::Clock`]).
 pub const MAX_KERNEL_PAGES: usize = 64;
@@ -35,7 +35,7 @@ pub struct KernelPage {
 /// Why the page could not be had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MapError {
-    Open(OpenError),
+    Open(SysError),
     /// [`MAX_KERNEL_PAGES`] kernel-mode clocks are open already.
     TooManyClocks,
 }

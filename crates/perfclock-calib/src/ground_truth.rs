@@ -27,9 +27,10 @@ use core::fmt;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use crate::event::{page_size, sample, EventAttr, OpenError, PerfEvent};
-use crate::ring::{Parsed, RingError, RingReader};
 use perfclock_core::counter;
+use perfclock_event::{
+    page_size, sample, EventAttr, Parsed, PerfEvent, RingError, RingReader, SysError,
+};
 
 /// Which kernel record a bracket is built on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -244,7 +245,7 @@ struct Source {
 }
 
 impl Source {
-    fn open(attr: EventAttr) -> Result<Self, OpenError> {
+    fn open(attr: EventAttr) -> Result<Self, SysError> {
         let event = PerfEvent::open(&attr)?;
         let ring = RingReader::new(event.map_ring(RING_PAGES_LOG2)?);
         Ok(Self { event, ring })
@@ -359,7 +360,7 @@ fn syscall_error(op: &'static str) -> BracketError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroundTruthError {
     /// Opening or mapping an event failed.
-    Open(OpenError),
+    Open(SysError),
     /// Setting up an action failed (reading the thread name, mapping the fault arena).
     Setup(BracketError),
 }
@@ -375,8 +376,8 @@ impl fmt::Display for GroundTruthError {
 
 impl std::error::Error for GroundTruthError {}
 
-impl From<OpenError> for GroundTruthError {
-    fn from(e: OpenError) -> Self {
+impl From<SysError> for GroundTruthError {
+    fn from(e: SysError) -> Self {
         GroundTruthError::Open(e)
     }
 }
@@ -733,7 +734,7 @@ impl GroundTruth {
 fn match_one(
     ring: &mut RingReader,
     kind: RecordKind,
-    mut matcher: impl FnMut(&crate::ring::Record<'_>) -> Option<Option<(u64, u32)>>,
+    mut matcher: impl FnMut(&perfclock_event::Record<'_>) -> Option<Option<(u64, u32)>>,
 ) -> Result<(u64, u32), BracketError> {
     let mut matches = 0u32;
     let mut found = None;

@@ -1,8 +1,7 @@
 //! The perf clock where the kernel withholds its parameters, and the ground truth that every
 //! perfclock claim is checked against.
 //!
-//! - Ground truth: [`event`] opens perf events and maps their pages, [`ring`] reads their ring
-//!   buffers, [`ground_truth`] brackets kernel-stamped records (COMM, page-fault samples, MMAP2)
+//! - Ground truth: [`ground_truth`] opens perf events (through `perfclock-event`) and brackets kernel-stamped records (COMM, page-fault samples, MMAP2)
 //!   with counter reads, and [`verify()`] checks any [`perfclock_core::PerfTimeSource`] against
 //!   fresh ones.
 //! - Calibration: [`fit`] finds the band of lines counter -> perf ns consistent with every
@@ -11,14 +10,11 @@
 //!   our own memory, read with the same seqlock reader as the kernel's page.
 
 pub mod calibrator;
-pub mod event;
 pub mod fit;
 mod fork_gate;
 pub mod ground_truth;
 pub mod published;
-pub mod ring;
 pub mod verify;
 
-pub use event::OpenError;
 pub use ground_truth::{Bracket, BracketError, GroundTruth, GroundTruthError, RecordKind};
 pub use verify::{verify, VerifyReport};

@@ -3,12 +3,11 @@
 mod common;
 
 use common::best_line;
-use perfclock_calib::event::{sample, EventAttr, PerfEvent};
 use perfclock_calib::ground_truth::Stamped;
-use perfclock_calib::ring::{Parsed, RingReader};
 use perfclock_calib::verify::{verify_with, VerifyOptions};
-use perfclock_calib::{Bracket, GroundTruth, GroundTruthError, OpenError, RecordKind};
+use perfclock_calib::{Bracket, GroundTruth, GroundTruthError, RecordKind};
 use perfclock_core::{PerfTimeSource, ReadError};
+use perfclock_event::{sample, ErrorKind, EventAttr, Parsed, PerfEvent, RingReader};
 
 /// Opens `kinds`, or prints `SKIPPED` and returns None when this environment refuses perf
 /// events (paranoid > 2, seccomp, no CONFIG_PERF_EVENTS). With PERFCLOCK_REQUIRE_PERF=1 (CI on
@@ -16,9 +15,12 @@ use perfclock_core::{PerfTimeSource, ReadError};
 fn open_or_skip(test: &str, kinds: &[RecordKind]) -> Option<GroundTruth> {
     match GroundTruth::open(kinds) {
         Ok(gt) => Some(gt),
-        Err(GroundTruthError::Open(
-            e @ (OpenError::PermissionDenied { .. } | OpenError::NoPerfSupport { .. }),
-        )) if std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none() => {
+        Err(GroundTruthError::Open(e))
+            if matches!(
+                e.kind(),
+                ErrorKind::PermissionDenied | ErrorKind::NoPerfSupport
+            ) && std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none() =>
+        {
             println!("SKIPPED {test}: {e}");
             None
         }
