@@ -1,7 +1,7 @@
 //! [`Clock`]: one perf-domain clock, in kernel mode or calibrated mode, behind one read path.
 
-use perfclock_calib::calibrator::{CalibratedClock, CalibrationOptions};
-use perfclock_core::{counter, PageReader, PerfTimeSource, ReadError, TimeConversion};
+use perfclock_calib::{CalibratedClock, CalibrationOptions};
+use perfclock_core::{counter, PageReader, ReadError, TimeConversion};
 
 use crate::diagnosis::Withheld;
 use crate::error::Error;
@@ -22,6 +22,8 @@ pub enum Mode {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Options {
     kernel_only: bool,
+    /// Set by [`Options::refine`]; wins over `calibration`'s own setting, whichever came first.
+    refine: Option<bool>,
     calibration: CalibrationOptions,
 }
 
@@ -36,11 +38,12 @@ impl Options {
     /// Keep refining a calibrated clock in a background thread (the default), or calibrate
     /// once: the bound then grows with the time since calibration.
     pub fn refine(mut self, refine: bool) -> Self {
-        self.calibration.refine = refine;
+        self.refine = Some(refine);
         self
     }
 
-    /// Every calibration setting (see `perfclock_calib::calibrator::CalibrationOptions`).
+    /// Every calibration setting (see `perfclock_calib::CalibrationOptions`). A choice made
+    /// with [`Options::refine`] stands, before or after this call.
     pub fn calibration(mut self, calibration: CalibrationOptions) -> Self {
         self.calibration = calibration;
         self
@@ -51,6 +54,7 @@ impl Options {
     /// # Errors
     /// See [`Error`]: each variant says what was observed and what to change.
     pub fn open(self) -> Result<Clock, Error> {
+        let calibration = self.calibration_options();
         if !counter::SUPPORTED {
             return Err(Error::Unsupported);
         }
@@ -73,7 +77,7 @@ impl Options {
                 }
                 // The kernel page is of no further use: calibrated mode reads its own page.
                 drop(page);
-                let calibrated = match CalibratedClock::start(self.calibration) {
+                let calibrated = match CalibratedClock::start(calibration) {
                     Ok(calibrated) => calibrated,
                     Err(reason) => {
                         return Err(Error::Calibration {
@@ -92,6 +96,16 @@ impl Options {
                 })
             }
             Err(other) => Err(Error::Page(other)),
+        }
+    }
+}
+
+impl Options {
+    /// The calibration settings with [`Options::refine`]'s choice applied.
+    fn calibration_options(&self) -> CalibrationOptions {
+        match self.refine {
+            Some(refine) => self.calibration.clone().refine(refine),
+            None => self.calibration.clone(),
         }
     }
 }
@@ -216,17 +230,37 @@ impl Clock {
     }
 }
 
-impl PerfTimeSource for Clock {
-    fn now_ns(&self) -> Result<u64, ReadError> {
-        Clock::now_ns(self)
-    }
-    fn error_bound_ns(&self) -> u64 {
-        Clock::error_bound_ns(self)
-    }
-    fn read_counter(&self) -> Option<u64> {
-        Clock::read_counter(self)
-    }
-    fn cycles_to_ns(&self, cycles: u64) -> Result<u64, ReadError> {
-        Clock::cycles_to_ns(self, cycles)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refine_stands_whatever_the_order() {
+        let off = CalibrationOptions::default().refine(false);
+        let cases = [
+            (Options::default(), true),
+            (Options::default().refine(false), false),
+            (
+                Options::default()
+                    .refine(false)
+                    .calibration(CalibrationOptions::default()),
+                false,
+            ),
+            (
+                Options::default()
+                    .calibration(CalibrationOptions::default())
+                    .refine(false),
+                false,
+            ),
+            (Options::default().calibration(off.clone()), false),
+            (Options::default().calibration(off).refine(true), true),
+        ];
+        for (options, refines) in cases {
+            assert_eq!(
+                options.calibration_options().refines(),
+                refines,
+                "{options:?}"
+            );
+        }
     }
 }

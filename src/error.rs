@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use perfclock_calib::calibrator::CalibError;
+use perfclock_calib::CalibError;
 use perfclock_calib::GroundTruthError;
 use perfclock_core::ReadError;
 use perfclock_event::SysError;

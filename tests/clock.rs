@@ -26,7 +26,7 @@ fn process_clock_holds_against_kernel_stamps() {
             assert!(clock.withheld().is_some());
         }
     }
-    let report = perfclock_calib::verify(clock, 500).expect("kernel stamps for verification");
+    let report = perfclock_check::verify(clock, 500).expect("kernel stamps for verification");
     print!("{report}");
     assert!(
         report.events() >= 1_000,

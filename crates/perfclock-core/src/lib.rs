@@ -25,10 +25,8 @@ pub mod counter;
 mod error;
 pub mod page;
 pub mod seqlock;
-mod source;
 
 pub use conversion::TimeConversion;
 pub use error::{ParamError, ReadError};
 pub use page::PerfEventMmapPage;
 pub use seqlock::{PageReader, PageWriter, Reading};
-pub use source::PerfTimeSource;

@@ -288,7 +288,7 @@ mod tests {
     /// cause of a failed calibration: the numbers the header promises.
     #[test]
     fn every_error_has_its_code() {
-        use perfclock_calib::calibrator::CalibError;
+        use perfclock_calib::CalibError;
         use perfclock_calib::GroundTruthError;
         use perfclock_event::{Op, SysError};
 
