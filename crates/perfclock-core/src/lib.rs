@@ -7,7 +7,8 @@
 //! ([`page`]), reads it consistently together with the counter ([`seqlock::PageReader`]), applies
 //! the kernel's formula exactly ([`conversion::TimeConversion`]) and reads the counter of each
 //! architecture ([`counter`]). A calibrated clock publishes its own parameters in a page of
-//! ordinary memory with [`seqlock::PageWriter`], so both modes share one read path.
+//! ordinary memory with [`seqlock::PageWriter`], so both modes share one read path. One
+//! [`SeqLock`] type is the protocol under all of them.
 //!
 //! Nothing here allocates, makes a system call or takes a lock: every function is usable from a
 //! signal handler.
@@ -24,9 +25,11 @@ pub mod conversion;
 pub mod counter;
 mod error;
 pub mod page;
+pub mod seq_lock;
 pub mod seqlock;
 
 pub use conversion::TimeConversion;
 pub use error::{ParamError, ReadError};
 pub use page::PerfEventMmapPage;
+pub use seq_lock::{SeqLock, SeqLockWriteGuard};
 pub use seqlock::{PageReader, PageWriter, Reading};

@@ -1,15 +1,16 @@
 //! The page's seqlock: a lock-free reader for kernel-written (or our own) pages, and the writer
 //! side of the same protocol for pages of ordinary memory.
 //!
-//! The kernel's update (`perf_event_update_userpage`) is `++lock; barrier(); fields; barrier();
-//! ++lock`. A reader loads `lock`, rejects odd values (update in progress), loads the fields and
-//! the counter, and accepts them only if `lock` is unchanged afterwards.
+//! The protocol is [`SeqLock`]'s, over the page's `lock` word: a reader rejects an odd `lock`
+//! (update in progress), loads the fields and the counter, and accepts them only if `lock` is
+//! unchanged afterwards.
 
 use core::hint::spin_loop;
 use core::ptr::{addr_of_mut, NonNull};
-use core::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 use crate::page::{caps, PerfEventMmapPage};
+use crate::seq_lock::SeqLock;
 use crate::{counter, ReadError, TimeConversion};
 
 /// Attempts before a read gives up with [`ReadError::Contended`]; `tools/perf/util/tsc.c` uses
@@ -199,12 +200,7 @@ fn attempt(
     fields: &PageFields<'_>,
     counter: &mut impl FnMut() -> u64,
 ) -> Option<(RawTimeFields, u64)> {
-    // ATOMICS: Acquire pairs with the writer's Release store of the even value that ends an
-    // update, so the loads below see at least that update.
-    let sequence = fields.lock.load(Ordering::Acquire);
-    if sequence & 1 != 0 {
-        return None;
-    }
+    let stamp = fields.lock.optimistic_read()?;
     let raw = RawTimeFields {
         capabilities: fields.capabilities.load(Ordering::Relaxed),
         time_mult: fields.time_mult.load(Ordering::Relaxed),
@@ -214,10 +210,7 @@ fn attempt(
         time_mask: fields.time_mask.load(Ordering::Relaxed),
     };
     let cycles = counter();
-    // ATOMICS: keeps the field loads above before the re-read of the lock; pairs with the
-    // writer's Release fence after it makes the lock odd.
-    fence(Ordering::Acquire);
-    (fields.lock.load(Ordering::Relaxed) == sequence).then_some((raw, cycles))
+    fields.lock.validate_read(stamp).then_some((raw, cycles))
 }
 
 /// Publishes a conversion into a page of ordinary memory (and its mirror) with the kernel's
@@ -303,11 +296,7 @@ fn write_page(page: NonNull<PerfEventMmapPage>, raw: &RawTimeFields) {
     // SAFETY: the writer's contract: the page is ours to write, aligned, and accessed by
     // others only through atomic loads.
     let fields = unsafe { PageFields::of(page.as_ptr()) };
-    let odd = fields.lock.load(Ordering::Relaxed) | 1;
-    fields.lock.store(odd, Ordering::Relaxed);
-    // ATOMICS: orders the odd lock before the field stores; pairs with the reader's Acquire
-    // fence, so a reader that sees any new field sees the lock changed on its re-read.
-    fence(Ordering::Release);
+    let update = fields.lock.write();
     fields
         .capabilities
         .store(raw.capabilities, Ordering::Relaxed);
@@ -316,13 +305,12 @@ fn write_page(page: NonNull<PerfEventMmapPage>, raw: &RawTimeFields) {
     fields.time_zero.store(raw.time_zero, Ordering::Relaxed);
     fields.time_cycles.store(raw.time_cycles, Ordering::Relaxed);
     fields.time_mask.store(raw.time_mask, Ordering::Relaxed);
-    // ATOMICS: Release pairs with the reader's Acquire load of the lock.
-    fields.lock.store(odd.wrapping_add(1), Ordering::Release);
+    drop(update);
 }
 
 /// Atomic views of the fields the seqlock protects.
 struct PageFields<'a> {
-    lock: &'a AtomicU32,
+    lock: &'a SeqLock,
     capabilities: &'a AtomicU64,
     time_mult: &'a AtomicU32,
     time_shift: &'a AtomicU16,
@@ -341,7 +329,7 @@ impl PageFields<'_> {
         // layout (checked at compile time in `page`), as `from_ptr` requires.
         unsafe {
             PageFields {
-                lock: AtomicU32::from_ptr(addr_of_mut!((*page).lock)),
+                lock: SeqLock::from_ptr(addr_of_mut!((*page).lock)),
                 capabilities: AtomicU64::from_ptr(addr_of_mut!((*page).capabilities)),
                 time_mult: AtomicU32::from_ptr(addr_of_mut!((*page).time_mult)),
                 time_shift: AtomicU16::from_ptr(addr_of_mut!((*page).time_shift)),
@@ -455,9 +443,10 @@ mod tests {
     #[test]
     fn lock_held_forever_ends_in_contended() {
         let page = TestPage::new();
-        // SAFETY: no writer is active; the lock is set through its atomic view as writers do.
+        // SAFETY: no writer is active; the lock is taken through its atomic view as writers do.
         let fields = unsafe { PageFields::of(page.page.as_ptr()) };
-        fields.lock.store(3, Ordering::Release);
+        // A writer that never finishes.
+        core::mem::forget(fields.lock.write());
         let mut counter_reads = 0;
         assert_eq!(
             page.reader().read_with(|| {
@@ -486,9 +475,9 @@ mod tests {
         writer.publish(&old);
         // A writer preempted while updating the primary: the mirror already holds `new`.
         write_page(mirror.page, &raw_of(&new));
-        // SAFETY: the lock is set through its atomic view, as a writer would.
+        // SAFETY: the lock is taken through its atomic view, as a writer would.
         let primary_lock = unsafe { PageFields::of(primary.page.as_ptr()) }.lock;
-        primary_lock.store(primary_lock.load(Ordering::Relaxed) | 1, Ordering::Release);
+        core::mem::forget(primary_lock.write());
         assert_eq!(reader.read_with(|| 5).map(|r| r.conversion), Ok(new));
         // The single-page reader of the same primary has to give up.
         assert_eq!(primary.reader().read_with(|| 5), Err(ReadError::Contended));
