@@ -1,5 +1,11 @@
 //! [`Clock`]: one perf-domain clock, in kernel mode or calibrated mode, behind one read path.
+//!
+//! # Safety
+//! A [`Clock`] keeps the page its [`PageReader`] reads (the kernel's mapping or the
+//! calibrator's memory) alive next to the reader: the one unsafe call makes that reader.
+#![allow(unsafe_code)]
 
+#[cfg(feature = "calibrated")]
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::{counter, PageReader, ReadError, TimeConversion};
 
@@ -18,12 +24,15 @@ pub enum Mode {
 }
 
 /// How to open a [`Clock`]. The default: kernel mode where the kernel publishes the parameters,
-/// calibrated mode with background refinement otherwise.
+/// calibrated mode with background refinement otherwise (without the `calibrated` feature:
+/// kernel mode only).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Options {
     kernel_only: bool,
     /// Set by [`Options::refine`]; wins over `calibration`'s own setting, whichever came first.
+    #[cfg(feature = "calibrated")]
     refine: Option<bool>,
+    #[cfg(feature = "calibrated")]
     calibration: CalibrationOptions,
 }
 
@@ -37,6 +46,7 @@ impl Options {
 
     /// Keep refining a calibrated clock in a background thread (the default), or calibrate
     /// once: the bound then grows with the time since calibration.
+    #[cfg(feature = "calibrated")]
     pub fn refine(mut self, refine: bool) -> Self {
         self.refine = Some(refine);
         self
@@ -44,6 +54,7 @@ impl Options {
 
     /// Every calibration setting (see `perfclock_calib::CalibrationOptions`). A choice made
     /// with [`Options::refine`] stands, before or after this call.
+    #[cfg(feature = "calibrated")]
     pub fn calibration(mut self, calibration: CalibrationOptions) -> Self {
         self.calibration = calibration;
         self
@@ -54,7 +65,6 @@ impl Options {
     /// # Errors
     /// See [`Error`]: each variant says what was observed and what to change.
     pub fn open(self) -> Result<Clock, Error> {
-        let calibration = self.calibration_options();
         if !counter::SUPPORTED {
             return Err(Error::Unsupported);
         }
@@ -77,23 +87,7 @@ impl Options {
                 }
                 // The kernel page is of no further use: calibrated mode reads its own page.
                 drop(page);
-                let calibrated = match CalibratedClock::start(calibration) {
-                    Ok(calibrated) => calibrated,
-                    Err(reason) => {
-                        return Err(Error::Calibration {
-                            withheld: Box::new(withheld),
-                            reason,
-                        })
-                    }
-                };
-                let reader = calibrated.reader();
-                Ok(Clock {
-                    reader,
-                    source: Source::Calibrated {
-                        calibrated,
-                        withheld,
-                    },
-                })
+                self.open_calibrated(withheld)
             }
             Err(other) => Err(Error::Page(other)),
         }
@@ -101,7 +95,31 @@ impl Options {
 }
 
 impl Options {
+    #[cfg(feature = "calibrated")]
+    fn open_calibrated(&self, withheld: Withheld) -> Result<Clock, Error> {
+        match CalibratedClock::start(self.calibration_options()) {
+            Ok(calibrated) => Ok(Clock {
+                reader: calibrated.reader(),
+                source: Source::Calibrated {
+                    calibrated,
+                    withheld,
+                },
+            }),
+            Err(reason) => Err(Error::Calibration {
+                withheld: Box::new(withheld),
+                reason,
+            }),
+        }
+    }
+
+    /// Built without calibration: kernel mode is the only mode.
+    #[cfg(not(feature = "calibrated"))]
+    fn open_calibrated(&self, withheld: Withheld) -> Result<Clock, Error> {
+        Err(Error::KernelWithholdsTime(withheld))
+    }
+
     /// The calibration settings with [`Options::refine`]'s choice applied.
+    #[cfg(feature = "calibrated")]
     fn calibration_options(&self) -> CalibrationOptions {
         match self.refine {
             Some(refine) => self.calibration.clone().refine(refine),
@@ -114,6 +132,7 @@ impl Options {
 enum Source {
     /// Keeps the kernel's page mapped.
     Kernel(#[allow(dead_code)] KernelPage),
+    #[cfg(feature = "calibrated")]
     Calibrated {
         calibrated: CalibratedClock,
         withheld: Withheld,
@@ -194,6 +213,7 @@ impl Clock {
     pub fn mode(&self) -> Mode {
         match self.source {
             Source::Kernel(_) => Mode::Kernel,
+            #[cfg(feature = "calibrated")]
             Source::Calibrated { .. } => Mode::Calibrated,
         }
     }
@@ -204,11 +224,13 @@ impl Clock {
     pub fn error_bound_ns(&self) -> u64 {
         match &self.source {
             Source::Kernel(_) => 0,
+            #[cfg(feature = "calibrated")]
             Source::Calibrated { calibrated, .. } => calibrated.error_bound_ns(),
         }
     }
 
     /// The calibrator, in calibrated mode (for its statistics and bound model).
+    #[cfg(feature = "calibrated")]
     pub fn calibrated(&self) -> Option<&CalibratedClock> {
         match &self.source {
             Source::Kernel(_) => None,
@@ -220,6 +242,7 @@ impl Clock {
     pub fn withheld(&self) -> Option<&Withheld> {
         match &self.source {
             Source::Kernel(_) => None,
+            #[cfg(feature = "calibrated")]
             Source::Calibrated { withheld, .. } => Some(withheld),
         }
     }
@@ -230,7 +253,7 @@ impl Clock {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "calibrated"))]
 mod tests {
     use super::*;
 

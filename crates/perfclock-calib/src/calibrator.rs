@@ -14,7 +14,9 @@
 //! chosen so the published bound grows by at most the allowed growth between republishes.
 //!
 //! The thread blocks every signal for its whole life, so no signal handler ever runs on it while
-//! it holds the page's sequence odd (a handler reading the clock there would spin).
+//! it holds the page's sequence odd (a handler reading the clock there would spin). A process
+//! that forks registers [`crate::fork_gate`]'s handlers (the facade does), so no fork copies the
+//! page mid-update.
 //!
 //! # Safety
 //! The page is a `Box<PerfEventMmapPage>` turned into a raw pointer, freed when the last owner
@@ -30,7 +32,6 @@ use std::time::Instant;
 use perfclock_core::{counter, PageReader, PerfEventMmapPage};
 
 use crate::error::CalibError;
-use crate::fork_gate;
 use crate::ground_truth::{GroundTruthError, RecordKind};
 use crate::options::CalibrationOptions;
 use crate::published::{BoundCell, BoundModel};
@@ -126,7 +127,6 @@ impl CalibratedClock {
         F: FnOnce(&[RecordKind]) -> Result<S, GroundTruthError> + Send + 'static,
     {
         options.validate()?;
-        fork_gate::install();
         let shared = Arc::new(Shared {
             page: OwnedPage::new(),
             bound: BoundCell::default(),

@@ -14,7 +14,7 @@
 mod calibrator;
 mod error;
 pub mod fit;
-mod fork_gate;
+pub mod fork_gate;
 pub mod ground_truth;
 mod options;
 pub mod published;

@@ -119,6 +119,44 @@ impl AsRawFd for PerfEvent {
     }
 }
 
+/// Maps the time page of a fresh dummy event of the calling process over `address`
+/// (`MAP_FIXED`), or an anonymous zero page if that fails (readers report a zero page as
+/// "time unavailable", never a fault). For a fork child, whose copy of a perf mapping is gone
+/// (the kernel marks it do-not-copy): makes system calls only, no allocation, no locks, so a
+/// `pthread_atfork` child handler may call it.
+///
+/// # Safety
+/// `address` must be page-aligned and `address..address + page_size()` a range nothing in this
+/// process uses (the hole a do-not-copy perf mapping left in a fork child).
+pub unsafe fn remap_page_after_fork(address: core::ptr::NonNull<u8>) {
+    let address = address.as_ptr().cast::<libc::c_void>();
+    let length = page_size();
+    let mut attr = *EventAttr::dummy().as_raw();
+    // SAFETY: a valid attr for a user-space-only software event of this thread.
+    let fd = unsafe {
+        perf_event_open_sys::perf_event_open(
+            &mut attr,
+            0,
+            -1,
+            -1,
+            sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
+    let fixed = libc::MAP_SHARED | libc::MAP_FIXED;
+    if fd >= 0 {
+        // SAFETY: maps the new event's page over the hole, per the caller's contract.
+        let mapped = unsafe { libc::mmap(address, length, libc::PROT_READ, fixed, fd, 0) };
+        // SAFETY: `fd` is ours; the mapping (if any) keeps the event alive.
+        unsafe { libc::close(fd) };
+        if mapped != libc::MAP_FAILED {
+            return;
+        }
+    }
+    let anonymous = libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_ANONYMOUS;
+    // SAFETY: as above; a zero page reads as "no capabilities", a typed error for readers.
+    unsafe { libc::mmap(address, length, libc::PROT_READ, anonymous, -1, 0) };
+}
+
 fn mmap_fd(fd: RawFd, len: usize, prot: libc::c_int) -> Result<core::ptr::NonNull<u8>, SysError> {
     // SAFETY: a fresh shared mapping of a perf event fd at an address the kernel picks; it does
     // not alias any existing Rust object.

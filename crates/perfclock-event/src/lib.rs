@@ -37,7 +37,7 @@ mod ring;
 
 pub use attr::{sample, EventAttr};
 pub use error::{read_paranoid, ErrorKind, Op, SysError};
-pub use event::PerfEvent;
+pub use event::{remap_page_after_fork, PerfEvent};
 pub use mapping::{page_size, PageMapping, RingMapping};
 pub use record::{Parsed, Record, RingError, SampleId};
 pub use ring::{DrainStats, RingReader};
