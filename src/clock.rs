@@ -154,6 +154,14 @@ impl Clock {
     ///
     /// # Errors
     /// See [`Error`].
+    ///
+    /// # Example
+    /// ```no_run
+    /// let clock = perfclock::Clock::open()?;
+    /// let cycles = clock.read_counter().unwrap_or(0);
+    /// println!("{:?}: {:?} ns", clock.mode(), clock.cycles_to_ns(cycles));
+    /// # Ok::<(), perfclock::Error>(())
+    /// ```
     pub fn open() -> Result<Clock, Error> {
         Options::default().open()
     }

@@ -3,7 +3,7 @@
 use std::fmt;
 
 #[cfg(all(feature = "calibrated", target_os = "linux"))]
-use perfclock_calib::{CalibError, GroundTruthError};
+use perfclock_calib::CalibError;
 use perfclock_core::ReadError;
 #[cfg(target_os = "linux")]
 use perfclock_event::SysError;
@@ -49,7 +49,7 @@ impl Error {
             Error::PerfEvent(error) => Some(error),
             #[cfg(all(feature = "calibrated", target_os = "linux"))]
             Error::Calibration {
-                reason: CalibError::GroundTruth(GroundTruthError::Open(error)),
+                reason: CalibError::Open(error),
                 ..
             } => Some(error),
             _ => None,
@@ -85,8 +85,8 @@ impl std::error::Error for Error {
         match self {
             #[cfg(target_os = "linux")]
             Error::PerfEvent(error) => Some(error),
-            // ReadError is core's no_std type, without std's Error trait.
-            Error::KernelWithholdsTime(_) | Error::Page(_) | Error::Unsupported => None,
+            Error::Page(error) => Some(error),
+            Error::KernelWithholdsTime(_) | Error::Unsupported => None,
             #[cfg(target_os = "linux")]
             Error::TooManyClocks => None,
             #[cfg(all(feature = "calibrated", target_os = "linux"))]

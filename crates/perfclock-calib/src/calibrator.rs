@@ -22,6 +22,7 @@
 //! The page is a `Box<PerfEventMmapPage>` turned into a raw pointer, freed when the last owner
 //! (the clock handle or the thread) drops the shared state; only the thread writes it (through
 //! `PageWriter`) and everyone else reads it through atomics ([`PageReader`]).
+#![allow(unsafe_code)]
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +33,7 @@ use std::time::Instant;
 use perfclock_core::{counter, PageReader, PerfEventMmapPage};
 
 use crate::error::CalibError;
-use crate::ground_truth::{GroundTruthError, RecordKind};
+use crate::ground_truth::RecordKind;
 use crate::options::CalibrationOptions;
 use crate::published::{BoundCell, BoundModel};
 use crate::source::{open_ground_truth, BracketSource, Probe};
@@ -120,11 +121,11 @@ impl CalibratedClock {
     /// (empty: every kind available). Tests use it to distort what the calibrator sees.
     ///
     /// # Errors
-    /// As [`CalibratedClock::start`]; `open`'s error as [`CalibError::GroundTruth`].
+    /// As [`CalibratedClock::start`], and `open`'s error.
     pub fn start_with<S, F>(options: CalibrationOptions, open: F) -> Result<Self, CalibError>
     where
         S: BracketSource + 'static,
-        F: FnOnce(&[RecordKind]) -> Result<S, GroundTruthError> + Send + 'static,
+        F: FnOnce(&[RecordKind]) -> Result<S, CalibError> + Send + 'static,
     {
         options.validate()?;
         let shared = Arc::new(Shared {

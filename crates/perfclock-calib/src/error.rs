@@ -1,18 +1,22 @@
-//! [`CalibError`]: why a calibrated clock could not be started.
+//! [`CalibError`]: the calibration crate's one error type: why ground truth could not be had
+//! or a calibrated clock could not be started. Its variants carry the reason types of each
+//! step ([`BracketError`], [`FitError`], [`PublishError`], the event layer's [`SysError`]),
+//! reachable through `source()`.
+
+use perfclock_event::SysError;
 
 use crate::fit::FitError;
-use crate::ground_truth::{BracketError, GroundTruthError};
+use crate::ground_truth::BracketError;
 use crate::published::PublishError;
 
 /// Why calibration failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CalibError {
-    /// No user-readable counter on this architecture.
-    CounterUnsupported,
-    /// The ground-truth events could not be opened.
-    GroundTruth(GroundTruthError),
-    /// Bracketing failed for good.
+    /// The ground-truth events could not be opened or mapped.
+    Open(SysError),
+    /// Bracketing (or setting up an action) failed for good; no counter on this architecture
+    /// is [`BracketError::CounterUnsupported`].
     Bracket(BracketError),
     /// The brackets could not be fitted.
     Fit(FitError),
@@ -36,10 +40,7 @@ pub enum CalibError {
 impl core::fmt::Display for CalibError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Self::CounterUnsupported => {
-                f.write_str("no user-readable counter on this architecture")
-            }
-            Self::GroundTruth(e) => write!(f, "calibration records unavailable: {e}"),
+            Self::Open(e) => write!(f, "calibration records unavailable: {e}"),
             Self::Bracket(e) => write!(f, "calibration bracketing failed: {e}"),
             Self::Fit(e) => write!(f, "calibration fit failed: {e}"),
             Self::Publish(e) => write!(f, "calibration result unpublishable: {e}"),
@@ -58,22 +59,18 @@ impl core::fmt::Display for CalibError {
 impl std::error::Error for CalibError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::GroundTruth(e) => Some(e),
+            Self::Open(e) => Some(e),
             Self::Bracket(e) => Some(e),
             Self::Fit(e) => Some(e),
             Self::Publish(e) => Some(e),
-            Self::CounterUnsupported
-            | Self::Spawn(_)
-            | Self::Timeout
-            | Self::ThreadDied
-            | Self::InvalidOptions { .. } => None,
+            Self::Spawn(_) | Self::Timeout | Self::ThreadDied | Self::InvalidOptions { .. } => None,
         }
     }
 }
 
-impl From<GroundTruthError> for CalibError {
-    fn from(e: GroundTruthError) -> Self {
-        Self::GroundTruth(e)
+impl From<SysError> for CalibError {
+    fn from(e: SysError) -> Self {
+        Self::Open(e)
     }
 }
 impl From<BracketError> for CalibError {

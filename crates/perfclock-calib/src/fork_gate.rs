@@ -13,7 +13,8 @@
 //!
 //! # Safety
 //! The handlers touch only an atomic flag. The writer thread blocks every signal, so no handler
-//! running on it can fork while it holds the gate.
+//! running on it can fork while it holds the gate. The only unsafe call is `sched_yield`.
+#![allow(unsafe_code)]
 
 use std::hint::spin_loop;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -11,6 +11,9 @@
 //!   brackets come from a [`BracketSource`]: the kernel's records, or a test's distortion of
 //!   them.
 
+#![deny(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
 mod calibrator;
 mod error;
 pub mod fit;
@@ -24,7 +27,7 @@ mod thread;
 
 pub use calibrator::{CalibratedClock, THREAD_NAME};
 pub use error::CalibError;
-pub use ground_truth::{Bracket, BracketError, GroundTruth, GroundTruthError, RecordKind};
+pub use ground_truth::{Bracket, BracketError, GroundTruth, RecordKind};
 pub use options::CalibrationOptions;
 pub use source::{open_ground_truth, BracketSource};
 pub use stats::CalibStats;

@@ -103,7 +103,14 @@ impl core::fmt::Display for PublishError {
     }
 }
 
-impl std::error::Error for PublishError {}
+impl std::error::Error for PublishError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Param(e) => Some(e),
+            Self::SlopeOutOfRange | Self::BandNotFinite => None,
+        }
+    }
+}
 
 /// The integer multiplier and shift closest to `slope` ns per tick.
 pub fn quantise_slope(slope: f64) -> Result<(u32, u16), PublishError> {

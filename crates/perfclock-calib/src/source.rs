@@ -3,7 +3,7 @@
 
 use crate::error::CalibError;
 use crate::fit::{signed_diff, Constraint, Fit};
-use crate::ground_truth::{Bracket, BracketError, GroundTruth, GroundTruthError, RecordKind};
+use crate::ground_truth::{Bracket, BracketError, GroundTruth, RecordKind};
 
 /// A kind is kept for refinement if its tightest bracket side is within this of the best
 /// kind's: a kind that never binds a side only costs CPU.
@@ -46,8 +46,8 @@ impl BracketSource for GroundTruth {
 /// `kinds` is empty. Opens per-thread events: call it on the thread that will collect.
 ///
 /// # Errors
-/// [`GroundTruthError`] when the events cannot be opened.
-pub fn open_ground_truth(kinds: &[RecordKind]) -> Result<GroundTruth, GroundTruthError> {
+/// [`CalibError::Open`] when the events cannot be opened.
+pub fn open_ground_truth(kinds: &[RecordKind]) -> Result<GroundTruth, CalibError> {
     if kinds.is_empty() {
         GroundTruth::open_available()
     } else {

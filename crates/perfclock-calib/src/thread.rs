@@ -1,5 +1,11 @@
 //! The calibration thread: collect brackets, fit, publish; then refine, watch for clock jumps,
 //! and start over when the clock moved.
+//!
+//! # Safety
+//! The thread is the pages' only writer (`PageWriter` over the pages its handle owns, kept
+//! alive by the shared state it holds); the other unsafe calls (signal mask, `gettid`,
+//! `clock_gettime`) affect only this thread.
+#![allow(unsafe_code)]
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -11,6 +17,7 @@ use crate::calibrator::Shared;
 use crate::error::CalibError;
 use crate::fit::{prune, prune_hull, Constraint, Fit, FitOptions};
 use crate::fork_gate;
+use crate::ground_truth::BracketError;
 use crate::options::CalibrationOptions;
 use crate::published::{continue_from, solve, union_bound, Solution};
 use crate::source::Probe;
@@ -55,7 +62,8 @@ impl Calibrator {
     /// Publish `fit`. `continuous`: never step the clock back (refinements); off after a jump,
     /// where the old line is simply wrong.
     fn publish(&mut self, fit: &Fit, continuous: bool) -> Result<(), CalibError> {
-        let now = counter::read_counter().ok_or(CalibError::CounterUnsupported)?;
+        let now =
+            counter::read_counter().ok_or(CalibError::Bracket(BracketError::CounterUnsupported))?;
         let mut sol = solve(fit, now)?;
         if let (true, Some((old, _))) = (continuous, &self.current) {
             let horizon_ns = self.options.max_refine_interval.as_nanos() as f64;

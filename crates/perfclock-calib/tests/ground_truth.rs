@@ -4,7 +4,7 @@ mod common;
 
 use common::best_line;
 use perfclock_calib::ground_truth::Stamped;
-use perfclock_calib::{Bracket, GroundTruth, GroundTruthError, RecordKind};
+use perfclock_calib::{Bracket, CalibError, GroundTruth, RecordKind};
 use perfclock_event::{sample, ErrorKind, EventAttr, Parsed, PerfEvent, RingReader};
 
 /// Opens `kinds`, or prints `SKIPPED` and returns None when this environment refuses perf
@@ -13,7 +13,7 @@ use perfclock_event::{sample, ErrorKind, EventAttr, Parsed, PerfEvent, RingReade
 fn open_or_skip(test: &str, kinds: &[RecordKind]) -> Option<GroundTruth> {
     match GroundTruth::open(kinds) {
         Ok(gt) => Some(gt),
-        Err(GroundTruthError::Open(e))
+        Err(CalibError::Open(e))
             if matches!(
                 e.kind(),
                 ErrorKind::PermissionDenied | ErrorKind::NoPerfSupport

@@ -8,7 +8,8 @@
 
 use core::fmt;
 
-use perfclock_calib::ground_truth::{BracketError, GroundTruth, GroundTruthError, RecordKind};
+use perfclock_calib::ground_truth::{BracketError, GroundTruth, RecordKind};
+use perfclock_calib::CalibError;
 use perfclock_core::ReadError;
 
 use crate::PerfTimeSource;
@@ -153,10 +154,10 @@ impl fmt::Display for VerifyReport {
 }
 
 /// Why verification could not run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VerifyError {
     /// The ground-truth events could not be opened.
-    Open(GroundTruthError),
+    Open(CalibError),
     /// A bracket failed for good.
     Bracket(BracketError),
     /// The clock failed to read.
@@ -176,7 +177,16 @@ impl fmt::Display for VerifyError {
     }
 }
 
-impl std::error::Error for VerifyError {}
+impl std::error::Error for VerifyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            VerifyError::Open(e) => Some(e),
+            VerifyError::Bracket(e) => Some(e),
+            VerifyError::Clock(e) => Some(e),
+            VerifyError::NoCounter => None,
+        }
+    }
+}
 
 /// Checks `clock` against `n` fresh kernel stamps of every available kind, alternating over
 /// the CPUs the thread may run on. See [`verify_with`].

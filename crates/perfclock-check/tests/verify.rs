@@ -4,7 +4,7 @@
 mod common;
 
 use common::best_line;
-use perfclock_calib::{Bracket, GroundTruth, GroundTruthError, RecordKind};
+use perfclock_calib::{Bracket, CalibError, GroundTruth, RecordKind};
 use perfclock_check::{verify_with, PerfTimeSource, VerifyOptions};
 use perfclock_core::ReadError;
 use perfclock_event::ErrorKind;
@@ -14,7 +14,7 @@ use perfclock_event::ErrorKind;
 fn open_or_skip(test: &str) -> Option<GroundTruth> {
     match GroundTruth::open(&RecordKind::ALL) {
         Ok(gt) => Some(gt),
-        Err(GroundTruthError::Open(e))
+        Err(CalibError::Open(e))
             if matches!(
                 e.kind(),
                 ErrorKind::PermissionDenied | ErrorKind::NoPerfSupport

@@ -17,6 +17,8 @@
 //! x86_64 (`rdtsc`) and aarch64 (`CNTVCT_EL0`). Other architectures compile; their counter reads
 //! return `None` and the reader returns [`ReadError::CounterUnsupported`].
 #![no_std]
+#![deny(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
 
 #[cfg(test)]
 extern crate std;

@@ -7,6 +7,11 @@
 //! stores of the fields (relaxed atomics), then dropping the guard. The kernel's update
 //! (`perf_event_update_userpage`: `++lock; barrier(); fields; barrier(); ++lock`) follows the
 //! same protocol, so a [`SeqLock`] read validates the kernel's page too.
+//!
+//! # Safety
+//! [`SeqLock::from_ptr`] views a `u32` of a page as the sequence word; it is the only unsafe
+//! code here.
+#![allow(unsafe_code)]
 
 use core::sync::atomic::{fence, AtomicU32, Ordering};
 

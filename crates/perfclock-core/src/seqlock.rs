@@ -4,6 +4,12 @@
 //! The protocol is [`SeqLock`]'s, over the page's `lock` word: a reader rejects an odd `lock`
 //! (update in progress), loads the fields and the counter, and accepts them only if `lock` is
 //! unchanged afterwards.
+//!
+//! # Safety
+//! Readers and writers hold raw pointers to pages that other parties (the kernel, another
+//! thread) write concurrently; every access to a page field is an atomic load or store through
+//! [`PageFields`], formed only under the constructors' contracts.
+#![allow(unsafe_code)]
 
 use core::hint::spin_loop;
 use core::ptr::{addr_of_mut, NonNull};
@@ -20,11 +26,17 @@ pub const MAX_RETRIES: u32 = 10_000;
 /// The time fields of one consistent read of the page, unvalidated: for diagnostics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawTimeFields {
+    /// The capability word (see [`caps`]).
     pub capabilities: u64,
+    /// `time_mult`.
     pub time_mult: u32,
+    /// `time_shift`.
     pub time_shift: u16,
+    /// `time_zero`.
     pub time_zero: u64,
+    /// `time_cycles` (with `cap_user_time_short`).
     pub time_cycles: u64,
+    /// `time_mask` (with `cap_user_time_short`).
     pub time_mask: u64,
 }
 
@@ -64,7 +76,9 @@ impl RawTimeFields {
 /// A counter value and the conversion that was valid when it was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reading {
+    /// The counter value read inside the seqlock section.
     pub cycles: u64,
+    /// The conversion published at that moment.
     pub conversion: TimeConversion,
 }
 
@@ -93,11 +107,28 @@ unsafe impl Send for PageReader {}
 unsafe impl Sync for PageReader {}
 
 impl PageReader {
+    /// A reader of `page`.
+    ///
     /// # Safety
     /// `page` must point to 8-aligned memory of at least `size_of::<PerfEventMmapPage>()` bytes
     /// that stays mapped and readable for as long as the reader or any copy of it is used, and
     /// that is written only by the kernel's protocol or a [`PageWriter`] (never by plain,
     /// non-atomic stores from Rust code).
+    ///
+    /// # Example
+    /// A page of our own memory, published by a [`PageWriter`] and read back:
+    /// ```
+    /// use core::ptr::NonNull;
+    /// use perfclock_core::{PageReader, PageWriter, PerfEventMmapPage, TimeConversion};
+    ///
+    /// let page = NonNull::from(Box::leak(Box::new(PerfEventMmapPage::zeroed())));
+    /// // SAFETY: the page is leaked (lives forever), aligned, and written only by this writer.
+    /// let (writer, reader) = unsafe { (PageWriter::new(page), PageReader::new(page)) };
+    /// let conversion = TimeConversion::new(1 << 31, 31, 7)?;
+    /// writer.publish(&conversion);
+    /// assert_eq!(reader.read_with(|| 3)?.ns(), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub const unsafe fn new(page: NonNull<PerfEventMmapPage>) -> Self {
         PageReader { page, mirror: page }
     }
@@ -228,6 +259,8 @@ pub struct PageWriter {
 unsafe impl Send for PageWriter {}
 
 impl PageWriter {
+    /// A writer of `page` (see [`PageReader::new`] for an example).
+    ///
     /// # Safety
     /// `page` must point to 8-aligned, writable memory of at least
     /// `size_of::<PerfEventMmapPage>()` bytes that outlives the writer, that no other writer

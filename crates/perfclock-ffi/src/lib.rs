@@ -289,14 +289,13 @@ mod tests {
     #[test]
     fn every_error_has_its_code() {
         use perfclock_calib::CalibError;
-        use perfclock_calib::GroundTruthError;
         use perfclock_event::{Op, SysError};
 
         let withheld = || Box::new(perfclock::Withheld::observe(0));
         let open = |errno| SysError::new(Op::PerfEventOpen, errno);
         let calibration = |sys| Error::Calibration {
             withheld: withheld(),
-            reason: CalibError::GroundTruth(GroundTruthError::Open(sys)),
+            reason: CalibError::Open(sys),
         };
         let cases = [
             (open(libc::EACCES), PERFCLOCK_E_PERMISSION_DENIED),
@@ -344,7 +343,7 @@ mod tests {
             (
                 Error::Calibration {
                     withheld: withheld(),
-                    reason: CalibError::CounterUnsupported,
+                    reason: CalibError::Bracket(perfclock_calib::BracketError::CounterUnsupported),
                 },
                 PERFCLOCK_E_CALIBRATION,
             ),
