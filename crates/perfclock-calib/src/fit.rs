@@ -60,7 +60,8 @@ impl Default for FitOptions {
     }
 }
 
-/// Default jitter allowance: the kernel clock was measured linear in the counter to about +-8 ns.
+/// Default jitter allowance: covers how far the kernel clock strays from one line in the counter
+/// (figures in docs/measurements.md).
 pub const DEFAULT_NOISE_NS: f64 = 10.0;
 
 /// Why a fit failed.

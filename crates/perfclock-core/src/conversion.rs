@@ -37,7 +37,7 @@ impl TimeConversion {
     /// ```
     /// use perfclock_core::TimeConversion;
     ///
-    /// // 1 ns per counter tick (mult 2^32, shift 32), starting at 1000 ns.
+    /// // 1 ns per counter tick (mult 2^31, shift 31), starting at 1000 ns.
     /// let conversion = TimeConversion::new(1 << 31, 31, 1_000)?;
     /// assert_eq!(conversion.cycles_to_ns(500), 1_500);
     /// assert_eq!(conversion.ns_to_cycles(1_500), 500);

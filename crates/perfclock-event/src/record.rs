@@ -466,5 +466,19 @@ mod tests {
             let rec = Record { record_type: ty, misc, bytes: &bytes };
             let _ = rec.parse(st, all);
         }
+
+        #[test]
+        fn framing_stays_inside_the_bytes(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            st in proptest::num::u64::ANY,
+        ) {
+            let mut rest = &bytes[..];
+            while let Ok(rec) = Record::from_bytes(rest) {
+                let size = rec.bytes.len();
+                proptest::prop_assert!(size >= HEADER_BYTES && size % 8 == 0 && size <= rest.len());
+                let _ = rec.parse(st, true);
+                rest = &rest[size..];
+            }
+        }
     }
 }
