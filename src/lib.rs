@@ -113,7 +113,9 @@ pub fn error_bound_ns() -> u64 {
     global().map_or(u64::MAX, Clock::error_bound_ns)
 }
 
+/// The process-wide clock if [`init`] has succeeded, else `None`. Never initialises, never
+/// blocks, never makes a system call: safe in signal handlers (the C ABI reads through it).
 #[inline]
-fn global() -> Option<&'static Clock> {
+pub fn global() -> Option<&'static Clock> {
     GLOBAL.get()?.as_ref().ok()
 }

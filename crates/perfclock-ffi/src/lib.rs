@@ -1,10 +1,9 @@
 //! C ABI for perfclock: the functions declared in `include/perfclock.h`.
 //!
 //! # Design
-//! The process-wide clock comes from [`perfclock::init`], which hands out a `&'static Clock`.
-//! [`perfclock_init`] stores that reference in an atomic pointer; every other function only loads
-//! the pointer and reads through it, so none of them can initialise, allocate or make a syscall,
-//! which is what makes them async-signal-safe.
+//! The process-wide clock is the facade's: [`perfclock_init`] calls [`perfclock::init`], and
+//! every other function reads through [`perfclock::global`], which never initialises, allocates
+//! or makes a syscall; that is what makes them async-signal-safe.
 //!
 //! # Panics
 //! No panic unwinds into C: each `extern "C"` function runs its body under
@@ -16,7 +15,6 @@
 
 use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, UnwindSafe};
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use perfclock::{Clock, Error, Mode};
 use perfclock_event::ErrorKind;
@@ -101,20 +99,9 @@ const DESCRIPTIONS: [(c_int, &str); 17] = [
 
 const UNKNOWN_CODE: &str = "unknown perfclock error code\0";
 
-/// The clock `perfclock_init` obtained; null until it succeeds.
-///
-/// Invariant: null, or a pointer obtained from the `&'static Clock` returned by
-/// [`perfclock::init`], so it is valid for the rest of the process and never written again.
-static CLOCK: AtomicPtr<Clock> = AtomicPtr::new(std::ptr::null_mut());
-
 /// The initialised clock, if any. Lock-free, no syscall: async-signal-safe.
 fn clock() -> Option<&'static Clock> {
-    // ATOMICS: Acquire pairs with the Release store in `perfclock_init`, so the clock's contents
-    // written before the store are visible to a reader that sees the pointer.
-    let ptr = CLOCK.load(Ordering::Acquire);
-    // SAFETY: by the invariant on `CLOCK`, a non-null pointer came from a `&'static Clock`; the
-    // clock is only ever accessed through shared references.
-    unsafe { ptr.as_ref() }
+    perfclock::global()
 }
 
 /// Runs `body`, turning a panic into `fallback`.
@@ -149,19 +136,9 @@ pub fn error_code(error: &Error) -> c_int {
 /// Not async-signal-safe; thread-safe and idempotent.
 #[no_mangle]
 pub extern "C" fn perfclock_init() -> c_int {
-    guard(PERFCLOCK_E_INTERNAL, || {
-        if clock().is_some() {
-            return PERFCLOCK_OK;
-        }
-        match perfclock::init() {
-            Ok(clock) => {
-                // ATOMICS: Release pairs with the Acquire load in `clock()`. Racing initialisers
-                // all store the same `&'static Clock`, which `perfclock::init` hands out once.
-                CLOCK.store(std::ptr::from_ref(clock).cast_mut(), Ordering::Release);
-                PERFCLOCK_OK
-            }
-            Err(error) => error_code(&error),
-        }
+    guard(PERFCLOCK_E_INTERNAL, || match perfclock::init() {
+        Ok(_) => PERFCLOCK_OK,
+        Err(error) => error_code(&error),
     })
 }
 
