@@ -64,6 +64,18 @@ impl Options {
     ///
     /// # Errors
     /// See [`Error`]: each variant says what was observed and what to change.
+    ///
+    /// # Example
+    /// ```no_run
+    /// use perfclock::{Error, Options};
+    ///
+    /// match Options::default().kernel_only(true).open() {
+    ///     Ok(clock) => println!("exact: {:?}", clock.now_ns()),
+    ///     Err(Error::KernelWithholdsTime(why)) => println!("{why}"),
+    ///     Err(other) => return Err(other),
+    /// }
+    /// # Ok::<(), perfclock::Error>(())
+    /// ```
     pub fn open(self) -> Result<Clock, Error> {
         if !counter::SUPPORTED {
             return Err(Error::Unsupported);

@@ -41,6 +41,22 @@ pub struct RingReader {
 
 impl RingReader {
     /// Takes ownership of a mapped ring.
+    ///
+    /// # Example
+    /// ```no_run
+    /// use perfclock_event::{sample, EventAttr, Parsed, PerfEvent, RingReader};
+    ///
+    /// let attr = EventAttr::dummy().sample_type(sample::TID | sample::TIME).sample_id_all(true).comm(true);
+    /// let event = PerfEvent::open(&attr)?;
+    /// let mut ring = RingReader::new(event.map_ring(3)?);
+    /// let stats = ring.drain(|record| {
+    ///     if let Ok(Parsed::Comm { comm, id, .. }) = record.parse(event.sample_type(), true) {
+    ///         println!("{:?} at {:?} ns", comm, id.time);
+    ///     }
+    /// })?;
+    /// println!("{} records", stats.records);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(map: RingMapping) -> Self {
         let page = map.page().as_ptr();
         // SAFETY: `data_tail` is inside the live control page and 8-aligned; it is written only
