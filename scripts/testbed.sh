@@ -57,15 +57,26 @@ install_host_tools() {
     # These machines ship qemu-utils from bookworm-backports, which breaks bookworm's
     # qemu-system-common. Take qemu from the same place, through a private sources overlay so the
     # host's apt configuration is left as it was.
-    say "plain install failed; retrying with bookworm-backports (qemu-utils comes from there)"
+    # The backports suite is served by the same archive as the host's own base suite: take its
+    # address from the host's apt configuration rather than writing one here.
+    local codename mirror
+    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 2>/dev/null |
+        awk -v suite="$codename" '$2 == suite { print $1; exit }')
+    if [ -z "$codename" ] || [ -z "$mirror" ]; then
+        say "cannot tell the host's Debian archive (VERSION_CODENAME '$codename', no apt source for it)"
+        tail -n 20 "$work/apt.log" >&2
+        return 1
+    fi
+    say "plain install failed; retrying with $codename-backports from $mirror (qemu-utils comes from there)"
     local ov=$cache/apt-backports
     mkdir -p "$ov/parts" "$ov/lists/partial"
     cp /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list "$ov/parts/" 2>/dev/null
-    printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm-backports' \
+    printf '%s\n' 'Types: deb' "URIs: $mirror" "Suites: $codename-backports" \
         'Components: main' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' >"$ov/parts/backports.sources"
     local o=(-oDir::Etc::SourceParts="$ov/parts" -oDir::State::Lists="$ov/lists")
     apt-get "${o[@]}" update -qq >>"$work/apt.log" 2>&1 &&
-        apt-get "${o[@]}" install -y -q --no-install-recommends -t bookworm-backports "${apt_packages[@]}" >>"$work/apt.log" 2>&1 &&
+        apt-get "${o[@]}" install -y -q --no-install-recommends -t "$codename-backports" "${apt_packages[@]}" >>"$work/apt.log" 2>&1 &&
         return 0
     tail -n 20 "$work/apt.log" >&2
     return 1

@@ -43,6 +43,9 @@ mod error;
 mod fork;
 #[cfg(target_os = "linux")]
 mod kernel;
+// CLOCK_BOOTTIME and the libc bindings it reads are Linux's.
+#[cfg(target_os = "linux")]
+mod snapshot;
 
 use std::sync::OnceLock;
 
@@ -50,6 +53,8 @@ pub use clock::{Clock, Mode, Options};
 pub use diagnosis::Withheld;
 pub use error::Error;
 pub use perfclock_core::{ReadError, TimeConversion};
+#[cfg(target_os = "linux")]
+pub use snapshot::{snapshot, ClockSnapshot, PairedClock, SnapshotError, SNAPSHOT_TRIES};
 
 static GLOBAL: OnceLock<Result<Clock, Error>> = OnceLock::new();
 

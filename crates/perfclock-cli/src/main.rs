@@ -1,3 +1,102 @@
-//! The `perfclock` command.
+//! The `perfclock` command: `perfclock doctor` and `perfclock inject-time-conv`.
 
-fn main() {}
+mod doctor;
+mod inject;
+mod perf_data_patch;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// The clock Linux perf stamps into its samples, from user space.
+#[derive(Debug, Parser)]
+#[command(name = "perfclock", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Open the perf clock, say which mode it is in and why, and check it against timestamps
+    /// the kernel stamps. Exits non-zero if no clock can be had or a stamp falls outside the
+    /// clock's bound.
+    Doctor {
+        /// Kernel stamps to check per record kind and CPU turn.
+        #[arg(default_value_t = doctor::DEFAULT_RECORDS_PER_KIND)]
+        records_per_kind: usize,
+    },
+    /// Copy a perf.data, adding the PERF_RECORD_TIME_CONV that `perf inject --jit` needs for
+    /// jitdumps stamped by perfclock, taken from the `jit-<pid>.dump.timeconv` records next to
+    /// the dumps the recording mapped. IN is never modified; OUT appears only complete.
+    InjectTimeConv {
+        /// The perf.data written by `perf record`.
+        #[arg(value_name = "IN")]
+        input: PathBuf,
+        /// Where to write the perf.data with the record (replaced atomically if it exists).
+        #[arg(short, long, value_name = "OUT")]
+        output: PathBuf,
+        /// Look for `jit-<pid>.dump.timeconv` in DIR instead of next to the dump the recording
+        /// names (a dump moved since); may be repeated, searched in order.
+        #[arg(long = "dump-dir", value_name = "DIR")]
+        dump_dirs: Vec<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Doctor { records_per_kind } => doctor::run(records_per_kind),
+        Command::InjectTimeConv {
+            input,
+            output,
+            dump_dirs,
+        } => inject_time_conv(inject::InjectOptions {
+            input,
+            output,
+            dump_dirs,
+        }),
+    }
+}
+
+fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
+    const NAME: &str = "perfclock inject-time-conv";
+    match inject::run(&options) {
+        Ok(inject::Outcome::Copied) => {
+            eprintln!(
+                "{NAME}: {} holds a PERF_RECORD_TIME_CONV already (perf record writes one where \
+                 the kernel publishes the conversion; or IN is inject-time-conv's output); copied \
+                 it unchanged to {}",
+                options.input.display(),
+                options.output.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(inject::Outcome::Inserted {
+            sidecar,
+            record,
+            sidecars,
+        }) => {
+            let conversion = &record.conversion;
+            eprintln!(
+                "{NAME}: wrote {} with PERF_RECORD_TIME_CONV from {} ({} mode, error bound {} \
+                 ns; time_mult {}, time_shift {}, time_zero {}; {sidecars} record(s) agreed)",
+                options.output.display(),
+                sidecar.display(),
+                match record.mode {
+                    perfclock_jitdump::timeconv::TimeConvMode::Kernel => "kernel",
+                    perfclock_jitdump::timeconv::TimeConvMode::Calibrated => "calibrated",
+                },
+                record.error_bound_ns,
+                conversion.mult(),
+                conversion.shift(),
+                conversion.zero()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{NAME}: error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

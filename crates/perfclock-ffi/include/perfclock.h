@@ -158,7 +158,139 @@ const char *perfclock_strerror(int code);
 
 /* ---- jitdump: perf's jit-<pid>.dump, stamped in the counter perf converts ---- */
 
+/*
+ * A jitdump writer: perf's jit-<pid>.dump for code a JIT generates, so `perf inject --jit`
+ * names the JIT's functions in samples of a default `perf record` (no -k 1). See docs/jit.md.
+ *
+ * Records carry the raw counter (perfclock_read_counter()) with JITDUMP_FLAGS_ARCH_TIMESTAMP;
+ * perf converts it with the recording's PERF_RECORD_TIME_CONV. Where the kernel withholds the
+ * conversion (and perf record therefore writes none), the writer keeps it in
+ * jit-<pid>.dump.timeconv next to the dump; `perfclock inject-time-conv` adds it to perf.data.
+ *
+ * Thread safety: perfclock_jitdump_code_load() may be called from any number of threads at
+ * once on the same handle. perfclock_jitdump_close() must be called exactly once, after every
+ * code_load on the handle has returned; the handle is freed by it and must not be used again.
+ * None of these functions is async-signal-safe (they write files and allocate).
+ */
+typedef struct perfclock_jitdump perfclock_jitdump;
+
+/*
+ * Calls perfclock_init(), then creates DIR/jit-<pid>.dump (replacing an older one, mode 0644
+ * less the umask), writes its header, maps its first page PROT_EXEC (the marker
+ * perf record logs so perf inject finds the dump) and writes DIR/jit-<pid>.dump.timeconv.
+ * `perf inject --jit` later writes jitted-<pid>-<n>.so files into DIR, so it must stay writable.
+ * On success stores the handle in *out and returns PERFCLOCK_OK. Otherwise leaves *out unchanged
+ * and returns PERFCLOCK_E_NULL_POINTER (dir or out NULL), PERFCLOCK_E_IO (DIR missing, not a
+ * directory, not writable, full, or mounted noexec), PERFCLOCK_E_READ (the clock's conversion
+ * could not be read), or perfclock_init()'s code if the clock cannot be opened. After success
+ * the reading calls (perfclock_now_ns(), ...) work without a separate perfclock_init().
+ */
+int perfclock_jitdump_open(const char *dir, perfclock_jitdump **out);
+
+/*
+ * Records that `size` bytes of machine code at `code` now sit at address `addr` under `name`
+ * (a NUL-terminated string of any other bytes; perf shows it as the symbol). Call it after the
+ * code is in place and before it first runs: the record is stamped with the counter at this
+ * call, and samples before the stamp are not attributed to it. Loading different code at the
+ * same address later is supported: each sample goes to the code loaded at its time.
+ * `code` may be the executable copy itself or a copy of it; it is only read.
+ * Returns PERFCLOCK_OK; PERFCLOCK_E_NULL_POINTER (jd, name or code NULL);
+ * PERFCLOCK_E_INVALID_ARGUMENT (size 0: perf cannot attribute samples to empty code; or
+ * name and code together over 4 GiB, the format's limit); PERFCLOCK_E_IO if the write failed (e.g. disk full): the file is then
+ * cut back to its last complete record, so a failed load leaves no partial record.
+ */
+int perfclock_jitdump_code_load(perfclock_jitdump *jd, const char *name, uint64_t addr,
+                                const void *code, uint64_t size);
+
+/*
+ * Writes the close record, rewrites the .timeconv file, unmaps the marker and frees the handle
+ * (also when it reports an error). Returns PERFCLOCK_OK, PERFCLOCK_E_NULL_POINTER (jd NULL),
+ * PERFCLOCK_E_IO or PERFCLOCK_E_READ. A process that exits without calling it leaves a dump
+ * whose complete records all parse, and the .timeconv file as last refreshed (at open, then by
+ * code_load at most once a second when the conversion or its bound changed).
+ */
+int perfclock_jitdump_close(perfclock_jitdump *jd);
+
 /* ---- markers: samply's marker-<pid>.txt, in perf-clock nanoseconds ---- */
+
+/*
+ * A marker writer: spans and instants in perf-clock nanoseconds (perfclock_now_ns()) appended
+ * to DIR/marker-<pid>.txt, one "START END NAME" line each, the file samply reads when it imports
+ * a `perf record` of this process (`samply import perf.data`) and shows beside the samples.
+ * The file is mapped executable once (a default `perf record` records only executable
+ * mappings, and samply finds the file through that record); it stays open and mapped until the
+ * process exits. Handles opened on the same directory share the file.
+ *
+ * Cost and threads: perfclock_marker() formats the line into a buffer of the calling thread (no
+ * system call, no lock shared with other threads); a thread's buffer is written out with one
+ * write when it reaches 16 KiB, on perfclock_markers_flush(), on perfclock_markers_close(), and
+ * at exit(3) (returning from main included). Markers still buffered when the process is killed
+ * or calls _exit() are lost; the file still ends with a whole line (lines are placed so that a
+ * write cut short by a kill or a full disk never leaves a line samply would misread).
+ * Thread-safe; not async-signal-safe (do not call from signal handlers).
+ * After fork(), a handle inherited by the child writes nothing: open a new one in the child.
+ */
+typedef struct perfclock_markers perfclock_markers;
+
+/*
+ * Creates (truncating) DIR/marker-<pid>.txt, maps it, and stores a handle in *out.
+ * Returns PERFCLOCK_OK, PERFCLOCK_E_NULL_POINTER (dir or out NULL), or PERFCLOCK_E_IO (dir
+ * missing or not writable, or on a noexec mount). Does not need perfclock_init(). Not
+ * async-signal-safe.
+ */
+int perfclock_markers_open(const char *dir, perfclock_markers **out);
+
+/*
+ * Buffers a span [start_ns, end_ns] (perf-clock ns); start_ns == end_ns is an instant.
+ * `name` is copied: invalid UTF-8 is replaced by U+FFFD, control characters (newline, CR, ...)
+ * by U+FFFD and tab by a space, so a marker is always one valid line; names are cut at 1024
+ * bytes. Returns PERFCLOCK_OK; PERFCLOCK_E_NULL_POINTER (m or name NULL);
+ * PERFCLOCK_E_INVALID_ARGUMENT (end_ns < start_ns, or an empty name, which samply cannot read);
+ * PERFCLOCK_E_IO if this call filled the thread's buffer and writing it out failed (those
+ * buffered markers are lost).
+ */
+int perfclock_marker(perfclock_markers *m, const char *name, uint64_t start_ns, uint64_t end_ns);
+
+/*
+ * Writes out every thread's buffered markers. Returns PERFCLOCK_OK, PERFCLOCK_E_NULL_POINTER or
+ * PERFCLOCK_E_IO (disk full: the markers not written are lost, the file ends with a whole line).
+ */
+int perfclock_markers_flush(perfclock_markers *m);
+
+/*
+ * Flushes and frees the handle (always freed, even on error); no other call may use m during or
+ * after it. Returns PERFCLOCK_OK, PERFCLOCK_E_NULL_POINTER or PERFCLOCK_E_IO.
+ */
+int perfclock_markers_close(perfclock_markers *m);
+
+/*
+ * The perf clock paired with CLOCK_MONOTONIC, CLOCK_BOOTTIME and CLOCK_REALTIME: each *_ns is
+ * that clock's reading at the instant the perf clock read perf_ns, within +- its
+ * *_uncertainty_ns (half the narrowest of 16 counter brackets around clock_gettime, plus the
+ * perf clock's error bound, plus a 500 ppm rate allowance). Gives a default-clock perf.data a
+ * wall-clock anchor (wall = perf time + realtime_ns - perf_ns; `perf script --tod` needs a
+ * recording made with -k) and Perfetto's ClockSnapshot packet (BUILTIN_CLOCK_PERF = 10 paired
+ * with BOOTTIME = 6, MONOTONIC = 3, REALTIME = 1).
+ */
+typedef struct perfclock_clock_snapshot {
+    uint64_t perf_ns;
+    uint64_t monotonic_ns;
+    uint64_t monotonic_uncertainty_ns;
+    uint64_t boottime_ns;
+    uint64_t boottime_uncertainty_ns;
+    uint64_t realtime_ns; /* ns since the Unix epoch */
+    uint64_t realtime_uncertainty_ns;
+    uint64_t error_bound_ns; /* the perf clock's own bound, included in each uncertainty */
+} perfclock_clock_snapshot;
+
+/*
+ * Fills *out. Returns PERFCLOCK_OK; PERFCLOCK_E_NULL_POINTER; PERFCLOCK_E_NOT_INITIALIZED before
+ * perfclock_init() succeeded; PERFCLOCK_E_UNSUPPORTED without a user-space counter;
+ * PERFCLOCK_E_READ if the perf clock or clock_gettime could not be read (or CLOCK_REALTIME is
+ * before 1970). Takes a few microseconds; no system call where clock_gettime is in the vDSO.
+ * Thread-safe; not documented async-signal-safe.
+ */
+int perfclock_snapshot(perfclock_clock_snapshot *out);
 
 #ifdef __cplusplus
 }

@@ -1,62 +1,136 @@
-// Workload for the perfclock JVMTI end-to-end test: enough allocation to trigger many
-// collections whose pauses do real copying work (a retained set survives young collections),
-// plus hot methods that the JIT compiles while perf samples them.
-import java.util.ArrayList;
+// Workload for the perfclock JVMTI end-to-end test: JIT-compiled code that is thrown away and
+// recompiled several times a second, so the code cache hands the same addresses to different
+// methods over time and only timestamps can tell which method a sample hit.
+//
+// Three threads, named phaseA, phaseB and phaseC, each run only the code of one nested class
+// (Workload$PhaseA, ...): a sample taken in a phase thread inside JIT-compiled code belongs to
+// that thread's class, which is the ground truth check_e2e.py compares perf's names with.
+// The main thread redefines one phase class every PERIOD_MS (round robin) with its own bytes;
+// HotSpot then discards the compiled code of that class and compiles it again once it is hot,
+// at an address the sweeper freed earlier (with a small code cache, see e2e.sh).
+//
+// Run as an executable jar whose manifest names this class as Launcher-Agent-Class with
+// Can-Redefine-Classes (e2e.sh builds it), which hands agentmain the Instrumentation to redefine
+// with. Arguments: SECONDS (default 6), PERIOD_MS (default 100).
+import java.io.InputStream;
+import java.lang.instrument.ClassDefinition;
+import java.lang.instrument.Instrumentation;
 
 public final class Workload {
+    private static volatile boolean stop;
     private static volatile long sink;
+    private static volatile Instrumentation instrumentation;
 
-    // Hot compute: JIT-compiled early, then dominates the samples of the main thread.
-    static long mix(long x, int rounds) {
-        for (int i = 0; i < rounds; i++) {
-            x ^= x << 13;
-            x ^= x >>> 7;
-            x ^= x << 17;
-            x += i;
-        }
-        return x;
+    /** Called by the launcher before main (Launcher-Agent-Class). */
+    public static void agentmain(String args, Instrumentation inst) {
+        instrumentation = inst;
     }
 
-    static double polynomial(double x, int terms) {
-        double acc = 0, p = 1;
-        for (int i = 0; i < terms; i++) {
-            acc += p / (i + 1);
-            p *= x;
+    // Each phase does different arithmetic, so its compiled code differs in size and layout.
+    static final class PhaseA implements Runnable {
+        static long step(long x) {
+            for (int i = 0; i < 2000; i++) {
+                x ^= x << 13;
+                x ^= x >>> 7;
+                x ^= x << 17;
+                x += i;
+            }
+            return x;
         }
-        return acc;
-    }
 
-    // Allocation with a sliding retained window: survivors make each pause copy objects.
-    static long churn(ArrayList<byte[]> retained, int allocations, int keepEvery) {
-        long sum = 0;
-        for (int i = 0; i < allocations; i++) {
-            byte[] block = new byte[256 + (i & 1023)];
-            block[0] = (byte) i;
-            sum += block.length;
-            if (i % keepEvery == 0) {
-                retained.add(block);
-                if (retained.size() > 60_000) {
-                    retained.subList(0, 20_000).clear();
-                }
+        @Override
+        public void run() {
+            long x = 1;
+            while (!stop) {
+                x = step(x);
+                sink = x;
             }
         }
-        return sum;
+    }
+
+    static final class PhaseB implements Runnable {
+        static long step(long x) {
+            for (int i = 0; i < 2000; i++) {
+                x = x * 6364136223846793005L + 1442695040888963407L;
+                x ^= x >>> 29;
+            }
+            return x;
+        }
+
+        @Override
+        public void run() {
+            long x = 2;
+            while (!stop) {
+                x = step(x);
+                sink = x;
+            }
+        }
+    }
+
+    static final class PhaseC implements Runnable {
+        static long step(long x) {
+            long a = x | 1;
+            for (int i = 0; i < 2000; i++) {
+                a = (a * 31 + i) % 1_000_000_007L;
+                x += a;
+            }
+            return x;
+        }
+
+        @Override
+        public void run() {
+            long x = 3;
+            while (!stop) {
+                x = step(x);
+                sink = x;
+            }
+        }
+    }
+
+    private static byte[] classBytes(Class<?> c) throws Exception {
+        String name = c.getName();
+        try (InputStream in = c.getResourceAsStream(name.substring(name.lastIndexOf('.') + 1)
+                + ".class")) {
+            if (in == null) {
+                throw new IllegalStateException("no class file for " + name);
+            }
+            return in.readAllBytes();
+        }
     }
 
     public static void main(String[] args) throws Exception {
         long seconds = args.length > 0 ? Long.parseLong(args[0]) : 6;
-        long end = System.nanoTime() + seconds * 1_000_000_000L;
-        ArrayList<byte[]> retained = new ArrayList<>();
-        long rounds = 0;
-        while (System.nanoTime() < end) {
-            sink += churn(retained, 200_000, 16);
-            sink += mix(rounds, 2_000_000);
-            sink += (long) polynomial(0.999, 500_000);
-            if (++rounds % 25 == 0) {
-                System.gc();
-            }
+        long periodMs = args.length > 1 ? Long.parseLong(args[1]) : 100;
+        if (instrumentation == null) {
+            System.err.println("workload: no Instrumentation; run it as the jar e2e.sh builds "
+                    + "(manifest Launcher-Agent-Class: Workload, Can-Redefine-Classes: true)");
+            System.exit(2);
         }
-        System.out.println("workload: rounds=" + rounds + " retained=" + retained.size()
-                + " sink=" + (sink & 0xff));
+        Class<?>[] phases = {PhaseA.class, PhaseB.class, PhaseC.class};
+        byte[][] bytes = new byte[phases.length][];
+        for (int i = 0; i < phases.length; i++) {
+            bytes[i] = classBytes(phases[i]);
+        }
+        Thread[] threads = {
+            new Thread(new PhaseA(), "phaseA"),
+            new Thread(new PhaseB(), "phaseB"),
+            new Thread(new PhaseC(), "phaseC"),
+        };
+        for (Thread t : threads) {
+            t.start();
+        }
+        long end = System.nanoTime() + seconds * 1_000_000_000L;
+        int redefinitions = 0;
+        while (System.nanoTime() < end) {
+            Thread.sleep(periodMs);
+            int i = redefinitions % phases.length;
+            instrumentation.redefineClasses(new ClassDefinition(phases[i], bytes[i]));
+            redefinitions++;
+        }
+        stop = true;
+        for (Thread t : threads) {
+            t.join();
+        }
+        System.out.println("workload: redefinitions=" + redefinitions + " sink=" + (sink & 0xff));
     }
 }

@@ -1,28 +1,43 @@
 /*
- * perfclock_agent: a JVMTI agent that stamps JVM events with the perf clock.
+ * perfclock_agent: a JVMTI agent that writes perf's jitdump (jit-<pid>.dump) through perfclock,
+ * so `perf inject --jit` names JIT-compiled Java code in a default-clock `perf record`.
  *
  *   java -agentpath:/path/libperfclock_agent.so[=options] ...
  *
- * Options (comma-separated):
- *   log=PATH          event log (default /tmp/perfclock-jvmti-<pid>.log)
- *   map=PATH          perf code map (default /tmp/perf-<pid>.map, where `perf report/script`
- *                     looks for it)
- *   allow_no_clock=1  start even if perfclock_init() fails (perf-clock stamps are then 0)
+ * Options (comma-separated key=value; values cannot contain commas; an unknown, repeated or
+ * valueless key, or a jitdump directory that cannot be written, makes the JVM refuse to start):
+ *   jitdump=DIR       write DIR/jit-<pid>.dump and its DIR/jit-<pid>.dump.timeconv record
+ *                     (default ".", the JVM's working directory: where `perf record` usually
+ *                     writes perf.data and where `perf inject --jit` then writes the
+ *                     jitted-<pid>-<n>.so files it needs; DIR must exist and be writable).
+ *                     jitdump=off disables it (write jitdump=./off for a directory named off).
+ *   perfmap=0|1       also write /tmp/perf-<pid>.map (START SIZE name, hex), where `perf
+ *                     report/script` look without `perf inject`. It has no time, so it names the
+ *                     wrong method once the code cache reuses an address. Default 0.
+ *   log=PATH          event log with two stamps per event (default: no log; format below)
+ *   allow_no_clock=1  start even if perfclock_init() fails: the jitdump is then off (its
+ *                     timestamps could not be converted) and log stamps are 0. Default 0.
  *
- * Events: CompiledMethodLoad/Unload and DynamicCodeGenerated go to the map (START SIZE name, hex)
- * and to the log; GarbageCollectionStart/Finish go to an in-memory table (their callbacks run
- * inside the pause, where the agent should not do I/O) written to the log at VM death.
- * Each log line carries two stamps taken back to back: perfclock_now_ns() (the perf clock) and
- * CLOCK_MONOTONIC, so that one run can show the difference between the two domains.
+ * Events: CompiledMethodLoad and DynamicCodeGenerated (stubs, the interpreter) go to the jitdump,
+ * the map and the log; at VMInit the agent asks the JVM to replay both (GenerateEvents), which
+ * reports code generated before the callbacks could run (the interpreter, early stubs) and repeats
+ * some loads already written (harmless: same code, later stamp). Symbol names follow perf's own
+ * agent: class signature + method name + method signature, e.g. `Lcom/x/Foo;bar(I)J`.
+ * The jitdump's timestamps are raw counter values taken by perfclock when each record is written;
+ * `perfclock inject-time-conv` turns the .timeconv record into the PERF_RECORD_TIME_CONV that
+ * `perf inject --jit` needs to convert them. Caveat: HotSpot installs an nmethod before its
+ * Service thread posts CompiledMethodLoad, so code can run for a while (up to tens of
+ * milliseconds on a busy machine) before its load record's stamp; perf cannot name samples
+ * taken in that window.
  *
- * Log format, one event per line, '#' starts a comment line:
+ * Log format, one event per line, '#' starts a comment line. Each line carries two stamps taken
+ * back to back: perfclock_now_ns() (the perf clock) and CLOCK_MONOTONIC, for comparing the two
+ * domains; GC events are kept in memory during the pause and written at VM death.
  *   gc_start    PERF_NS MONO_NS TID
  *   gc_finish   PERF_NS MONO_NS TID
  *   code_load   PERF_NS MONO_NS TID ADDR_HEX SIZE NAME
  *   code_unload PERF_NS MONO_NS TID ADDR_HEX
  *   dyn_code    PERF_NS MONO_NS TID ADDR_HEX SIZE NAME
- * Caveat: HotSpot installs an nmethod before it queues CompiledMethodLoad for the Service
- * thread, so code can run briefly before its code_load stamp.
  */
 #define _GNU_SOURCE
 #include <jvmti.h>
@@ -38,6 +53,7 @@
 #include "perfclock.h"
 
 #define MAX_GC_EVENTS 65536
+#define PATH_LEN 4096
 
 struct gc_event {
     uint64_t perf_ns, mono_ns;
@@ -49,10 +65,19 @@ static struct gc_event gc_events[MAX_GC_EVENTS];
 static unsigned gc_count; /* written only by the VM thread, inside pauses */
 static unsigned gc_dropped;
 
+/* Serialises every output: callbacks arrive from the Service, compiler and VM threads. */
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *log_file, *map_file;
+static perfclock_jitdump *jitdump;
+static unsigned long jitdump_failures; /* code_load calls that failed (first one printed) */
 static jvmtiEnv *jvmti;
-static int clock_ok;
+
+struct options {
+    char jitdump_dir[PATH_LEN]; /* empty: jitdump off */
+    char log_path[PATH_LEN];    /* empty: no log */
+    int perfmap;
+    int allow_no_clock;
+};
 
 static uint64_t mono_ns(void) {
     struct timespec ts;
@@ -68,9 +93,22 @@ static void stamp(uint64_t *perf, uint64_t *mono) {
     *mono = mono_ns();
 }
 
+/* Caller holds out_lock. */
+static void jitdump_code_load(const char *name, const void *addr, jint size) {
+    if (!jitdump || size <= 0) return;
+    int rc = perfclock_jitdump_code_load(jitdump, name, (uint64_t)(uintptr_t)addr, addr,
+                                         (uint64_t)size);
+    if (rc != PERFCLOCK_OK && jitdump_failures++ == 0)
+        fprintf(stderr,
+                "perfclock_agent: writing the jitdump failed: %d (%s); perf will not name code "
+                "loaded from now on (check the jitdump=DIR directory's free space)\n",
+                rc, perfclock_strerror(rc));
+}
+
 static void code_event(const char *kind, const void *addr, jint size, const char *name,
                        uint64_t perf, uint64_t mono) {
     pthread_mutex_lock(&out_lock);
+    jitdump_code_load(name, addr, size);
     if (map_file && size > 0) {
         fprintf(map_file, "%lx %x %s\n", (unsigned long)(uintptr_t)addr, (unsigned)size, name);
         fflush(map_file);
@@ -83,40 +121,32 @@ static void code_event(const char *kind, const void *addr, jint size, const char
     pthread_mutex_unlock(&out_lock);
 }
 
-/* "Lcom/example/Foo;" + "bar" -> "com.example.Foo::bar" (perf-map-agent style). */
-static void method_name(jmethodID method, char *out, size_t len) {
+/* Class signature + method name + method signature, as perf's agent names them:
+ * "Lcom/x/Foo;" + "bar" + "(I)J" -> "Lcom/x/Foo;bar(I)J". */
+static void method_name(jvmtiEnv *env, jmethodID method, char *out, size_t len) {
     char *name = NULL, *sig = NULL, *class_sig = NULL;
     jclass klass = NULL;
     snprintf(out, len, "unknown_method");
-    if ((*jvmti)->GetMethodName(jvmti, method, &name, &sig, NULL) != JVMTI_ERROR_NONE) return;
-    if ((*jvmti)->GetMethodDeclaringClass(jvmti, method, &klass) == JVMTI_ERROR_NONE &&
-        (*jvmti)->GetClassSignature(jvmti, klass, &class_sig, NULL) == JVMTI_ERROR_NONE) {
-        const char *c = class_sig;
-        size_t n = strlen(c);
-        if (n >= 2 && c[0] == 'L' && c[n - 1] == ';') {
-            c++;
-            n -= 2;
-        }
-        snprintf(out, len, "%.*s::%s", (int)n, c, name);
-        for (char *p = out; *p && p < out + n; p++)
-            if (*p == '/') *p = '.';
-    } else {
-        snprintf(out, len, "%s", name);
-    }
-    (*jvmti)->Deallocate(jvmti, (unsigned char *)name);
-    (*jvmti)->Deallocate(jvmti, (unsigned char *)sig);
-    if (class_sig) (*jvmti)->Deallocate(jvmti, (unsigned char *)class_sig);
+    if ((*env)->GetMethodName(env, method, &name, &sig, NULL) != JVMTI_ERROR_NONE) return;
+    if ((*env)->GetMethodDeclaringClass(env, method, &klass) == JVMTI_ERROR_NONE &&
+        (*env)->GetClassSignature(env, klass, &class_sig, NULL) == JVMTI_ERROR_NONE)
+        snprintf(out, len, "%s%s%s", class_sig, name, sig);
+    else
+        snprintf(out, len, "%s%s", name, sig);
+    (*env)->Deallocate(env, (unsigned char *)name);
+    (*env)->Deallocate(env, (unsigned char *)sig);
+    if (class_sig) (*env)->Deallocate(env, (unsigned char *)class_sig);
 }
 
 static void JNICALL on_compiled_method_load(jvmtiEnv *env, jmethodID method, jint code_size,
                                             const void *code_addr, jint map_length,
                                             const jvmtiAddrLocationMap *map,
                                             const void *compile_info) {
-    (void)env, (void)map_length, (void)map, (void)compile_info;
+    (void)map_length, (void)map, (void)compile_info;
     uint64_t perf, mono;
     stamp(&perf, &mono);
-    char name[512];
-    method_name(method, name, sizeof name);
+    char name[1024];
+    method_name(env, method, name, sizeof name);
     code_event("code_load", code_addr, code_size, name, perf, mono);
 }
 
@@ -166,37 +196,129 @@ static void JNICALL on_gc_finish(jvmtiEnv *env) {
     gc_event(0);
 }
 
-static void flush_gc_events(void) {
+static void JNICALL on_vm_init(jvmtiEnv *env, JNIEnv *jni, jthread thread) {
+    (void)jni, (void)thread;
+    /* Replays code generated before the callbacks could see it (interpreter, early stubs). */
+    const jvmtiEvent replay[] = {JVMTI_EVENT_DYNAMIC_CODE_GENERATED,
+                                 JVMTI_EVENT_COMPILED_METHOD_LOAD};
+    for (size_t i = 0; i < sizeof replay / sizeof replay[0]; i++) {
+        jvmtiError err = (*env)->GenerateEvents(env, replay[i]);
+        if (err != JVMTI_ERROR_NONE)
+            fprintf(stderr,
+                    "perfclock_agent: GenerateEvents(%d) failed: JVMTI error %d; code generated "
+                    "before VM init is missing from the jitdump\n",
+                    (int)replay[i], (int)err);
+    }
+}
+
+/* Writes the GC table to the log and closes the jitdump, which rewrites its .timeconv record a
+ * last time. Idempotent: VMDeath and Agent_OnUnload both call it. */
+static void finish(void) {
     pthread_mutex_lock(&out_lock);
     if (log_file) {
         for (unsigned i = 0; i < gc_count; i++)
             fprintf(log_file, "%s %llu %llu %ld\n", gc_events[i].start ? "gc_start" : "gc_finish",
                     (unsigned long long)gc_events[i].perf_ns,
                     (unsigned long long)gc_events[i].mono_ns, gc_events[i].tid);
-        fprintf(log_file, "# end gc_events=%u dropped=%u\n", gc_count, gc_dropped);
+        fprintf(log_file, "# end gc_events=%u dropped=%u jitdump_failures=%lu\n", gc_count,
+                gc_dropped, jitdump_failures);
         fflush(log_file);
     }
     gc_count = 0;
+    if (jitdump) {
+        int rc = perfclock_jitdump_close(jitdump);
+        if (rc != PERFCLOCK_OK)
+            fprintf(stderr, "perfclock_agent: closing the jitdump failed: %d (%s)\n", rc,
+                    perfclock_strerror(rc));
+        jitdump = NULL;
+    }
+    if (jitdump_failures)
+        fprintf(stderr, "perfclock_agent: %lu jitdump records could not be written\n",
+                jitdump_failures);
+    jitdump_failures = 0;
     pthread_mutex_unlock(&out_lock);
 }
 
 static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni) {
     (void)env, (void)jni;
-    flush_gc_events();
+    finish();
 }
 
-static int option(const char *options, const char *key, char *out, size_t len) {
-    size_t klen = strlen(key);
-    for (const char *p = options; p && *p;) {
+static int parse_flag(const char *key, const char *value, int *out) {
+    if (strcmp(value, "0") == 0 || strcmp(value, "1") == 0) {
+        *out = value[0] == '1';
+        return 1;
+    }
+    fprintf(stderr, "perfclock_agent: option %s=%s: expected %s=0 or %s=1\n", key, value, key,
+            key);
+    return 0;
+}
+
+static int parse_path(const char *key, const char *value, char *out) {
+    if (value[0] == '\0' || strlen(value) >= PATH_LEN) {
+        fprintf(stderr, "perfclock_agent: option %s= needs a path of 1 to %d bytes\n", key,
+                PATH_LEN - 1);
+        return 0;
+    }
+    strcpy(out, value);
+    return 1;
+}
+
+/* Parses "k=v,k=v" into *opt. Returns 0 (after printing why) on an unknown, repeated or
+ * malformed option. */
+static int parse_options(const char *text, struct options *opt) {
+    static const char *const keys[] = {"jitdump", "perfmap", "log", "allow_no_clock"};
+    enum { n_keys = sizeof keys / sizeof keys[0] };
+    int seen[n_keys] = {0};
+    memset(opt, 0, sizeof *opt);
+    strcpy(opt->jitdump_dir, ".");
+    for (const char *p = text; p && *p;) {
         const char *end = strchr(p, ',');
         size_t n = end ? (size_t)(end - p) : strlen(p);
-        if (n > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
-            snprintf(out, len, "%.*s", (int)(n - klen - 1), p + klen + 1);
-            return 1;
+        char item[PATH_LEN + 32];
+        if (n >= sizeof item) {
+            fprintf(stderr, "perfclock_agent: option too long: %.40s...\n", p);
+            return 0;
         }
+        memcpy(item, p, n);
+        item[n] = '\0';
         p = end ? end + 1 : NULL;
+        char *eq = strchr(item, '=');
+        if (eq) *eq = '\0';
+        size_t k = 0;
+        while (k < n_keys && strcmp(item, keys[k]) != 0) k++;
+        if (k == n_keys) {
+            fprintf(stderr,
+                    "perfclock_agent: unknown option '%s'; known: jitdump=DIR|off, perfmap=0|1, "
+                    "log=PATH, allow_no_clock=0|1 (comma-separated)\n",
+                    item);
+            return 0;
+        }
+        if (!eq) {
+            fprintf(stderr, "perfclock_agent: option '%s' needs a value: %s=...\n", item, item);
+            return 0;
+        }
+        if (seen[k]++) {
+            fprintf(stderr, "perfclock_agent: option %s given twice\n", item);
+            return 0;
+        }
+        const char *value = eq + 1;
+        int ok = 1;
+        if (k == 0) {
+            if (strcmp(value, "off") == 0)
+                opt->jitdump_dir[0] = '\0';
+            else
+                ok = parse_path(item, value, opt->jitdump_dir);
+        } else if (k == 1) {
+            ok = parse_flag(item, value, &opt->perfmap);
+        } else if (k == 2) {
+            ok = parse_path(item, value, opt->log_path);
+        } else {
+            ok = parse_flag(item, value, &opt->allow_no_clock);
+        }
+        if (!ok) return 0;
     }
-    return 0;
+    return 1;
 }
 
 #define CHECK_JVMTI(call, what)                                                                    \
@@ -204,40 +326,64 @@ static int option(const char *options, const char *key, char *out, size_t len) {
         jvmtiError err_ = (call);                                                                  \
         if (err_ != JVMTI_ERROR_NONE) {                                                            \
             fprintf(stderr, "perfclock_agent: %s failed: JVMTI error %d\n", what, (int)err_);     \
+            close_outputs();                                                                       \
             return JNI_ERR;                                                                        \
         }                                                                                          \
     } while (0)
 
+/* Opens the outputs the options ask for. Returns 0 after printing what to change. */
+static int open_outputs(const struct options *opt, int clock_ok, int pid) {
+    if (opt->jitdump_dir[0]) {
+        if (!clock_ok) {
+            fprintf(stderr, "perfclock_agent: no perf clock, so no jitdump (allow_no_clock=1); "
+                            "pass jitdump=off to silence this\n");
+        } else {
+            int rc = perfclock_jitdump_open(opt->jitdump_dir, &jitdump);
+            if (rc != PERFCLOCK_OK) {
+                fprintf(stderr,
+                        "perfclock_agent: cannot write the jitdump in '%s': %d (%s); pass "
+                        "jitdump=DIR with an existing writable directory, or jitdump=off\n",
+                        opt->jitdump_dir, rc, perfclock_strerror(rc));
+                jitdump = NULL;
+                return 0;
+            }
+        }
+    }
+    if (opt->perfmap) {
+        char map_path[64];
+        snprintf(map_path, sizeof map_path, "/tmp/perf-%d.map", pid);
+        map_file = fopen(map_path, "w");
+        if (!map_file) {
+            perror("perfclock_agent: cannot create the perf map (perfmap=1)");
+            return 0;
+        }
+    }
+    if (opt->log_path[0]) {
+        log_file = fopen(opt->log_path, "w");
+        if (!log_file) {
+            fprintf(stderr, "perfclock_agent: cannot create the log log=%s: ", opt->log_path);
+            perror(NULL);
+            return 0;
+        }
+        setvbuf(log_file, NULL, _IOFBF, 1 << 16);
+    }
+    return 1;
+}
+
+static void close_outputs(void) {
+    finish();
+    pthread_mutex_lock(&out_lock);
+    if (log_file) fclose(log_file);
+    if (map_file) fclose(map_file);
+    log_file = map_file = NULL;
+    pthread_mutex_unlock(&out_lock);
+}
+
 JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved) {
     (void)reserved;
-    char log_path[4096], map_path[4096], allow[8] = "0";
+    struct options opt;
+    if (!parse_options(options, &opt)) return JNI_ERR;
     int pid = (int)getpid();
-    if (!option(options, "log", log_path, sizeof log_path))
-        snprintf(log_path, sizeof log_path, "/tmp/perfclock-jvmti-%d.log", pid);
-    if (!option(options, "map", map_path, sizeof map_path))
-        snprintf(map_path, sizeof map_path, "/tmp/perf-%d.map", pid);
-    option(options, "allow_no_clock", allow, sizeof allow);
-
-    int rc = perfclock_init();
-    clock_ok = rc == PERFCLOCK_OK;
-    if (!clock_ok) {
-        fprintf(stderr, "perfclock_agent: perfclock_init failed: %d (%s)%s\n", rc,
-                perfclock_strerror(rc), strcmp(allow, "1") == 0 ? "; continuing" : "");
-        if (strcmp(allow, "1") != 0) return JNI_ERR;
-    }
-
-    log_file = fopen(log_path, "w");
-    map_file = fopen(map_path, "w");
-    if (!log_file || !map_file) {
-        fprintf(stderr, "perfclock_agent: cannot open %s or %s\n", log_path, map_path);
-        return JNI_ERR;
-    }
-    setvbuf(log_file, NULL, _IOFBF, 1 << 16);
-    fprintf(log_file,
-            "# perfclock-jvmti v1 pid=%d mode=%d error_bound_ns=%llu init=%d (%s) map=%s\n", pid,
-            perfclock_mode(), (unsigned long long)perfclock_error_bound_ns(), rc,
-            perfclock_strerror(rc), map_path);
-    fflush(log_file);
 
     if ((*vm)->GetEnv(vm, (void **)&jvmti, JVMTI_VERSION_1_2) != JNI_OK) {
         fprintf(stderr, "perfclock_agent: no JVMTI 1.2 environment\n");
@@ -249,8 +395,31 @@ JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved) {
     caps.can_generate_garbage_collection_events = 1;
     CHECK_JVMTI((*jvmti)->AddCapabilities(jvmti, &caps), "AddCapabilities");
 
+    int rc = perfclock_init();
+    int clock_ok = rc == PERFCLOCK_OK;
+    if (!clock_ok) {
+        fprintf(stderr, "perfclock_agent: perfclock_init failed: %d (%s); %s\n", rc,
+                perfclock_strerror(rc),
+                opt.allow_no_clock ? "continuing without a clock (allow_no_clock=1)"
+                                   : "pass allow_no_clock=1 to start without it");
+        if (!opt.allow_no_clock) return JNI_ERR;
+    }
+    if (!open_outputs(&opt, clock_ok, pid)) {
+        close_outputs();
+        return JNI_ERR;
+    }
+    if (log_file) {
+        fprintf(log_file,
+                "# perfclock-jvmti v2 pid=%d mode=%d error_bound_ns=%llu init=%d (%s) "
+                "jitdump=%s perfmap=%d\n",
+                pid, perfclock_mode(), (unsigned long long)perfclock_error_bound_ns(), rc,
+                perfclock_strerror(rc), jitdump ? opt.jitdump_dir : "off", opt.perfmap);
+        fflush(log_file);
+    }
+
     jvmtiEventCallbacks cb;
     memset(&cb, 0, sizeof cb);
+    cb.VMInit = on_vm_init;
     cb.CompiledMethodLoad = on_compiled_method_load;
     cb.CompiledMethodUnload = on_compiled_method_unload;
     cb.DynamicCodeGenerated = on_dynamic_code_generated;
@@ -259,9 +428,13 @@ JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved) {
     cb.VMDeath = on_vm_death;
     CHECK_JVMTI((*jvmti)->SetEventCallbacks(jvmti, &cb, (jint)sizeof cb), "SetEventCallbacks");
     const jvmtiEvent events[] = {
-        JVMTI_EVENT_COMPILED_METHOD_LOAD,      JVMTI_EVENT_COMPILED_METHOD_UNLOAD,
-        JVMTI_EVENT_DYNAMIC_CODE_GENERATED,    JVMTI_EVENT_GARBAGE_COLLECTION_START,
-        JVMTI_EVENT_GARBAGE_COLLECTION_FINISH, JVMTI_EVENT_VM_DEATH,
+        JVMTI_EVENT_VM_INIT,
+        JVMTI_EVENT_COMPILED_METHOD_LOAD,
+        JVMTI_EVENT_COMPILED_METHOD_UNLOAD,
+        JVMTI_EVENT_DYNAMIC_CODE_GENERATED,
+        JVMTI_EVENT_GARBAGE_COLLECTION_START,
+        JVMTI_EVENT_GARBAGE_COLLECTION_FINISH,
+        JVMTI_EVENT_VM_DEATH,
     };
     for (size_t i = 0; i < sizeof events / sizeof events[0]; i++)
         CHECK_JVMTI((*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, events[i], NULL),
@@ -271,10 +444,5 @@ JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved) {
 
 JNIEXPORT void JNICALL Agent_OnUnload(JavaVM *vm) {
     (void)vm;
-    flush_gc_events();
-    pthread_mutex_lock(&out_lock);
-    if (log_file) fclose(log_file);
-    if (map_file) fclose(map_file);
-    log_file = map_file = NULL;
-    pthread_mutex_unlock(&out_lock);
+    close_outputs();
 }

@@ -1,1 +1,206 @@
 //! C ABI of the jitdump writer (`perfclock_jitdump_*` in `perfclock.h`).
+//!
+//! A `perfclock_jitdump *` is a boxed [`JitDump`]; `perfclock_jitdump_close` takes the box back.
+//! Loads from many threads share it by `&`, which [`JitDump`] supports.
+
+use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::panic::AssertUnwindSafe;
+
+use ::perfclock_jitdump::{JitDump, JitDumpError};
+
+use super::{
+    error_code, guard, perfclock_init, PERFCLOCK_E_INTERNAL, PERFCLOCK_E_INVALID_ARGUMENT,
+    PERFCLOCK_E_IO, PERFCLOCK_E_NULL_POINTER, PERFCLOCK_E_READ, PERFCLOCK_OK,
+};
+
+/// Opaque handle (`perfclock_jitdump` in C).
+#[allow(non_camel_case_types)]
+pub type perfclock_jitdump = JitDump;
+
+fn code(error: &JitDumpError) -> c_int {
+    match error {
+        JitDumpError::Clock(error) => error_code(error),
+        JitDumpError::ClockRead(_) => PERFCLOCK_E_READ,
+        JitDumpError::NameContainsNul { .. }
+        | JitDumpError::EmptyCode
+        | JitDumpError::RecordTooLarge { .. } => PERFCLOCK_E_INVALID_ARGUMENT,
+        // Io, Torn, and kinds added later: all are about the file.
+        _ => PERFCLOCK_E_IO,
+    }
+}
+
+/// Creates `dir/jit-<pid>.dump`. See `perfclock.h`.
+///
+/// # Safety
+/// `dir` must be NULL or a NUL-terminated string; `out` must be NULL or valid for writing one
+/// pointer.
+#[no_mangle]
+pub unsafe extern "C" fn perfclock_jitdump_open(
+    dir: *const c_char,
+    out: *mut *mut perfclock_jitdump,
+) -> c_int {
+    // AssertUnwindSafe: nothing the closure touches outlives a panic in a torn state (the
+    // handle is written only on success).
+    guard(
+        PERFCLOCK_E_INTERNAL,
+        AssertUnwindSafe(|| {
+            if dir.is_null() || out.is_null() {
+                return PERFCLOCK_E_NULL_POINTER;
+            }
+            // The writer opens the clock anyway; through `perfclock_init` the C reading calls
+            // (`perfclock_now_ns`, ...) work from here on too, and a failure has its usual code.
+            let init = perfclock_init();
+            if init != PERFCLOCK_OK {
+                return init;
+            }
+            // SAFETY: non-null, and the caller promises a NUL-terminated string.
+            let dir = OsStr::from_bytes(unsafe { CStr::from_ptr(dir) }.to_bytes());
+            match JitDump::create(dir) {
+                Ok(dump) => {
+                    // SAFETY: non-null, and the caller promises it is valid for a write.
+                    unsafe { out.write(Box::into_raw(Box::new(dump))) };
+                    PERFCLOCK_OK
+                }
+                Err(error) => code(&error),
+            }
+        }),
+    )
+}
+
+/// Records a code load. See `perfclock.h`.
+///
+/// # Safety
+/// `jd` must be NULL or a handle from `perfclock_jitdump_open` not yet closed; `name` NULL or a
+/// NUL-terminated string; `code` NULL or valid for reading `size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn perfclock_jitdump_code_load(
+    jd: *mut perfclock_jitdump,
+    name: *const c_char,
+    addr: u64,
+    code: *const c_void,
+    size: u64,
+) -> c_int {
+    // AssertUnwindSafe: a panic leaves the writer usable (see `JitDump`'s lock), and the
+    // caller's buffers are only read.
+    guard(
+        PERFCLOCK_E_INTERNAL,
+        AssertUnwindSafe(|| {
+            if jd.is_null() || name.is_null() || code.is_null() {
+                return PERFCLOCK_E_NULL_POINTER;
+            }
+            // A jitdump record's size is 32 bits; checking first also keeps the slice below
+            // within `isize::MAX`, whatever `size` the caller passes.
+            let Ok(size) = u32::try_from(size) else {
+                return PERFCLOCK_E_INVALID_ARGUMENT;
+            };
+            let size = size as usize;
+            // SAFETY: the caller promises a live handle; it is only shared (`&`), which
+            // `JitDump` allows from many threads.
+            let dump = unsafe { &*jd };
+            // SAFETY: non-null, and the caller promises a NUL-terminated string.
+            let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+            // SAFETY: non-null, and the caller promises `size` readable bytes.
+            let code = unsafe { std::slice::from_raw_parts(code.cast::<u8>(), size) };
+            match dump.code_load(name, addr, code) {
+                Ok(_) => PERFCLOCK_OK,
+                Err(error) => self::code(&error),
+            }
+        }),
+    )
+}
+
+/// Closes and frees the handle. See `perfclock.h`.
+///
+/// # Safety
+/// `jd` must be NULL or a handle from `perfclock_jitdump_open`, closed at most once, with no
+/// `perfclock_jitdump_code_load` on it running or following.
+#[no_mangle]
+pub unsafe extern "C" fn perfclock_jitdump_close(jd: *mut perfclock_jitdump) -> c_int {
+    guard(
+        PERFCLOCK_E_INTERNAL,
+        AssertUnwindSafe(|| {
+            if jd.is_null() {
+                return PERFCLOCK_E_NULL_POINTER;
+            }
+            // SAFETY: the caller hands back the box `perfclock_jitdump_open` made, once, with
+            // no other use outstanding.
+            let dump = unsafe { Box::from_raw(jd) };
+            match dump.close() {
+                Ok(()) => PERFCLOCK_OK,
+                Err(error) => code(&error),
+            }
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn null_pointers_are_refused() {
+        let mut out: *mut perfclock_jitdump = std::ptr::null_mut();
+        let dir = CString::new("/tmp").unwrap();
+        // SAFETY: NULL arguments are part of the contract; the others are valid.
+        unsafe {
+            assert_eq!(
+                perfclock_jitdump_open(std::ptr::null(), &mut out),
+                PERFCLOCK_E_NULL_POINTER
+            );
+            assert_eq!(
+                perfclock_jitdump_open(dir.as_ptr(), std::ptr::null_mut()),
+                PERFCLOCK_E_NULL_POINTER
+            );
+            assert_eq!(
+                perfclock_jitdump_code_load(
+                    std::ptr::null_mut(),
+                    c"f".as_ptr(),
+                    0,
+                    [0xc3u8].as_ptr().cast(),
+                    1
+                ),
+                PERFCLOCK_E_NULL_POINTER
+            );
+            assert_eq!(
+                perfclock_jitdump_close(std::ptr::null_mut()),
+                PERFCLOCK_E_NULL_POINTER
+            );
+        }
+        assert!(out.is_null());
+    }
+
+    #[test]
+    fn codes_of_argument_and_file_errors() {
+        assert_eq!(code(&JitDumpError::EmptyCode), PERFCLOCK_E_INVALID_ARGUMENT);
+        assert_eq!(
+            code(&JitDumpError::NameContainsNul { position: 0 }),
+            PERFCLOCK_E_INVALID_ARGUMENT
+        );
+        let io = JitDumpError::Io {
+            op: "create",
+            path: "/x".into(),
+            source: std::io::Error::other("test"),
+        };
+        assert_eq!(code(&io), PERFCLOCK_E_IO);
+    }
+
+    #[test]
+    fn a_file_as_directory_is_an_io_error() {
+        if perfclock::init().is_err() {
+            println!("SKIPPED a_file_as_directory_is_an_io_error: no perfclock clock here");
+            return;
+        }
+        let file = std::env::temp_dir().join(format!("perfclock-ffi-jit-{}", std::process::id()));
+        std::fs::write(&file, b"").unwrap();
+        let dir = CString::new(file.as_os_str().as_bytes()).unwrap();
+        let mut out: *mut perfclock_jitdump = std::ptr::null_mut();
+        // SAFETY: valid string and out pointer.
+        let rc = unsafe { perfclock_jitdump_open(dir.as_ptr(), &mut out) };
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(rc, PERFCLOCK_E_IO);
+        assert!(out.is_null());
+    }
+}

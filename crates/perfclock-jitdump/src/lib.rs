@@ -1,1 +1,40 @@
-//! jitdump files (perf's `jit-<pid>.dump`) stamped with the counter perf converts.
+//! jitdump files (perf's `jit-<pid>.dump`) stamped with the counter perf converts, so
+//! `perf inject --jit` attributes samples of JIT code recorded by a default `perf record`
+//! (no `-k 1`).
+//!
+//! ```no_run
+//! let dump = perfclock_jitdump::JitDump::create("/tmp")?;
+//! let code = [0xc3u8]; // ret
+//! let addr = code.as_ptr() as u64; // where the JIT placed the code
+//! dump.code_load(b"my_function", addr, &code)?;
+//! dump.close()?;
+//! # Ok::<(), perfclock_jitdump::JitDumpError>(())
+//! ```
+//!
+//! # Design
+//! The dump sets `JITDUMP_FLAGS_ARCH_TIMESTAMP`: each record holds the raw counter (TSC,
+//! CNTVCT_EL0) read under the writer's lock, and `perf inject --jit` converts it with the
+//! recording's `PERF_RECORD_TIME_CONV` exactly as it converts the kernel's own conversion.
+//! Where the kernel withholds that conversion, `perf record` writes no `PERF_RECORD_TIME_CONV`;
+//! the writer therefore keeps the conversion of the perfclock clock in
+//! `jit-<pid>.dump.timeconv` ([`timeconv`]), from which `perfclock inject-time-conv` adds the
+//! record to a `perf.data`.
+//!
+//! Each record is built in memory and reaches the file in one positional write; a failed or
+//! short write is truncated away, so the file always ends at a record boundary or, if the
+//! process dies mid-write, in one partial record, which perf's reader stops at.
+//!
+//! # Caveats
+//! - In calibrated mode the conversion is a fit with an error bound (`error_bound_ns` in the
+//!   timeconv record); a load whose stamp lies within that bound of a sample can be
+//!   misattributed.
+//! - The writer is for the process that created it: a fork child has another pid and must
+//!   create its own dump.
+
+mod error;
+pub mod record;
+pub mod timeconv;
+mod writer;
+
+pub use error::JitDumpError;
+pub use writer::JitDump;

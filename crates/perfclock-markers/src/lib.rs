@@ -1,1 +1,51 @@
 //! Marker files (`marker-<pid>.txt`) in perf-clock nanoseconds, the format samply reads.
+//!
+//! ```no_run
+//! let markers = perfclock_markers::Markers::open("/tmp")?;
+//! let start = perfclock::now_ns();
+//! // ... a phase of work ...
+//! markers.span("load config", start, perfclock::now_ns())?;
+//! {
+//!     let _parse = markers.start("parse")?; // ends when dropped
+//!     // ... more work ...
+//! }
+//! markers.close()?;
+//! # Ok::<(), perfclock_markers::MarkerError>(())
+//! ```
+//! Record with a plain `perf record -g ./program` and open it with `samply import perf.data`:
+//! the spans appear in the marker chart of the thread that opened the writer, on the same time
+//! axis as the samples.
+//!
+//! # Design
+//! - samply finds a marker file the way perf finds a jitdump: through the recording's MMAP2
+//!   record of a file named `marker-<pid>.txt` (any directory), so the writer maps the file
+//!   executable once (a default `perf record` only records executable mappings). samply then
+//!   reads `START END NAME` lines and converts both times with the converter of the samples, with
+//!   no clock check: for a default-clock recording they must be perf-clock ns, which is what
+//!   [`perfclock::now_ns`] returns.
+//! - Each thread formats markers into its own buffer ([`thread_local::ThreadLocal`]), written out
+//!   with one `pwrite` when it fills, on [`Markers::flush`], at close and at `exit`.
+//! - A kill or a full disk never leaves a line samply misreads; see [`MAX_NAME_BYTES`] and the
+//!   `line` module's notes: lines are placed so a write cut short (which stops on a page boundary)
+//!   ends on a line boundary, and a failed write is cut back to the last whole line.
+//!
+//! # Caveats
+//! - samply 0.13 stops reading a marker file at the first line that does not parse or is not
+//!   UTF-8; names are therefore cleaned (control characters replaced, invalid UTF-8 from C
+//!   replaced by U+FFFD) and empty names refused.
+//! - samply shows every marker of the file on the thread that mapped it (the one that opened the
+//!   first writer for that directory).
+//! - Markers still buffered when the process is killed (or `_exit`s) are lost.
+
+mod error;
+mod file;
+mod line;
+#[cfg(feature = "tracing")]
+mod tracing_layer;
+mod writer;
+
+pub use error::MarkerError;
+pub use line::MAX_NAME_BYTES;
+#[cfg(feature = "tracing")]
+pub use tracing_layer::MarkerLayer;
+pub use writer::{Markers, SpanGuard, FLUSH_AT_BYTES};

@@ -16,12 +16,14 @@
 //!
 //! Event counts can be scaled from the kernel command line, which passes `NAME=value` words it
 //! does not know to init's environment: `TESTBED_CORE_OPS`, `TESTBED_FACADE_OPS`,
-//! `TESTBED_HANDOFFS`, `TESTBED_CHILD_OPS` (see [`Budget`]). `TESTBED_SELFTEST_SKEW_NS=N` skews
-//! the first reading of every bracket by N ns, to see the run fail.
+//! `TESTBED_HANDOFFS`, `TESTBED_CHILD_OPS`, `TESTBED_JITDUMP_OPS` (see [`Budget`]).
+//! `TESTBED_SELFTEST_SKEW_NS=N` skews the first reading of every bracket by N ns, to see the run
+//! fail.
 
 mod brackets;
 mod fork;
 mod handoff;
+mod jitdump;
 mod page;
 mod report;
 #[cfg(test)]
@@ -42,16 +44,20 @@ pub struct Budget {
     handoffs: u64,
     /// Records the fork child brackets with its (re-mapped) clock.
     child_ops: u64,
+    /// jitdump loads, each between two kernel-stamped records.
+    jitdump_ops: u64,
 }
 
 impl Budget {
-    /// 2 x (40,000 + 12,000) + 2,000 = 106,000 records per architecture. Under TCG with two
-    /// vCPUs this takes tens of seconds per guest (see the README's figures).
+    /// 2 x (40,000 + 12,000) + 2,000 = 106,000 records per architecture, plus 2,000 jitdump
+    /// loads. Under TCG with two vCPUs this takes tens of seconds per guest (see the README's
+    /// figures).
     const DEFAULT: Budget = Budget {
         core_ops: 40_000,
         facade_ops: 12_000,
         handoffs: 20_000,
         child_ops: 2_000,
+        jitdump_ops: 2_000,
     };
 
     fn from_env() -> Budget {
@@ -67,6 +73,7 @@ impl Budget {
             facade_ops: get("TESTBED_FACADE_OPS", d.facade_ops),
             handoffs: get("TESTBED_HANDOFFS", d.handoffs),
             child_ops: get("TESTBED_CHILD_OPS", d.child_ops),
+            jitdump_ops: get("TESTBED_JITDUMP_OPS", d.jitdump_ops),
         }
     }
 }
@@ -98,6 +105,7 @@ fn run(report: &mut Report) {
     brackets::run(report, &budget, tolerance, cpus);
     handoff::run(report, &budget, cpus);
     fork::run(report, &budget, tolerance);
+    jitdump::run(report, &budget, tolerance);
 }
 
 fn main() {

@@ -1,8 +1,8 @@
-//! The newcomer's first run: opens the perf clock, says which mode it is in and why, and
-//! measures it against timestamps the kernel stamped.
+//! `perfclock doctor`: the newcomer's first run. Opens the perf clock, says which mode it is in
+//! and why, and measures it against timestamps the kernel stamped.
 //!
 //! ```text
-//! cargo run --release --example doctor [-- RECORDS_PER_KIND]
+//! perfclock doctor [RECORDS_PER_KIND]
 //! ```
 //! Exits non-zero if no clock can be had or any kernel stamp falls outside the clock's bound.
 
@@ -12,11 +12,11 @@ use std::time::Instant;
 use perfclock::{Clock, Mode};
 use perfclock_core::counter;
 
-fn main() -> ExitCode {
-    let per_kind = std::env::args()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(20_000);
+/// Kernel stamps checked per record kind when the command line names no number.
+pub const DEFAULT_RECORDS_PER_KIND: usize = 20_000;
+
+/// Runs the doctor with `per_kind` kernel stamps per record kind and CPU turn.
+pub fn run(per_kind: usize) -> ExitCode {
     let opened = Instant::now();
     let clock = match perfclock::init() {
         Ok(clock) => clock,

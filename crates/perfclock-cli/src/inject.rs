@@ -1,0 +1,461 @@
+//! `perfclock inject-time-conv IN -o OUT [--dump-dir DIR]...`: adds the `PERF_RECORD_TIME_CONV`
+//! that `perf record` leaves out where the kernel withholds the conversion, taken from the
+//! timeconv records perfclock's jitdump writer leaves next to each `jit-<pid>.dump`, so that
+//! `perf inject --jit` accepts the jitdump's counter timestamps.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use perfclock_core::TimeConversion;
+use perfclock_jitdump::timeconv::{TimeConvError, TimeConvMode, TimeConvRecord, SUFFIX};
+
+use crate::perf_data_patch::{self, PerfDataError, RECORD_TIME_CONV};
+
+/// The extended `struct perf_record_time_conv`: header, five u64, two u8 flags, 6 bytes padding.
+pub const TIME_CONV_RECORD_SIZE: usize = 56;
+
+/// A sidecar is a dozen short lines; anything longer is not one.
+const MAX_SIDECAR_BYTES: u64 = 64 * 1024;
+
+/// Where the kernel publishes this boot's identity.
+const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+/// What to do: the command line of `inject-time-conv`.
+#[derive(Debug, Clone)]
+pub struct InjectOptions {
+    /// The recording, never modified.
+    pub input: PathBuf,
+    /// Where the recording with the TIME_CONV record goes.
+    pub output: PathBuf,
+    /// Directories to look for `jit-<pid>.dump.timeconv` in, instead of the dump's own.
+    pub dump_dirs: Vec<PathBuf>,
+}
+
+/// What was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// IN held a TIME_CONV already (perf record wrote it in kernel mode): OUT is a byte copy.
+    Copied,
+    /// A TIME_CONV record was inserted.
+    Inserted {
+        /// The sidecar whose conversion was used.
+        sidecar: PathBuf,
+        /// Its conversion.
+        record: Box<TimeConvRecord>,
+        /// How many sidecars were found and agreed.
+        sidecars: usize,
+    },
+}
+
+/// Why `inject-time-conv` failed. Each message says what to do.
+#[derive(Debug)]
+pub enum InjectError {
+    /// OUT names IN (or the same file through another path).
+    SameFile,
+    /// IN could not be opened or read.
+    Input(PathBuf, io::Error),
+    /// IN is a directory (`true`) or another non-regular file.
+    InputNotFile(PathBuf, bool),
+    /// IN is not a perf.data this tool can patch.
+    PerfData(PerfDataError),
+    /// IN maps no `jit-<pid>.dump`.
+    NoJitMarker,
+    /// IN's events were opened with another clock (`perf record -k`).
+    OtherClock(i32),
+    /// No sidecar was found for a dump.
+    SidecarMissing {
+        /// The dump as the recording names it.
+        dump: PathBuf,
+        /// Every place looked.
+        looked: Vec<PathBuf>,
+    },
+    /// A sidecar could not be read.
+    SidecarRead(PathBuf, io::Error),
+    /// A sidecar is not a valid record.
+    SidecarInvalid(PathBuf, String),
+    /// A sidecar's pid is not its dump's.
+    SidecarPid {
+        /// The sidecar.
+        path: PathBuf,
+        /// The dump's pid.
+        dump_pid: u32,
+        /// The pid the sidecar names.
+        record_pid: u32,
+    },
+    /// Sidecars of one recording name different counters or boots.
+    Inconsistent {
+        /// Which field.
+        what: &'static str,
+        /// One sidecar.
+        first: PathBuf,
+        /// The other.
+        second: PathBuf,
+    },
+    /// Two sidecars' conversions differ by more than their bounds allow.
+    Disagree {
+        /// One sidecar.
+        first: PathBuf,
+        /// The other.
+        second: PathBuf,
+        /// Counter value where they were compared.
+        counter: u64,
+        /// How far apart their conversions are there.
+        apart_ns: u64,
+        /// The sum of their bounds.
+        allowed_ns: u64,
+    },
+    /// OUT could not be written.
+    Output(PathBuf, io::Error),
+}
+
+impl fmt::Display for InjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::SameFile => write!(
+                f,
+                "OUT is IN: the input is never modified; pass -o a different file"
+            ),
+            Self::Input(path, error) => write!(f, "cannot read IN {}: {error}", path.display()),
+            Self::InputNotFile(path, true) => write!(
+                f,
+                "IN {} is a directory, not a perf.data file (the directory format of perf \
+                 record --threads is not supported): pass the perf.data file",
+                path.display()
+            ),
+            Self::InputNotFile(path, false) => write!(
+                f,
+                "IN {} is not a regular file: pass the perf.data file",
+                path.display()
+            ),
+            Self::PerfData(error) => write!(f, "{error}"),
+            Self::NoJitMarker => write!(
+                f,
+                "no MMAP2 of a jit-<pid>.dump in IN: was the JIT running with perfclock's \
+                 jitdump writer during the recording?"
+            ),
+            Self::OtherClock(clockid) => write!(
+                f,
+                "IN was recorded with clock {clockid} (perf record -k/--clockid), not the perf \
+                 clock PERF_RECORD_TIME_CONV converts to: its samples would be misplaced against \
+                 the jitdump; record without -k"
+            ),
+            Self::SidecarMissing { dump, looked } => {
+                write!(
+                    f,
+                    "no time conversion record for {} (looked for ",
+                    dump.display()
+                )?;
+                for (index, path) in looked.iter().enumerate() {
+                    let sep = if index == 0 { "" } else { ", " };
+                    write!(f, "{sep}{}", path.display())?;
+                }
+                write!(
+                    f,
+                    "): if the dump moved since the recording, pass --dump-dir with its directory; \
+                     the JIT must use perfclock's jitdump writer, which writes the record"
+                )
+            }
+            Self::SidecarRead(path, error) => write!(
+                f,
+                "cannot read the time conversion record {}: {error}",
+                path.display()
+            ),
+            Self::SidecarInvalid(path, reason) => {
+                write!(f, "{}: {reason}", path.display())
+            }
+            Self::SidecarPid {
+                path,
+                dump_pid,
+                record_pid,
+            } => write!(
+                f,
+                "{} says pid={record_pid} but belongs to jit-{dump_pid}.dump: it was copied from \
+                 another dump; pass --dump-dir with the directory of the right one",
+                path.display()
+            ),
+            Self::Inconsistent {
+                what,
+                first,
+                second,
+            } => write!(
+                f,
+                "{} and {} name different {what}s, but one recording has one: one of them is \
+                 stale; move it away or pass --dump-dir with the right directory",
+                first.display(),
+                second.display()
+            ),
+            Self::Disagree {
+                first,
+                second,
+                counter,
+                apart_ns,
+                allowed_ns,
+            } => write!(
+                f,
+                "{} and {} disagree by {apart_ns} ns at counter {counter}, more than their error \
+                 bounds' sum ({allowed_ns} ns): one of them is stale or from another run; move \
+                 it away or pass --dump-dir with the right directory",
+                first.display(),
+                second.display()
+            ),
+            Self::Output(path, error) => write!(
+                f,
+                "cannot write OUT {}: {error} (nothing was left there)",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InjectError {}
+
+impl From<PerfDataError> for InjectError {
+    fn from(error: PerfDataError) -> Self {
+        Self::PerfData(error)
+    }
+}
+
+/// `PERF_RECORD_TIME_CONV` in its 56-byte extended form, as perf's `perf_event__synth_time_conv`
+/// writes it, little-endian. `cap_user_time_zero` is 1: with the extended form perf reads it and
+/// converts every timestamp to 0 when it is clear.
+pub fn time_conv_record(conversion: &TimeConversion) -> [u8; TIME_CONV_RECORD_SIZE] {
+    let mut record = [0u8; TIME_CONV_RECORD_SIZE];
+    record[0..4].copy_from_slice(&RECORD_TIME_CONV.to_le_bytes());
+    // misc (2 bytes) stays 0.
+    record[6..8].copy_from_slice(&(TIME_CONV_RECORD_SIZE as u16).to_le_bytes());
+    record[8..16].copy_from_slice(&u64::from(conversion.shift()).to_le_bytes());
+    record[16..24].copy_from_slice(&u64::from(conversion.mult()).to_le_bytes());
+    record[24..32].copy_from_slice(&conversion.zero().to_le_bytes());
+    record[32..40].copy_from_slice(&conversion.cycles().to_le_bytes());
+    record[40..48].copy_from_slice(&conversion.mask().to_le_bytes());
+    record[48] = 1;
+    record[49] = u8::from(conversion.is_short());
+    record
+}
+
+/// Runs the subcommand; warnings go to stderr.
+///
+/// # Errors
+/// [`InjectError`], naming what is wrong and what to pass or change.
+pub fn run(options: &InjectOptions) -> Result<Outcome, InjectError> {
+    let input = &options.input;
+    let mut file = File::open(input).map_err(|error| InjectError::Input(input.clone(), error))?;
+    let metadata = file
+        .metadata()
+        .map_err(|error| InjectError::Input(input.clone(), error))?;
+    if !metadata.is_file() {
+        return Err(InjectError::InputNotFile(input.clone(), metadata.is_dir()));
+    }
+    if names_same_file(&metadata, &options.output) {
+        return Err(InjectError::SameFile);
+    }
+    let layout = perf_data_patch::read_layout(&mut file)?;
+    let scan = perf_data_patch::scan_records(&mut file, &layout)?;
+    if scan.has_time_conv {
+        write_output(&options.output, &metadata, |out| {
+            file.seek(SeekFrom::Start(0))?;
+            io::copy(&mut file, out)?;
+            Ok(())
+        })?;
+        return Ok(Outcome::Copied);
+    }
+    if scan.jit_dumps.is_empty() {
+        return Err(InjectError::NoJitMarker);
+    }
+    if let Some(clockid) = layout.clockid {
+        return Err(InjectError::OtherClock(clockid));
+    }
+    if scan.compressed_markers {
+        // Seen with perf 6.1: inject --jit passes compressed records through unread, so it
+        // never sees the marker, and succeeds without injecting anything.
+        eprintln!(
+            "perfclock inject-time-conv: warning: IN's jitdump maps are inside compressed \
+             records (perf record -z); perf inject --jit (6.1 at least) does not look inside \
+             them and will inject no jitted code: record without -z for perf inject"
+        );
+    }
+    let sidecars = scan
+        .jit_dumps
+        .iter()
+        .map(|(pid, dump)| read_sidecar(*pid, dump, &options.dump_dirs))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_consistent(&sidecars)?;
+    warn_if_other_boot(&sidecars);
+    // All agree within their bounds, so the truth lies within each one's bound: the smallest
+    // bound is the tightest guarantee (a kernel-mode record, bound 0, wins). Among equal bounds
+    // the latest written holds the longest calibration.
+    let (sidecar, record) = sidecars
+        .iter()
+        .min_by_key(|(_, record)| (record.error_bound_ns, u64::MAX - record.written_counter))
+        .ok_or(InjectError::NoJitMarker)?;
+    let bytes = time_conv_record(&record.conversion);
+    write_output(&options.output, &metadata, |out| {
+        perf_data_patch::write_with_record(&mut file, out, &layout, &bytes)
+    })?;
+    Ok(Outcome::Inserted {
+        sidecar: sidecar.clone(),
+        record: Box::new(record.clone()),
+        sidecars: sidecars.len(),
+    })
+}
+
+/// Whether `output` is `input` (`input_metadata`'s file) under any name: the same inode.
+fn names_same_file(input_metadata: &fs::Metadata, output: &Path) -> bool {
+    fs::metadata(output)
+        .is_ok_and(|out| out.dev() == input_metadata.dev() && out.ino() == input_metadata.ino())
+}
+
+/// Writes OUT through a temporary file in its directory, renamed over OUT when complete; the
+/// temporary file is removed on any error. OUT gets IN's permission bits.
+fn write_output(
+    output: &Path,
+    input_metadata: &fs::Metadata,
+    fill: impl FnOnce(&mut BufWriter<&mut File>) -> Result<(), PerfDataError>,
+) -> Result<(), InjectError> {
+    let out_error = |error| InjectError::Output(output.to_path_buf(), error);
+    let dir = match output.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let mut temp = tempfile::Builder::new()
+        .prefix(".perfclock-inject-")
+        .tempfile_in(dir)
+        .map_err(out_error)?;
+    {
+        let mut writer = BufWriter::new(temp.as_file_mut());
+        match fill(&mut writer) {
+            Ok(()) => {}
+            Err(PerfDataError::Io(error)) => return Err(out_error(error)),
+            Err(other) => return Err(InjectError::PerfData(other)),
+        }
+        writer.flush().map_err(out_error)?;
+    }
+    let mode = input_metadata.permissions().mode() & 0o777;
+    fs::set_permissions(temp.path(), fs::Permissions::from_mode(mode)).map_err(out_error)?;
+    temp.persist(output)
+        .map_err(|error| out_error(error.error))?;
+    Ok(())
+}
+
+/// Finds and parses the sidecar of `dump` (pid `pid`).
+fn read_sidecar(
+    pid: u32,
+    dump: &Path,
+    dump_dirs: &[PathBuf],
+) -> Result<(PathBuf, TimeConvRecord), InjectError> {
+    let mut name = dump.file_name().unwrap_or_default().to_os_string();
+    name.push(SUFFIX);
+    let looked: Vec<PathBuf> = if dump_dirs.is_empty() {
+        vec![dump.with_file_name(&name)]
+    } else {
+        dump_dirs.iter().map(|dir| dir.join(&name)).collect()
+    };
+    let Some(path) = looked.iter().find(|path| path.is_file()) else {
+        return Err(InjectError::SidecarMissing {
+            dump: dump.to_path_buf(),
+            looked,
+        });
+    };
+    let read_error = |error| InjectError::SidecarRead(path.clone(), error);
+    let mut bytes = Vec::new();
+    File::open(path)
+        .map_err(read_error)?
+        .take(MAX_SIDECAR_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_SIDECAR_BYTES {
+        return Err(InjectError::SidecarInvalid(
+            path.clone(),
+            format!("longer than {MAX_SIDECAR_BYTES} bytes: not a time conversion record"),
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| {
+        InjectError::SidecarInvalid(
+            path.clone(),
+            "not ASCII text: not a time conversion record".to_owned(),
+        )
+    })?;
+    let record = TimeConvRecord::parse(&text).map_err(|error: TimeConvError| {
+        InjectError::SidecarInvalid(path.clone(), error.to_string())
+    })?;
+    if record.pid != pid {
+        return Err(InjectError::SidecarPid {
+            path: path.clone(),
+            dump_pid: pid,
+            record_pid: record.pid,
+        });
+    }
+    Ok((path.clone(), record))
+}
+
+/// Sidecars of one recording must name one counter and one boot, and their conversions must
+/// agree within the sum of their bounds at each one's written counter; kernel-mode records
+/// (bound 0) must be identical.
+fn check_consistent(sidecars: &[(PathBuf, TimeConvRecord)]) -> Result<(), InjectError> {
+    for (index, (first, a)) in sidecars.iter().enumerate() {
+        for (second, b) in &sidecars[index + 1..] {
+            let inconsistent = |what| InjectError::Inconsistent {
+                what,
+                first: first.clone(),
+                second: second.clone(),
+            };
+            if a.counter != b.counter {
+                return Err(inconsistent("counter"));
+            }
+            if a.boot_id != b.boot_id {
+                return Err(inconsistent("boot_id"));
+            }
+            let allowed_ns = a.error_bound_ns.saturating_add(b.error_bound_ns);
+            let both_kernel = a.mode == TimeConvMode::Kernel && b.mode == TimeConvMode::Kernel;
+            for counter in [a.written_counter, b.written_counter] {
+                let apart_ns = a
+                    .conversion
+                    .cycles_to_ns(counter)
+                    .abs_diff(b.conversion.cycles_to_ns(counter));
+                let differ = if both_kernel {
+                    a.conversion != b.conversion
+                } else {
+                    apart_ns > allowed_ns
+                };
+                if differ {
+                    return Err(InjectError::Disagree {
+                        first: first.clone(),
+                        second: second.clone(),
+                        counter,
+                        apart_ns,
+                        allowed_ns,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The records were written on another boot than this one's. Not an error: analysing a
+/// recording after a reboot or on another machine (the reason for --dump-dir) is ordinary, and
+/// the conversion belongs to the recording's boot, not the analysing one's. What would be wrong,
+/// sidecars of different boots in one recording, is refused by [`check_consistent`].
+fn warn_if_other_boot(sidecars: &[(PathBuf, TimeConvRecord)]) {
+    let Some((path, record)) = sidecars.first() else {
+        return;
+    };
+    match fs::read_to_string(BOOT_ID_PATH) {
+        Ok(boot_id) if boot_id.trim() == record.boot_id => {}
+        Ok(boot_id) => eprintln!(
+            "perfclock inject-time-conv: warning: {} was written on boot {}, this machine is on \
+             boot {}: fine if IN was recorded on that boot (analysed after a reboot or \
+             elsewhere); if IN was recorded on this boot, the record is stale",
+            path.display(),
+            record.boot_id,
+            boot_id.trim()
+        ),
+        Err(error) => eprintln!(
+            "perfclock inject-time-conv: warning: cannot read {BOOT_ID_PATH} ({error}): the \
+             record's boot is not checked"
+        ),
+    }
+}

@@ -1,0 +1,462 @@
+//! The `perfclock` binary on synthetic perf.data files: what it writes, what it refuses, and
+//! that a refusal leaves no OUT and no temporary file behind, never a panic.
+
+#[path = "common/synth.rs"]
+mod synth;
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use synth::Synth;
+
+const TIME_CONV_SIZE: usize = 56;
+
+fn perfclock(args: &[&std::ffi::OsStr]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_perfclock"))
+        .args(args)
+        .output()
+        .expect("run perfclock");
+    println!(
+        "perfclock {args:?}: {:?}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn inject(input: &Path, output: &Path, dump_dirs: &[&Path]) -> Output {
+    let mut args = vec![
+        "inject-time-conv".as_ref(),
+        input.as_os_str(),
+        "-o".as_ref(),
+        output.as_os_str(),
+    ];
+    for dir in dump_dirs {
+        args.push("--dump-dir".as_ref());
+        args.push(dir.as_os_str());
+    }
+    perfclock(&args)
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A failure: exit code 1, an error naming `expected`, no panic, no OUT, no temporary file.
+fn assert_refused(output: &Output, out: &Path, expected: &str) {
+    let message = stderr(output);
+    assert_eq!(output.status.code(), Some(1), "{message}");
+    assert!(message.contains("error: "), "{message}");
+    assert!(
+        message.contains(expected),
+        "expected {expected:?} in {message}"
+    );
+    assert!(!message.contains("panicked"), "{message}");
+    assert!(!out.exists(), "OUT was written");
+    assert_no_temporary(out.parent().unwrap());
+}
+
+fn assert_no_temporary(dir: &Path) {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries {
+            let name = entry.unwrap().file_name();
+            assert!(
+                !name.to_string_lossy().starts_with(".perfclock-inject-"),
+                "temporary file left: {name:?}"
+            );
+        }
+    }
+}
+
+/// A timeconv record by the shared contract's text, for `pid`.
+fn sidecar_text(pid: u32, mode: &str, mult: u32, zero: u64, bound: u64, written: u64) -> String {
+    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    format!(
+        "perfclock-timeconv 1\npid={pid}\nboot_id={}\nmode={mode}\ncounter=tsc\n\
+         time_mult={mult}\ntime_shift=31\ntime_zero={zero}\ntime_cycles=0\n\
+         time_mask=18446744073709551615\ncap_user_time_short=0\nerror_bound_ns={bound}\n\
+         written_counter={written}\n",
+        boot_id.trim()
+    )
+}
+
+/// A recording that mapped `dir/jit-<pid>.dump` for each pid, with its built layout.
+fn recording_with_dumps(dir: &Path, pids: &[u32]) -> synth::Built {
+    let mut records = vec![synth::comm(pids[0], "java")];
+    for pid in pids {
+        let dump = dir.join(format!("jit-{pid}.dump"));
+        records.push(synth::mmap2(*pid, dump.to_str().unwrap()));
+    }
+    Synth {
+        records,
+        features: vec![(3, b"\x08\0\0\0host\0\0\0\0".to_vec())],
+        attrs_after_data: false,
+    }
+    .build()
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    fs::write(path, bytes).unwrap();
+}
+
+/// The record inserted at the data section's start: (mult, zero, cap_user_time_zero).
+fn inserted(out: &[u8], built: &synth::Built) -> (u64, u64, u8) {
+    let at = built.data.0;
+    let record = &out[at..at + TIME_CONV_SIZE];
+    assert_eq!(u32::from_le_bytes(record[0..4].try_into().unwrap()), 79);
+    assert_eq!(u16::from_le_bytes(record[6..8].try_into().unwrap()), 56);
+    assert_eq!(synth::u64_at(record, 8), 31, "time_shift");
+    assert_eq!(synth::u64_at(record, 40), u64::MAX, "time_mask");
+    assert_eq!(record[49], 0, "cap_user_time_short");
+    assert_eq!(&record[50..56], &[0; 6]);
+    (
+        synth::u64_at(record, 16),
+        synth::u64_at(record, 24),
+        record[48],
+    )
+}
+
+#[test]
+fn help_lists_both_subcommands() {
+    let output = perfclock(&["--help".as_ref()]);
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        help.contains("doctor") && help.contains("inject-time-conv"),
+        "{help}"
+    );
+    let output = perfclock(&["inject-time-conv".as_ref(), "--help".as_ref()]);
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(help.contains("--dump-dir") && help.contains("-o"), "{help}");
+}
+
+#[test]
+fn inserts_the_sidecar_conversion_and_replaces_an_existing_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let built = recording_with_dumps(dir, &[41]);
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    write(
+        &dir.join("jit-41.dump.timeconv"),
+        sidecar_text(41, "calibrated", 2_796_202_667, 123_456, 700, 5_000).as_bytes(),
+    );
+    let out = dir.join("out.data");
+    write(&out, b"an older OUT");
+    let output = inject(&input, &out, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let written = fs::read(&out).unwrap();
+    assert_eq!(written.len(), built.bytes.len() + TIME_CONV_SIZE);
+    assert_eq!(inserted(&written, &built), (2_796_202_667, 123_456, 1));
+    assert_eq!(fs::read(&input).unwrap(), built.bytes, "IN modified");
+    assert_no_temporary(dir);
+    // Its own output holds a TIME_CONV now: a second run copies it unchanged.
+    let again = dir.join("again.data");
+    let output = inject(&out, &again, &[]);
+    assert!(stderr(&output).contains("holds a PERF_RECORD_TIME_CONV already"));
+    assert_eq!(fs::read(&again).unwrap(), written);
+}
+
+#[test]
+fn another_boot_is_a_warning_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let built = recording_with_dumps(dir, &[41]);
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    let text = sidecar_text(41, "calibrated", 2_796_202_667, 1, 700, 5_000);
+    let this_boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let other = text.replace(this_boot.trim(), "00000000-1111-2222-3333-444444444444");
+    write(&dir.join("jit-41.dump.timeconv"), other.as_bytes());
+    let out = dir.join("out.data");
+    let output = inject(&input, &out, &[]);
+    assert!(output.status.success());
+    let message = stderr(&output);
+    assert!(message.contains("warning: "), "{message}");
+    assert!(
+        message.contains("00000000-1111-2222-3333-444444444444"),
+        "{message}"
+    );
+    assert!(out.exists());
+}
+
+#[test]
+fn picks_the_smallest_bound_among_agreeing_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let built = recording_with_dumps(dir, &[1, 2]);
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    // 1 ns of zero apart, bounds 900 and 300 ns: they agree; the second is tighter.
+    write(
+        &dir.join("jit-1.dump.timeconv"),
+        sidecar_text(1, "calibrated", 1_000_000_000, 5_000, 900, 10).as_bytes(),
+    );
+    write(
+        &dir.join("jit-2.dump.timeconv"),
+        sidecar_text(2, "calibrated", 1_000_000_000, 5_001, 300, 20).as_bytes(),
+    );
+    let out = dir.join("out.data");
+    let output = inject(&input, &out, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(inserted(&fs::read(&out).unwrap(), &built).1, 5_001);
+}
+
+#[test]
+fn refuses_records_that_disagree_or_do_not_belong() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let built = recording_with_dumps(dir, &[1, 2]);
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    let out = dir.join("out.data");
+    let first = dir.join("jit-1.dump.timeconv");
+    let second = dir.join("jit-2.dump.timeconv");
+    write(
+        &first,
+        sidecar_text(1, "calibrated", 1_000_000_000, 5_000, 900, 10).as_bytes(),
+    );
+    // 2 us apart with bounds summing to 1.2 us.
+    write(
+        &second,
+        sidecar_text(2, "calibrated", 1_000_000_000, 7_000, 300, 20).as_bytes(),
+    );
+    assert_refused(&inject(&input, &out, &[]), &out, "disagree by 2000 ns");
+    // Two kernel-mode records must be identical: 1 ns apart is refused.
+    write(
+        &first,
+        sidecar_text(1, "kernel", 1_000_000_000, 5_000, 0, 10).as_bytes(),
+    );
+    write(
+        &second,
+        sidecar_text(2, "kernel", 1_000_000_000, 5_001, 0, 20).as_bytes(),
+    );
+    assert_refused(&inject(&input, &out, &[]), &out, "disagree");
+    write(
+        &second,
+        sidecar_text(9, "kernel", 1_000_000_000, 5_000, 0, 20).as_bytes(),
+    );
+    assert_refused(&inject(&input, &out, &[]), &out, "says pid=9");
+    write(
+        &second,
+        sidecar_text(2, "kernel", 1_000_000_000, 5_000, 0, 20)
+            .replace("counter=tsc", "counter=cntvct_el0")
+            .as_bytes(),
+    );
+    assert_refused(&inject(&input, &out, &[]), &out, "different counters");
+    write(
+        &second,
+        sidecar_text(2, "kernel", 1_000_000_000, 5_000, 0, 20)
+            .replace("boot_id=", "boot_id=x")
+            .as_bytes(),
+    );
+    assert_refused(&inject(&input, &out, &[]), &out, "different boot_ids");
+    write(&second, b"perfclock-timeconv 1\npid=2\n");
+    assert_refused(&inject(&input, &out, &[]), &out, "lacks the key");
+    write(&second, &[0xff; 64]);
+    assert_refused(&inject(&input, &out, &[]), &out, "not ASCII");
+}
+
+#[test]
+fn finds_moved_sidecars_with_dump_dir_and_names_the_fix_when_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let recorded_in = dir.join("gone");
+    let built = recording_with_dumps(&recorded_in, &[77]);
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    let out = dir.join("out.data");
+    assert_refused(&inject(&input, &out, &[]), &out, "pass --dump-dir");
+    let moved = dir.join("moved");
+    let empty = dir.join("empty");
+    fs::create_dir(&moved).unwrap();
+    fs::create_dir(&empty).unwrap();
+    assert_refused(&inject(&input, &out, &[&empty]), &out, "pass --dump-dir");
+    write(
+        &moved.join("jit-77.dump.timeconv"),
+        sidecar_text(77, "calibrated", 3_000_000_000, 42, 500, 1).as_bytes(),
+    );
+    let output = inject(&input, &out, &[&empty, &moved]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        inserted(&fs::read(&out).unwrap(), &built),
+        (3_000_000_000, 42, 1)
+    );
+}
+
+#[test]
+fn a_recording_without_a_jitdump_marker_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let built = Synth {
+        records: vec![
+            synth::comm(5, "java"),
+            synth::mmap2(5, "/usr/lib/libjvm.so"),
+            synth::mmap(5, "/tmp/jit-5.dump.old"),
+        ],
+        ..Synth::default()
+    }
+    .build();
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    let out = dir.join("out.data");
+    assert_refused(
+        &inject(&input, &out, &[]),
+        &out,
+        "no MMAP2 of a jit-<pid>.dump in IN",
+    );
+}
+
+#[test]
+fn hostile_inputs_are_refused_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let out = dir.join("out.data");
+    let input = dir.join("in.data");
+    let built = recording_with_dumps(dir, &[3]);
+    write(
+        &dir.join("jit-3.dump.timeconv"),
+        sidecar_text(3, "calibrated", 1_000_000_000, 1, 1, 1).as_bytes(),
+    );
+
+    let mut garbage = vec![0u8; 4096];
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    for byte in garbage.iter_mut() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        *byte = state as u8;
+    }
+    let mut pipe = b"PERFILE2".to_vec();
+    pipe.extend_from_slice(&16u64.to_le_bytes());
+    let mut swapped = built.bytes.clone();
+    swapped[..8].copy_from_slice(b"2ELIFREP");
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty", vec![], "IN is empty"),
+        ("garbage", garbage, "not a perf.data"),
+        ("pipe mode", pipe, "pipe-mode"),
+        ("byte-swapped", swapped, "other byte order"),
+    ];
+    for (what, bytes, expected) in cases {
+        println!("case: {what}");
+        write(&input, &bytes);
+        assert_refused(&inject(&input, &out, &[]), &out, expected);
+    }
+    // Truncated anywhere: in the header, the attributes, the records, the feature table.
+    let (data_at, data_len) = built.data;
+    for len in [7, 8, 50, 103, 104, 200, data_at + 3, data_at + data_len / 2] {
+        println!("case: truncated to {len}");
+        write(&input, &built.bytes[..len]);
+        assert_refused(&inject(&input, &out, &[]), &out, "");
+    }
+    for len in [data_at + data_len + 5, built.bytes.len() - 1] {
+        write(&input, &built.bytes[..len]);
+        assert_refused(&inject(&input, &out, &[]), &out, "past the end of the file");
+    }
+    // A directory (perf record --threads writes one), and a missing file.
+    assert_refused(
+        &inject(dir, &out, &[]),
+        &out,
+        "is a directory, not a perf.data file",
+    );
+    assert_refused(
+        &inject(Path::new("/dev/null"), &out, &[]),
+        &out,
+        "not a regular file",
+    );
+    assert_refused(
+        &inject(&dir.join("absent.data"), &out, &[]),
+        &out,
+        "cannot read IN",
+    );
+}
+
+#[test]
+fn a_huge_sparse_file_is_refused_without_reading_it_all() {
+    const HUGE: u64 = 100 << 30;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = dir.path();
+    let input = dir.join("huge.data");
+    let out = dir.join("out.data");
+    let built = Synth {
+        records: vec![synth::comm(1, "x")],
+        ..Synth::default()
+    }
+    .build();
+    let mut file = fs::File::create(&input).unwrap();
+    if let Err(error) = file.set_len(HUGE) {
+        println!("SKIPPED a_huge_sparse_file_is_refused_without_reading_it_all: {error}");
+        return;
+    }
+    // The header claims everything after it is data: one record, then zeros.
+    let mut header = built.bytes[..built.data.0 + built.data.1].to_vec();
+    let data_size = HUGE - built.data.0 as u64;
+    header[synth::DATA_SIZE_AT..synth::DATA_SIZE_AT + 8].copy_from_slice(&data_size.to_le_bytes());
+    file.write_all(&header).unwrap();
+    drop(file);
+    assert_refused(
+        &inject(&input, &out, &[]),
+        &out,
+        "claims 0 bytes, less than its own header",
+    );
+}
+
+#[test]
+fn out_must_be_another_file_in_a_writable_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let built = recording_with_dumps(dir, &[3]);
+    write(
+        &dir.join("jit-3.dump.timeconv"),
+        sidecar_text(3, "calibrated", 1_000_000_000, 1, 1, 1).as_bytes(),
+    );
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    let same_file = |out: &Path| {
+        let output = inject(&input, out, &[]);
+        assert_eq!(output.status.code(), Some(1));
+        assert!(stderr(&output).contains("OUT is IN"), "{}", stderr(&output));
+        assert_eq!(fs::read(&input).unwrap(), built.bytes, "IN modified");
+    };
+    same_file(&input);
+    same_file(&dir.join(".").join("perf.data"));
+    let link = dir.join("link.data");
+    std::os::unix::fs::symlink(&input, &link).unwrap();
+    same_file(&link);
+    let hard = dir.join("hard.data");
+    fs::hard_link(&input, &hard).unwrap();
+    same_file(&hard);
+    assert_no_temporary(dir);
+
+    // Root ignores permission bits: unwritable directories are a regular file's "child" and
+    // a directory under /proc.
+    let file_parent: PathBuf = input.join("out.data");
+    let output = inject(&input, &file_parent, &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("cannot write OUT"),
+        "{}",
+        stderr(&output)
+    );
+    let existing_dir = dir.join("a-directory");
+    fs::create_dir(&existing_dir).unwrap();
+    let output = inject(&input, &existing_dir, &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("cannot write OUT"),
+        "{}",
+        stderr(&output)
+    );
+    assert_no_temporary(dir);
+    let proc_out = Path::new("/proc/self/perfclock-out.data");
+    let output = inject(&input, proc_out, &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("cannot write OUT"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!proc_out.exists());
+}

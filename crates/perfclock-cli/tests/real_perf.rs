@@ -1,0 +1,354 @@
+//! inject-time-conv against the real perf: a process maps a jitdump stamped with counter values
+//! while `perf record` (default clock) runs; without the inserted TIME_CONV `perf inject --jit`
+//! refuses it (where the kernel withholds the conversion), with it inject succeeds and
+//! `perf report` attributes the jitted function's samples to its name.
+//!
+//! Needs perf, python3 and a perf clock. Without them the tests print `SKIPPED` and return,
+//! unless PERFCLOCK_REQUIRE_PERF=1 (CI), where they fail instead.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use perfclock::Mode;
+use perfclock_core::counter::COUNTER_NAME;
+use perfclock_jitdump::timeconv::TimeConvRecord;
+
+/// Runs a JIT in miniature: copies a spinning loop into executable memory, stamps its code
+/// load with the raw counter (read by a jitted `rdtsc`/`mrs cntvct_el0`, as perfclock does),
+/// writes `jit-<pid>.dump` with arch timestamps, maps it executable as perf's marker, then runs
+/// the loop so samples land in it. The stamp is taken after the code's anonymous mapping, as in
+/// a real JIT: perf places the jitted code's mapping over it only if the conversion puts the
+/// stamp after the kernel's stamp of that mapping.
+const JIT_PY: &str = r#"
+import ctypes, mmap, os, platform, struct, sys
+out_dir, loops = sys.argv[1], int(sys.argv[2])
+pid = os.getpid()
+x86 = platform.machine() == "x86_64"
+if x86:
+    # rdtsc; shl rdx, 32; or rax, rdx; ret
+    read_counter = b"\x0f\x31\x48\xc1\xe2\x20\x48\x09\xd0\xc3"
+    # mov ecx, loops; 1: dec ecx; jnz 1b; ret
+    code, elf_mach = b"\xb9" + struct.pack("<I", loops) + b"\xff\xc9\x75\xfc\xc3", 62
+else:
+    # mrs x0, cntvct_el0; ret
+    read_counter = struct.pack("<II", 0xD53BE040, 0xD65F03C0)
+    code, elf_mach = struct.pack("<I", 0xD65F03C0), 183  # ret: mapped, not run here
+page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(read_counter.ljust(64, b"\0") + code)
+base = ctypes.addressof(ctypes.c_char.from_buffer(page))
+addr = base + 64
+stamp = ctypes.CFUNCTYPE(ctypes.c_uint64)(base)()
+name = b"perfclock_jitted_loop\0"
+body = struct.pack("<IIQQQQ", pid, pid, addr, addr, len(code), 0) + name + code
+JITDUMP_FLAGS_ARCH_TIMESTAMP = 1
+header = struct.pack("<IIIIIIQQ", 0x4A695444, 1, 40, elf_mach, 0, pid, stamp,
+                     JITDUMP_FLAGS_ARCH_TIMESTAMP)
+record = struct.pack("<IIQ", 0, 16 + len(body), stamp) + body
+path = os.path.join(out_dir, "jit-%d.dump" % pid)
+with open(path, "wb") as f:
+    f.write(header + record)
+fd = os.open(path, os.O_RDONLY)
+marker = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_EXEC)
+if x86:
+    ctypes.CFUNCTYPE(None)(addr)()
+"#;
+
+/// Spins of the jitted loop: about half a second here.
+const LOOPS: u32 = 1_500_000_000;
+
+fn required() -> bool {
+    std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_some()
+}
+
+/// Prints `SKIPPED` (or fails under PERFCLOCK_REQUIRE_PERF=1) when `tool` does not run.
+fn tool_or_skip(test: &str, tool: &str) -> bool {
+    match Command::new(tool).arg("--version").output() {
+        Ok(output) if output.status.success() => true,
+        other => {
+            assert!(
+                !required(),
+                "{test}: {tool} unavailable with PERFCLOCK_REQUIRE_PERF=1: {other:?}"
+            );
+            println!("SKIPPED {test}: {tool} does not run here ({other:?})");
+            false
+        }
+    }
+}
+
+fn run(command: &mut Command) -> Output {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    println!(
+        "$ {command:?}\n{}{}",
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .take(40)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn succeed(command: &mut Command) -> String {
+    let output = run(command);
+    assert!(output.status.success(), "{command:?} failed");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `perf` with HOME in the test's directory, so inject's build-id cache lands there.
+fn perf(dir: &Path) -> Command {
+    let mut command = Command::new("perf");
+    command.env("HOME", dir);
+    command
+}
+
+fn perfclock() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_perfclock"))
+}
+
+/// `perf record OPTIONS -o OUT -- ARGS...`, or None (SKIPPED) where perf events are refused.
+fn record(test: &str, dir: &Path, options: &[&str], out: &Path, args: &[&str]) -> Option<()> {
+    let output = run(perf(dir)
+        .args(["record", "-e", "cpu-clock"])
+        .args(options)
+        .arg("-o")
+        .arg(out)
+        .arg("--")
+        .args(args));
+    if output.status.success() {
+        return Some(());
+    }
+    assert!(
+        !required(),
+        "{test}: perf record failed with PERFCLOCK_REQUIRE_PERF=1"
+    );
+    println!("SKIPPED {test}: perf record refused here");
+    None
+}
+
+/// The header lines of `perf report --header-only` that do not depend on the data's size.
+fn header_lines(dir: &Path, data: &Path) -> Vec<String> {
+    succeed(perf(dir).args(["report", "--header-only", "-i"]).arg(data))
+        .lines()
+        .filter(|line| {
+            // The capture time is the file's mtime; sizes and offsets move by design.
+            !["captured on", "data size", "feat offset"]
+                .iter()
+                .any(|moved| line.contains(moved))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn perf_inject_jit_accepts_the_recording_once_time_conv_is_inserted() {
+    jit_end_to_end(
+        "perf_inject_jit_accepts_the_recording_once_time_conv_is_inserted",
+        &[],
+    );
+}
+
+/// `perf record -z`: the jitdump's MMAP2 is inside compressed records. inject-time-conv finds
+/// it and inserts the record, with a warning: perf 6.1's `inject --jit` does not look inside
+/// compressed records (it succeeds and injects nothing), so attribution is not checked.
+#[test]
+fn compressed_recordings_get_the_record_and_a_warning() {
+    jit_end_to_end(
+        "compressed_recordings_get_the_record_and_a_warning",
+        &["-z"],
+    );
+}
+
+fn jit_end_to_end(test: &str, record_options: &[&str]) {
+    let compressed = record_options.contains(&"-z");
+    if !tool_or_skip(test, "perf") || !tool_or_skip(test, "python3") {
+        return;
+    }
+    let clock = match perfclock::init() {
+        Ok(clock) => clock,
+        Err(error) => {
+            assert!(!required(), "{test}: no perf clock: {error}");
+            println!("SKIPPED {test}: no perf clock here: {error}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let script = dir.join("jit.py");
+    fs::write(&script, JIT_PY).unwrap();
+    let recorded = dir.join("perf.data");
+    let dir_arg = dir.to_str().unwrap();
+    let loops = LOOPS.to_string();
+    let python = ["python3", script.to_str().unwrap(), dir_arg, &loops];
+    if record(test, dir, record_options, &recorded, &python).is_none() {
+        return;
+    }
+
+    // The sidecar perfclock's jitdump writer leaves next to the dump.
+    let dump: PathBuf = fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "dump"))
+        .expect("the JIT wrote its dump");
+    let pid: u32 = dump.file_stem().unwrap().to_str().unwrap()["jit-".len()..]
+        .parse()
+        .unwrap();
+    let sidecar = TimeConvRecord {
+        pid,
+        boot_id: fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .unwrap()
+            .trim()
+            .to_owned(),
+        mode: clock.mode().into(),
+        counter: COUNTER_NAME.to_owned(),
+        conversion: clock.conversion().unwrap(),
+        error_bound_ns: clock.error_bound_ns(),
+        written_counter: clock.read_counter().unwrap(),
+    };
+    let mut sidecar_path = dump.clone().into_os_string();
+    sidecar_path.push(".timeconv");
+    sidecar.write_atomic(Path::new(&sidecar_path)).unwrap();
+
+    if clock.mode() == Mode::Calibrated && !compressed {
+        // What this tool is for: perf wrote no TIME_CONV, inject refuses counter timestamps.
+        let refused = run(perf(dir)
+            .args(["inject", "--jit", "-i"])
+            .arg(&recorded)
+            .arg("-o")
+            .arg(dir.join("refused.data")));
+        assert!(!refused.status.success());
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("no timestamp conversion"),
+            "perf inject refused for another reason"
+        );
+    }
+
+    let before = fs::read(&recorded).unwrap();
+    let with_conv = dir.join("with-time-conv.data");
+    let output = run(perfclock()
+        .arg("inject-time-conv")
+        .arg(&recorded)
+        .arg("-o")
+        .arg(&with_conv));
+    assert!(output.status.success());
+    let warned = String::from_utf8_lossy(&output.stderr).contains("inside compressed records");
+    assert_eq!(warned, compressed && clock.mode() == Mode::Calibrated);
+    assert_eq!(fs::read(&recorded).unwrap(), before, "IN was modified");
+    let after = fs::read(&with_conv).unwrap();
+    match clock.mode() {
+        Mode::Calibrated => assert_eq!(after.len(), before.len() + 56),
+        Mode::Kernel => assert_eq!(after, before, "kernel mode: a byte copy"),
+    }
+    assert_eq!(header_lines(dir, &recorded), header_lines(dir, &with_conv));
+    succeed(
+        perf(dir)
+            .args(["script", "--header-only", "-i"])
+            .arg(&with_conv),
+    );
+
+    let jitted = dir.join("jitted.data");
+    succeed(
+        perf(dir)
+            .args(["inject", "--jit", "-i"])
+            .arg(&with_conv)
+            .arg("-o")
+            .arg(&jitted),
+    );
+    let script_out = succeed(perf(dir).args(["script", "-i"]).arg(&jitted));
+    assert!(!script_out.is_empty());
+    let report = succeed(
+        perf(dir)
+            .args(["report", "--stdio", "--sort", "sym", "-i"])
+            .arg(&jitted),
+    );
+    if compressed {
+        println!("{test}: perf inject --jit and compressed records: attribution not checked");
+    } else if cfg!(target_arch = "x86_64") {
+        assert!(
+            report.contains("perfclock_jitted_loop"),
+            "the jitted loop's samples are not attributed to it"
+        );
+    } else {
+        println!("SKIPPED {test} attribution: the jitted loop runs on x86_64 only");
+    }
+}
+
+#[test]
+fn a_recording_with_another_clock_is_refused() {
+    const TEST: &str = "a_recording_with_another_clock_is_refused";
+    if !tool_or_skip(TEST, "perf") || !tool_or_skip(TEST, "python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let script = dir.join("jit.py");
+    fs::write(&script, JIT_PY).unwrap();
+    let recorded = dir.join("perf.data");
+    let output = run(perf(dir)
+        .args(["record", "-k", "1", "-e", "cpu-clock", "-o"])
+        .arg(&recorded)
+        .args([
+            "--",
+            "python3",
+            script.to_str().unwrap(),
+            dir.to_str().unwrap(),
+            "1000",
+        ]));
+    if !output.status.success() {
+        assert!(!required(), "{TEST}: perf record -k 1 failed");
+        println!("SKIPPED {TEST}: perf record -k 1 refused here");
+        return;
+    }
+    let out = dir.join("out.data");
+    let output = run(perfclock()
+        .arg("inject-time-conv")
+        .arg(&recorded)
+        .arg("-o")
+        .arg(&out));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr.contains("recorded with clock 1 (perf record -k"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_real_recording_without_a_jitdump_is_refused_with_a_hint() {
+    const TEST: &str = "a_real_recording_without_a_jitdump_is_refused_with_a_hint";
+    if !tool_or_skip(TEST, "perf") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let recorded = dir.join("perf.data");
+    if record(TEST, dir, &[], &recorded, &["true"]).is_none() {
+        return;
+    }
+    let out = dir.join("out.data");
+    let output = run(perfclock()
+        .arg("inject-time-conv")
+        .arg(&recorded)
+        .arg("-o")
+        .arg(&out));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if stderr.contains("holds a PERF_RECORD_TIME_CONV already") {
+        // Kernel mode: perf wrote the record, so the copy is the answer.
+        assert!(output.status.success());
+        assert_eq!(fs::read(&out).unwrap(), fs::read(&recorded).unwrap());
+        return;
+    }
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr.contains("no MMAP2 of a jit-<pid>.dump"), "{stderr}");
+    assert!(!out.exists());
+    let left: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .filter(|name| name.to_string_lossy().starts_with(".perfclock-inject-"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}

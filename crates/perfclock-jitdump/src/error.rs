@@ -1,0 +1,92 @@
+//! Why a jitdump could not be created or written; each message says what to change.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use perfclock_core::ReadError;
+
+/// Why [`crate::JitDump`] failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum JitDumpError {
+    /// The process clock could not be opened (`perfclock::init`).
+    Clock(perfclock::Error),
+    /// The clock's conversion could not be read for the timeconv record.
+    ClockRead(ReadError),
+    /// A file operation failed: the directory is missing or not writable, or the disk is full.
+    Io {
+        /// What was being done (`"create"`, `"write record"`, ...).
+        op: &'static str,
+        /// The file it was done to.
+        path: PathBuf,
+        /// The system's error.
+        source: io::Error,
+    },
+    /// An earlier failed write left bytes that could not be truncated away, so further records
+    /// would follow a torn one; the dump is closed for writing.
+    Torn {
+        /// The dump file.
+        path: PathBuf,
+    },
+    /// The name holds a NUL byte: perf reads names as C strings and would cut it there.
+    NameContainsNul {
+        /// Offset of the first NUL in the name.
+        position: usize,
+    },
+    /// The code is empty: perf would map a zero-length image that no sample can hit.
+    EmptyCode,
+    /// The record would exceed the format's 32-bit size field.
+    RecordTooLarge {
+        /// Name length in bytes.
+        name_len: usize,
+        /// Code length in bytes.
+        code_len: usize,
+    },
+}
+
+impl fmt::Display for JitDumpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JitDumpError::Clock(error) => write!(f, "cannot open the perf clock: {error}"),
+            JitDumpError::ClockRead(error) => {
+                write!(f, "cannot read the perf clock's conversion: {error}")
+            }
+            JitDumpError::Io { op, path, source } => write!(
+                f,
+                "jitdump {op} failed for {}: {source} (the dump directory must exist, be \
+                 writable and have free space)",
+                path.display()
+            ),
+            JitDumpError::Torn { path } => write!(
+                f,
+                "{} ends in a partial record an earlier failed write left behind and could not \
+                 remove; create a new dump",
+                path.display()
+            ),
+            JitDumpError::NameContainsNul { position } => write!(
+                f,
+                "the code's name holds a NUL byte at offset {position}; perf reads names as C \
+                 strings"
+            ),
+            JitDumpError::EmptyCode => {
+                f.write_str("the code is empty (size 0); perf cannot attribute samples to it")
+            }
+            JitDumpError::RecordTooLarge { name_len, code_len } => write!(
+                f,
+                "a name of {name_len} bytes and code of {code_len} bytes exceed a jitdump \
+                 record's 4 GiB limit"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for JitDumpError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            JitDumpError::Clock(error) => Some(error),
+            JitDumpError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! The conversion record written next to a jitdump (`jit-<pid>.dump.timeconv`).
+//!
+//! A jitdump with `JITDUMP_FLAGS_ARCH_TIMESTAMP` holds raw counter values; `perf inject --jit`
+//! converts them with the recording's `PERF_RECORD_TIME_CONV`, which `perf record` omits where
+//! the kernel withholds the conversion. This record carries the conversion the writer's clock
+//! used, so `perfclock inject-time-conv` can add the missing `PERF_RECORD_TIME_CONV`.
+//!
+//! Format: ASCII, one `key=value` per line, first line exactly [`MAGIC_LINE`]:
+//! ```text
+//! perfclock-timeconv 1
+//! pid=4242
+//! boot_id=0b3f4c5e-...
+//! mode=calibrated
+//! counter=tsc
+//! time_mult=...
+//! time_shift=...
+//! time_zero=...
+//! time_cycles=...
+//! time_mask=...
+//! cap_user_time_short=0
+//! error_bound_ns=...
+//! written_counter=...
+//! ```
+//! Every key is required once; unknown keys are ignored so later versions can add some.
+
+use std::fmt;
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+
+use perfclock_core::{ParamError, TimeConversion};
+
+/// The first line of every record.
+pub const MAGIC_LINE: &str = "perfclock-timeconv 1";
+
+/// The suffix appended to the dump's file name to name its record.
+pub const SUFFIX: &str = ".timeconv";
+
+/// Which conversion the writer's clock used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeConvMode {
+    /// The kernel published the conversion: the record is exact.
+    Kernel,
+    /// perfclock fitted the conversion; readings are within `error_bound_ns`.
+    Calibrated,
+}
+
+impl TimeConvMode {
+    fn as_str(self) -> &'static str {
+        match self {
+            TimeConvMode::Kernel => "kernel",
+            TimeConvMode::Calibrated => "calibrated",
+        }
+    }
+}
+
+impl From<perfclock::Mode> for TimeConvMode {
+    fn from(mode: perfclock::Mode) -> Self {
+        match mode {
+            perfclock::Mode::Kernel => TimeConvMode::Kernel,
+            perfclock::Mode::Calibrated => TimeConvMode::Calibrated,
+        }
+    }
+}
+
+/// One conversion record: the fields of the file, in the order they are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeConvRecord {
+    /// The process that wrote the jitdump.
+    pub pid: u32,
+    /// `/proc/sys/kernel/random/boot_id` when written: counter values from another boot mean
+    /// nothing under this conversion.
+    pub boot_id: String,
+    /// Kernel-published or calibrated conversion.
+    pub mode: TimeConvMode,
+    /// The counter the jitdump's timestamps were read from (`tsc`, `cntvct_el0`).
+    pub counter: String,
+    /// The conversion (`time_mult`, `time_shift`, `time_zero`, `time_cycles`, `time_mask`,
+    /// `cap_user_time_short`).
+    pub conversion: TimeConversion,
+    /// Bound on the conversion's error in ns (0 in kernel mode).
+    pub error_bound_ns: u64,
+    /// The counter value when the record was written.
+    pub written_counter: u64,
+}
+
+/// Why a record could not be parsed. Each names the key (or line) to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimeConvError {
+    /// The first line is not [`MAGIC_LINE`] (not a record, or a version this reader predates).
+    NotARecord {
+        /// The first line as found.
+        first_line: String,
+    },
+    /// A line has no `=`.
+    MalformedLine {
+        /// 1-based line number.
+        line: usize,
+    },
+    /// A required key is absent.
+    MissingKey(&'static str),
+    /// A key appears twice.
+    DuplicateKey(&'static str),
+    /// A value does not parse as the key's type.
+    InvalidValue {
+        /// The key.
+        key: &'static str,
+        /// The value as found.
+        value: String,
+    },
+    /// The conversion's parameters are ones no kernel publishes.
+    InvalidConversion(ParamError),
+}
+
+impl fmt::Display for TimeConvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimeConvError::NotARecord { first_line } => write!(
+                f,
+                "not a perfclock time conversion record: first line is {first_line:?}, \
+                 expected {MAGIC_LINE:?}"
+            ),
+            TimeConvError::MalformedLine { line } => {
+                write!(f, "time conversion record line {line} is not key=value")
+            }
+            TimeConvError::MissingKey(key) => {
+                write!(f, "time conversion record lacks the key {key}")
+            }
+            TimeConvError::DuplicateKey(key) => {
+                write!(f, "time conversion record has the key {key} twice")
+            }
+            TimeConvError::InvalidValue { key, value } => {
+                write!(f, "time conversion record: {key}={value:?} does not parse")
+            }
+            TimeConvError::InvalidConversion(error) => write!(
+                f,
+                "time conversion record: time_mult/time_shift/time_mask unusable: {error}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TimeConvError {}
+
+/// The keys, in file order.
+const KEYS: [&str; 12] = [
+    "pid",
+    "boot_id",
+    "mode",
+    "counter",
+    "time_mult",
+    "time_shift",
+    "time_zero",
+    "time_cycles",
+    "time_mask",
+    "cap_user_time_short",
+    "error_bound_ns",
+    "written_counter",
+];
+
+fn number<T: std::str::FromStr>(key: &'static str, value: &str) -> Result<T, TimeConvError> {
+    // `from_str` accepts a leading '+'; the format is plain decimal digits.
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(TimeConvError::InvalidValue {
+            key,
+            value: value.to_owned(),
+        });
+    }
+    value.parse().map_err(|_| TimeConvError::InvalidValue {
+        key,
+        value: value.to_owned(),
+    })
+}
+
+impl TimeConvRecord {
+    /// Parses a record.
+    ///
+    /// # Errors
+    /// [`TimeConvError`] for a wrong first line, a line that is not `key=value`, a missing,
+    /// duplicate or unparsable key, or a conversion no kernel would publish.
+    pub fn parse(text: &str) -> Result<Self, TimeConvError> {
+        let mut lines = text.lines();
+        let first_line = lines.next().unwrap_or("");
+        if first_line != MAGIC_LINE {
+            return Err(TimeConvError::NotARecord {
+                first_line: first_line.to_owned(),
+            });
+        }
+        let mut values: [Option<&str>; KEYS.len()] = [None; KEYS.len()];
+        for (index, line) in lines.enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            let (key, value) = line
+                .split_once('=')
+                .ok_or(TimeConvError::MalformedLine { line: index + 2 })?;
+            let Some(slot) = KEYS.iter().position(|known| *known == key) else {
+                continue;
+            };
+            if values[slot].replace(value).is_some() {
+                return Err(TimeConvError::DuplicateKey(KEYS[slot]));
+            }
+        }
+        // Every key asked for is one of KEYS; one that is not would read as missing.
+        let get = |key: &'static str| {
+            KEYS.iter()
+                .zip(values)
+                .find(|(known, _)| **known == key)
+                .and_then(|(_, value)| value)
+                .ok_or(TimeConvError::MissingKey(key))
+        };
+        let mode = match get("mode")? {
+            "kernel" => TimeConvMode::Kernel,
+            "calibrated" => TimeConvMode::Calibrated,
+            other => {
+                return Err(TimeConvError::InvalidValue {
+                    key: "mode",
+                    value: other.to_owned(),
+                })
+            }
+        };
+        let short = match get("cap_user_time_short")? {
+            "0" => false,
+            "1" => true,
+            other => {
+                return Err(TimeConvError::InvalidValue {
+                    key: "cap_user_time_short",
+                    value: other.to_owned(),
+                })
+            }
+        };
+        let mult = number("time_mult", get("time_mult")?)?;
+        let shift = number("time_shift", get("time_shift")?)?;
+        let zero = number("time_zero", get("time_zero")?)?;
+        let cycles = number("time_cycles", get("time_cycles")?)?;
+        let mask = number("time_mask", get("time_mask")?)?;
+        let conversion = if short {
+            TimeConversion::new_short(mult, shift, zero, cycles, mask)
+        } else {
+            TimeConversion::new(mult, shift, zero)
+        }
+        .map_err(TimeConvError::InvalidConversion)?;
+        Ok(TimeConvRecord {
+            pid: number("pid", get("pid")?)?,
+            boot_id: get("boot_id")?.to_owned(),
+            mode,
+            counter: get("counter")?.to_owned(),
+            conversion,
+            error_bound_ns: number("error_bound_ns", get("error_bound_ns")?)?,
+            written_counter: number("written_counter", get("written_counter")?)?,
+        })
+    }
+
+    /// Writes the record to `path` atomically: a temporary file in the same directory, renamed
+    /// over `path`, so readers see the old record or the new one, never a mix.
+    ///
+    /// # Errors
+    /// The I/O error of creating, writing or renaming the temporary file (a directory that is
+    /// missing, not writable, or full).
+    pub fn write_atomic(&self, path: &Path) -> io::Result<()> {
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        let mut file = tempfile::Builder::new()
+            .prefix(".timeconv-")
+            .tempfile_in(dir)?;
+        file.write_all(self.to_string().as_bytes())?;
+        // Readers (and `perf`) run as other users; the default temp mode would be 0600.
+        fs::set_permissions(
+            file.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )?;
+        file.persist(path).map_err(|error| error.error)?;
+        Ok(())
+    }
+}
+
+impl fmt::Display for TimeConvRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.conversion;
+        writeln!(f, "{MAGIC_LINE}")?;
+        writeln!(f, "pid={}", self.pid)?;
+        writeln!(f, "boot_id={}", self.boot_id)?;
+        writeln!(f, "mode={}", self.mode.as_str())?;
+        writeln!(f, "counter={}", self.counter)?;
+        writeln!(f, "time_mult={}", c.mult())?;
+        writeln!(f, "time_shift={}", c.shift())?;
+        writeln!(f, "time_zero={}", c.zero())?;
+        writeln!(f, "time_cycles={}", c.cycles())?;
+        writeln!(f, "time_mask={}", c.mask())?;
+        writeln!(f, "cap_user_time_short={}", u8::from(c.is_short()))?;
+        writeln!(f, "error_bound_ns={}", self.error_bound_ns)?;
+        writeln!(f, "written_counter={}", self.written_counter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> TimeConvRecord {
+        TimeConvRecord {
+            pid: 4242,
+            boot_id: "0b3f4c5e-1111-2222-3333-444455556666".into(),
+            mode: TimeConvMode::Calibrated,
+            counter: "tsc".into(),
+            conversion: TimeConversion::new(2_796_202_667, 31, 18_446_743_000_000_000_000).unwrap(),
+            error_bound_ns: 612,
+            written_counter: 123_456_789_012,
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let record = sample();
+        let text = record.to_string();
+        assert!(text.starts_with("perfclock-timeconv 1\npid=4242\n"));
+        assert!(text.contains("\ntime_mask=18446744073709551615\ncap_user_time_short=0\n"));
+        assert_eq!(TimeConvRecord::parse(&text).unwrap(), record);
+
+        let short = TimeConvRecord {
+            mode: TimeConvMode::Kernel,
+            counter: "cntvct_el0".into(),
+            conversion: TimeConversion::new_short(1_398_101_333, 22, 77, 1 << 40, (1 << 56) - 1)
+                .unwrap(),
+            error_bound_ns: 0,
+            ..sample()
+        };
+        assert_eq!(TimeConvRecord::parse(&short.to_string()).unwrap(), short);
+    }
+
+    #[test]
+    fn ignores_unknown_keys_and_blank_lines() {
+        let text = format!("{}future_key=whatever\n\n", sample());
+        assert_eq!(TimeConvRecord::parse(&text).unwrap(), sample());
+    }
+
+    #[test]
+    fn rejects_each_missing_key_by_name() {
+        let text = sample().to_string();
+        for key in KEYS {
+            let without: String = text
+                .lines()
+                .filter(|line| !line.starts_with(&format!("{key}=")))
+                .map(|line| format!("{line}\n"))
+                .collect();
+            assert_eq!(
+                TimeConvRecord::parse(&without),
+                Err(TimeConvError::MissingKey(key))
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_duplicates_and_garbage() {
+        let text = sample().to_string();
+        let twice = format!("{text}time_zero=5\n");
+        assert_eq!(
+            TimeConvRecord::parse(&twice),
+            Err(TimeConvError::DuplicateKey("time_zero"))
+        );
+        for (key, bad) in [
+            ("pid", "-1"),
+            ("time_mult", "4294967296"),
+            ("time_shift", "+3"),
+            ("time_zero", "1e9"),
+            ("time_zero", ""),
+            ("mode", "exact"),
+            ("cap_user_time_short", "2"),
+        ] {
+            let edited: String = text
+                .lines()
+                .map(|line| {
+                    if line.starts_with(&format!("{key}=")) {
+                        format!("{key}={bad}\n")
+                    } else {
+                        format!("{line}\n")
+                    }
+                })
+                .collect();
+            match TimeConvRecord::parse(&edited) {
+                Err(TimeConvError::InvalidValue { key: k, value }) => {
+                    assert_eq!((k, value.as_str()), (key, bad));
+                }
+                other => panic!("{key}={bad}: {other:?}"),
+            }
+        }
+        let zero_mult = text.replace("time_mult=2796202667", "time_mult=0");
+        assert_eq!(
+            TimeConvRecord::parse(&zero_mult),
+            Err(TimeConvError::InvalidConversion(ParamError::ZeroMultiplier))
+        );
+        assert!(matches!(
+            TimeConvRecord::parse("perfclock-timeconv 2\n"),
+            Err(TimeConvError::NotARecord { .. })
+        ));
+        assert!(matches!(
+            TimeConvRecord::parse(""),
+            Err(TimeConvError::NotARecord { .. })
+        ));
+        assert_eq!(
+            TimeConvRecord::parse(&format!("{text}no equals sign\n")),
+            Err(TimeConvError::MalformedLine { line: 14 })
+        );
+    }
+
+    #[test]
+    fn writes_atomically_and_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jit-1.dump.timeconv");
+        sample().write_atomic(&path).unwrap();
+        let newer = TimeConvRecord {
+            written_counter: 9,
+            ..sample()
+        };
+        newer.write_atomic(&path).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert_eq!(TimeConvRecord::parse(&text).unwrap(), newer);
+        // Only the record is left: the temporary file was renamed, not copied.
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn write_into_a_missing_directory_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("absent/jit-1.dump.timeconv");
+        assert!(sample().write_atomic(&path).is_err());
+    }
+}

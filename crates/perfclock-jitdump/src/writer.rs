@@ -1,0 +1,421 @@
+//! The thread-safe writer of `jit-<pid>.dump` and its timeconv record.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use perfclock::Clock;
+use perfclock_core::{ReadError, TimeConversion};
+
+use crate::record::{self, CodeLoad};
+use crate::timeconv::{self, TimeConvRecord};
+use crate::JitDumpError;
+
+/// Sidecar rewrites from [`JitDump::code_load`] are at least this far apart, so a JIT loading
+/// thousands of functions a second does not rename a file for each.
+const TIMECONV_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Tries at reading the clock's conversion before giving up: a read only fails while the
+/// calibrator republishes, which takes microseconds.
+const CONVERSION_READ_ATTEMPTS: usize = 100;
+
+const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+/// An open `jit-<pid>.dump`: JIT code loads, stamped with the raw counter that `perf inject
+/// --jit` converts with `PERF_RECORD_TIME_CONV`, plus `jit-<pid>.dump.timeconv` holding the
+/// conversion for recordings that lack that record.
+///
+/// Thread-safe: [`JitDump::code_load`] may be called from any number of threads at once.
+#[derive(Debug)]
+pub struct JitDump {
+    clock: &'static Clock,
+    path: PathBuf,
+    timeconv_path: PathBuf,
+    pid: u32,
+    boot_id: String,
+    state: Mutex<State>,
+    timeconv: Mutex<Option<Published>>,
+    marker: Marker,
+    closed: bool,
+}
+
+/// What the lock serialises: the file's end and the next index.
+#[derive(Debug)]
+struct State {
+    file: File,
+    /// Length of the file up to its last complete record; the next record is written here.
+    end: u64,
+    next_index: u64,
+    /// Set when a failed write left bytes past `end` that could not be truncated away.
+    torn: bool,
+}
+
+/// What the timeconv record last said, and when.
+#[derive(Debug, Clone, Copy)]
+struct Published {
+    conversion: TimeConversion,
+    error_bound_ns: u64,
+    at: Instant,
+}
+
+/// The executable mapping of the dump's first page: `perf record` logs it as an `MMAP2` of
+/// `jit-<pid>.dump`, which is how `perf inject --jit` finds the dump.
+#[derive(Debug)]
+struct Marker {
+    /// Invariant: the address `mmap` returned for `len` bytes, until [`Marker::unmap`].
+    addr: usize,
+    len: usize,
+}
+
+impl Marker {
+    fn map(file: &File, path: &Path) -> Result<Marker, JitDumpError> {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let len = usize::try_from(page).unwrap_or(4096).max(1);
+        // memmap2 maps executable files MAP_SHARED only; perf's own agent maps the marker
+        // MAP_PRIVATE, and a private read-only mapping cannot write the file back.
+        // SAFETY: a fresh mapping chosen by the kernel (null hint), of a valid open descriptor;
+        // nothing in this process reads through it, so the file's size is irrelevant.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(JitDumpError::Io {
+                op: "map (PROT_EXEC marker for perf record; noexec mount?)",
+                path: path.to_owned(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(Marker {
+            addr: addr as usize,
+            len,
+        })
+    }
+
+    fn unmap(&mut self) {
+        if self.addr == 0 {
+            return;
+        }
+        // SAFETY: by the invariant, `addr`/`len` are a live mapping this marker owns and no
+        // reference into it exists; it is unmapped once (addr is cleared below).
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+        self.addr = 0;
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave a torn record (the state is updated only
+    // after a write completes), so a poisoned lock is still usable.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn read_conversion(clock: &Clock) -> Result<TimeConversion, JitDumpError> {
+    let mut last = ReadError::Contended;
+    for _ in 0..CONVERSION_READ_ATTEMPTS {
+        match clock.conversion() {
+            Ok(conversion) => return Ok(conversion),
+            Err(ReadError::Contended) => std::thread::yield_now(),
+            Err(error) => {
+                last = error;
+                break;
+            }
+        }
+    }
+    Err(JitDumpError::ClockRead(last))
+}
+
+/// A counter read that cannot run ahead of the lock acquisition before it, so timestamps
+/// taken under the lock never decrease in file order.
+fn timestamp() -> u64 {
+    perfclock_core::counter::read_counter_ordered().unwrap_or(0)
+}
+
+impl JitDump {
+    /// Opens the process clock ([`perfclock::init`]), creates `dir/jit-<pid>.dump` (replacing
+    /// an older one), writes its header, maps its first page executable (perf's marker) and
+    /// writes `dir/jit-<pid>.dump.timeconv`.
+    ///
+    /// The dump is created with mode 0644 (less the umask): `perf inject` may run as another
+    /// user and must read it, and only this process should write it.
+    ///
+    /// # Errors
+    /// [`JitDumpError::Clock`] if the clock cannot be opened; [`JitDumpError::Io`] if the
+    /// directory is missing or not writable, the disk is full, or the file cannot be mapped
+    /// executable (a `noexec` mount); [`JitDumpError::ClockRead`] if the conversion cannot be
+    /// read.
+    pub fn create(dir: impl AsRef<Path>) -> Result<JitDump, JitDumpError> {
+        let clock = perfclock::init().map_err(JitDumpError::Clock)?;
+        let pid = std::process::id();
+        let path = dir.as_ref().join(format!("jit-{pid}.dump"));
+        let mut timeconv_path = path.clone().into_os_string();
+        timeconv_path.push(timeconv::SUFFIX);
+        let io_error = |op, path: &Path| {
+            let path = path.to_owned();
+            move |source| JitDumpError::Io { op, path, source }
+        };
+        let boot_id = std::fs::read_to_string(BOOT_ID_PATH)
+            .map_err(io_error("read", Path::new(BOOT_ID_PATH)))?
+            .trim()
+            .to_owned();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&path)
+            .map_err(io_error("create", &path))?;
+        // From here on a failure removes the file again: a dump without its header or marker
+        // is of no use to perf.
+        let remove = |error| {
+            let _ = std::fs::remove_file(&path);
+            error
+        };
+        let header = record::header(pid, timestamp());
+        write_once(&file, &header, 0)
+            .map_err(io_error("write header", &path))
+            .map_err(remove)?;
+        let marker = Marker::map(&file, &path).map_err(remove)?;
+        let mut dump = JitDump {
+            clock,
+            path,
+            timeconv_path: timeconv_path.into(),
+            pid,
+            boot_id,
+            state: Mutex::new(State {
+                file,
+                end: header.len() as u64,
+                next_index: 0,
+                torn: false,
+            }),
+            timeconv: Mutex::new(None),
+            marker,
+            closed: false,
+        };
+        if let Err(error) = dump.write_timeconv() {
+            // Not `finish`: no close record for a dump that never opened.
+            dump.closed = true;
+            dump.marker.unmap();
+            let _ = std::fs::remove_file(&dump.path);
+            return Err(error);
+        }
+        Ok(dump)
+    }
+
+    /// The dump file, `dir/jit-<pid>.dump`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The conversion record, `dir/jit-<pid>.dump.timeconv`.
+    pub fn timeconv_path(&self) -> &Path {
+        &self.timeconv_path
+    }
+
+    /// The clock whose counter stamps the records.
+    pub fn clock(&self) -> &'static Clock {
+        self.clock
+    }
+
+    /// Records that `code` now sits at `addr` under `name`: a `JIT_CODE_LOAD` stamped with the
+    /// counter at this call. Call it before the code first runs, so samples in it follow the
+    /// record. Returns the record's `code_index` (unique and increasing; perf names the image
+    /// `jitted-<pid>-<code_index>.so`). Every byte of `name` except NUL passes through as is
+    /// (perf prints it as a C string).
+    ///
+    /// The record reaches the file in one write; if the write fails or is short, the file is
+    /// truncated back to its last complete record. Also refreshes the timeconv record, at most
+    /// once per second and only when the conversion or its bound changed; a failed refresh is
+    /// not reported here (the record is written), but [`JitDump::close`] rewrites it and
+    /// reports failure, and [`JitDump::write_timeconv`] does so on demand.
+    ///
+    /// # Errors
+    /// [`JitDumpError::NameContainsNul`], [`JitDumpError::EmptyCode`],
+    /// [`JitDumpError::RecordTooLarge`] for arguments perf cannot represent (nothing is
+    /// written); [`JitDumpError::Io`] when the write fails (e.g. `ENOSPC`);
+    /// [`JitDumpError::Torn`] after a failure that could not be cleaned up.
+    pub fn code_load(&self, name: &[u8], addr: u64, code: &[u8]) -> Result<u64, JitDumpError> {
+        let size = record::check_load(name, code)?;
+        // SAFETY: gettid has no preconditions and cannot fail.
+        let tid = unsafe { libc::gettid() } as u32;
+        // Built outside the lock with placeholder stamp and index, patched under it: copying a
+        // large code blob must not hold up the other threads.
+        let mut bytes = Vec::with_capacity(size);
+        record::code_load(
+            &mut bytes,
+            &CodeLoad {
+                timestamp: 0,
+                pid: self.pid,
+                tid,
+                addr,
+                code_index: 0,
+                name,
+                code,
+            },
+        )?;
+        let index = {
+            let mut state = lock(&self.state);
+            let index = state.next_index;
+            bytes[8..16].copy_from_slice(&timestamp().to_ne_bytes());
+            bytes[48..56].copy_from_slice(&index.to_ne_bytes());
+            self.append(&mut state, &bytes)?;
+            state.next_index += 1;
+            index
+        };
+        self.refresh_timeconv();
+        Ok(index)
+    }
+
+    /// Rewrites the timeconv record now, with the clock's current conversion and bound.
+    ///
+    /// # Errors
+    /// [`JitDumpError::ClockRead`] if the conversion cannot be read; [`JitDumpError::Io`] if the
+    /// record cannot be written.
+    pub fn write_timeconv(&self) -> Result<(), JitDumpError> {
+        let mut published = lock(&self.timeconv);
+        self.publish(&mut published)
+    }
+
+    /// Writes `JIT_CODE_CLOSE`, rewrites the timeconv record and unmaps the marker. Call it
+    /// once every `code_load` has returned; dropping the writer does the same, ignoring errors.
+    ///
+    /// # Errors
+    /// As [`JitDump::code_load`] for the close record and [`JitDump::write_timeconv`] for the
+    /// timeconv record; the marker is unmapped either way.
+    pub fn close(mut self) -> Result<(), JitDumpError> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<(), JitDumpError> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        let close = {
+            let mut state = lock(&self.state);
+            let mut bytes = Vec::with_capacity(record::PREFIX_SIZE);
+            record::code_close(&mut bytes, timestamp());
+            self.append(&mut state, &bytes)
+        };
+        let timeconv = self.write_timeconv();
+        self.marker.unmap();
+        close.and(timeconv)
+    }
+
+    /// Writes one whole record at the end, or leaves the file as it was.
+    fn append(&self, state: &mut State, bytes: &[u8]) -> Result<(), JitDumpError> {
+        if state.torn {
+            return Err(JitDumpError::Torn {
+                path: self.path.clone(),
+            });
+        }
+        match write_once(&state.file, bytes, state.end) {
+            Ok(()) => {
+                state.end += bytes.len() as u64;
+                Ok(())
+            }
+            Err(source) => {
+                // A short write left part of the record; cut it so the file ends at a record
+                // boundary and later records are not read as part of this one.
+                if state.file.set_len(state.end).is_err() {
+                    state.torn = true;
+                }
+                Err(JitDumpError::Io {
+                    op: "write record",
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// The timeconv refresh from `code_load`: skipped if another thread is at it, if the last
+    /// write is under [`TIMECONV_REFRESH_INTERVAL`] old, or if nothing changed.
+    fn refresh_timeconv(&self) {
+        let Ok(mut published) = self.timeconv.try_lock() else {
+            return;
+        };
+        let Some(last) = *published else {
+            return;
+        };
+        if last.at.elapsed() < TIMECONV_REFRESH_INTERVAL {
+            return;
+        }
+        let unchanged = read_conversion(self.clock).is_ok_and(|c| c == last.conversion)
+            && self.clock.error_bound_ns() == last.error_bound_ns;
+        if unchanged {
+            // Checked again in a second, not on every load until then.
+            *published = Some(Published {
+                at: Instant::now(),
+                ..last
+            });
+            return;
+        }
+        // Best effort by design (see `code_load`); `close` reports a failure to write it.
+        let _ = self.publish(&mut published);
+    }
+
+    fn publish(&self, published: &mut Option<Published>) -> Result<(), JitDumpError> {
+        let conversion = read_conversion(self.clock)?;
+        // 0 in kernel mode, where the conversion is the kernel's own.
+        let error_bound_ns = self.clock.error_bound_ns();
+        let record = TimeConvRecord {
+            pid: self.pid,
+            boot_id: self.boot_id.clone(),
+            mode: self.clock.mode().into(),
+            counter: perfclock_core::counter::COUNTER_NAME.to_owned(),
+            conversion,
+            error_bound_ns,
+            written_counter: timestamp(),
+        };
+        record
+            .write_atomic(&self.timeconv_path)
+            .map_err(|source| JitDumpError::Io {
+                op: "write timeconv record",
+                path: self.timeconv_path.clone(),
+                source,
+            })?;
+        *published = Some(Published {
+            conversion,
+            error_bound_ns,
+            at: Instant::now(),
+        });
+        Ok(())
+    }
+}
+
+impl Drop for JitDump {
+    fn drop(&mut self) {
+        // Best effort: `close` is the way to learn about failures.
+        let _ = self.finish();
+    }
+}
+
+/// One positional write of all of `bytes`; a short write is an error (`WriteZero`) so the
+/// caller can truncate it away. Retried only on `EINTR`, which writes nothing.
+fn write_once(file: &File, bytes: &[u8], at: u64) -> io::Result<()> {
+    loop {
+        match file.write_at(bytes, at) {
+            Ok(n) if n == bytes.len() => return Ok(()),
+            Ok(n) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("short write: {n} of {} bytes (disk full?)", bytes.len()),
+                ))
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        }
+    }
+}

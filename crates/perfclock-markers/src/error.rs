@@ -1,0 +1,104 @@
+//! Why a marker could not be written.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Error of the marker writer. Each message names what to change.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum MarkerError {
+    /// The marker file could not be created (missing or unwritable directory).
+    Create {
+        /// The file that was to be created.
+        path: PathBuf,
+        /// The `open(2)` error.
+        source: io::Error,
+    },
+    /// The marker file could not be mapped executable (a `noexec` mount, or a seccomp policy).
+    Map {
+        /// The file that was to be mapped.
+        path: PathBuf,
+        /// The `mmap(2)` error.
+        source: io::Error,
+    },
+    /// Writing buffered markers failed (disk full, quota, I/O error); the file still ends with a
+    /// whole line.
+    Write {
+        /// The marker file.
+        path: PathBuf,
+        /// Markers lost by this failure.
+        lost: u64,
+        /// The `write(2)` error.
+        source: io::Error,
+    },
+    /// An earlier failed write could not be undone, so nothing more is appended to this file
+    /// (appending could glue a marker onto a partial line).
+    Broken {
+        /// The marker file.
+        path: PathBuf,
+        /// Markers lost by this call.
+        lost: u64,
+    },
+    /// A span ends before it starts.
+    EndBeforeStart {
+        /// The start given, perf-clock ns.
+        start_ns: u64,
+        /// The end given, perf-clock ns.
+        end_ns: u64,
+    },
+    /// An empty name: samply stops reading a marker file at a line without a name.
+    EmptyName,
+    /// A marker was stamped with the process-wide perf clock, which could not be opened.
+    Clock(perfclock::Error),
+}
+
+impl fmt::Display for MarkerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MarkerError::Create { path, source } => write!(
+                f,
+                "cannot create the marker file {}: {source}; pass an existing, writable directory \
+                 to Markers::open (perfclock_markers_open's `dir`)",
+                path.display()
+            ),
+            MarkerError::Map { path, source } => write!(
+                f,
+                "cannot map the marker file {} executable (perf only records executable \
+                 mappings): {source}; pass a directory that is not on a noexec mount",
+                path.display()
+            ),
+            MarkerError::Write { path, lost, source } => write!(
+                f,
+                "writing the marker file {} failed, {lost} marker(s) lost: {source}; free space \
+                 on its file system or open the markers in another directory",
+                path.display()
+            ),
+            MarkerError::Broken { path, lost } => write!(
+                f,
+                "the marker file {} is no longer appended to after a failed write that could not \
+                 be undone ({lost} marker(s) lost); open the markers in another directory",
+                path.display()
+            ),
+            MarkerError::EndBeforeStart { start_ns, end_ns } => write!(
+                f,
+                "marker ends before it starts ({end_ns} < {start_ns}): pass end_ns >= start_ns \
+                 (equal for an instant)"
+            ),
+            MarkerError::EmptyName => f.write_str("marker name is empty: pass a non-empty name"),
+            MarkerError::Clock(e) => write!(f, "no perf clock to stamp markers with: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for MarkerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            MarkerError::Create { source, .. }
+            | MarkerError::Map { source, .. }
+            | MarkerError::Write { source, .. } => Some(source),
+            MarkerError::Clock(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The marker file of one process and directory: created once, mapped executable so perf records
+//! it, appended to in whole, block-aligned lines (see [`crate::line`]).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use memmap2::{Mmap, MmapOptions};
+
+use crate::error::MarkerError;
+use crate::line::{layout, LastLine, BLOCK};
+
+/// Every marker file this process created, kept (with its mapping) until exit: perf attaching
+/// later (`perf record -p`) reads the mapping from `/proc/<pid>/maps`, and samply reads a file
+/// once per mapping, so a file is created and mapped once per process and directory.
+static FILES: Mutex<Vec<Arc<SharedFile>>> = Mutex::new(Vec::new());
+
+/// A marker file and its append state.
+#[derive(Debug)]
+pub struct SharedFile {
+    /// The process that created it: a fork child must not append to its parent's file.
+    pub pid: u32,
+    /// The file's canonical path, as perf will see it through the mapping.
+    pub path: PathBuf,
+    state: Mutex<AppendState>,
+    /// Held only so the mapping lives as long as the process.
+    _mapping: Mmap,
+}
+
+#[derive(Debug)]
+struct AppendState {
+    file: File,
+    /// Bytes of complete lines in the file; the file is never longer once a flush returns.
+    len: u64,
+    /// The file's last line, which the next flush may lengthen.
+    last: Option<LastLine>,
+    /// Set when a failed write could not be undone: appending more could glue onto a partial line.
+    broken: bool,
+}
+
+impl SharedFile {
+    /// The marker file of this process in `dir`, created (or truncated) and mapped on first use.
+    ///
+    /// # Errors
+    /// [`MarkerError::Create`] or [`MarkerError::Map`].
+    pub fn open(dir: &Path) -> Result<Arc<SharedFile>, MarkerError> {
+        let pid = std::process::id();
+        let name = format!("marker-{pid}.txt");
+        // Canonical, so `.` and `/abs/dir` (or a symlink to it) share one file rather than
+        // truncating each other's, and the path is the one perf records for the mapping.
+        let path = std::fs::canonicalize(dir)
+            .map_err(|source| MarkerError::Create {
+                path: dir.join(&name),
+                source,
+            })?
+            .join(name);
+        let mut files = lock(&FILES);
+        if let Some(file) = files.iter().find(|f| f.pid == pid && f.path == path) {
+            return Ok(Arc::clone(file));
+        }
+        let file = OpenOptions::new()
+            .read(true) // mmap needs a readable descriptor
+            .write(true)
+            .create(true)
+            .truncate(true) // a file left by an earlier process with this pid is not ours
+            .mode(0o644)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|source| MarkerError::Create {
+                path: path.clone(),
+                source,
+            })?;
+        // SAFETY: the mapping is never read or written by this process (it exists so that perf
+        // records an executable MMAP2 of the file, as perf's jitdump agent does); a private
+        // mapping of a file being appended to cannot make safe code misbehave.
+        let mapping =
+            unsafe { MmapOptions::new().len(page_size()).map_exec(&file) }.map_err(|source| {
+                MarkerError::Map {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        let shared = Arc::new(SharedFile {
+            pid,
+            path,
+            state: Mutex::new(AppendState {
+                file,
+                len: 0,
+                last: None,
+                broken: false,
+            }),
+            _mapping: mapping,
+        });
+        files.push(Arc::clone(&shared));
+        Ok(shared)
+    }
+
+    /// Appends `lines` (complete lines, each shorter than [`BLOCK`]). On failure the file ends
+    /// at a line boundary: the lines not written are lost, never half-written.
+    ///
+    /// # Errors
+    /// [`MarkerError::Write`] (`lost` counts the lines of `lines` not written) or
+    /// [`MarkerError::Broken`].
+    pub fn append(&self, lines: &[u8]) -> Result<(), MarkerError> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let mut state = lock(&self.state);
+        if state.broken {
+            return Err(MarkerError::Broken {
+                path: self.path.clone(),
+                lost: lines.iter().filter(|&&b| b == b'\n').count() as u64,
+            });
+        }
+        let plan = layout(state.len, state.last.as_ref(), lines);
+        let Err((written, source)) = write_all_at(&state.file, &plan.bytes, plan.offset) else {
+            state.len = plan.offset + plan.bytes.len() as u64;
+            state.last = plan.last_line();
+            return Ok(());
+        };
+        let (whole, last_whole) = plan.whole_prefix(written);
+        let lost = plan.new_lines_from(whole);
+        let undo = if whole > 0 {
+            // Whole lines made it (the rewritten last line among them, if any: it comes first):
+            // keep them, cut whatever follows.
+            let end = plan.offset + whole as u64;
+            state.file.set_len(end).map(|()| (end, last_whole))
+        } else if plan.rewritten_len > 0 {
+            // The lengthened last line may be half-written over the old one: put the old one
+            // back and cut the file after it.
+            let last = state.last.clone();
+            restore(&state.file, last.as_ref(), state.len).map(|()| (state.len, last))
+        } else {
+            let (len, last) = (state.len, state.last.clone());
+            state.file.set_len(len).map(|()| (len, last))
+        };
+        match undo {
+            Ok((len, last)) => {
+                state.len = len;
+                state.last = last;
+            }
+            Err(_) => state.broken = true,
+        }
+        Err(MarkerError::Write {
+            path: self.path.clone(),
+            lost,
+            source,
+        })
+    }
+}
+
+/// Writes the old last line back in place and cuts the file at `len`.
+fn restore(file: &File, last: Option<&LastLine>, len: u64) -> io::Result<()> {
+    if let Some(last) = last {
+        write_all_at(file, &last.bytes, last.offset).map_err(|(_, e)| e)?;
+    }
+    file.set_len(len)
+}
+
+/// `pwrite` until done; on error, how many bytes were written and why it stopped.
+fn write_all_at(file: &File, mut bytes: &[u8], mut offset: u64) -> Result<(), (usize, io::Error)> {
+    let mut written = 0;
+    while !bytes.is_empty() {
+        match file.write_at(bytes, offset) {
+            Ok(0) => return Err((written, io::ErrorKind::WriteZero.into())),
+            Ok(n) => {
+                written += n;
+                bytes = &bytes[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((written, e)),
+        }
+    }
+    Ok(())
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(BLOCK).max(BLOCK)
+}
+
+/// Locks `mutex`, taking over a lock a panicking thread left: every critical section leaves the
+/// state consistent between its statements, so the data stays valid.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,277 @@
+//! The marker writer: per-thread buffers in front of the shared marker file.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Once, Weak};
+
+use thread_local::ThreadLocal;
+
+use crate::error::MarkerError;
+use crate::file::{lock, SharedFile};
+use crate::line::push_line;
+
+/// A thread's buffer is written out once it holds this many bytes (about 400 markers of short
+/// names): one `write(2)` per that many markers on the thread that fills it.
+pub const FLUSH_AT_BYTES: usize = 16 * 1024;
+
+/// Writers alive in this process, flushed by the `atexit` handler.
+static LIVE: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
+static HOOKS: Once = Once::new();
+
+/// This process's pid, or 0 until looked up; reset in a fork child. glibc no longer caches
+/// `getpid`, and the fork check runs on every marker, which must make no system call.
+static PID: AtomicU32 = AtomicU32::new(0);
+
+fn current_pid() -> u32 {
+    // ATOMICS: Relaxed: the value is the same whichever thread stored it, and a thread that
+    // sees a stale 0 looks it up again.
+    match PID.load(Ordering::Relaxed) {
+        0 => {
+            let pid = std::process::id();
+            PID.store(pid, Ordering::Relaxed);
+            pid
+        }
+        pid => pid,
+    }
+}
+
+extern "C" fn forget_pid_in_child() {
+    PID.store(0, Ordering::Relaxed);
+}
+
+/// Appends markers to `marker-<pid>.txt` in a directory, for samply to show beside the samples of
+/// a `perf record` of this process.
+///
+/// Cheap to clone (all clones write to the same buffers) and safe to share between threads. Each
+/// thread formats its markers into its own buffer, so a marker costs no system call and takes no
+/// lock another thread holds (except while [`Markers::flush`] drains that buffer). Buffers are
+/// written out when one fills ([`FLUSH_AT_BYTES`]), on [`Markers::flush`], when the last clone is
+/// dropped or [`Markers::close`]d, and when the process exits through `exit(3)` (returning from
+/// `main` included). Markers still buffered when the process is killed or calls `_exit` are lost;
+/// the file then still ends with a whole line.
+///
+/// Not async-signal-safe (a thread's buffer is behind a lock the interrupted code may hold).
+///
+/// # Fork
+/// A fork child's copy of a writer writes nothing (markers written to it are dropped, and the
+/// buffered markers it inherited stay the parent's to write): samply reads the file as the
+/// parent's, by the `marker-<pid>.txt` mapping. Open a new writer in the child.
+#[derive(Debug, Clone)]
+pub struct Markers {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    file: Arc<SharedFile>,
+    buffers: ThreadLocal<Mutex<Vec<u8>>>,
+    /// Markers lost to failed writes or to a missing clock since open.
+    lost: AtomicU64,
+}
+
+impl Markers {
+    /// Creates (or truncates) `dir/marker-<pid>.txt` and maps it executable, so a `perf record`
+    /// running now or started later records the mapping samply looks for. Writers opened on the
+    /// same directory in one process share the file.
+    ///
+    /// # Errors
+    /// [`MarkerError::Create`] if `dir` is missing or not writable, [`MarkerError::Map`] if it is
+    /// on a `noexec` mount.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Markers, MarkerError> {
+        let file = SharedFile::open(dir.as_ref())?;
+        let inner = Arc::new(Inner {
+            file,
+            buffers: ThreadLocal::new(),
+            lost: AtomicU64::new(0),
+        });
+        let mut live = lock(&LIVE);
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&inner));
+        drop(live);
+        HOOKS.call_once(|| {
+            // SAFETY: `flush_all_at_exit` is an `extern "C" fn()` that never unwinds (it catches
+            // panics). A failed registration only loses the exit-time flush, which close/drop
+            // still do.
+            let _ = unsafe { libc::atexit(flush_all_at_exit) };
+            // SAFETY: the child handler only stores to an atomic (async-signal-safe). Should
+            // registration fail, `PID` keeps the parent's pid in a child and a child's copy of a
+            // writer would append to the parent's file: fork children are documented as
+            // unsupported for writers opened before the fork either way.
+            let _ = unsafe { libc::pthread_atfork(None, None, Some(forget_pid_in_child)) };
+        });
+        Ok(Markers { inner })
+    }
+
+    /// The marker file's absolute path.
+    pub fn path(&self) -> &Path {
+        &self.inner.file.path
+    }
+
+    /// Buffers a span from `start_ns` to `end_ns` (perf-clock ns, e.g. from
+    /// [`perfclock::now_ns`]); `start_ns == end_ns` is an instant. Control characters in `name`
+    /// are replaced (a marker is one line) and it is cut to
+    /// [`MAX_NAME_BYTES`](crate::MAX_NAME_BYTES).
+    ///
+    /// # Errors
+    /// [`MarkerError::EndBeforeStart`], [`MarkerError::EmptyName`], or the error of writing out
+    /// this thread's buffer when it filled (the buffered markers are then lost and counted in
+    /// [`Markers::lost`]).
+    pub fn span(&self, name: &str, start_ns: u64, end_ns: u64) -> Result<(), MarkerError> {
+        if end_ns < start_ns {
+            return Err(MarkerError::EndBeforeStart { start_ns, end_ns });
+        }
+        if name.is_empty() {
+            return Err(MarkerError::EmptyName);
+        }
+        if !self.owned_by_this_process() {
+            self.inner.lost.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let buffer = self
+            .inner
+            .buffers
+            .get_or(|| Mutex::new(Vec::with_capacity(FLUSH_AT_BYTES + 2048)));
+        let mut buffer = lock(buffer);
+        push_line(&mut buffer, start_ns, end_ns, name);
+        if buffer.len() >= FLUSH_AT_BYTES {
+            return self.inner.write_out(&mut buffer);
+        }
+        Ok(())
+    }
+
+    /// Buffers an instant at `at_ns` (a span of length 0). See [`Markers::span`].
+    ///
+    /// # Errors
+    /// As [`Markers::span`].
+    pub fn instant(&self, name: &str, at_ns: u64) -> Result<(), MarkerError> {
+        self.span(name, at_ns, at_ns)
+    }
+
+    /// Stamps the start now with the process-wide perf clock and the end when the guard is
+    /// dropped. Errors at the end (a failed write) are counted in [`Markers::lost`].
+    ///
+    /// # Errors
+    /// [`MarkerError::Clock`] if the process-wide clock cannot be opened,
+    /// [`MarkerError::EmptyName`].
+    pub fn start(&self, name: impl Into<String>) -> Result<SpanGuard, MarkerError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(MarkerError::EmptyName);
+        }
+        let clock = perfclock::init().map_err(MarkerError::Clock)?;
+        let start_ns = clock.now_ns().unwrap_or(0);
+        Ok(SpanGuard {
+            markers: self.clone(),
+            name,
+            start_ns,
+        })
+    }
+
+    /// Writes out every thread's buffered markers.
+    ///
+    /// # Errors
+    /// The first write error ([`MarkerError::Write`], [`MarkerError::Broken`]); the other
+    /// buffers are still written.
+    pub fn flush(&self) -> Result<(), MarkerError> {
+        self.inner.flush()
+    }
+
+    /// Flushes and drops this handle (other clones keep writing).
+    ///
+    /// # Errors
+    /// As [`Markers::flush`].
+    pub fn close(self) -> Result<(), MarkerError> {
+        self.inner.flush()
+    }
+
+    /// Markers lost since open: failed writes, span guards without a clock reading, and markers
+    /// given to a writer inherited through `fork`.
+    pub fn lost(&self) -> u64 {
+        self.inner.lost.load(Ordering::Relaxed)
+    }
+
+    /// Counts markers a caller could not stamp (no clock) as lost.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    pub(crate) fn count_lost(&self, markers: u64) {
+        self.inner.lost.fetch_add(markers, Ordering::Relaxed);
+    }
+
+    fn owned_by_this_process(&self) -> bool {
+        self.inner.file.pid == current_pid()
+    }
+}
+
+impl Inner {
+    /// Writes `buffer` out and empties it; counts its markers as lost on failure.
+    fn write_out(&self, buffer: &mut Vec<u8>) -> Result<(), MarkerError> {
+        let result = self.file.append(buffer);
+        buffer.clear();
+        if let Err(MarkerError::Write { lost, .. } | MarkerError::Broken { lost, .. }) = &result {
+            self.lost.fetch_add(*lost, Ordering::Relaxed);
+        }
+        result
+    }
+
+    fn flush(&self) -> Result<(), MarkerError> {
+        if self.file.pid != current_pid() {
+            return Ok(());
+        }
+        let mut first_error = None;
+        for buffer in self.buffers.iter() {
+            let mut buffer = lock(buffer);
+            if let Err(e) = self.write_out(&mut buffer) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Errors are counted in `lost`, which nobody can read any more; `close` reports them.
+        let _ = self.flush();
+    }
+}
+
+/// Flushes every live writer when the process exits through `exit(3)`.
+extern "C" fn flush_all_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        // try_lock: in a fork child, a thread that no longer exists may hold the lock.
+        let Ok(registered) = LIVE.try_lock() else {
+            return;
+        };
+        let live: Vec<Arc<Inner>> = registered.iter().filter_map(Weak::upgrade).collect();
+        drop(registered);
+        for inner in live {
+            let _ = inner.flush();
+        }
+    });
+}
+
+/// A span that ends when dropped. See [`Markers::start`].
+#[derive(Debug)]
+pub struct SpanGuard {
+    markers: Markers,
+    name: String,
+    start_ns: u64,
+}
+
+impl SpanGuard {
+    /// The span's start, perf-clock ns.
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns
+    }
+}
+
+impl Drop for SpanGuard {
+    fn drop(&mut self) {
+        let end_ns = perfclock::try_now_ns().unwrap_or(0);
+        if self.start_ns == 0 || end_ns == 0 {
+            self.markers.inner.lost.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        // A failed write is counted in `lost` by `span`.
+        let _ = self.markers.span(&self.name, self.start_ns, end_ns);
+    }
+}
