@@ -17,6 +17,9 @@
 //!   a slip); the conversion is done with `TimeConversion::cycles_to_ns` and, as a cross-check,
 //!   with perf's own `u64` arithmetic, which must agree;
 //! - the `.timeconv` sidecar must say `mode=kernel` with the page's conversion.
+//!
+//! With `TESTBED_SELFTEST_SKEW_NS=N` the loads are judged with `time_zero` moved N ns late, so
+//! the check must fail.
 
 use std::collections::HashMap;
 use std::io::Cursor;
@@ -29,7 +32,7 @@ use perfclock_event::{EventAttr, PerfEvent};
 use perfclock_jitdump::timeconv::{TimeConvMode, TimeConvRecord};
 use perfclock_jitdump::JitDump;
 
-use crate::brackets::Stats;
+use crate::brackets::{self, Stats};
 use crate::page::Tolerance;
 use crate::report::Report;
 use crate::Budget;
@@ -93,6 +96,25 @@ fn perf_tsc_to_perf_time(conversion: &TimeConversion, cycles: u64) -> u64 {
         .zero()
         .wrapping_add(quot.wrapping_mul(mult))
         .wrapping_add(rem.wrapping_mul(mult) >> shift)
+}
+
+/// `conversion` with `time_zero` moved `skew_ns` later: the self-test's clock that runs ahead
+/// of the kernel's (`TESTBED_SELFTEST_SKEW_NS`), which every load must then be caught by.
+fn skewed(conversion: &TimeConversion, skew_ns: u64) -> TimeConversion {
+    let zero = conversion.zero().wrapping_add(skew_ns);
+    let moved = if conversion.is_short() {
+        TimeConversion::new_short(
+            conversion.mult(),
+            conversion.shift(),
+            zero,
+            conversion.cycles(),
+            conversion.mask(),
+        )
+    } else {
+        TimeConversion::new(conversion.mult(), conversion.shift(), zero)
+    };
+    // Only time_zero changed, and no value of it is invalid.
+    moved.unwrap_or(*conversion)
 }
 
 /// One `JIT_CODE_LOAD` as the dump holds it.
@@ -635,17 +657,12 @@ fn check(report: &mut Report, budget: &Budget, tolerance: Tolerance, dir: &DumpD
             parsed.header.flags, parsed.header.elf_machine_arch, parsed.header.version
         ),
     );
-    let stats = judge_loads(
-        &parsed.loads,
-        &written.windows,
-        writer,
-        &conversion,
-        tolerance,
-    );
+    let judged = skewed(&conversion, brackets::selftest_skew_ns());
+    let stats = judge_loads(&parsed.loads, &written.windows, writer, &judged, tolerance);
     // The header is stamped at create, before the first COMM; the close record after the last.
-    let header_ns = conversion.cycles_to_ns(parsed.header.timestamp);
+    let header_ns = judged.cycles_to_ns(parsed.header.timestamp);
     let header_in_order = header_ns <= written.first_stamp.saturating_add(tolerance.ns);
-    let close_ns = parsed.close_timestamp.map(|c| conversion.cycles_to_ns(c));
+    let close_ns = parsed.close_timestamp.map(|c| judged.cycles_to_ns(c));
     let close_in_order =
         close_ns.is_some_and(|ns| ns.saturating_add(tolerance.ns) >= written.last_stamp);
     let mut summary = Stats::new();
@@ -730,6 +747,28 @@ mod tests {
         }
         // The short counter: raw 3 is 99 ticks after time_cycles 4000 modulo 4096.
         assert_eq!(perf_tsc_to_perf_time(&conversions[2], 3), 77 + 4_099);
+    }
+
+    #[test]
+    fn skew_moves_only_time_zero() {
+        let short = TimeConversion::new_short(87_381_333, 21, 5, 100, (1 << 56) - 1).unwrap();
+        let late = skewed(&short, 1_000_000);
+        assert_eq!(
+            late.cycles_to_ns(12_345),
+            short.cycles_to_ns(12_345) + 1_000_000
+        );
+        assert_eq!(
+            (
+                late.mult(),
+                late.shift(),
+                late.cycles(),
+                late.mask(),
+                late.is_short()
+            ),
+            (87_381_333, 21, 100, (1 << 56) - 1, true)
+        );
+        assert_eq!(skewed(&identity(), 0), identity());
+        assert_eq!(skewed(&identity(), 7).cycles_to_ns(10), 17);
     }
 
     #[test]
