@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use perfclock::{Clock, Error, Mode};
-use perfclock_calib::event::{EventAttr, PerfEvent};
 use perfclock_core::PageReader;
+use perfclock_event::{EventAttr, PerfEvent};
 
 fn config() -> Criterion {
     Criterion::default()

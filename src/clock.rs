@@ -1,7 +1,13 @@
 //! [`Clock`]: one perf-domain clock, in kernel mode or calibrated mode, behind one read path.
+//!
+//! # Safety
+//! A [`Clock`] keeps the page its [`PageReader`] reads (the kernel's mapping or the
+//! calibrator's memory) alive next to the reader: the one unsafe call makes that reader.
+#![allow(unsafe_code)]
 
-use perfclock_calib::calibrator::{CalibratedClock, CalibrationOptions};
-use perfclock_core::{counter, PageReader, PerfTimeSource, ReadError, TimeConversion};
+#[cfg(feature = "calibrated")]
+use perfclock_calib::{CalibratedClock, CalibrationOptions};
+use perfclock_core::{counter, PageReader, ReadError, TimeConversion};
 
 use crate::diagnosis::Withheld;
 use crate::error::Error;
@@ -18,10 +24,15 @@ pub enum Mode {
 }
 
 /// How to open a [`Clock`]. The default: kernel mode where the kernel publishes the parameters,
-/// calibrated mode with background refinement otherwise.
+/// calibrated mode with background refinement otherwise (without the `calibrated` feature:
+/// kernel mode only).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Options {
     kernel_only: bool,
+    /// Set by [`Options::refine`]; wins over `calibration`'s own setting, whichever came first.
+    #[cfg(feature = "calibrated")]
+    refine: Option<bool>,
+    #[cfg(feature = "calibrated")]
     calibration: CalibrationOptions,
 }
 
@@ -35,12 +46,15 @@ impl Options {
 
     /// Keep refining a calibrated clock in a background thread (the default), or calibrate
     /// once: the bound then grows with the time since calibration.
+    #[cfg(feature = "calibrated")]
     pub fn refine(mut self, refine: bool) -> Self {
-        self.calibration.refine = refine;
+        self.refine = Some(refine);
         self
     }
 
-    /// Every calibration setting (see `perfclock_calib::calibrator::CalibrationOptions`).
+    /// Every calibration setting (see `perfclock_calib::CalibrationOptions`). A choice made
+    /// with [`Options::refine`] stands, before or after this call.
+    #[cfg(feature = "calibrated")]
     pub fn calibration(mut self, calibration: CalibrationOptions) -> Self {
         self.calibration = calibration;
         self
@@ -50,6 +64,18 @@ impl Options {
     ///
     /// # Errors
     /// See [`Error`]: each variant says what was observed and what to change.
+    ///
+    /// # Example
+    /// ```no_run
+    /// use perfclock::{Error, Options};
+    ///
+    /// match Options::default().kernel_only(true).open() {
+    ///     Ok(clock) => println!("exact: {:?}", clock.now_ns()),
+    ///     Err(Error::KernelWithholdsTime(why)) => println!("{why}"),
+    ///     Err(other) => return Err(other),
+    /// }
+    /// # Ok::<(), perfclock::Error>(())
+    /// ```
     pub fn open(self) -> Result<Clock, Error> {
         if !counter::SUPPORTED {
             return Err(Error::Unsupported);
@@ -73,25 +99,43 @@ impl Options {
                 }
                 // The kernel page is of no further use: calibrated mode reads its own page.
                 drop(page);
-                let calibrated = match CalibratedClock::start(self.calibration) {
-                    Ok(calibrated) => calibrated,
-                    Err(reason) => {
-                        return Err(Error::Calibration {
-                            withheld: Box::new(withheld),
-                            reason,
-                        })
-                    }
-                };
-                let reader = calibrated.reader();
-                Ok(Clock {
-                    reader,
-                    source: Source::Calibrated {
-                        calibrated,
-                        withheld,
-                    },
-                })
+                self.open_calibrated(withheld)
             }
             Err(other) => Err(Error::Page(other)),
+        }
+    }
+}
+
+impl Options {
+    #[cfg(feature = "calibrated")]
+    fn open_calibrated(&self, withheld: Withheld) -> Result<Clock, Error> {
+        match CalibratedClock::start(self.calibration_options()) {
+            Ok(calibrated) => Ok(Clock {
+                reader: calibrated.reader(),
+                source: Source::Calibrated {
+                    calibrated,
+                    withheld,
+                },
+            }),
+            Err(reason) => Err(Error::Calibration {
+                withheld: Box::new(withheld),
+                reason,
+            }),
+        }
+    }
+
+    /// Built without calibration: kernel mode is the only mode.
+    #[cfg(not(feature = "calibrated"))]
+    fn open_calibrated(&self, withheld: Withheld) -> Result<Clock, Error> {
+        Err(Error::KernelWithholdsTime(withheld))
+    }
+
+    /// The calibration settings with [`Options::refine`]'s choice applied.
+    #[cfg(feature = "calibrated")]
+    fn calibration_options(&self) -> CalibrationOptions {
+        match self.refine {
+            Some(refine) => self.calibration.clone().refine(refine),
+            None => self.calibration.clone(),
         }
     }
 }
@@ -100,6 +144,7 @@ impl Options {
 enum Source {
     /// Keeps the kernel's page mapped.
     Kernel(#[allow(dead_code)] KernelPage),
+    #[cfg(feature = "calibrated")]
     Calibrated {
         calibrated: CalibratedClock,
         withheld: Withheld,
@@ -121,6 +166,14 @@ impl Clock {
     ///
     /// # Errors
     /// See [`Error`].
+    ///
+    /// # Example
+    /// ```no_run
+    /// let clock = perfclock::Clock::open()?;
+    /// let cycles = clock.read_counter().unwrap_or(0);
+    /// println!("{:?}: {:?} ns", clock.mode(), clock.cycles_to_ns(cycles));
+    /// # Ok::<(), perfclock::Error>(())
+    /// ```
     pub fn open() -> Result<Clock, Error> {
         Options::default().open()
     }
@@ -180,6 +233,7 @@ impl Clock {
     pub fn mode(&self) -> Mode {
         match self.source {
             Source::Kernel(_) => Mode::Kernel,
+            #[cfg(feature = "calibrated")]
             Source::Calibrated { .. } => Mode::Calibrated,
         }
     }
@@ -190,11 +244,13 @@ impl Clock {
     pub fn error_bound_ns(&self) -> u64 {
         match &self.source {
             Source::Kernel(_) => 0,
+            #[cfg(feature = "calibrated")]
             Source::Calibrated { calibrated, .. } => calibrated.error_bound_ns(),
         }
     }
 
     /// The calibrator, in calibrated mode (for its statistics and bound model).
+    #[cfg(feature = "calibrated")]
     pub fn calibrated(&self) -> Option<&CalibratedClock> {
         match &self.source {
             Source::Kernel(_) => None,
@@ -206,6 +262,7 @@ impl Clock {
     pub fn withheld(&self) -> Option<&Withheld> {
         match &self.source {
             Source::Kernel(_) => None,
+            #[cfg(feature = "calibrated")]
             Source::Calibrated { withheld, .. } => Some(withheld),
         }
     }
@@ -216,17 +273,37 @@ impl Clock {
     }
 }
 
-impl PerfTimeSource for Clock {
-    fn now_ns(&self) -> Result<u64, ReadError> {
-        Clock::now_ns(self)
-    }
-    fn error_bound_ns(&self) -> u64 {
-        Clock::error_bound_ns(self)
-    }
-    fn read_counter(&self) -> Option<u64> {
-        Clock::read_counter(self)
-    }
-    fn cycles_to_ns(&self, cycles: u64) -> Result<u64, ReadError> {
-        Clock::cycles_to_ns(self, cycles)
+#[cfg(all(test, feature = "calibrated"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refine_stands_whatever_the_order() {
+        let off = CalibrationOptions::default().refine(false);
+        let cases = [
+            (Options::default(), true),
+            (Options::default().refine(false), false),
+            (
+                Options::default()
+                    .refine(false)
+                    .calibration(CalibrationOptions::default()),
+                false,
+            ),
+            (
+                Options::default()
+                    .calibration(CalibrationOptions::default())
+                    .refine(false),
+                false,
+            ),
+            (Options::default().calibration(off.clone()), false),
+            (Options::default().calibration(off).refine(true), true),
+        ];
+        for (options, refines) in cases {
+            assert_eq!(
+                options.calibration_options().refines(),
+                refines,
+                "{options:?}"
+            );
+        }
     }
 }

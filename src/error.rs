@@ -2,12 +2,14 @@
 
 use std::fmt;
 
-use perfclock_calib::calibrator::CalibError;
-use perfclock_calib::event::OpenError;
-use perfclock_calib::GroundTruthError;
+#[cfg(all(feature = "calibrated", target_os = "linux"))]
+use perfclock_calib::CalibError;
 use perfclock_core::ReadError;
+#[cfg(target_os = "linux")]
+use perfclock_event::SysError;
 
 use crate::diagnosis::Withheld;
+#[cfg(target_os = "linux")]
 use crate::kernel::MAX_KERNEL_PAGES;
 
 /// Why [`crate::Clock::open`] (or [`crate::init`]) gave no clock.
@@ -16,7 +18,8 @@ use crate::kernel::MAX_KERNEL_PAGES;
 pub enum Error {
     /// `perf_event_open` or the page's `mmap` failed: refused (paranoid level, capabilities,
     /// seccomp), no perf support, or out of file descriptors.
-    PerfEvent(OpenError),
+    #[cfg(target_os = "linux")]
+    PerfEvent(SysError),
     /// The kernel's page does not publish the conversion (`cap_user_time_zero = 0`) and
     /// kernel-exact mode was required.
     KernelWithholdsTime(Withheld),
@@ -25,8 +28,10 @@ pub enum Error {
     /// No supported cycle counter on this architecture.
     Unsupported,
     /// Too many kernel-mode clocks are open at once.
+    #[cfg(target_os = "linux")]
     TooManyClocks,
     /// Neither mode could be had: the kernel withholds the parameters and calibration failed.
+    #[cfg(all(feature = "calibrated", target_os = "linux"))]
     Calibration {
         /// Why kernel mode was not possible.
         withheld: Box<Withheld>,
@@ -36,25 +41,18 @@ pub enum Error {
 }
 
 impl Error {
-    /// A stable small integer per kind, for the C ABI. A calibration that failed because its
-    /// perf events could not be opened reports the open error's code: that is what to fix.
-    pub fn code(&self) -> i32 {
+    /// The failed system call behind this error: the clock's own `perf_event_open`/`mmap`, or
+    /// the one that made calibration fail. Its [`SysError::kind`] says what to fix.
+    #[cfg(target_os = "linux")]
+    pub fn sys_error(&self) -> Option<&SysError> {
         match self {
-            Error::PerfEvent(open)
-            | Error::Calibration {
-                reason: CalibError::GroundTruth(GroundTruthError::Open(open)),
+            Error::PerfEvent(error) => Some(error),
+            #[cfg(all(feature = "calibrated", target_os = "linux"))]
+            Error::Calibration {
+                reason: CalibError::Open(error),
                 ..
-            } => match open {
-                OpenError::PermissionDenied { .. } => -1,
-                OpenError::NoPerfSupport { .. } => -2,
-                OpenError::FdExhausted { .. } => -3,
-                _ => -4,
-            },
-            Error::KernelWithholdsTime(_) => -5,
-            Error::Page(_) => -6,
-            Error::Unsupported => -7,
-            Error::TooManyClocks => -8,
-            Error::Calibration { .. } => -9,
+            } => Some(error),
+            _ => None,
         }
     }
 }
@@ -62,16 +60,19 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            #[cfg(target_os = "linux")]
             Error::PerfEvent(error) => error.fmt(f),
             Error::KernelWithholdsTime(withheld) => withheld.fmt(f),
             Error::Page(error) => write!(f, "the kernel's perf page is unusable: {error}"),
             Error::Unsupported => f.write_str(
                 "perfclock supports x86_64 (TSC) and aarch64 (CNTVCT_EL0) on Linux only",
             ),
+            #[cfg(target_os = "linux")]
             Error::TooManyClocks => write!(
                 f,
                 "{MAX_KERNEL_PAGES} kernel-mode clocks are open already: share one (`perfclock::init`)"
             ),
+            #[cfg(all(feature = "calibrated", target_os = "linux"))]
             Error::Calibration { withheld, reason } => {
                 write!(f, "calibration failed ({reason}); kernel mode is not possible either: {withheld}")
             }
@@ -79,4 +80,17 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            #[cfg(target_os = "linux")]
+            Error::PerfEvent(error) => Some(error),
+            Error::Page(error) => Some(error),
+            Error::KernelWithholdsTime(_) | Error::Unsupported => None,
+            #[cfg(target_os = "linux")]
+            Error::TooManyClocks => None,
+            #[cfg(all(feature = "calibrated", target_os = "linux"))]
+            Error::Calibration { reason, .. } => Some(reason),
+        }
+    }
+}

@@ -3,50 +3,47 @@
 //!
 //! # Safety
 //! The kernel marks a perf mapping do-not-copy, so a fork child would fault on the first read.
-//! Every mapped page's address is registered here, and a `pthread_atfork` child handler maps a
-//! fresh event's page at each registered address (`MAP_FIXED`) before the child runs any user
-//! code. If the child cannot open an event, an anonymous zero page takes the address instead,
-//! which readers report as [`perfclock_core::ReadError::TimeZeroUnavailable`], never a fault.
+//! Every mapped page's address is registered here, and the child handler ([`crate::fork`])
+//! maps a fresh event's page at each registered address (`MAP_FIXED`) before the child runs any
+//! user code. If the child cannot open an event, an anonymous zero page takes the address
+//! instead, which readers report as [`perfclock_core::ReadError::TimeZeroUnavailable`], never a
+//! fault.
+#![allow(unsafe_code)]
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Once;
 
-use perf_event_open_sys::bindings as sys;
-use perfclock_calib::event::{page_size, EventAttr, OpenError, PageMapping, PerfEvent};
 use perfclock_core::PerfEventMmapPage;
+use perfclock_event::{remap_page_after_fork, EventAttr, PageMapping, PerfEvent, SysError};
 
 /// Kernel pages mapped at once (one per kernel-mode [`crate::Clock`]).
-pub const MAX_KERNEL_PAGES: usize = 64;
+pub(crate) const MAX_KERNEL_PAGES: usize = 64;
 
 /// Addresses of mapped kernel pages; 0 is a free slot.
 static FORK_REMAP: [AtomicUsize; MAX_KERNEL_PAGES] =
     [const { AtomicUsize::new(0) }; MAX_KERNEL_PAGES];
-static INSTALL_ATFORK: Once = Once::new();
 
 /// The kernel's time page of a dummy event. The event's descriptor is closed at once: the
 /// mapping keeps the event alive and costs no file descriptor.
 #[derive(Debug)]
-pub struct KernelPage {
+pub(crate) struct KernelPage {
     mapping: PageMapping,
     slot: usize,
 }
 
 /// Why the page could not be had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MapError {
-    Open(OpenError),
+pub(crate) enum MapError {
+    /// `perf_event_open` or `mmap` failed.
+    Open(SysError),
     /// [`MAX_KERNEL_PAGES`] kernel-mode clocks are open already.
     TooManyClocks,
 }
 
 impl KernelPage {
-    pub fn map() -> Result<Self, MapError> {
-        INSTALL_ATFORK.call_once(|| {
-            // SAFETY: registers a handler that only makes async-signal-safe system calls; it is
-            // registered once and stays valid (a plain `extern "C" fn`).
-            unsafe { libc::pthread_atfork(None, None, Some(remap_in_child)) };
-        });
+    /// Maps a dummy event's page and registers it for the fork child's remap.
+    pub(crate) fn map() -> Result<Self, MapError> {
+        crate::fork::install();
         let event = PerfEvent::open(&EventAttr::dummy()).map_err(MapError::Open)?;
         let mapping = event.map_page_only().map_err(MapError::Open)?;
         let address = mapping.page().as_ptr() as usize;
@@ -60,7 +57,8 @@ impl KernelPage {
         Ok(KernelPage { mapping, slot })
     }
 
-    pub fn page(&self) -> NonNull<PerfEventMmapPage> {
+    /// The page (valid while `self` lives).
+    pub(crate) fn page(&self) -> NonNull<PerfEventMmapPage> {
         self.mapping.page()
     }
 }
@@ -71,42 +69,18 @@ impl Drop for KernelPage {
     }
 }
 
-/// The `pthread_atfork` child handler: the child is single-threaded here and has not returned
-/// from `fork` yet. Only system calls: no allocation, no locks.
-extern "C" fn remap_in_child() {
-    let length = page_size();
+/// Maps every registered page again in a fork child (called by the child handler in
+/// [`crate::fork`]): the child is single-threaded there and has not returned from `fork` yet.
+/// Only system calls: no allocation, no locks.
+pub(crate) fn remap_in_child() {
     for slot in &FORK_REMAP {
-        let address = slot.load(Ordering::Acquire);
-        if address == 0 {
+        let Some(address) = NonNull::new(slot.load(Ordering::Acquire) as *mut u8) else {
             continue;
-        }
+        };
         // SAFETY: `address` is a page-aligned mapping the parent owned; in the child the range is
         // unmapped (do-not-copy), so mapping over it with MAP_FIXED clobbers nothing else.
-        unsafe { remap_one(address as *mut libc::c_void, length) };
+        unsafe { remap_page_after_fork(address) };
     }
-}
-
-/// # Safety
-/// `address..address + length` must be the child's hole left by a do-not-copy perf mapping.
-unsafe fn remap_one(address: *mut libc::c_void, length: usize) {
-    let mut attr = *EventAttr::dummy().as_raw();
-    // SAFETY: a valid attr for a user-space-only software event of this thread.
-    let fd = unsafe {
-        perf_event_open_sys::perf_event_open(&mut attr, 0, -1, -1, sys::PERF_FLAG_FD_CLOEXEC as _)
-    };
-    let fixed = libc::MAP_SHARED | libc::MAP_FIXED;
-    if fd >= 0 {
-        // SAFETY: maps the new event's page over the hole, per the caller's contract.
-        let mapped = unsafe { libc::mmap(address, length, libc::PROT_READ, fixed, fd, 0) };
-        // SAFETY: `fd` is ours; the mapping (if any) keeps the event alive.
-        unsafe { libc::close(fd) };
-        if mapped != libc::MAP_FAILED {
-            return;
-        }
-    }
-    let anonymous = libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_ANONYMOUS;
-    // SAFETY: as above; a zero page reads as "no capabilities", a typed error for readers.
-    unsafe { libc::mmap(address, length, libc::PROT_READ, anonymous, -1, 0) };
 }
 
 #[cfg(test)]

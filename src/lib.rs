@@ -22,15 +22,29 @@
 //!   not push (suspend, TSC marked unstable) shows up on the next refresh.
 //! - A fork child gets a freshly mapped page at the same address (see [`Clock`]); raw `clone`
 //!   system calls that bypass `pthread_atfork` handlers do not.
-#![cfg_attr(not(target_os = "linux"), allow(unused))]
+//!
+//! # Platform support and features
+//! Linux on x86_64 and aarch64. Elsewhere the crate compiles to a stub whose [`Clock::open`]
+//! returns [`Error::Unsupported`], so cross-platform programs can depend on it unconditionally.
+//! The default feature `calibrated` adds calibrated mode (and the `perfclock-calib` crate);
+//! without it, a kernel that withholds the parameters gives [`Error::KernelWithholdsTime`].
+//!
+//! # Safety
+//! Unsafe code is denied at the root and allowed only in the modules that map the kernel's page
+//! and handle `fork`; each says why at its top.
+#![deny(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
 
-#[cfg(not(target_os = "linux"))]
-compile_error!("perfclock reads the Linux perf clock and builds for Linux only");
-
+#[cfg_attr(not(target_os = "linux"), path = "stub.rs")]
 mod clock;
 mod diagnosis;
 mod error;
+#[cfg(target_os = "linux")]
+mod fork;
+#[cfg(target_os = "linux")]
 mod kernel;
+// CLOCK_BOOTTIME and the libc bindings it reads are Linux's.
+#[cfg(target_os = "linux")]
 mod snapshot;
 
 use std::sync::OnceLock;
@@ -39,6 +53,7 @@ pub use clock::{Clock, Mode, Options};
 pub use diagnosis::Withheld;
 pub use error::Error;
 pub use perfclock_core::{ReadError, TimeConversion};
+#[cfg(target_os = "linux")]
 pub use snapshot::{snapshot, ClockSnapshot, PairedClock, SnapshotError, SNAPSHOT_TRIES};
 
 static GLOBAL: OnceLock<Result<Clock, Error>> = OnceLock::new();
@@ -103,7 +118,9 @@ pub fn error_bound_ns() -> u64 {
     global().map_or(u64::MAX, Clock::error_bound_ns)
 }
 
+/// The process-wide clock if [`init`] has succeeded, else `None`. Never initialises, never
+/// blocks, never makes a system call: safe in signal handlers (the C ABI reads through it).
 #[inline]
-fn global() -> Option<&'static Clock> {
+pub fn global() -> Option<&'static Clock> {
     GLOBAL.get()?.as_ref().ok()
 }

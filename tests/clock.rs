@@ -1,43 +1,11 @@
-//! The facade against this machine's kernel: whichever mode it grants, readings must hold
-//! against timestamps the kernel stamped.
+//! The facade against this machine's kernel: modes, errors and readings (that readings hold
+//! against timestamps the kernel stamped is perfclock-check's `tests/facade.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use perfclock::{Clock, Error, Mode};
 use perfclock_core::page::caps;
-
-#[test]
-fn process_clock_holds_against_kernel_stamps() {
-    let clock = perfclock::init().expect("a perf clock in some mode");
-    println!(
-        "mode {:?}, bound {} ns",
-        clock.mode(),
-        clock.error_bound_ns()
-    );
-    match clock.mode() {
-        Mode::Kernel => assert_eq!(clock.error_bound_ns(), 0),
-        Mode::Calibrated => {
-            let bound = clock.error_bound_ns();
-            assert!(
-                bound > 0 && bound < 100_000,
-                "implausible calibrated bound {bound} ns"
-            );
-            assert!(clock.withheld().is_some());
-        }
-    }
-    let report = perfclock_calib::verify(clock, 500).expect("kernel stamps for verification");
-    print!("{report}");
-    assert!(
-        report.events() >= 1_000,
-        "too few kernel stamps checked: {}",
-        report.events()
-    );
-    assert!(
-        report.passed(),
-        "kernel stamps outside the clock's bound:\n{report}"
-    );
-}
 
 #[test]
 fn kernel_only_mode_grants_exactness_or_says_why_not() {

@@ -1,6 +1,6 @@
 //! File descriptors exhausted: a child process lowers RLIMIT_NOFILE to its lowest free
 //! descriptor, so the first `perf_event_open` fails with EMFILE; `init()` must return
-//! `Error::PerfEvent(OpenError::FdExhausted)` saying to raise the limit. A sweep then allows 1 to
+//! `Error::PerfEvent` of kind `FdExhausted` (C code -3) saying to raise the limit. A sweep then allows 1 to
 //! 12 more descriptors (one child each), so the limit bites later: in the calibrated clock's
 //! ground-truth events, or not at all. Each must end in a working clock or a typed error: no
 //! panic, no hang, no clock that reads garbage.
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use hostile_common::{child_case, run_child, watchdog};
 use perfclock::{Clock, Error};
-use perfclock_calib::OpenError;
+use perfclock_event::ErrorKind;
 
 const TEST: &str = "fd_exhaustion_is_a_typed_error";
 /// Descriptors allowed above the lowest free one, in the sweep.
@@ -82,9 +82,13 @@ fn fd_child(extra: u32) {
             assert_eq!(perfclock::mode(), None);
             assert_eq!(perfclock::error_bound_ns(), u64::MAX);
             let kind = match &error {
-                Error::PerfEvent(OpenError::FdExhausted { errno }) => {
-                    assert_eq!(*errno, libc::EMFILE);
-                    assert_eq!(error.code(), -3);
+                Error::PerfEvent(sys) if sys.kind() == ErrorKind::FdExhausted => {
+                    assert_eq!(sys.errno(), libc::EMFILE);
+                    // The kind the C ABI maps to PERFCLOCK_E_FD_EXHAUSTED (-3).
+                    assert_eq!(
+                        error.sys_error().map(|e| e.kind()),
+                        Some(ErrorKind::FdExhausted)
+                    );
                     assert!(
                         message.contains("RLIMIT_NOFILE") && message.contains("ulimit -n"),
                         "the message does not say what to change: {message}"
@@ -98,9 +102,10 @@ fn fd_child(extra: u32) {
                         reason.contains("EMFILE") || reason.contains("descriptor"),
                         "calibration failure that does not name the descriptor limit: {reason}"
                     );
+                    // The C ABI maps the cause's kind: PERFCLOCK_E_FD_EXHAUSTED (-3).
                     assert_eq!(
-                        error.code(),
-                        -3,
+                        error.sys_error().map(|e| e.kind()),
+                        Some(ErrorKind::FdExhausted),
                         "the C code must name the cause: {error:?}"
                     );
                     "Calibration"
@@ -109,7 +114,12 @@ fn fd_child(extra: u32) {
             };
             if extra == 0 {
                 assert_eq!(kind, "FdExhausted", "{error:?}");
-                assert_eq!(Clock::open().err().map(|e| e.code()), Some(-3));
+                assert_eq!(
+                    Clock::open()
+                        .err()
+                        .and_then(|e| e.sys_error().map(|e| e.kind())),
+                    Some(ErrorKind::FdExhausted)
+                );
             }
             println!("FD-OK {extra} error {kind}");
         }

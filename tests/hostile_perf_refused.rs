@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hostile_common::{child_case, fail_with_errno, install_filter, run_child, watchdog};
 use perfclock::{Clock, Error};
-use perfclock_calib::OpenError;
+use perfclock_event::{ErrorKind, EventAttr};
 
 const TEST: &str = "perf_event_open_refused_is_a_typed_error";
 
@@ -40,7 +40,7 @@ fn refused_child(name: &str) {
     // Only this thread (and threads it spawns later) sees the filter.
     install_filter(&fail_with_errno(libc::SYS_perf_event_open, errno));
     // The filter works: a raw perf_event_open now fails with exactly this errno.
-    let mut attr = *perfclock_calib::event::EventAttr::dummy().as_raw();
+    let mut attr = *EventAttr::dummy().as_raw();
     // SAFETY: a valid attr; the call is refused by the filter before the kernel looks at it.
     let fd = unsafe { perf_event_open_sys::perf_event_open(&mut attr, 0, -1, -1, 0) };
     assert_eq!(fd, -1, "the seccomp filter did not refuse perf_event_open");
@@ -50,12 +50,12 @@ fn refused_child(name: &str) {
     let message = error.to_string();
     println!("{name}: init() -> {error:?}\n  message: {message}");
     match (errno, &error) {
-        (
-            libc::EACCES | libc::EPERM,
-            Error::PerfEvent(OpenError::PermissionDenied { errno: got, .. }),
-        ) => {
-            assert_eq!(*got, errno);
-            assert_eq!(error.code(), -1);
+        (libc::EACCES | libc::EPERM, Error::PerfEvent(sys))
+            if sys.kind() == ErrorKind::PermissionDenied =>
+        {
+            assert_eq!(sys.errno(), errno);
+            // The kind the C ABI maps to PERFCLOCK_E_PERMISSION_DENIED (-1).
+            assert_eq!(error.sys_error(), Some(sys));
             assert!(message.contains("perf_event_open refused"), "{message}");
             assert!(message.contains(name), "errno name missing: {message}");
             // What to change: the filter, the paranoid level or the capability.
@@ -64,9 +64,10 @@ fn refused_child(name: &str) {
                 "the message does not say what to change: {message}"
             );
         }
-        (libc::ENOSYS, Error::PerfEvent(OpenError::NoPerfSupport { errno: got })) => {
-            assert_eq!(*got, errno);
-            assert_eq!(error.code(), -2);
+        (libc::ENOSYS, Error::PerfEvent(sys)) if sys.kind() == ErrorKind::NoPerfSupport => {
+            assert_eq!(sys.errno(), errno);
+            // The kind the C ABI maps to PERFCLOCK_E_NO_PERF_SUPPORT (-2).
+            assert_eq!(error.sys_error(), Some(sys));
             assert!(message.contains("ENOSYS"), "{message}");
             assert!(
                 message.contains("CONFIG_PERF_EVENTS") && message.contains("seccomp"),

@@ -60,7 +60,8 @@ impl Default for FitOptions {
     }
 }
 
-/// Default jitter allowance: the kernel clock was measured linear in the counter to about +-8 ns.
+/// Default jitter allowance: covers how far the kernel clock strays from one line in the counter
+/// (figures in docs/measurements.md).
 pub const DEFAULT_NOISE_NS: f64 = 10.0;
 
 /// Why a fit failed.
@@ -222,6 +223,22 @@ impl Fit {
     /// # Errors
     /// [`FitError`] when there are too few brackets, they span no time, the timestamps do not
     /// increase, or they contradict each other beyond `max_reject_fraction`.
+    ///
+    /// # Example
+    /// Brackets of a clock at 0.5 ns per tick whose stamps sit 100 ticks into 300-tick brackets:
+    /// ```
+    /// use perfclock_calib::fit::{Constraint, Fit, FitOptions};
+    ///
+    /// let brackets: Vec<Constraint> = (0..50u64)
+    ///     .map(|i| {
+    ///         let before = 1_000_000 + i * 10_000;
+    ///         Constraint { before, after: before + 300, kernel_ns: (before + 100) / 2 }
+    ///     })
+    ///     .collect();
+    /// let fit = Fit::new(&brackets, &FitOptions::default())?;
+    /// assert!(fit.slope_min <= 0.5 && 0.5 <= fit.slope_max);
+    /// # Ok::<(), perfclock_calib::fit::FitError>(())
+    /// ```
     pub fn new(constraints: &[Constraint], options: &FitOptions) -> Result<Self, FitError> {
         let valid: Vec<&Constraint> = constraints.iter().filter(|c| c.after >= c.before).collect();
         if valid.len() < 2 {

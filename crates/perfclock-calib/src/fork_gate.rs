@@ -3,39 +3,34 @@
 //! The calibrated page is ordinary memory, copied into a fork child as it is at that instant. A
 //! child forked between the writer's odd and even lock stores would keep an odd lock forever
 //! (its copy has no writer), and every read there would end in `Contended`. The writer holds this
-//! gate around each update; a `pthread_atfork` prepare handler takes it too, so `fork` waits the
-//! nanoseconds an update lasts, and the parent and child handlers open it again.
+//! gate around each update; [`prepare`], run as a `pthread_atfork` prepare handler, takes it
+//! too, so `fork` waits the nanoseconds an update lasts, and [`after`], run as the parent and
+//! child handlers, opens it again.
+//!
+//! This crate registers no handler itself: the process-wide fork story has one registration,
+//! the `perfclock` facade's. A program that uses [`crate::CalibratedClock`] directly and forks
+//! registers `prepare` and `after` with `pthread_atfork`.
 //!
 //! # Safety
 //! The handlers touch only an atomic flag. The writer thread blocks every signal, so no handler
-//! running on it can fork while it holds the gate.
+//! running on it can fork while it holds the gate. The only unsafe call is `sched_yield`.
+#![allow(unsafe_code)]
 
 use std::hint::spin_loop;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Once;
 
 /// Set while an update or a fork is in progress.
 static CLOSED: AtomicBool = AtomicBool::new(false);
-static INSTALL: Once = Once::new();
 
 /// Spins before yielding the CPU: an update lasts nanoseconds, a fork can last milliseconds.
 const SPINS_BEFORE_YIELD: u32 = 1_000;
 
-/// Registers the fork handlers (once per process).
-pub fn install() {
-    INSTALL.call_once(|| {
-        // SAFETY: plain `extern "C"` functions that stay valid for the life of the process and
-        // only use an atomic flag.
-        unsafe { libc::pthread_atfork(Some(close_for_fork), Some(open), Some(open)) };
-    });
-}
-
 /// The gate, held: no fork copies the process until it is dropped.
 #[derive(Debug)]
-pub struct Held(());
+pub(crate) struct Held(());
 
 /// Waits until no fork is in progress and holds the gate.
-pub fn hold() -> Held {
+pub(crate) fn hold() -> Held {
     close();
     Held(())
 }
@@ -64,11 +59,18 @@ fn close() {
     }
 }
 
-extern "C" fn close_for_fork() {
+/// The `pthread_atfork` prepare handler: waits for an update in progress to finish and keeps
+/// the next from starting until [`after`]. Async-signal-safe (an atomic flag, `sched_yield`).
+pub extern "C" fn prepare() {
     close();
 }
 
-extern "C" fn open() {
+/// The `pthread_atfork` parent and child handler: lets updates run again.
+pub extern "C" fn after() {
+    open();
+}
+
+fn open() {
     // ATOMICS: Release publishes the holder's writes to whoever closes the gate next.
     CLOSED.store(false, Ordering::Release);
 }
@@ -80,7 +82,9 @@ mod tests {
 
     #[test]
     fn fork_waits_for_the_holder_and_the_child_finds_the_gate_open() {
-        install();
+        // What the facade's one registration does for the gate.
+        // SAFETY: plain `extern "C"` functions valid for the life of the process.
+        unsafe { libc::pthread_atfork(Some(prepare), Some(after), Some(after)) };
         const HOLD: Duration = Duration::from_millis(100);
         let (held_tx, held_rx) = std::sync::mpsc::channel();
         let holder = std::thread::spawn(move || {

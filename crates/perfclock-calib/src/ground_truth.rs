@@ -23,13 +23,22 @@
 //! opened it, on whichever CPU it runs, and is therefore neither `Send` nor `Sync`. Pin the
 //! thread first (e.g. `core_affinity::set_for_current`) to collect on a chosen CPU.
 
+//!
+//! # Safety
+//! The actions are system calls on this thread's own state: `prctl` on its name (restored
+//! after each bracket and on drop), `mmap`/`madvise`/`munmap` on mappings this module owns, and
+//! reads of pages of the fault arena, which stays mapped while it lives.
+#![allow(unsafe_code)]
+
 use core::fmt;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use crate::event::{page_size, sample, EventAttr, OpenError, PerfEvent};
-use crate::ring::{Parsed, RingError, RingReader};
+use crate::error::CalibError;
 use perfclock_core::counter;
+use perfclock_event::{
+    page_size, sample, EventAttr, Parsed, PerfEvent, RingError, RingReader, SysError,
+};
 
 /// Which kernel record a bracket is built on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -204,7 +213,14 @@ impl fmt::Display for BracketError {
     }
 }
 
-impl std::error::Error for BracketError {}
+impl std::error::Error for BracketError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BracketError::Ring(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<RingError> for BracketError {
     fn from(e: RingError) -> Self {
@@ -244,7 +260,7 @@ struct Source {
 }
 
 impl Source {
-    fn open(attr: EventAttr) -> Result<Self, OpenError> {
+    fn open(attr: EventAttr) -> Result<Self, SysError> {
         let event = PerfEvent::open(&attr)?;
         let ring = RingReader::new(event.map_ring(RING_PAGES_LOG2)?);
         Ok(Self { event, ring })
@@ -355,38 +371,25 @@ fn syscall_error(op: &'static str) -> BracketError {
     }
 }
 
-/// Error of [`GroundTruth::open`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroundTruthError {
-    /// Opening or mapping an event failed.
-    Open(OpenError),
-    /// Setting up an action failed (reading the thread name, mapping the fault arena).
-    Setup(BracketError),
-}
-
-impl fmt::Display for GroundTruthError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GroundTruthError::Open(e) => write!(f, "{e}"),
-            GroundTruthError::Setup(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for GroundTruthError {}
-
-impl From<OpenError> for GroundTruthError {
-    fn from(e: OpenError) -> Self {
-        GroundTruthError::Open(e)
-    }
-}
-
 impl GroundTruth {
     /// Opens the events for `kinds` on the calling thread.
     ///
     /// # Errors
-    /// [`GroundTruthError::Open`] with the classified errno when perf refuses.
-    pub fn open(kinds: &[RecordKind]) -> Result<Self, GroundTruthError> {
+    /// [`CalibError::Open`] with the classified errno when perf refuses.
+    ///
+    /// # Example
+    /// ```no_run
+    /// use perfclock_calib::{GroundTruth, RecordKind};
+    ///
+    /// let mut truth = GroundTruth::open(&[RecordKind::Comm])?;
+    /// let mut brackets = Vec::new();
+    /// truth.collect(RecordKind::Comm, 10, &mut brackets)?;
+    /// for b in &brackets {
+    ///     assert!(b.before <= b.after);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open(kinds: &[RecordKind]) -> Result<Self, CalibError> {
         let mut enabled = [false; 3];
         for k in kinds {
             enabled[k.index()] = true;
@@ -406,7 +409,7 @@ impl GroundTruth {
         };
         let faults = if enabled[RecordKind::PageFault.index()] {
             let source = Source::open(EventAttr::page_faults().sample_type(FAULT_SAMPLE_TYPE))?;
-            let arena = FaultArena::new().map_err(GroundTruthError::Setup)?;
+            let arena = FaultArena::new().map_err(CalibError::Bracket)?;
             Some((source, arena))
         } else {
             None
@@ -416,7 +419,7 @@ impl GroundTruth {
             // SAFETY: PR_GET_NAME writes at most 16 bytes (TASK_COMM_LEN) into the buffer.
             let rc = unsafe { libc::prctl(libc::PR_GET_NAME, original_name.as_mut_ptr()) };
             if rc != 0 {
-                return Err(GroundTruthError::Setup(syscall_error("prctl(PR_GET_NAME)")));
+                return Err(CalibError::Bracket(syscall_error("prctl(PR_GET_NAME)")));
             }
             original_name[15] = 0;
         }
@@ -439,7 +442,7 @@ impl GroundTruth {
     ///
     /// # Errors
     /// The error of the first kind when none can be opened.
-    pub fn open_available() -> Result<Self, GroundTruthError> {
+    pub fn open_available() -> Result<Self, CalibError> {
         match Self::open(&RecordKind::ALL) {
             Ok(gt) => Ok(gt),
             Err(first) => {
@@ -733,7 +736,7 @@ impl GroundTruth {
 fn match_one(
     ring: &mut RingReader,
     kind: RecordKind,
-    mut matcher: impl FnMut(&crate::ring::Record<'_>) -> Option<Option<(u64, u32)>>,
+    mut matcher: impl FnMut(&perfclock_event::Record<'_>) -> Option<Option<(u64, u32)>>,
 ) -> Result<(u64, u32), BracketError> {
     let mut matches = 0u32;
     let mut found = None;

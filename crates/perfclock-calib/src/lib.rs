@@ -1,24 +1,33 @@
 //! The perf clock where the kernel withholds its parameters, and the ground truth that every
 //! perfclock claim is checked against.
 //!
-//! - Ground truth: [`event`] opens perf events and maps their pages, [`ring`] reads their ring
-//!   buffers, [`ground_truth`] brackets kernel-stamped records (COMM, page-fault samples, MMAP2)
-//!   with counter reads, and [`verify()`] checks any [`perfclock_core::PerfTimeSource`] against
-//!   fresh ones.
+//! - Ground truth: [`ground_truth`] opens perf events (through `perfclock-event`) and brackets
+//!   kernel-stamped records (COMM, page-fault samples, MMAP2) with counter reads (the
+//!   unpublished `perfclock-check` judges clocks against fresh ones).
 //! - Calibration: [`fit`] finds the band of lines counter -> perf ns consistent with every
 //!   bracket, [`published`] turns it into the kernel's integer conversion and an honest, growing
-//!   error bound, and [`calibrator`] runs the background thread that publishes them in a page of
-//!   our own memory, read with the same seqlock reader as the kernel's page.
+//!   error bound, and [`CalibratedClock`] runs the background thread that publishes them in a
+//!   page of our own memory, read with the same seqlock reader as the kernel's page. Its
+//!   brackets come from a [`BracketSource`]: the kernel's records, or a test's distortion of
+//!   them.
 
-pub mod calibrator;
-pub mod event;
+#![deny(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+mod calibrator;
+mod error;
 pub mod fit;
-mod fork_gate;
+pub mod fork_gate;
 pub mod ground_truth;
+mod options;
 pub mod published;
-pub mod ring;
-pub mod verify;
+mod source;
+mod stats;
+mod thread;
 
-pub use event::OpenError;
-pub use ground_truth::{Bracket, BracketError, GroundTruth, GroundTruthError, RecordKind};
-pub use verify::{verify, VerifyReport};
+pub use calibrator::{CalibratedClock, THREAD_NAME};
+pub use error::CalibError;
+pub use ground_truth::{Bracket, BracketError, GroundTruth, RecordKind};
+pub use options::CalibrationOptions;
+pub use source::{open_ground_truth, BracketSource};
+pub use stats::CalibStats;

@@ -19,10 +19,10 @@
 //! Every line in the polygon satisfies `|line(c) - published(c)| <= bound(c)` for all `c`, so the
 //! bound stays honest however long ago the fit was made; the refiner republishes so it stays small.
 
-use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use perfclock_core::conversion::TimeConversion;
-use perfclock_core::ParamError;
+use perfclock_core::{ParamError, SeqLock};
 
 use crate::fit::Fit;
 
@@ -103,7 +103,14 @@ impl core::fmt::Display for PublishError {
     }
 }
 
-impl std::error::Error for PublishError {}
+impl std::error::Error for PublishError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Param(e) => Some(e),
+            Self::SlopeOutOfRange | Self::BandNotFinite => None,
+        }
+    }
+}
 
 /// The integer multiplier and shift closest to `slope` ns per tick.
 pub fn quantise_slope(slope: f64) -> Result<(u32, u16), PublishError> {
@@ -228,8 +235,8 @@ pub struct BoundCell {
 
 #[derive(Debug)]
 struct BoundSlot {
-    /// Even when stable, odd while the writer is between its stores.
-    seq: AtomicU32,
+    /// Guards the three fields below, with the page's protocol.
+    seq: SeqLock,
     base_ns: AtomicU64,
     growth_q48: AtomicU64,
     counter_ref: AtomicU64,
@@ -273,7 +280,7 @@ impl BoundCell {
 impl BoundSlot {
     const fn new(model: BoundModel) -> Self {
         Self {
-            seq: AtomicU32::new(0),
+            seq: SeqLock::new(),
             base_ns: AtomicU64::new(model.base_ns),
             growth_q48: AtomicU64::new(model.growth_q48),
             counter_ref: AtomicU64::new(model.counter_ref),
@@ -281,32 +288,21 @@ impl BoundSlot {
     }
 
     fn store(&self, model: &BoundModel) {
-        let odd = self.seq.load(Ordering::Relaxed) | 1;
-        self.seq.store(odd, Ordering::Relaxed);
-        // ATOMICS: orders the odd sequence before the field stores; pairs with attempt's fence.
-        fence(Ordering::Release);
+        let _update = self.seq.write();
         self.base_ns.store(model.base_ns, Ordering::Relaxed);
         self.growth_q48.store(model.growth_q48, Ordering::Relaxed);
         self.counter_ref.store(model.counter_ref, Ordering::Relaxed);
-        // ATOMICS: Release pairs with the Acquire load of seq in attempt().
-        self.seq.store(odd.wrapping_add(1), Ordering::Release);
     }
 
     /// One read section: `None` if the writer was in it.
     fn attempt(&self) -> Option<BoundModel> {
-        // ATOMICS: Acquire pairs with the writer's final Release store.
-        let seq = self.seq.load(Ordering::Acquire);
-        if seq & 1 == 1 {
-            return None;
-        }
+        let stamp = self.seq.optimistic_read()?;
         let model = BoundModel {
             base_ns: self.base_ns.load(Ordering::Relaxed),
             growth_q48: self.growth_q48.load(Ordering::Relaxed),
             counter_ref: self.counter_ref.load(Ordering::Relaxed),
         };
-        // ATOMICS: keeps the field loads before the re-read; pairs with store's Release fence.
-        fence(Ordering::Acquire);
-        (self.seq.load(Ordering::Relaxed) == seq).then_some(model)
+        self.seq.validate_read(stamp).then_some(model)
     }
 }
 

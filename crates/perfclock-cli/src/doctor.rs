@@ -89,7 +89,7 @@ fn describe_conversion(clock: &Clock) {
 
 fn check_against_kernel(clock: &Clock, per_kind: usize) -> bool {
     println!("\nchecking against {per_kind} fresh kernel stamps per record kind and CPU turn ...");
-    match perfclock_calib::verify(clock, per_kind) {
+    match perfclock_check::verify(clock, per_kind) {
         Ok(report) => {
             print!("{report}");
             if report.passed() {
@@ -121,7 +121,7 @@ fn monotonic_ns() -> u64 {
 }
 
 fn compare_with_monotonic(clock: &Clock) {
-    let offset = match perfclock_calib::calibrator::monotonic_offset(clock) {
+    let offset = match perfclock_check::monotonic_offset(clock) {
         Ok(offset) => offset,
         Err(error) => {
             println!("\nCLOCK_MONOTONIC - perf clock: not measured: {error}");

@@ -32,6 +32,17 @@ impl TimeConversion {
     /// # Errors
     /// [`ParamError::ZeroMultiplier`] or [`ParamError::ShiftTooLarge`] for parameters no kernel
     /// publishes.
+    ///
+    /// # Example
+    /// ```
+    /// use perfclock_core::TimeConversion;
+    ///
+    /// // 1 ns per counter tick (mult 2^31, shift 31), starting at 1000 ns.
+    /// let conversion = TimeConversion::new(1 << 31, 31, 1_000)?;
+    /// assert_eq!(conversion.cycles_to_ns(500), 1_500);
+    /// assert_eq!(conversion.ns_to_cycles(1_500), 500);
+    /// # Ok::<(), perfclock_core::ParamError>(())
+    /// ```
     #[inline]
     pub const fn new(mult: u32, shift: u16, zero: u64) -> Result<Self, ParamError> {
         if mult == 0 {
@@ -56,6 +67,18 @@ impl TimeConversion {
     /// # Errors
     /// As [`TimeConversion::new`], and [`ParamError::InvalidMask`] unless `mask` is `2^k - 1`
     /// with `k >= 1`.
+    ///
+    /// # Example
+    /// ```
+    /// use perfclock_core::{ParamError, TimeConversion};
+    ///
+    /// assert_eq!(
+    ///     TimeConversion::new_short(1, 0, 0, 0, 0x0ff0),
+    ///     Err(ParamError::InvalidMask(0x0ff0))
+    /// );
+    /// assert!(TimeConversion::new_short(1, 0, 0, 0, (1 << 56) - 1)?.is_short());
+    /// # Ok::<(), ParamError>(())
+    /// ```
     #[inline]
     pub const fn new_short(
         mult: u32,

@@ -1,4 +1,5 @@
-//! Errors of the core: small `Copy` types whose `Display` needs no allocation.
+//! Errors of the core: small `Copy` types whose `Display` needs no allocation, with
+//! `core::error::Error` so that std users get `source()` chains without a `std` feature.
 
 use core::fmt;
 
@@ -65,6 +66,19 @@ impl fmt::Display for ReadError {
             ReadError::CounterUnsupported => {
                 f.write_str("no supported cycle counter on this architecture")
             }
+        }
+    }
+}
+
+impl core::error::Error for ParamError {}
+
+impl core::error::Error for ReadError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            ReadError::InvalidParameters(error) => Some(error),
+            ReadError::Contended
+            | ReadError::TimeZeroUnavailable { .. }
+            | ReadError::CounterUnsupported => None,
         }
     }
 }

@@ -7,7 +7,8 @@
 //! ([`page`]), reads it consistently together with the counter ([`seqlock::PageReader`]), applies
 //! the kernel's formula exactly ([`conversion::TimeConversion`]) and reads the counter of each
 //! architecture ([`counter`]). A calibrated clock publishes its own parameters in a page of
-//! ordinary memory with [`seqlock::PageWriter`], so both modes share one read path.
+//! ordinary memory with [`seqlock::PageWriter`], so both modes share one read path. One
+//! [`SeqLock`] type is the protocol under all of them.
 //!
 //! Nothing here allocates, makes a system call or takes a lock: every function is usable from a
 //! signal handler.
@@ -16,6 +17,8 @@
 //! x86_64 (`rdtsc`) and aarch64 (`CNTVCT_EL0`). Other architectures compile; their counter reads
 //! return `None` and the reader returns [`ReadError::CounterUnsupported`].
 #![no_std]
+#![deny(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
 
 #[cfg(test)]
 extern crate std;
@@ -24,11 +27,11 @@ pub mod conversion;
 pub mod counter;
 mod error;
 pub mod page;
+pub mod seq_lock;
 pub mod seqlock;
-mod source;
 
 pub use conversion::TimeConversion;
 pub use error::{ParamError, ReadError};
 pub use page::PerfEventMmapPage;
+pub use seq_lock::{SeqLock, SeqLockWriteGuard};
 pub use seqlock::{PageReader, PageWriter, Reading};
-pub use source::PerfTimeSource;

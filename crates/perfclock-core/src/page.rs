@@ -20,9 +20,11 @@ pub mod caps {
 }
 
 /// `struct perf_event_mmap_page`, field for field. The capability bitfield union is the plain
-/// `capabilities` word; see [`caps`].
+/// `capabilities` word; see [`caps`]. Each field is the uapi header's, under its name and
+/// documented there.
 #[repr(C)]
 #[derive(Debug)]
+#[allow(missing_docs)]
 pub struct PerfEventMmapPage {
     pub version: u32,
     pub compat_version: u32,
@@ -104,7 +106,9 @@ impl PerfEventMmapPage {
     }
 }
 
+// The layout test reads the bindings' unions and zeroes their struct.
 #[cfg(test)]
+#[allow(unsafe_code)]
 mod tests {
     use super::*;
     use perf_event_open_sys::bindings::perf_event_mmap_page as Sys;

@@ -1,15 +1,22 @@
 //! The page's seqlock: a lock-free reader for kernel-written (or our own) pages, and the writer
 //! side of the same protocol for pages of ordinary memory.
 //!
-//! The kernel's update (`perf_event_update_userpage`) is `++lock; barrier(); fields; barrier();
-//! ++lock`. A reader loads `lock`, rejects odd values (update in progress), loads the fields and
-//! the counter, and accepts them only if `lock` is unchanged afterwards.
+//! The protocol is [`SeqLock`]'s, over the page's `lock` word: a reader rejects an odd `lock`
+//! (update in progress), loads the fields and the counter, and accepts them only if `lock` is
+//! unchanged afterwards.
+//!
+//! # Safety
+//! Readers and writers hold raw pointers to pages that other parties (the kernel, another
+//! thread) write concurrently; every access to a page field is an atomic load or store through
+//! [`PageFields`], formed only under the constructors' contracts.
+#![allow(unsafe_code)]
 
 use core::hint::spin_loop;
 use core::ptr::{addr_of_mut, NonNull};
-use core::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 use crate::page::{caps, PerfEventMmapPage};
+use crate::seq_lock::SeqLock;
 use crate::{counter, ReadError, TimeConversion};
 
 /// Attempts before a read gives up with [`ReadError::Contended`]; `tools/perf/util/tsc.c` uses
@@ -19,11 +26,17 @@ pub const MAX_RETRIES: u32 = 10_000;
 /// The time fields of one consistent read of the page, unvalidated: for diagnostics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawTimeFields {
+    /// The capability word (see [`caps`]).
     pub capabilities: u64,
+    /// `time_mult`.
     pub time_mult: u32,
+    /// `time_shift`.
     pub time_shift: u16,
+    /// `time_zero`.
     pub time_zero: u64,
+    /// `time_cycles` (with `cap_user_time_short`).
     pub time_cycles: u64,
+    /// `time_mask` (with `cap_user_time_short`).
     pub time_mask: u64,
 }
 
@@ -63,7 +76,9 @@ impl RawTimeFields {
 /// A counter value and the conversion that was valid when it was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reading {
+    /// The counter value read inside the seqlock section.
     pub cycles: u64,
+    /// The conversion published at that moment.
     pub conversion: TimeConversion,
 }
 
@@ -92,11 +107,28 @@ unsafe impl Send for PageReader {}
 unsafe impl Sync for PageReader {}
 
 impl PageReader {
+    /// A reader of `page`.
+    ///
     /// # Safety
     /// `page` must point to 8-aligned memory of at least `size_of::<PerfEventMmapPage>()` bytes
     /// that stays mapped and readable for as long as the reader or any copy of it is used, and
     /// that is written only by the kernel's protocol or a [`PageWriter`] (never by plain,
     /// non-atomic stores from Rust code).
+    ///
+    /// # Example
+    /// A page of our own memory, published by a [`PageWriter`] and read back:
+    /// ```
+    /// use core::ptr::NonNull;
+    /// use perfclock_core::{PageReader, PageWriter, PerfEventMmapPage, TimeConversion};
+    ///
+    /// let page = NonNull::from(Box::leak(Box::new(PerfEventMmapPage::zeroed())));
+    /// // SAFETY: the page is leaked (lives forever), aligned, and written only by this writer.
+    /// let (writer, reader) = unsafe { (PageWriter::new(page), PageReader::new(page)) };
+    /// let conversion = TimeConversion::new(1 << 31, 31, 7)?;
+    /// writer.publish(&conversion);
+    /// assert_eq!(reader.read_with(|| 3)?.ns(), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub const unsafe fn new(page: NonNull<PerfEventMmapPage>) -> Self {
         PageReader { page, mirror: page }
     }
@@ -199,12 +231,7 @@ fn attempt(
     fields: &PageFields<'_>,
     counter: &mut impl FnMut() -> u64,
 ) -> Option<(RawTimeFields, u64)> {
-    // ATOMICS: Acquire pairs with the writer's Release store of the even value that ends an
-    // update, so the loads below see at least that update.
-    let sequence = fields.lock.load(Ordering::Acquire);
-    if sequence & 1 != 0 {
-        return None;
-    }
+    let stamp = fields.lock.optimistic_read()?;
     let raw = RawTimeFields {
         capabilities: fields.capabilities.load(Ordering::Relaxed),
         time_mult: fields.time_mult.load(Ordering::Relaxed),
@@ -214,10 +241,7 @@ fn attempt(
         time_mask: fields.time_mask.load(Ordering::Relaxed),
     };
     let cycles = counter();
-    // ATOMICS: keeps the field loads above before the re-read of the lock; pairs with the
-    // writer's Release fence after it makes the lock odd.
-    fence(Ordering::Acquire);
-    (fields.lock.load(Ordering::Relaxed) == sequence).then_some((raw, cycles))
+    fields.lock.validate_read(stamp).then_some((raw, cycles))
 }
 
 /// Publishes a conversion into a page of ordinary memory (and its mirror) with the kernel's
@@ -235,6 +259,8 @@ pub struct PageWriter {
 unsafe impl Send for PageWriter {}
 
 impl PageWriter {
+    /// A writer of `page` (see [`PageReader::new`] for an example).
+    ///
     /// # Safety
     /// `page` must point to 8-aligned, writable memory of at least
     /// `size_of::<PerfEventMmapPage>()` bytes that outlives the writer, that no other writer
@@ -303,11 +329,7 @@ fn write_page(page: NonNull<PerfEventMmapPage>, raw: &RawTimeFields) {
     // SAFETY: the writer's contract: the page is ours to write, aligned, and accessed by
     // others only through atomic loads.
     let fields = unsafe { PageFields::of(page.as_ptr()) };
-    let odd = fields.lock.load(Ordering::Relaxed) | 1;
-    fields.lock.store(odd, Ordering::Relaxed);
-    // ATOMICS: orders the odd lock before the field stores; pairs with the reader's Acquire
-    // fence, so a reader that sees any new field sees the lock changed on its re-read.
-    fence(Ordering::Release);
+    let update = fields.lock.write();
     fields
         .capabilities
         .store(raw.capabilities, Ordering::Relaxed);
@@ -316,13 +338,12 @@ fn write_page(page: NonNull<PerfEventMmapPage>, raw: &RawTimeFields) {
     fields.time_zero.store(raw.time_zero, Ordering::Relaxed);
     fields.time_cycles.store(raw.time_cycles, Ordering::Relaxed);
     fields.time_mask.store(raw.time_mask, Ordering::Relaxed);
-    // ATOMICS: Release pairs with the reader's Acquire load of the lock.
-    fields.lock.store(odd.wrapping_add(1), Ordering::Release);
+    drop(update);
 }
 
 /// Atomic views of the fields the seqlock protects.
 struct PageFields<'a> {
-    lock: &'a AtomicU32,
+    lock: &'a SeqLock,
     capabilities: &'a AtomicU64,
     time_mult: &'a AtomicU32,
     time_shift: &'a AtomicU16,
@@ -341,7 +362,7 @@ impl PageFields<'_> {
         // layout (checked at compile time in `page`), as `from_ptr` requires.
         unsafe {
             PageFields {
-                lock: AtomicU32::from_ptr(addr_of_mut!((*page).lock)),
+                lock: SeqLock::from_ptr(addr_of_mut!((*page).lock)),
                 capabilities: AtomicU64::from_ptr(addr_of_mut!((*page).capabilities)),
                 time_mult: AtomicU32::from_ptr(addr_of_mut!((*page).time_mult)),
                 time_shift: AtomicU16::from_ptr(addr_of_mut!((*page).time_shift)),
@@ -455,9 +476,10 @@ mod tests {
     #[test]
     fn lock_held_forever_ends_in_contended() {
         let page = TestPage::new();
-        // SAFETY: no writer is active; the lock is set through its atomic view as writers do.
+        // SAFETY: no writer is active; the lock is taken through its atomic view as writers do.
         let fields = unsafe { PageFields::of(page.page.as_ptr()) };
-        fields.lock.store(3, Ordering::Release);
+        // A writer that never finishes.
+        core::mem::forget(fields.lock.write());
         let mut counter_reads = 0;
         assert_eq!(
             page.reader().read_with(|| {
@@ -486,9 +508,9 @@ mod tests {
         writer.publish(&old);
         // A writer preempted while updating the primary: the mirror already holds `new`.
         write_page(mirror.page, &raw_of(&new));
-        // SAFETY: the lock is set through its atomic view, as a writer would.
+        // SAFETY: the lock is taken through its atomic view, as a writer would.
         let primary_lock = unsafe { PageFields::of(primary.page.as_ptr()) }.lock;
-        primary_lock.store(primary_lock.load(Ordering::Relaxed) | 1, Ordering::Release);
+        core::mem::forget(primary_lock.write());
         assert_eq!(reader.read_with(|| 5).map(|r| r.conversion), Ok(new));
         // The single-page reader of the same primary has to give up.
         assert_eq!(primary.reader().read_with(|| 5), Err(ReadError::Contended));

@@ -22,23 +22,22 @@
  *
  * Safety and cost
  *   - perfclock_init() opens a perf event, maps its page and, in calibrated mode, calibrates; it
- *     makes syscalls, allocates, may start a background calibration thread, and took 36 ms in
- *     calibrated mode on the project's machines. Call it once at start-up (JNI_OnLoad, Agent_OnLoad, main), never from a
+ *     makes syscalls, allocates, may start a background calibration thread, and in calibrated
+ *     mode returns only after a first calibration. Call it once at start-up (JNI_OnLoad, Agent_OnLoad, main), never from a
  *     signal handler. It is thread-safe and idempotent: later calls return the first call's
  *     result (a failure is remembered) at no cost.
  *   - Every other function is async-signal-safe, thread-safe, makes no syscall, takes no lock
  *     and does not allocate: a seqlock read of a page plus one counter read and integer
- *     arithmetic. perfclock_now_ns() measured 12.5 ns per call (median of 11 rounds of 1M calls
- *     through the static library, calibrated mode, KVM guest on AMD EPYC, where
- *     perfclock_read_counter(), a bare rdtsc, took 10.6 ns in the same rounds). They may be called from signal
+ *     arithmetic. They may be called from signal
  *     handlers, JVMTI callbacks in any phase, and fork children (the library re-maps its page
  *     in a child).
  *   - No Rust panic unwinds across this boundary: a panic inside the library (a bug) is caught
  *     and turned into PERFCLOCK_E_INTERNAL or the function's "no clock" value.
  *
  * Error codes are negative ints with a stable mapping; new codes may be added, existing ones
- * keep their value and meaning. perfclock_init() returns -1..-9, -13 or -14 (the same numbers
- * as the Rust `perfclock::Error::code()`); the reading calls return -10..-13.
+ * keep their value and meaning. perfclock_init() returns -1..-9, -13 or -14; a failed
+ * perf_event_open(2) or mmap(2) maps to -1..-4 by its cause, also when it made calibration
+ * fail. The reading calls return -10..-13.
  * perfclock_strerror() names each of them.
  */
 #ifndef PERFCLOCK_H
@@ -122,9 +121,8 @@ int perfclock_mode(void);
 
 /*
  * Bound, in ns, on |perfclock_now_ns() - the kernel's local_clock()| at the instant of the
- * counter read: 0 in kernel mode, the calibration's current bound in calibrated mode (about
- * 0.6-4 us on the project's KVM machines; it shrinks as the background calibration refines, so
- * read it when you need it rather than once), UINT64_MAX when no clock is initialised.
+ * counter read: 0 in kernel mode, the calibration's current bound in calibrated mode (it
+ * changes as the background calibration refines, so read it when you need it rather than once), UINT64_MAX when no clock is initialised.
  * (arm64 kernel mode: readings can be 1 ns above the kernel's stamp; see the crate docs.)
  * Async-signal-safe.
  */

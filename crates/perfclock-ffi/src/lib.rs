@@ -1,10 +1,9 @@
 //! C ABI for perfclock: the functions declared in `include/perfclock.h`.
 //!
 //! # Design
-//! The process-wide clock comes from [`perfclock::init`], which hands out a `&'static Clock`.
-//! [`perfclock_init`] stores that reference in an atomic pointer; every other function only loads
-//! the pointer and reads through it, so none of them can initialise, allocate or make a syscall,
-//! which is what makes them async-signal-safe.
+//! The process-wide clock is the facade's: [`perfclock_init`] calls [`perfclock::init`], and
+//! every other function reads through [`perfclock::global`], which never initialises, allocates
+//! or makes a syscall; that is what makes them async-signal-safe.
 //!
 //! # Panics
 //! No panic unwinds into C: each `extern "C"` function runs its body under
@@ -16,10 +15,9 @@
 
 use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, UnwindSafe};
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use perfclock::{Clock, Error, Mode};
-use perfclock_calib::event::OpenError;
+use perfclock_event::ErrorKind;
 
 mod jitdump;
 mod markers;
@@ -101,20 +99,9 @@ const DESCRIPTIONS: [(c_int, &str); 17] = [
 
 const UNKNOWN_CODE: &str = "unknown perfclock error code\0";
 
-/// The clock `perfclock_init` obtained; null until it succeeds.
-///
-/// Invariant: null, or a pointer obtained from the `&'static Clock` returned by
-/// [`perfclock::init`], so it is valid for the rest of the process and never written again.
-static CLOCK: AtomicPtr<Clock> = AtomicPtr::new(std::ptr::null_mut());
-
 /// The initialised clock, if any. Lock-free, no syscall: async-signal-safe.
 fn clock() -> Option<&'static Clock> {
-    // ATOMICS: Acquire pairs with the Release store in `perfclock_init`, so the clock's contents
-    // written before the store are visible to a reader that sees the pointer.
-    let ptr = CLOCK.load(Ordering::Acquire);
-    // SAFETY: by the invariant on `CLOCK`, a non-null pointer came from a `&'static Clock`; the
-    // clock is only ever accessed through shared references.
-    unsafe { ptr.as_ref() }
+    perfclock::global()
 }
 
 /// Runs `body`, turning a panic into `fallback`.
@@ -122,12 +109,18 @@ fn guard<T, F: FnOnce() -> T + UnwindSafe>(fallback: T, body: F) -> T {
     catch_unwind(body).unwrap_or(fallback)
 }
 
-/// Maps an initialisation error onto its stable C code (the numbers of `Error::code()`).
-fn error_code(error: &Error) -> c_int {
+/// The one map from an initialisation error to its stable C code. A failed system call maps by
+/// its kind, whether the clock's own or the one that made calibration fail: that is what to fix.
+pub fn error_code(error: &Error) -> c_int {
+    if let Some(sys) = error.sys_error() {
+        return match sys.kind() {
+            ErrorKind::PermissionDenied => PERFCLOCK_E_PERMISSION_DENIED,
+            ErrorKind::NoPerfSupport => PERFCLOCK_E_NO_PERF_SUPPORT,
+            ErrorKind::FdExhausted => PERFCLOCK_E_FD_EXHAUSTED,
+            _ => PERFCLOCK_E_PERF_EVENT,
+        };
+    }
     match error {
-        Error::PerfEvent(OpenError::PermissionDenied { .. }) => PERFCLOCK_E_PERMISSION_DENIED,
-        Error::PerfEvent(OpenError::NoPerfSupport { .. }) => PERFCLOCK_E_NO_PERF_SUPPORT,
-        Error::PerfEvent(OpenError::FdExhausted { .. }) => PERFCLOCK_E_FD_EXHAUSTED,
         Error::PerfEvent(_) => PERFCLOCK_E_PERF_EVENT,
         Error::KernelWithholdsTime(_) => PERFCLOCK_E_KERNEL_WITHHOLDS_TIME,
         Error::Page(_) => PERFCLOCK_E_PAGE,
@@ -143,19 +136,9 @@ fn error_code(error: &Error) -> c_int {
 /// Not async-signal-safe; thread-safe and idempotent.
 #[no_mangle]
 pub extern "C" fn perfclock_init() -> c_int {
-    guard(PERFCLOCK_E_INTERNAL, || {
-        if clock().is_some() {
-            return PERFCLOCK_OK;
-        }
-        match perfclock::init() {
-            Ok(clock) => {
-                // ATOMICS: Release pairs with the Acquire load in `clock()`. Racing initialisers
-                // all store the same `&'static Clock`, which `perfclock::init` hands out once.
-                CLOCK.store(std::ptr::from_ref(clock).cast_mut(), Ordering::Release);
-                PERFCLOCK_OK
-            }
-            Err(error) => error_code(&error),
-        }
+    guard(PERFCLOCK_E_INTERNAL, || match perfclock::init() {
+        Ok(_) => PERFCLOCK_OK,
+        Err(error) => error_code(&error),
     })
 }
 
@@ -278,22 +261,79 @@ mod tests {
         assert_eq!(unknown.to_bytes(), b"unknown perfclock error code");
     }
 
+    /// Every variant of [`Error`], each failed system call of every kind, directly and as the
+    /// cause of a failed calibration: the numbers the header promises.
     #[test]
-    fn init_codes_agree_with_the_facade() {
-        let errors = [
-            Error::PerfEvent(OpenError::PermissionDenied {
-                errno: 13,
-                paranoid: Some(4),
-            }),
-            Error::PerfEvent(OpenError::NoPerfSupport { errno: 38 }),
-            Error::PerfEvent(OpenError::FdExhausted { errno: 24 }),
-            Error::PerfEvent(OpenError::EventUnsupported { errno: 22 }),
-            Error::Unsupported,
-            Error::TooManyClocks,
+    fn every_error_has_its_code() {
+        use perfclock_calib::CalibError;
+        use perfclock_event::{Op, SysError};
+
+        let withheld = || Box::new(perfclock::Withheld::observe(0));
+        let open = |errno| SysError::new(Op::PerfEventOpen, errno);
+        let calibration = |sys| Error::Calibration {
+            withheld: withheld(),
+            reason: CalibError::Open(sys),
+        };
+        let cases = [
+            (open(libc::EACCES), PERFCLOCK_E_PERMISSION_DENIED),
+            (open(libc::EPERM), PERFCLOCK_E_PERMISSION_DENIED),
+            (open(libc::ENOSYS), PERFCLOCK_E_NO_PERF_SUPPORT),
+            (open(libc::EMFILE), PERFCLOCK_E_FD_EXHAUSTED),
+            (open(libc::ENFILE), PERFCLOCK_E_FD_EXHAUSTED),
+            (
+                SysError::new(Op::Mmap, libc::EMFILE),
+                PERFCLOCK_E_FD_EXHAUSTED,
+            ),
+            (open(libc::EINVAL), PERFCLOCK_E_PERF_EVENT),
+            (open(libc::EBUSY), PERFCLOCK_E_PERF_EVENT),
+            (
+                SysError::new(Op::Mmap, libc::ENOMEM),
+                PERFCLOCK_E_PERF_EVENT,
+            ),
+            (
+                SysError::new(Op::Mmap, libc::EINVAL),
+                PERFCLOCK_E_PERF_EVENT,
+            ),
         ];
-        for error in &errors {
-            assert_eq!(error_code(error), error.code(), "{error:?}");
-            assert!(DESCRIPTIONS.iter().any(|(c, _)| *c == error_code(error)));
+        for (sys, code) in cases {
+            assert_eq!(error_code(&Error::PerfEvent(sys)), code, "{sys:?}");
+            assert_eq!(error_code(&calibration(sys)), code, "calibration: {sys:?}");
+        }
+        let others = [
+            (
+                Error::KernelWithholdsTime(*withheld()),
+                PERFCLOCK_E_KERNEL_WITHHOLDS_TIME,
+            ),
+            (
+                Error::Page(perfclock::ReadError::Contended),
+                PERFCLOCK_E_PAGE,
+            ),
+            (Error::Unsupported, PERFCLOCK_E_UNSUPPORTED),
+            (Error::TooManyClocks, PERFCLOCK_E_TOO_MANY_CLOCKS),
+            (
+                Error::Calibration {
+                    withheld: withheld(),
+                    reason: CalibError::Timeout,
+                },
+                PERFCLOCK_E_CALIBRATION,
+            ),
+            (
+                Error::Calibration {
+                    withheld: withheld(),
+                    reason: CalibError::Bracket(perfclock_calib::BracketError::CounterUnsupported),
+                },
+                PERFCLOCK_E_CALIBRATION,
+            ),
+        ];
+        for (error, code) in &others {
+            assert_eq!(error_code(error), *code, "{error:?}");
+        }
+        for code in cases
+            .iter()
+            .map(|(_, c)| c)
+            .chain(others.iter().map(|(_, c)| c))
+        {
+            assert!(DESCRIPTIONS.iter().any(|(c, _)| c == code), "{code}");
         }
     }
 

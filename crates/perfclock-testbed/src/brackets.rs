@@ -12,9 +12,9 @@
 //! for the core reads `ns_to_cycles(kernel timestamp)` must lie between the two counter values.
 
 use core_affinity::CoreId;
-use perfclock_calib::event::{EventAttr, PerfEvent};
 use perfclock_calib::ground_truth::{GroundTruth, RecordKind, Stamped};
 use perfclock_core::{counter, PageReader, ReadError, Reading};
+use perfclock_event::{EventAttr, PerfEvent};
 
 use crate::page::Tolerance;
 use crate::report::Report;

@@ -26,9 +26,9 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use linux_perf_data::jitdump::{JitDumpHeader, JitDumpReader, JitDumpRecord};
-use perfclock_calib::event::{EventAttr, PerfEvent};
 use perfclock_calib::ground_truth::{GroundTruth, RecordKind};
 use perfclock_core::{PageReader, TimeConversion};
+use perfclock_event::{EventAttr, PerfEvent};
 use perfclock_jitdump::timeconv::{TimeConvMode, TimeConvRecord};
 use perfclock_jitdump::JitDump;
 

@@ -1,8 +1,8 @@
 //! The page's capability bits and time parameters, and the facade's view of them.
 
-use perfclock_calib::event::{EventAttr, PerfEvent};
 use perfclock_core::page::caps;
 use perfclock_core::PageReader;
+use perfclock_event::{EventAttr, PerfEvent};
 
 use crate::report::Report;
 

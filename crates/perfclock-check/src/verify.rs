@@ -1,6 +1,6 @@
 //! Checking a perf-domain clock against fresh kernel stamps.
 //!
-//! Each check brackets one kernel-stamped record (see [`crate::ground_truth`]) with the clock's
+//! Each check brackets one kernel-stamped record (see `perfclock_calib::ground_truth`) with the clock's
 //! own readings: `now_ns()` and a raw counter read converted with `cycles_to_ns`, both before
 //! and after the action. A clock that is within its published error bound `b` of the kernel's
 //! perf clock must satisfy `ns_before - b <= kernel_ns <= ns_after + b` for every record; any
@@ -8,9 +8,11 @@
 
 use core::fmt;
 
-use perfclock_core::{PerfTimeSource, ReadError};
+use perfclock_calib::ground_truth::{BracketError, GroundTruth, RecordKind};
+use perfclock_calib::CalibError;
+use perfclock_core::ReadError;
 
-use crate::ground_truth::{BracketError, GroundTruth, GroundTruthError, RecordKind};
+use crate::PerfTimeSource;
 
 /// What [`verify_with`] checks.
 #[derive(Debug, Clone)]
@@ -152,10 +154,10 @@ impl fmt::Display for VerifyReport {
 }
 
 /// Why verification could not run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VerifyError {
     /// The ground-truth events could not be opened.
-    Open(GroundTruthError),
+    Open(CalibError),
     /// A bracket failed for good.
     Bracket(BracketError),
     /// The clock failed to read.
@@ -175,7 +177,16 @@ impl fmt::Display for VerifyError {
     }
 }
 
-impl std::error::Error for VerifyError {}
+impl std::error::Error for VerifyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            VerifyError::Open(e) => Some(e),
+            VerifyError::Bracket(e) => Some(e),
+            VerifyError::Clock(e) => Some(e),
+            VerifyError::NoCounter => None,
+        }
+    }
+}
 
 /// Checks `clock` against `n` fresh kernel stamps of every available kind, alternating over
 /// the CPUs the thread may run on. See [`verify_with`].
@@ -273,7 +284,9 @@ pub fn verify_with(
                     Err(e) if e.is_transient() => {
                         discarded += 1;
                         discards_in_a_row += 1;
-                        if discards_in_a_row >= crate::ground_truth::MAX_CONSECUTIVE_DISCARDS {
+                        if discards_in_a_row
+                            >= perfclock_calib::ground_truth::MAX_CONSECUTIVE_DISCARDS
+                        {
                             return Err(VerifyError::Bracket(e));
                         }
                         continue;

@@ -2,8 +2,8 @@
 //! bracket, and where the kernel's stamp sits inside the bracket under the one affine line
 //! through all brackets of all kinds.
 //!
-//! `cargo run --release -p perfclock-calib --example bracket_widths [brackets-per-kind]`
-#[path = "../tests/common/mod.rs"]
+//! `cargo run --release -p perfclock-check --example bracket_widths [brackets-per-kind]`
+#[path = "../../perfclock-calib/tests/common/mod.rs"]
 mod common;
 
 use std::time::Instant;

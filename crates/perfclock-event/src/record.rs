@@ -1,21 +1,16 @@
-//! Reading the records a perf event writes into its ring buffer.
+//! Decoding perf records: a pure module over byte slices (no system call, no unsafe code), so
+//! that it can be fuzzed.
 //!
-//! Protocol (include/uapi/linux/perf_event.h, `tools/lib/perf/mmap.c`): load `data_head` with
-//! Acquire, read records between our tail and head, then store `data_tail` with Release. Records
-//! are `perf_event_header`-framed, 8-byte aligned and sized; one may wrap around the end of the
-//! data area, so each record is copied word by word into a buffer the reader owns before it is
-//! parsed. Every load from the kernel-written area is an atomic load.
-//!
-//! # Safety
-//! The reader holds the [`RingMapping`] it reads, so every pointer it forms stays inside a live
-//! mapping; offsets are reduced modulo the (power-of-two) data size before use.
+//! Records are `perf_event_header`-framed (`u32 type, u16 misc, u16 size`), 8-byte aligned and
+//! sized. [`Record::parse`] decodes the fields perfclock needs for an event opened with a given
+//! `sample_type` and `sample_id_all`; a record too short for them is [`RingError::Truncated`],
+//! never a panic.
 
 use core::fmt;
-use core::sync::atomic::{AtomicU64, Ordering};
 
 use perf_event_open_sys::bindings as sys;
 
-use crate::event::{sample, RingMapping};
+use crate::attr::sample;
 
 /// `PERF_RECORD_LOST`.
 pub const RECORD_LOST: u32 = sys::PERF_RECORD_LOST;
@@ -26,9 +21,8 @@ pub const RECORD_SAMPLE: u32 = sys::PERF_RECORD_SAMPLE;
 /// `PERF_RECORD_MMAP2`.
 pub const RECORD_MMAP2: u32 = sys::PERF_RECORD_MMAP2;
 
-const HEADER_BYTES: usize = 8;
-/// The largest record: `perf_event_header.size` is a `u16`.
-const MAX_RECORD_WORDS: usize = (u16::MAX as usize) / 8;
+/// Bytes of `struct perf_event_header`.
+pub const HEADER_BYTES: usize = 8;
 
 /// The ring's contents could not be parsed. The reader then skips everything up to the current
 /// `data_head`, so one bad record costs the records around it, never a mismatch.
@@ -78,7 +72,7 @@ impl fmt::Display for RingError {
 
 impl std::error::Error for RingError {}
 
-/// One record, copied out of the ring (header included).
+/// One record, header included: borrowed from the ring, or copied out of it if it wraps.
 #[derive(Debug, Clone, Copy)]
 pub struct Record<'a> {
     /// `perf_event_header.type`.
@@ -156,7 +150,7 @@ fn u32_at(bytes: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.try_into().ok()?))
 }
 
-fn u64_at(bytes: &[u8], off: usize) -> Option<u64> {
+pub(crate) fn u64_at(bytes: &[u8], off: usize) -> Option<u64> {
     let b = bytes.get(off..off.checked_add(8)?)?;
     Some(u64::from_ne_bytes(b.try_into().ok()?))
 }
@@ -248,6 +242,42 @@ fn parse_sample(bytes: &[u8], sample_type: u64) -> Option<SampleId> {
 }
 
 impl<'a> Record<'a> {
+    /// The record at the start of `bytes`, framed by its header's size.
+    ///
+    /// # Errors
+    /// [`RingError::BadRecordSize`] for a size below the header, not a multiple of 8, or beyond
+    /// `bytes`.
+    ///
+    /// ```
+    /// use perfclock_event::record::{Parsed, Record, RECORD_LOST};
+    ///
+    /// let mut bytes = Vec::new();
+    /// bytes.extend_from_slice(&RECORD_LOST.to_ne_bytes());
+    /// bytes.extend_from_slice(&0u16.to_ne_bytes());
+    /// bytes.extend_from_slice(&24u16.to_ne_bytes());
+    /// bytes.extend_from_slice(&7u64.to_ne_bytes()); // id
+    /// bytes.extend_from_slice(&5u64.to_ne_bytes()); // lost
+    /// let record = Record::from_bytes(&bytes)?;
+    /// assert!(matches!(record.parse(0, false)?, Parsed::Lost { lost: 5 }));
+    /// # Ok::<(), perfclock_event::RingError>(())
+    /// ```
+    pub fn from_bytes(bytes: &'a [u8]) -> Result<Self, RingError> {
+        let available = bytes.len() as u64;
+        let bad = |size| RingError::BadRecordSize { size, available };
+        let header = bytes.get(..HEADER_BYTES).ok_or(bad(0))?;
+        let record_type = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]);
+        let misc = u16::from_ne_bytes([header[4], header[5]]);
+        let size = u16::from_ne_bytes([header[6], header[7]]);
+        if usize::from(size) < HEADER_BYTES || size % 8 != 0 {
+            return Err(bad(size));
+        }
+        let bytes = bytes.get(..usize::from(size)).ok_or(bad(size))?;
+        Ok(Self {
+            record_type,
+            misc,
+            bytes,
+        })
+    }
     /// Decodes the record for an event opened with `sample_type` and `sample_id_all`.
     ///
     /// # Errors
@@ -321,140 +351,6 @@ impl<'a> Record<'a> {
             record_type => Ok(Parsed::Other { record_type }),
         }
     }
-}
-
-/// What one [`RingReader::drain`] saw.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DrainStats {
-    /// Records delivered to the callback.
-    pub records: u64,
-    /// `PERF_RECORD_LOST` records seen (each also delivered to the callback).
-    pub lost_records: u64,
-    /// Sum of their `lost` counts.
-    pub lost: u64,
-}
-
-/// Reads the ring of one mapped perf event.
-#[derive(Debug)]
-pub struct RingReader {
-    map: RingMapping,
-    /// Our consumer position (what we last stored to `data_tail`).
-    tail: u64,
-    /// Copy of the record being parsed; sized for the largest record, allocated once.
-    buf: Vec<u64>,
-}
-
-impl RingReader {
-    /// Takes ownership of a mapped ring.
-    pub fn new(map: RingMapping) -> Self {
-        let page = map.page().as_ptr();
-        // SAFETY: `data_tail` is inside the live control page and 8-aligned; it is written only
-        // by user space (this reader), so a relaxed load of its initial value is enough.
-        let tail =
-            unsafe { atomic_at(core::ptr::addr_of!((*page).data_tail)) }.load(Ordering::Relaxed);
-        Self {
-            map,
-            tail,
-            buf: vec![0; MAX_RECORD_WORDS + 1],
-        }
-    }
-
-    /// The mapping (for its time page).
-    pub fn mapping(&self) -> &RingMapping {
-        &self.map
-    }
-
-    /// Bytes written by the kernel and not yet consumed.
-    pub fn pending(&self) -> u64 {
-        self.head().wrapping_sub(self.tail)
-    }
-
-    fn head(&self) -> u64 {
-        let page = self.map.page().as_ptr();
-        // SAFETY: `data_head` is inside the live control page, 8-aligned; the kernel writes it.
-        // ATOMICS: Acquire pairs with the kernel's smp_wmb()+store of data_head in
-        // perf_output_put_handle, so the records below `head` are visible to our loads.
-        unsafe { atomic_at(core::ptr::addr_of!((*page).data_head)) }.load(Ordering::Acquire)
-    }
-
-    fn store_tail(&mut self, tail: u64) {
-        self.tail = tail;
-        let page = self.map.page().as_ptr();
-        // SAFETY: `data_tail` is inside the live, writable control page, 8-aligned.
-        // ATOMICS: Release orders our reads of the consumed records before the kernel can see
-        // the space as free; pairs with the kernel's smp_mb() after READ_ONCE(data_tail) in
-        // perf_output_begin.
-        unsafe { atomic_at(core::ptr::addr_of!((*page).data_tail)) }.store(tail, Ordering::Release);
-    }
-
-    /// Hands every record between our tail and the current `data_head` to `each`, then
-    /// releases them to the kernel.
-    ///
-    /// # Errors
-    /// A [`RingError`] for a malformed header; all records up to `data_head` are then skipped.
-    pub fn drain(&mut self, mut each: impl FnMut(Record<'_>)) -> Result<DrainStats, RingError> {
-        let head = self.head();
-        let data_len = self.map.data_len() as u64;
-        let mut tail = self.tail;
-        let mut stats = DrainStats::default();
-        if head.wrapping_sub(tail) > data_len {
-            self.store_tail(head);
-            return Err(RingError::HeadOutOfRange { head, tail });
-        }
-        let words = data_len / 8;
-        let data = self.map.data().as_ptr().cast::<u64>();
-        while tail != head {
-            let available = head.wrapping_sub(tail);
-            let first = (tail % data_len) / 8;
-            // SAFETY: `first < words`, so the word is inside the data area; 8-aligned because
-            // the data area is page-aligned.
-            let header = unsafe { atomic_at(data.add(first as usize)) }.load(Ordering::Relaxed);
-            let hb = header.to_ne_bytes();
-            let record_type = u32::from_ne_bytes([hb[0], hb[1], hb[2], hb[3]]);
-            let misc = u16::from_ne_bytes([hb[4], hb[5]]);
-            let size = u16::from_ne_bytes([hb[6], hb[7]]);
-            if usize::from(size) < HEADER_BYTES || size % 8 != 0 || u64::from(size) > available {
-                self.store_tail(head);
-                return Err(RingError::BadRecordSize { size, available });
-            }
-            let n = usize::from(size) / 8;
-            for (i, slot) in self.buf[..n].iter_mut().enumerate() {
-                let w = (first + i as u64) % words;
-                // SAFETY: `w < words`: inside the data area, 8-aligned. The record wraps
-                // around the end of the area through the modulo.
-                *slot = unsafe { atomic_at(data.add(w as usize)) }.load(Ordering::Relaxed);
-            }
-            let bytes = words_as_bytes(&self.buf[..n]);
-            let record = Record {
-                record_type,
-                misc,
-                bytes,
-            };
-            if record_type == RECORD_LOST {
-                stats.lost_records += 1;
-                stats.lost += u64_at(bytes, 16).unwrap_or(0);
-            }
-            stats.records += 1;
-            each(record);
-            tail = tail.wrapping_add(u64::from(size));
-        }
-        self.store_tail(tail);
-        Ok(stats)
-    }
-}
-
-/// # Safety
-/// `ptr` must be 8-aligned and valid for reads (and writes, if stored to) for `'a`.
-unsafe fn atomic_at<'a>(ptr: *const u64) -> &'a AtomicU64 {
-    // SAFETY: AtomicU64 has the same size and alignment as u64; the caller guarantees
-    // alignment and validity. Concurrent kernel writes are fine for atomic accesses.
-    unsafe { &*ptr.cast::<AtomicU64>() }
-}
-
-fn words_as_bytes(words: &[u64]) -> &[u8] {
-    // SAFETY: u8 has no alignment requirement and every byte of a u64 is initialised; the
-    // slice covers exactly the words' memory and borrows them.
-    unsafe { core::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 8) }
 }
 
 #[cfg(test)]
@@ -557,81 +453,6 @@ mod tests {
         );
     }
 
-    /// Plays the kernel: writes `words` into the data area from byte position `at` (mod
-    /// size) and publishes `head`.
-    fn kernel_writes(map: &RingMapping, at: u64, words: &[u64], head: u64) {
-        let data = map.data().as_ptr().cast::<u64>();
-        let n = map.data_len() as u64 / 8;
-        for (i, w) in words.iter().enumerate() {
-            // SAFETY: index reduced modulo the data area's word count.
-            unsafe { *data.add(((at / 8 + i as u64) % n) as usize) = *w };
-        }
-        let page = map.page().as_ptr();
-        // SAFETY: the control page of a live mapping.
-        unsafe { atomic_at(core::ptr::addr_of!((*page).data_head)) }.store(head, Ordering::Release);
-    }
-
-    fn header_word(record_type: u32, misc: u16, size: u16) -> u64 {
-        let mut b = [0u8; 8];
-        b[..4].copy_from_slice(&record_type.to_ne_bytes());
-        b[4..6].copy_from_slice(&misc.to_ne_bytes());
-        b[6..].copy_from_slice(&size.to_ne_bytes());
-        u64::from_ne_bytes(b)
-    }
-
-    #[test]
-    fn record_wrapping_the_end_is_reassembled() {
-        let map = RingMapping::anonymous_for_test(0);
-        let len = map.data_len() as u64;
-        let start = 5 * len - 8; // tail far along, 8 bytes before the end of the area
-        let page = map.page().as_ptr();
-        // SAFETY: control page of a live mapping.
-        unsafe { atomic_at(core::ptr::addr_of!((*page).data_tail)) }
-            .store(start, Ordering::Relaxed);
-        let words = [header_word(RECORD_LOST, 0, 24), 77, 5];
-        kernel_writes(&map, start, &words, start + 24);
-        let mut reader = RingReader::new(map);
-        let mut seen = Vec::new();
-        let stats = reader
-            .drain(|rec| match rec.parse(0, false).unwrap() {
-                Parsed::Lost { lost } => seen.push(lost),
-                other => panic!("{other:?}"),
-            })
-            .unwrap();
-        assert_eq!(stats.lost, 5);
-        assert_eq!(stats.lost_records, 1);
-        assert_eq!(seen, [5]);
-        assert_eq!(reader.pending(), 0);
-        // SAFETY: control page of a live mapping.
-        let tail =
-            unsafe { atomic_at(core::ptr::addr_of!((*reader.map.page().as_ptr()).data_tail)) }
-                .load(Ordering::Relaxed);
-        assert_eq!(tail, start + 24);
-    }
-
-    #[test]
-    fn malformed_headers_are_errors_and_resynchronise() {
-        for (size, head) in [(0u16, 8u64), (12, 16), (64, 16)] {
-            let map = RingMapping::anonymous_for_test(0);
-            kernel_writes(&map, 0, &[header_word(RECORD_COMM, 0, size), 0], head);
-            let mut reader = RingReader::new(map);
-            let r = reader.drain(|_| panic!("no record may be delivered"));
-            assert!(
-                matches!(r, Err(RingError::BadRecordSize { .. })),
-                "{size}: {r:?}"
-            );
-            assert_eq!(reader.pending(), 0, "skipped to head");
-        }
-        let map = RingMapping::anonymous_for_test(0);
-        let too_far = map.data_len() as u64 + 8;
-        kernel_writes(&map, 0, &[], too_far);
-        let mut reader = RingReader::new(map);
-        assert!(matches!(
-            reader.drain(|_| {}),
-            Err(RingError::HeadOutOfRange { .. })
-        ));
-    }
-
     proptest::proptest! {
         #[test]
         fn parse_never_panics(
@@ -644,6 +465,20 @@ mod tests {
             let bytes = record(ty, misc, &body);
             let rec = Record { record_type: ty, misc, bytes: &bytes };
             let _ = rec.parse(st, all);
+        }
+
+        #[test]
+        fn framing_stays_inside_the_bytes(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            st in proptest::num::u64::ANY,
+        ) {
+            let mut rest = &bytes[..];
+            while let Ok(rec) = Record::from_bytes(rest) {
+                let size = rec.bytes.len();
+                proptest::prop_assert!(size >= HEADER_BYTES && size % 8 == 0 && size <= rest.len());
+                let _ = rec.parse(st, true);
+                rest = &rest[size..];
+            }
         }
     }
 }

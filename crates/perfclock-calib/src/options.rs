@@ -1,0 +1,202 @@
+//! [`CalibrationOptions`]: every calibration setting, as a builder with private fields so that
+//! settings can be added without breaking callers.
+
+use std::time::Duration;
+
+use crate::error::CalibError;
+use crate::fit::FitOptions;
+use crate::ground_truth::RecordKind;
+
+/// Brackets collected before the first fit: a few thousand over every kind on our machines,
+/// enough for a bound under a microsecond, while `init()` stays a short wait.
+const DEFAULT_INIT_BUDGET: Duration = Duration::from_millis(30);
+/// `start` gives up after this: far beyond a first calibration even on a loaded machine.
+const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(2);
+/// History kept for the fit: a long baseline pins the slope; a clock that is not one line over
+/// it is caught by the window shrinking.
+const DEFAULT_WINDOW: Duration = Duration::from_secs(600);
+/// Brackets per refinement at the longest pause: enough to hit the tight ones again.
+const DEFAULT_REFINE_BATCH: usize = 192;
+/// Bound growth allowed between republishes, ns: well under the bound itself.
+const DEFAULT_ALLOWED_GROWTH_NS: u64 = 20;
+/// Shortest pause between refinements: caps the thread's CPU early on.
+const DEFAULT_MIN_REFINE_INTERVAL: Duration = Duration::from_millis(5);
+/// Longest pause between refinements: also how late a clock jump is noticed.
+const DEFAULT_MAX_REFINE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Settings for [`crate::CalibratedClock::start`]. `Default` is what the facade uses.
+///
+/// ```
+/// use std::time::Duration;
+/// use perfclock_calib::CalibrationOptions;
+///
+/// let options = CalibrationOptions::default()
+///     .refine(false)
+///     .init_budget(Duration::from_millis(50));
+/// assert!(!options.refines());
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct CalibrationOptions {
+    pub(crate) refine: bool,
+    pub(crate) init_budget: Duration,
+    pub(crate) start_timeout: Duration,
+    pub(crate) fit: FitOptions,
+    pub(crate) window: Duration,
+    pub(crate) refine_batch: usize,
+    pub(crate) allowed_growth_ns: u64,
+    pub(crate) min_refine_interval: Duration,
+    pub(crate) max_refine_interval: Duration,
+    pub(crate) kinds: Vec<RecordKind>,
+}
+
+impl Default for CalibrationOptions {
+    fn default() -> Self {
+        Self {
+            refine: true,
+            init_budget: DEFAULT_INIT_BUDGET,
+            start_timeout: DEFAULT_START_TIMEOUT,
+            fit: FitOptions::default(),
+            window: DEFAULT_WINDOW,
+            refine_batch: DEFAULT_REFINE_BATCH,
+            allowed_growth_ns: DEFAULT_ALLOWED_GROWTH_NS,
+            min_refine_interval: DEFAULT_MIN_REFINE_INTERVAL,
+            max_refine_interval: DEFAULT_MAX_REFINE_INTERVAL,
+            kinds: Vec::new(),
+        }
+    }
+}
+
+impl CalibrationOptions {
+    /// Keep refining in the background (and watch for clock jumps), the default. Off: calibrate
+    /// once; the bound then grows with the time since calibration.
+    pub fn refine(mut self, refine: bool) -> Self {
+        self.refine = refine;
+        self
+    }
+
+    /// Whether the clock keeps refining.
+    pub fn refines(&self) -> bool {
+        self.refine
+    }
+
+    /// Time spent collecting brackets before the first fit.
+    pub fn init_budget(mut self, budget: Duration) -> Self {
+        self.init_budget = budget;
+        self
+    }
+
+    /// How long `start` waits for the first result before giving up.
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
+    }
+
+    /// Fit tuning.
+    pub fn fit(mut self, fit: FitOptions) -> Self {
+        self.fit = fit;
+        self
+    }
+
+    /// History kept for the fit: the slope baseline.
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Brackets per refinement (at the longest pause; shorter pauses take fewer).
+    pub fn refine_batch(mut self, brackets: usize) -> Self {
+        self.refine_batch = brackets;
+        self
+    }
+
+    /// How much the bound may grow between republishes, ns.
+    pub fn allowed_growth_ns(mut self, ns: u64) -> Self {
+        self.allowed_growth_ns = ns;
+        self
+    }
+
+    /// Shortest and longest pause between refinements (the longest is also the jump-detection
+    /// latency).
+    pub fn refine_interval(mut self, min: Duration, max: Duration) -> Self {
+        self.min_refine_interval = min;
+        self.max_refine_interval = max;
+        self
+    }
+
+    /// Record kinds to calibrate from; empty (the default): every kind this process can open.
+    /// Mixing kinds narrows the band (see [`crate::fit`]).
+    pub fn kinds(mut self, kinds: &[RecordKind]) -> Self {
+        self.kinds = kinds.to_vec();
+        self
+    }
+
+    /// Checks the settings together, before a thread is spawned for them.
+    ///
+    /// # Errors
+    /// [`CalibError::InvalidOptions`] naming the setter to change.
+    pub fn validate(&self) -> Result<(), CalibError> {
+        let invalid = |setting, reason| Err(CalibError::InvalidOptions { setting, reason });
+        if self.init_budget.is_zero() {
+            return invalid("init_budget", "must be above zero");
+        }
+        if self.start_timeout.is_zero() {
+            return invalid("start_timeout", "must be above zero");
+        }
+        if self.refine_batch == 0 {
+            return invalid("refine_batch", "must be at least 1");
+        }
+        if self.min_refine_interval.is_zero() || self.min_refine_interval > self.max_refine_interval
+        {
+            return invalid("refine_interval", "needs 0 < min <= max");
+        }
+        if self.window.is_zero() {
+            return invalid("window", "must be above zero");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_refine() {
+        let options = CalibrationOptions::default();
+        assert_eq!(options.validate(), Ok(()));
+        assert!(options.refines());
+        assert!(!options.refine(false).refines());
+    }
+
+    #[test]
+    fn invalid_settings_name_their_setter() {
+        let cases = [
+            (
+                CalibrationOptions::default().init_budget(Duration::ZERO),
+                "init_budget",
+            ),
+            (
+                CalibrationOptions::default().refine_batch(0),
+                "refine_batch",
+            ),
+            (
+                CalibrationOptions::default()
+                    .refine_interval(Duration::from_secs(2), Duration::from_secs(1)),
+                "refine_interval",
+            ),
+            (
+                CalibrationOptions::default().start_timeout(Duration::ZERO),
+                "start_timeout",
+            ),
+            (
+                CalibrationOptions::default().window(Duration::ZERO),
+                "window",
+            ),
+        ];
+        for (options, setter) in cases {
+            let error = options.validate().unwrap_err();
+            assert!(error.to_string().contains(setter), "{error}");
+        }
+    }
+}

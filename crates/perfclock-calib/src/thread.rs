@@ -1,0 +1,328 @@
+//! The calibration thread: collect brackets, fit, publish; then refine, watch for clock jumps,
+//! and start over when the clock moved.
+//!
+//! # Safety
+//! The thread is the pages' only writer (`PageWriter` over the pages its handle owns, kept
+//! alive by the shared state it holds); the other unsafe calls (signal mask, `gettid`,
+//! `clock_gettime`) affect only this thread.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use perfclock_core::{counter, PageWriter};
+
+use crate::calibrator::Shared;
+use crate::error::CalibError;
+use crate::fit::{prune, prune_hull, Constraint, Fit, FitOptions};
+use crate::fork_gate;
+use crate::ground_truth::BracketError;
+use crate::options::CalibrationOptions;
+use crate::published::{continue_from, solve, union_bound, Solution};
+use crate::source::Probe;
+
+/// Buckets of time the history is cut into when pruning: each keeps its tightest brackets, so
+/// candidates are left everywhere when the window drops old hull vertices.
+const PRUNE_BUCKETS: usize = 32;
+/// Survivors per side and bucket.
+const PRUNE_KEEP: usize = 1;
+/// Hull layers kept per side: one more than the fit's default trim, so trimming loses nothing.
+const HULL_LAYERS: usize = 2;
+/// A first fit needs at least this many brackets, even past the init budget.
+const MIN_FIRST_FIT_BRACKETS: usize = 16;
+/// Brackets per collection round of a first calibration: the budget is checked between rounds.
+const INIT_ROUND_BRACKETS: usize = 96;
+/// A first calibration stops collecting at this multiple of the init budget, whatever it has.
+const INIT_BUDGET_HARD_FACTOR: u32 = 4;
+/// After 1/this of the init budget, the rest goes to the kinds that bind the fit.
+const INIT_SELECT_KINDS_FRACTION: u32 = 4;
+/// Halvings of the history tried before a calibration from scratch (down to 1/32 of it).
+const WINDOW_SHRINK_STEPS: usize = 5;
+/// Contradicting brackets tolerated beyond the routine trim (a glitch, not a pattern).
+const TOLERATED_EXTRA_REJECTS: usize = 2;
+/// A refinement batch is a clock jump when at least this many brackets and at least half of it
+/// fall outside the published bound (one stray bracket is noise).
+const JUMP_MIN_STRAYS: usize = 2;
+/// Smallest refinement batch, and its smallest share of the full batch (1/this).
+const MIN_REFINE_BRACKETS: usize = 3;
+const MIN_REFINE_SHARE: usize = 8;
+
+/// State of the background thread.
+struct Calibrator {
+    shared: Arc<Shared>,
+    writer: PageWriter,
+    options: CalibrationOptions,
+    probe: Probe,
+    history: Vec<Constraint>,
+    current: Option<(Solution, f64)>,
+}
+
+impl Calibrator {
+    /// Publish `fit`. `continuous`: never step the clock back (refinements); off after a jump,
+    /// where the old line is simply wrong.
+    fn publish(&mut self, fit: &Fit, continuous: bool) -> Result<(), CalibError> {
+        let now =
+            counter::read_counter().ok_or(CalibError::Bracket(BracketError::CounterUnsupported))?;
+        let mut sol = solve(fit, now)?;
+        if let (true, Some((old, _))) = (continuous, &self.current) {
+            let horizon_ns = self.options.max_refine_interval.as_nanos() as f64;
+            let horizon_ticks = (horizon_ns / fit.slope_best.max(f64::MIN_POSITIVE)) as u64;
+            sol = continue_from(&old.conversion, &sol, now, horizon_ticks)?;
+        }
+        // No fork may copy the page or the bound mid-update (see `fork_gate`).
+        let gate = fork_gate::hold();
+        // While switching, a reader may pair either conversion with either bound: cover both.
+        if let Some((old, _)) = &self.current {
+            self.shared
+                .bound
+                .store(&union_bound(&old.bound, &sol.bound, now));
+        }
+        self.writer.publish(&sol.conversion);
+        self.shared.bound.store(&sol.bound);
+        drop(gate);
+        let st = &self.shared.stats;
+        st.last_fit_span_ns.store(
+            (fit.span_counter() as f64 * fit.slope_best) as u64,
+            Ordering::Relaxed,
+        );
+        st.last_fit_brackets
+            .store(fit.used as u64, Ordering::Relaxed);
+        self.current = Some((sol, fit.slope_best));
+        Ok(())
+    }
+
+    /// Calibrate from nothing: collect for the init budget, fit, publish.
+    fn calibrate_from_scratch(&mut self) -> Result<(), CalibError> {
+        self.history.clear();
+        self.probe.use_all_kinds();
+        let budget = self.options.init_budget;
+        let start = Instant::now();
+        let mut raw = Vec::new();
+        let mut tags = Vec::new();
+        let mut selected = false;
+        while start.elapsed() < budget || raw.len() < MIN_FIRST_FIT_BRACKETS {
+            self.probe
+                .collect(INIT_ROUND_BRACKETS, &mut raw, Some(&mut tags))?;
+            if start.elapsed() > budget * INIT_BUDGET_HARD_FACTOR {
+                break;
+            }
+            if !selected && start.elapsed() * INIT_SELECT_KINDS_FRACTION >= budget {
+                selected = true;
+                if let Ok(rough) = Fit::new(&prune_history(&raw), &self.options.fit) {
+                    self.probe.select_useful(&rough, &raw, &tags);
+                }
+            }
+        }
+        self.history = prune_history(&raw);
+        let fit = Fit::new(&self.history, &self.options.fit)?;
+        if !selected {
+            self.probe.select_useful(&fit, &raw, &tags);
+        }
+        self.publish(&fit, false)?;
+        self.shared
+            .stats
+            .calibrations
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Fit the history; if it needed to drop contradicting brackets beyond the routine trim (the
+    /// clock is not quite a straight line over the whole window), forget the older half of the
+    /// history and try again. Counts window shrinks.
+    fn fit_shrinking_window(&mut self) -> Option<Fit> {
+        let routine = 2 * self.options.fit.trim_per_side;
+        for _ in 0..WINDOW_SHRINK_STEPS {
+            if let Ok(f) = Fit::new(&self.history, &self.options.fit) {
+                if f.rejected <= routine + TOLERATED_EXTRA_REJECTS {
+                    return Some(f);
+                }
+            }
+            let first = self.history.iter().map(|c| c.before).min()?;
+            let last = self.history.iter().map(|c| c.after).max()?;
+            let middle = first + (last - first) / 2;
+            self.history.retain(|c| c.before >= middle);
+            self.shared
+                .stats
+                .window_shrinks
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        None
+    }
+
+    /// One refinement round. Returns the pause before the next.
+    /// `since_last` is the pause just taken: short pauses (early on, while the slope baseline
+    /// is short) take smaller batches, so the CPU spent per second stays about constant.
+    fn refine(&mut self, since_last: Duration) -> Result<Duration, CalibError> {
+        let full = self.options.refine_batch.max(1);
+        let share = since_last.as_secs_f64() / self.options.max_refine_interval.as_secs_f64();
+        let smallest = (full / MIN_REFINE_SHARE).max(MIN_REFINE_BRACKETS);
+        let n = ((full as f64 * share) as usize).clamp(smallest, full.max(smallest));
+        let mut batch = Vec::with_capacity(n);
+        self.probe.collect(n, &mut batch, None)?;
+        let Some((sol, _)) = self.current else {
+            self.calibrate_from_scratch()?;
+            return Ok(self.options.min_refine_interval);
+        };
+        let stray = batch.iter().filter(|b| outside_bound(&sol, b)).count();
+        let st = &self.shared.stats;
+        st.stray_brackets.fetch_add(stray as u64, Ordering::Relaxed);
+        if stray >= JUMP_MIN_STRAYS && stray * 2 >= batch.len() {
+            let mut offsets: Vec<i64> = batch
+                .iter()
+                .map(|b| {
+                    let mid = b.before / 2 + b.after / 2;
+                    let published = sol.conversion.cycles_to_ns(mid);
+                    i64::try_from(i128::from(b.kernel_ns) - i128::from(published)).unwrap_or(0)
+                })
+                .collect();
+            offsets.sort_unstable();
+            st.last_jump_ns
+                .store(offsets[offsets.len() / 2], Ordering::Relaxed);
+            st.jumps.fetch_add(1, Ordering::Relaxed);
+            self.calibrate_from_scratch()?;
+            return Ok(self.options.min_refine_interval);
+        }
+        self.history.extend_from_slice(&batch);
+        if let Some(last) = self.history.iter().map(|c| c.after).max() {
+            let (_, slope) = self.current.unwrap_or((sol, 1.0));
+            let window_ticks = (self.options.window.as_nanos() as f64 / slope) as u64;
+            let oldest = last.saturating_sub(window_ticks);
+            self.history.retain(|c| c.before >= oldest);
+            self.history = prune_history(&self.history);
+        }
+        let fit = match self.fit_shrinking_window() {
+            Some(f) => f,
+            None => {
+                // Even the recent history contradicts itself: something moved. Start over.
+                self.calibrate_from_scratch()?;
+                return Ok(self.options.min_refine_interval);
+            }
+        };
+        self.publish(&fit, true)?;
+        self.shared
+            .stats
+            .refinements
+            .fetch_add(1, Ordering::Relaxed);
+        let (sol, slope) = self.current.unwrap_or((sol, fit.slope_best));
+        let ticks = sol.bound.ticks_until_growth(self.options.allowed_growth_ns);
+        let pause = Duration::from_nanos((ticks as f64 * slope).min(u64::MAX as f64) as u64);
+        Ok(pause.clamp(
+            self.options.min_refine_interval,
+            self.options.max_refine_interval,
+        ))
+    }
+}
+
+/// The constraints worth keeping: two hull layers per side (lossless for the fit, see
+/// [`prune_hull`]) plus the tightest bracket per side in each slice of time, so that when the
+/// window drops old hull vertices there are candidates left everywhere.
+fn prune_history(history: &[Constraint]) -> Vec<Constraint> {
+    let mut kept = prune_hull(history, HULL_LAYERS);
+    if let Ok(rough) = Fit::new(&kept, &FitOptions::default()) {
+        kept.extend(prune(history, rough.slope_best, PRUNE_BUCKETS, PRUNE_KEEP));
+        kept.sort_unstable_by_key(|c| (c.before, c.after, c.kernel_ns));
+        kept.dedup();
+    }
+    kept
+}
+
+/// Whether bracket `b` contradicts the published conversion by more than its bound.
+fn outside_bound(sol: &Solution, b: &Constraint) -> bool {
+    let conv = &sol.conversion;
+    let at_before = conv.cycles_to_ns(b.before);
+    let at_after = conv.cycles_to_ns(b.after);
+    let bound_b = sol.bound.at(b.before);
+    let bound_a = sol.bound.at(b.after);
+    b.kernel_ns.saturating_add(bound_b) < at_before
+        || b.kernel_ns > at_after.saturating_add(bound_a)
+}
+
+fn block_all_signals() {
+    // SAFETY: sigset_t is plain data; sigfillset initialises it; pthread_sigmask only changes
+    // this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut());
+    }
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
+/// The thread's body. `probe` is opened here: the events are per thread.
+pub(crate) fn run(
+    shared: Arc<Shared>,
+    options: CalibrationOptions,
+    open: impl FnOnce(&CalibrationOptions) -> Result<Probe, CalibError>,
+    tx: mpsc::SyncSender<Result<(), CalibError>>,
+    spawned_at: Instant,
+) {
+    block_all_signals();
+    // SAFETY: gettid has no memory effects.
+    let tid = unsafe { libc::gettid() };
+    shared.stats.thread_tid.store(tid as u64, Ordering::Relaxed);
+    let probe = match open(&options) {
+        Ok(p) => p,
+        Err(e) => {
+            // The receiver may have timed out and gone; then nobody needs the reason.
+            let _ = tx.send(Err(e));
+            return;
+        }
+    };
+    // SAFETY: the pages are 8-aligned, distinct, outlive the thread (it holds `shared`), and this
+    // thread is their only writer; readers use atomics.
+    let writer = unsafe { PageWriter::new_mirrored(shared.page.page, shared.page.mirror) };
+    let refine = options.refine;
+    let mut cal = Calibrator {
+        shared: shared.clone(),
+        writer,
+        options,
+        probe,
+        history: Vec::new(),
+        current: None,
+    };
+    let first = cal.calibrate_from_scratch();
+    shared
+        .stats
+        .first_calibration_ns
+        .store(spawned_at.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    shared
+        .stats
+        .thread_cpu_ns
+        .store(thread_cpu_ns(), Ordering::Relaxed);
+    let ok = first.is_ok();
+    // The receiver may have timed out and gone: then nobody is waiting and we just go on.
+    let _ = tx.send(first);
+    if !ok || !refine {
+        return;
+    }
+    let mut pause = cal.options.min_refine_interval;
+    while !shared.stop.load(Ordering::Relaxed) {
+        std::thread::park_timeout(pause);
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        pause = match cal.refine(pause) {
+            Ok(p) => p,
+            // Transient trouble (e.g. fd limits): keep the last publication, its bound keeps
+            // growing honestly; try again later.
+            Err(_) => cal.options.max_refine_interval,
+        };
+        shared
+            .stats
+            .thread_cpu_ns
+            .store(thread_cpu_ns(), Ordering::Relaxed);
+    }
+}

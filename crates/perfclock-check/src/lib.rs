@@ -1,0 +1,18 @@
+//! What the doctor and the tests use to judge a perf-domain clock (not published).
+//!
+//! - [`verify()`] brackets fresh kernel-stamped records with a clock's readings: every stamp
+//!   must fall inside them, widened by the clock's own error bound.
+//! - [`monotonic_offset`] measures how far `CLOCK_MONOTONIC` is from the clock.
+//! - [`PerfTimeSource`] is what they read: [`perfclock::Clock`], a bare
+//!   [`perfclock_calib::CalibratedClock`], or a test's own line.
+//!
+//! The hand-run measurements are examples: `bracket_widths` (each record kind's bracket) and
+//! `calibration_figures` (startup, long run, fit band).
+
+mod monotonic;
+mod source;
+pub mod verify;
+
+pub use monotonic::{monotonic_offset, MonotonicOffset};
+pub use source::PerfTimeSource;
+pub use verify::{verify, verify_with, VerifyError, VerifyOptions, VerifyReport};

@@ -1,0 +1,36 @@
+//! The facade against this machine's kernel: whichever mode it grants, readings must hold
+//! against timestamps the kernel stamped.
+
+use perfclock::Mode;
+
+#[test]
+fn process_clock_holds_against_kernel_stamps() {
+    let clock = perfclock::init().expect("a perf clock in some mode");
+    println!(
+        "mode {:?}, bound {} ns",
+        clock.mode(),
+        clock.error_bound_ns()
+    );
+    match clock.mode() {
+        Mode::Kernel => assert_eq!(clock.error_bound_ns(), 0),
+        Mode::Calibrated => {
+            let bound = clock.error_bound_ns();
+            assert!(
+                bound > 0 && bound < 100_000,
+                "implausible calibrated bound {bound} ns"
+            );
+            assert!(clock.withheld().is_some());
+        }
+    }
+    let report = perfclock_check::verify(clock, 500).expect("kernel stamps for verification");
+    print!("{report}");
+    assert!(
+        report.events() >= 1_000,
+        "too few kernel stamps checked: {}",
+        report.events()
+    );
+    assert!(
+        report.passed(),
+        "kernel stamps outside the clock's bound:\n{report}"
+    );
+}

@@ -1,0 +1,43 @@
+//! The perf-event layer of perfclock: the only crate that calls `perf_event_open(2)` and maps
+//! perf events.
+//!
+//! - [`EventAttr`] builds the attributes perfclock needs (software events of the calling
+//!   thread, user space only); [`PerfEvent::open`] opens one.
+//! - [`PerfEvent::map_page_only`] maps the time page ([`PageMapping`]), read by
+//!   `perfclock_core::PageReader`; [`PerfEvent::map_ring`] maps the page and a ring
+//!   ([`RingMapping`]), drained by [`RingReader`].
+//! - [`record`] decodes records: a pure module over byte slices, fuzzed.
+//! - Every failed system call is one [`SysError`]: which call, the errno, and a [`ErrorKind`]
+//!   whose message names the knob to change.
+//!
+//! ```no_run
+//! use perfclock_event::{EventAttr, PerfEvent};
+//!
+//! let event = PerfEvent::open(&EventAttr::dummy())?;
+//! let page = event.map_page_only()?;
+//! // SAFETY: the page stays mapped while `page` lives; the reader does not outlive it.
+//! let reader = unsafe { perfclock_core::PageReader::new(page.page()) };
+//! println!("{:?}", reader.raw());
+//! # Ok::<(), perfclock_event::SysError>(())
+//! ```
+//!
+//! # Safety
+//! Unsafe code is denied at the root and allowed only in [`event`](PerfEvent) (the system
+//! calls), the mapping module (owned mappings) and the ring reader (loads from kernel-written
+//! memory); each says why at its top.
+#![deny(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+mod attr;
+mod error;
+mod event;
+mod mapping;
+pub mod record;
+mod ring;
+
+pub use attr::{sample, EventAttr};
+pub use error::{read_paranoid, ErrorKind, Op, SysError};
+pub use event::{remap_page_after_fork, PerfEvent};
+pub use mapping::{page_size, PageMapping, RingMapping};
+pub use record::{Parsed, Record, RingError, SampleId};
+pub use ring::{DrainStats, RingReader};
