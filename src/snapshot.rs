@@ -183,7 +183,7 @@ impl ClockSnapshot {
                     after_ns,
                     clock_ns: clock_ns.ok_or(SnapshotError::RealtimeBeforeEpoch)?,
                 };
-                if slot.map_or(true, |b| candidate.width() < b.width()) {
+                if slot.is_none_or(|b| candidate.width() < b.width()) {
                     *slot = Some(candidate);
                 }
             }
