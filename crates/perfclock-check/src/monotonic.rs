@@ -41,7 +41,7 @@ pub fn monotonic_offset(clock: &impl PerfTimeSource) -> Result<MonotonicOffset, 
             offset_ns: i64::try_from(mono - mid).unwrap_or(i64::MAX),
             uncertainty_ns: (after - before).div_ceil(2),
         };
-        if best.map_or(true, |b| candidate.uncertainty_ns < b.uncertainty_ns) {
+        if best.is_none_or(|b| candidate.uncertainty_ns < b.uncertainty_ns) {
             best = Some(candidate);
         }
     }
