@@ -148,7 +148,7 @@ pub fn layout(file_len: u64, last: Option<&LastLine>, lines: &[u8]) -> Layout {
                 .iter()
                 .rposition(|&b| b == b'\n')
                 .map_or(0, |i| i + 1);
-            out.splice(start..start, std::iter::repeat(b'0').take(gap));
+            out.splice(start..start, std::iter::repeat_n(b'0', gap));
             if start == 0 && rewritten_len > 0 {
                 rewritten_len += gap;
             }
