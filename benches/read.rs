@@ -67,7 +67,7 @@ fn pin_to(cpu: usize) {
 /// benchmark named `name` run; `cargo bench -- paired` runs only the paired ratios.
 fn criterion_filter_allows(name: &str) -> bool {
     let filter = std::env::args().skip(1).find(|arg| !arg.starts_with('-'));
-    filter.map_or(true, |filter| name.contains(filter.as_str()))
+    filter.is_none_or(|filter| name.contains(filter.as_str()))
 }
 
 /// CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
