@@ -80,6 +80,7 @@ impl Options {
         if !counter::SUPPORTED {
             return Err(Error::Unsupported);
         }
+        crate::diagnosis::counter_readable()?;
         let page = KernelPage::map().map_err(|error| match error {
             MapError::Open(open) => Error::PerfEvent(open),
             MapError::TooManyClocks => Error::TooManyClocks,
