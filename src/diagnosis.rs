@@ -1,4 +1,5 @@
-//! Why the kernel withholds the time parameters: the facts a user needs to act on it.
+//! Why a clock cannot be had: the facts a user needs to act on it (why the kernel withholds the
+//! time parameters; whether this thread may read the counter at all).
 
 use std::fmt;
 
@@ -103,4 +104,31 @@ impl fmt::Display for Withheld {
              with CLOCK_MONOTONIC instead.",
         )
     }
+}
+
+/// Whether this thread may read the cycle counter, asked without reading it: on x86 a thread
+/// (or the thread that created it) that called `prctl(PR_SET_TSC, PR_TSC_SIGSEGV)` gets SIGSEGV
+/// from `rdtsc`, so every read, the calibration's brackets included, would kill the process.
+/// Threads spawned later inherit the setting, so checking the opening thread covers the
+/// calibration thread too. Elsewhere the counter cannot be disabled this way: always readable.
+///
+/// # Errors
+/// [`crate::Error::Unsupported`] when `PR_GET_TSC` reports `PR_TSC_SIGSEGV`.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[allow(unsafe_code)]
+pub(crate) fn counter_readable() -> Result<(), crate::Error> {
+    let mut state: libc::c_int = 0;
+    // SAFETY: PR_GET_TSC writes one int through the pointer, which points at `state`.
+    let rc = unsafe { libc::prctl(libc::PR_GET_TSC, &mut state as *mut libc::c_int) };
+    // A kernel without the prctl (EINVAL) cannot disable the TSC either.
+    if rc == 0 && state == libc::PR_TSC_SIGSEGV {
+        return Err(crate::Error::Unsupported);
+    }
+    Ok(())
+}
+
+/// See the x86_64 version: other architectures cannot disable the counter per thread.
+#[cfg(all(target_os = "linux", not(target_arch = "x86_64")))]
+pub(crate) fn counter_readable() -> Result<(), crate::Error> {
+    Ok(())
 }

@@ -25,7 +25,8 @@ pub enum Error {
     KernelWithholdsTime(Withheld),
     /// The kernel's page could not be read or publishes parameters that make no sense.
     Page(ReadError),
-    /// No supported cycle counter on this architecture.
+    /// No usable cycle counter: none on this architecture, or (x86_64) this thread may not read
+    /// the TSC (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`), so every read would die with SIGSEGV.
     Unsupported,
     /// Too many kernel-mode clocks are open at once.
     #[cfg(target_os = "linux")]
@@ -64,6 +65,15 @@ impl fmt::Display for Error {
             Error::PerfEvent(error) => error.fmt(f),
             Error::KernelWithholdsTime(withheld) => withheld.fmt(f),
             Error::Page(error) => write!(f, "the kernel's perf page is unusable: {error}"),
+            // On Linux x86_64 the TSC always exists: only a prctl can make it unreadable.
+            #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+            Error::Unsupported => f.write_str(
+                "this thread may not read the TSC: prctl(PR_SET_TSC, PR_TSC_SIGSEGV) was called \
+                 by it or by the thread that created it, so every counter read would die with \
+                 SIGSEGV; call prctl(PR_SET_TSC, PR_TSC_ENABLE) before opening the clock, or open \
+                 it from a thread that may read the TSC",
+            ),
+            #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
             Error::Unsupported => f.write_str(
                 "perfclock supports x86_64 (TSC) and aarch64 (CNTVCT_EL0) on Linux only",
             ),

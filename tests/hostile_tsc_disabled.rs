@@ -1,0 +1,81 @@
+//! `prctl(PR_SET_TSC, PR_TSC_SIGSEGV)` before the clock is opened: every counter read of that
+//! thread (and of threads it spawns later) would die with SIGSEGV. `init()` and `Clock::open()`
+//! must notice (`PR_GET_TSC`) and return [`Error::Unsupported`] with a message that names the
+//! prctl, without ever reading the counter. x86_64 only: elsewhere the prctl does not exist.
+
+mod hostile_common;
+
+use std::time::Duration;
+
+use hostile_common::{child_case, run_child, watchdog};
+use perfclock::{Clock, Error};
+
+const TEST: &str = "tsc_disabled_by_prctl_is_unsupported";
+
+#[test]
+fn tsc_disabled_by_prctl_is_unsupported() {
+    if !cfg!(target_arch = "x86_64") {
+        println!("SKIPPED tsc_disabled_by_prctl_is_unsupported: PR_SET_TSC exists on x86 only");
+        return;
+    }
+    if let Some(case) = child_case() {
+        tsc_disabled_child(&case);
+        return;
+    }
+    for case in ["init", "open", "now_ns"] {
+        let run = run_child(TEST, case, Duration::from_secs(30));
+        run.expect_success(&format!("TSC-DISABLED-OK {case}"));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn disable_tsc() {
+    // SAFETY: PR_SET_TSC changes only this thread's TSC permission; nothing here reads the TSC
+    // before perfclock is asked to.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TSC, libc::PR_TSC_SIGSEGV, 0, 0, 0) };
+    assert_eq!(
+        rc,
+        0,
+        "prctl(PR_SET_TSC): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn disable_tsc() {}
+
+fn tsc_disabled_child(case: &str) {
+    watchdog(20);
+    disable_tsc();
+    match case {
+        "init" => {
+            let error = perfclock::init().expect_err("init must refuse a disabled TSC");
+            check_error(&error);
+            // Remembered, and the signal-safe calls say "no clock" without reading the TSC.
+            assert_eq!(perfclock::init().err(), Some(error));
+            assert_eq!(perfclock::try_now_ns(), None);
+            assert_eq!(perfclock::mode(), None);
+            assert_eq!(perfclock::error_bound_ns(), u64::MAX);
+        }
+        "open" => {
+            check_error(&Clock::open().expect_err("Clock::open must refuse a disabled TSC"));
+            check_error(
+                &Clock::open_kernel_only().expect_err("kernel-only open must refuse it too"),
+            );
+        }
+        // The lazy path: the first read opens the clock, and must answer 0, not crash.
+        "now_ns" => assert_eq!(perfclock::now_ns(), 0),
+        other => panic!("unknown case {other}"),
+    }
+    println!("TSC-DISABLED-OK {case}");
+}
+
+fn check_error(error: &Error) {
+    assert_eq!(*error, Error::Unsupported, "{error:?}");
+    let message = error.to_string();
+    println!("message: {message}");
+    assert!(
+        message.contains("PR_SET_TSC") && message.contains("PR_TSC_ENABLE"),
+        "the message does not say what to change: {message}"
+    );
+}
