@@ -69,8 +69,9 @@ impl Withheld {
     }
 }
 
-impl fmt::Display for Withheld {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Withheld {
+    /// What was observed and why the kernel withholds the parameters, without advice.
+    fn fmt_facts(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "the kernel does not publish the perf clock's parameters ({}",
@@ -86,23 +87,50 @@ impl fmt::Display for Withheld {
                 "This is a virtual machine whose sched_clock is paravirtual ({clock} is on offer): \
                  the kernel publishes the parameters only when sched_clock is the native, stable \
                  TSC, even if the clocksource is tsc."
-            )?,
+            ),
             (true, None) => f.write_str(
                 "This is a virtual machine; its sched_clock is likely paravirtual, and the kernel \
                  publishes the parameters only for a native, stable sched_clock.",
-            )?,
+            ),
             (false, _) => f.write_str(
                 "The kernel publishes them only when sched_clock is the native, stable cycle \
                  counter (x86: a stable TSC; arm64: the arch timer); here it is not.",
-            )?,
+            ),
         }
+    }
+
+    /// The remedies that do not involve perfclock's calibrated mode.
+    fn fmt_kernel_remedies(f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "on a KVM guest with a reliable TSC, boot with `no-kvmclock tsc=reliable` so \
+             sched_clock is the TSC; or record with `perf record -k CLOCK_MONOTONIC` and stamp \
+             your events with CLOCK_MONOTONIC instead.",
+        )
+    }
+
+    /// The facts and only the remedies that do not use calibrated mode: for a message about a
+    /// calibration that already failed, where "use the calibrated mode" would be no help.
+    pub(crate) fn without_calibration_advice(&self) -> impl fmt::Display + '_ {
+        struct Facts<'a>(&'a Withheld);
+        impl fmt::Display for Facts<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt_facts(f)?;
+                f.write_str(" For kernel mode: ")?;
+                Withheld::fmt_kernel_remedies(f)
+            }
+        }
+        Facts(self)
+    }
+}
+
+impl fmt::Display for Withheld {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_facts(f)?;
         f.write_str(
             " What you can do: use the calibrated mode (`Clock::open`, the default), which fits \
-             the counter to timestamps the kernel stamps and reports its error bound; or, on a \
-             KVM guest with a reliable TSC, boot with `no-kvmclock tsc=reliable` so sched_clock \
-             is the TSC; or record with `perf record -k CLOCK_MONOTONIC` and stamp your events \
-             with CLOCK_MONOTONIC instead.",
-        )
+             the counter to timestamps the kernel stamps and reports its error bound; or, ",
+        )?;
+        Self::fmt_kernel_remedies(f)
     }
 }
 

@@ -84,7 +84,11 @@ impl fmt::Display for Error {
             ),
             #[cfg(all(feature = "calibrated", target_os = "linux"))]
             Error::Calibration { withheld, reason } => {
-                write!(f, "calibration failed ({reason}); kernel mode is not possible either: {withheld}")
+                write!(
+                    f,
+                    "calibration failed: {reason}. Kernel mode is not possible either: {}",
+                    withheld.without_calibration_advice()
+                )
             }
         }
     }
@@ -102,5 +106,26 @@ impl std::error::Error for Error {
             #[cfg(all(feature = "calibrated", target_os = "linux"))]
             Error::Calibration { reason, .. } => Some(reason),
         }
+    }
+}
+
+#[cfg(all(test, feature = "calibrated", target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// A failed calibration must not advise the calibrated mode that just failed, but still
+    /// name the kernel-mode remedies and the calibration's own reason.
+    #[test]
+    fn calibration_error_does_not_advise_calibration() {
+        let error = Error::Calibration {
+            withheld: Box::new(Withheld::observe(0)),
+            reason: CalibError::Timeout,
+        };
+        let message = error.to_string();
+        assert!(!message.contains("calibrated mode"), "{message}");
+        assert!(message.contains("start_timeout"), "{message}");
+        assert!(message.contains("no-kvmclock"), "{message}");
+        // The plain diagnosis (kernel-only open) still offers calibrated mode.
+        assert!(Withheld::observe(0).to_string().contains("calibrated mode"));
     }
 }

@@ -44,7 +44,18 @@ impl core::fmt::Display for CalibError {
             Self::Bracket(e) => write!(f, "calibration bracketing failed: {e}"),
             Self::Fit(e) => write!(f, "calibration fit failed: {e}"),
             Self::Publish(e) => write!(f, "calibration result unpublishable: {e}"),
-            Self::Spawn(k) => write!(f, "cannot spawn the calibration thread: {k:?}"),
+            // pthread_create's EAGAIN (WouldBlock) is a thread limit, not a retry hint.
+            Self::Spawn(std::io::ErrorKind::WouldBlock) => f.write_str(
+                "cannot spawn the calibration thread (EAGAIN): a limit on threads is reached: \
+                 the user's processes and threads (`ulimit -u`, RLIMIT_NPROC, counted across all \
+                 of the user's processes), the cgroup's pids.max (`docker run --pids-limit`), or \
+                 kernel.threads-max; raise it or end other threads",
+            ),
+            Self::Spawn(std::io::ErrorKind::OutOfMemory) => f.write_str(
+                "cannot spawn the calibration thread: no memory for its stack (`ulimit -v`, the \
+                 cgroup's memory limit)",
+            ),
+            Self::Spawn(k) => write!(f, "cannot spawn the calibration thread: {k}"),
             Self::Timeout => f.write_str(
                 "calibration did not finish in time (CalibrationOptions::start_timeout)",
             ),
@@ -86,5 +97,21 @@ impl From<FitError> for CalibError {
 impl From<PublishError> for CalibError {
     fn from(e: PublishError) -> Self {
         Self::Publish(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spawn_errors_name_the_limit() {
+        let limit = CalibError::Spawn(std::io::ErrorKind::WouldBlock).to_string();
+        for knob in ["ulimit -u", "RLIMIT_NPROC", "pids.max", "threads-max"] {
+            assert!(limit.contains(knob), "{knob} missing: {limit}");
+        }
+        assert!(!limit.contains("WouldBlock"), "{limit}");
+        let memory = CalibError::Spawn(std::io::ErrorKind::OutOfMemory).to_string();
+        assert!(memory.contains("stack"), "{memory}");
     }
 }

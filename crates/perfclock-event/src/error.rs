@@ -36,7 +36,9 @@ pub enum ErrorKind {
     /// `ENOENT`/`EINVAL`/`EOPNOTSUPP`/`E2BIG` from `perf_event_open`: this kernel does not
     /// support the event or an attribute.
     EventUnsupported,
-    /// `ENOMEM`/`EPERM` from `mmap`: the ring exceeds `perf_event_mlock_kb`, or memory is short.
+    /// `ENOMEM`/`EPERM` from `mmap`: `EPERM` when the user's perf rings exceed the per-user
+    /// budget (`perf_event_mlock_kb` per online CPU, shared by all of the user's processes) and
+    /// the excess exceeds the process's `RLIMIT_MEMLOCK`; `ENOMEM` when memory is short.
     MmapLimit,
     /// Anything else.
     Other,
@@ -152,11 +154,15 @@ impl fmt::Display for SysError {
             ErrorKind::PermissionDenied => {
                 write!(f, "perf_event_open refused ({name}, {errno}): ")?;
                 match self.paranoid {
+                    // Level 3 refuses only on kernels with Debian's (and Android's) patch;
+                    // mainline treats every level above 1 like 2.
                     Some(level) if level > 2 => write!(
                         f,
-                        "kernel.perf_event_paranoid is {level} (above 2 forbids all unprivileged \
-                         perf use): lower it with `sysctl kernel.perf_event_paranoid=2`, or grant \
-                         CAP_PERFMON"
+                        "kernel.perf_event_paranoid is {level}: kernels carrying Debian's or \
+                         Android's patch refuse all unprivileged perf use above 2, so lower it \
+                         with `sysctl kernel.perf_event_paranoid=2` or grant CAP_PERFMON; a \
+                         mainline kernel treats {level} like 2, and there the likely cause is a \
+                         seccomp filter (containers' default profiles) or an LSM policy"
                     ),
                     Some(level) => write!(
                         f,
@@ -189,10 +195,23 @@ impl fmt::Display for SysError {
                 "this kernel does not support the requested software perf event or one of its \
                  attributes ({name}, {errno}): a kernel of 4.x or newer is needed"
             ),
+            ErrorKind::MmapLimit if errno == libc::ENOMEM => write!(
+                f,
+                "mapping the perf ring failed ({name}, {errno}): the kernel is short of memory \
+                 for it"
+            ),
+            // The kernel charges each ring to the user (all of the user's processes together)
+            // up to perf_event_mlock_kb per online CPU, and any excess to the process's
+            // RLIMIT_MEMLOCK; EPERM when both are exhausted.
             ErrorKind::MmapLimit => write!(
                 f,
-                "mapping the perf ring failed ({name}, {errno}): it exceeds \
-                 kernel.perf_event_mlock_kb (raise it, or grant CAP_IPC_LOCK), or memory is short"
+                "mapping the perf ring failed ({name}, {errno}): locked memory is exhausted. \
+                 Perf rings count against a budget per user, shared by every process of that \
+                 user (kernel.perf_event_mlock_kb per online CPU), and beyond it against this \
+                 process's locked-memory limit (`ulimit -l`, RLIMIT_MEMLOCK; Docker's default is \
+                 64 KiB). Raise `ulimit -l` (`docker run --ulimit memlock=...`) or \
+                 kernel.perf_event_mlock_kb, grant CAP_IPC_LOCK, or close other perf users of \
+                 this user (each calibrated perfclock clock holds rings)"
             ),
             ErrorKind::Other => match self.op {
                 Op::Mmap => write!(f, "mapping the perf event failed ({name}, {errno})"),
@@ -253,9 +272,22 @@ mod tests {
         assert!(SysError::new(Op::PerfEventOpen, libc::EMFILE)
             .to_string()
             .contains("RLIMIT_NOFILE"));
-        assert!(SysError::new(Op::Mmap, libc::EPERM)
-            .to_string()
-            .contains("perf_event_mlock_kb"));
+        let mlock = SysError::new(Op::Mmap, libc::EPERM).to_string();
+        for knob in [
+            "perf_event_mlock_kb",
+            "RLIMIT_MEMLOCK",
+            "ulimit -l",
+            "per user",
+        ] {
+            assert!(mlock.contains(knob), "{knob} missing: {mlock}");
+        }
+        let short = SysError::new(Op::Mmap, libc::ENOMEM).to_string();
+        assert!(short.contains("short of memory"), "{short}");
+        // Level 3 refuses only with Debian's patch: the message must say both.
+        assert!(
+            high.contains("Debian") && high.contains("mainline"),
+            "{high}"
+        );
         assert!(SysError::new(Op::PerfEventOpen, libc::ENOSYS)
             .to_string()
             .contains("CONFIG_PERF_EVENTS"));
