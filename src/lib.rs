@@ -23,6 +23,18 @@
 //! - A fork child gets a freshly mapped page at the same address (see [`Clock`]); raw `clone`
 //!   system calls that bypass `pthread_atfork` handlers do not.
 //!
+//! # Reading the clock: unordered, ordered, deferred
+//! - [`now_ns`] is the fastest read, about one counter read (x86_64 `rdtsc`): like the kernel's
+//!   own `sched_clock` and quanta, the counter read may execute before earlier loads complete,
+//!   so a reading taken right after receiving another thread's reading can be below it (by the
+//!   out-of-order window, up to about 100 ns). Readings of one thread never go back.
+//! - [`now_ns_ordered`] waits for every earlier instruction before reading the counter
+//!   (x86_64 `lfence; rdtsc`), so it never goes back across a happens-before edge (a lock, an
+//!   Acquire load, a channel): use it when readings of different threads are compared.
+//! - [`CounterStamp::now`] only reads the raw counter, for the hottest paths (signal handlers,
+//!   per-event tracing); [`CounterStamp::ns`] converts it later with the conversion current
+//!   then (see its trade-off).
+//!
 //! # Platform support and features
 //! Linux on x86_64 and aarch64. Elsewhere the crate compiles to a stub whose [`Clock::open`]
 //! returns [`Error::Unsupported`], so cross-platform programs can depend on it unconditionally.
@@ -49,6 +61,8 @@ mod snapshot;
 
 use std::sync::OnceLock;
 
+use perfclock_core::counter;
+
 pub use clock::{Clock, Mode, Options};
 pub use diagnosis::Withheld;
 pub use error::Error;
@@ -72,39 +86,165 @@ pub fn init() -> Result<&'static Clock, Error> {
 /// # Errors
 /// See [`Error`].
 pub fn init_with(options: Options) -> Result<&'static Clock, Error> {
-    GLOBAL
+    let clock = GLOBAL
         .get_or_init(|| options.open())
         .as_ref()
-        .map_err(Clone::clone)
+        .map_err(Clone::clone)?;
+    fast::publish(clock);
+    Ok(clock)
 }
 
 /// Perf-domain nanoseconds now, from the process-wide clock, opening it on first use (which
 /// may block while another thread opens it). Returns 0 if no clock can be had: check [`init`]
 /// for the reason. Not for signal handlers before [`init`] has returned: use [`try_now_ns`].
+///
+/// Unordered (see the crate docs): compare readings of different threads with
+/// [`now_ns_ordered`].
 #[inline]
 pub fn now_ns() -> u64 {
-    // The initialised clock first: `init()` would build the default `Options` (a struct of some
-    // 150 bytes) and call out of line on every read, doubling its cost.
-    match global() {
-        Some(clock) => clock.now_ns().unwrap_or(0),
-        None => now_ns_initialising(),
+    match fast::now_ns_once(read_unordered) {
+        Some(ns) => ns,
+        None => now_ns_slow(),
     }
 }
 
+/// Perf-domain nanoseconds now, the counter read only after every earlier instruction has
+/// completed: never below a reading this thread has observed through a happens-before edge
+/// (an Acquire load of another thread's reading, a lock, a channel). Costs about
+/// `lfence; rdtsc` on x86_64. Opens the process-wide clock on first use, as [`now_ns`].
+#[inline]
+pub fn now_ns_ordered() -> u64 {
+    match fast::now_ns_once(read_ordered) {
+        Some(ns) => ns,
+        None => now_ns_ordered_slow(),
+    }
+}
+
+/// Perf-domain nanoseconds now, or `None` if [`init`] has not succeeded or the read failed.
+/// Never initialises, never blocks, never makes a system call: safe in signal handlers.
+/// Unordered, as [`now_ns`].
+#[inline]
+pub fn try_now_ns() -> Option<u64> {
+    match fast::now_ns_once(read_unordered) {
+        Some(ns) => Some(ns),
+        None => try_now_ns_slow(),
+    }
+}
+
+/// As [`try_now_ns`], ordered as [`now_ns_ordered`]. Signal-safe.
+#[inline]
+pub fn try_now_ns_ordered() -> Option<u64> {
+    match fast::now_ns_once(read_ordered) {
+        Some(ns) => Some(ns),
+        None => try_now_ns_ordered_slow(),
+    }
+}
+
+#[inline(always)]
+fn read_unordered() -> u64 {
+    counter::read_counter().unwrap_or(0)
+}
+
+#[inline(always)]
+fn read_ordered() -> u64 {
+    counter::read_counter_ordered().unwrap_or(0)
+}
+
+// The slow paths: the clock not yet published to the fast path, or the one attempt failed (a
+// page being written, a withdrawn conversion). Out of line so the fast path stays small; they
+// go through the clock's full reader (retries, the mirror page, typed errors).
+
 #[cold]
 #[inline(never)]
-fn now_ns_initialising() -> u64 {
+fn now_ns_slow() -> u64 {
     init()
         .ok()
         .and_then(|clock| clock.now_ns().ok())
         .unwrap_or(0)
 }
 
-/// Perf-domain nanoseconds now, or `None` if [`init`] has not succeeded or the read failed.
-/// Never initialises, never blocks, never makes a system call: safe in signal handlers.
-#[inline]
-pub fn try_now_ns() -> Option<u64> {
+#[cold]
+#[inline(never)]
+fn now_ns_ordered_slow() -> u64 {
+    init()
+        .ok()
+        .and_then(|clock| clock.reader().now_ns_ordered().ok())
+        .unwrap_or(0)
+}
+
+#[cold]
+#[inline(never)]
+fn try_now_ns_slow() -> Option<u64> {
     global()?.now_ns().ok()
+}
+
+#[cold]
+#[inline(never)]
+fn try_now_ns_ordered_slow() -> Option<u64> {
+    global()?.reader().now_ns_ordered().ok()
+}
+
+/// A raw counter value taken now, to be converted to perf-domain nanoseconds later: the
+/// cheapest stamp there is (one unordered counter read, no page read), for signal handlers and
+/// per-event tracing.
+///
+/// # Trade-off
+/// The stamp is converted with the conversion current when [`CounterStamp::ns`] runs, not the
+/// one current when it was taken. In kernel mode the kernel rewrites the conversion rarely (the
+/// conversion of an earlier counter value stays right unless the clock itself changed, e.g. the
+/// TSC was marked unstable); in calibrated mode each refit moves it a little, so convert within
+/// seconds to stay within [`error_bound_ns`]. Stamps are only meaningful in the boot (and, on
+/// machines without an invariant counter, the CPU) they were taken on, and they are unordered
+/// like [`now_ns`].
+///
+/// ```no_run
+/// let stamp = perfclock::CounterStamp::now(); // in the hot path
+/// // ... later, outside it:
+/// println!("{:?} ns", stamp.ns());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CounterStamp {
+    cycles: u64,
+}
+
+impl CounterStamp {
+    /// Reads the counter now. Async-signal-safe; needs no initialised clock.
+    #[inline(always)]
+    pub fn now() -> Self {
+        CounterStamp {
+            cycles: read_unordered(),
+        }
+    }
+
+    /// A stamp of a counter value read elsewhere (the C ABI's `perfclock_read_counter`, a
+    /// jitdump record).
+    pub const fn from_cycles(cycles: u64) -> Self {
+        CounterStamp { cycles }
+    }
+
+    /// The raw counter value (TSC on x86_64, `CNTVCT_EL0` on aarch64).
+    pub const fn cycles(self) -> u64 {
+        self.cycles
+    }
+
+    /// Perf-domain nanoseconds of the stamp, with the process-wide clock's conversion current
+    /// now; `None` if [`init`] has not succeeded or the conversion cannot be read. Never
+    /// initialises; signal-safe.
+    pub fn ns(self) -> Option<u64> {
+        self.ns_with(global()?).ok()
+    }
+
+    /// As [`CounterStamp::ns`], with `clock`'s conversion.
+    ///
+    /// # Errors
+    /// [`ReadError::CounterUnsupported`] where this architecture has no counter (the stamp is
+    /// meaningless), else as [`Clock::cycles_to_ns`].
+    pub fn ns_with(self, clock: &Clock) -> Result<u64, ReadError> {
+        if !counter::SUPPORTED {
+            return Err(ReadError::CounterUnsupported);
+        }
+        clock.cycles_to_ns(self.cycles)
+    }
 }
 
 /// The process-wide clock's mode, or `None` if it is not (successfully) initialised.
@@ -123,4 +263,57 @@ pub fn error_bound_ns() -> u64 {
 #[inline]
 pub fn global() -> Option<&'static Clock> {
     GLOBAL.get()?.as_ref().ok()
+}
+
+/// The process-wide clock's page, reachable with one load: the reads' fast path does not go
+/// through the `OnceLock`'s state and the stored `Result`.
+///
+/// # Safety
+/// The one unsafe call turns the published page pointer back into a reader; the pointer is only
+/// ever the page of the clock stored in `GLOBAL`, which is never dropped.
+mod fast {
+    #![allow(unsafe_code)]
+
+    use std::ptr::{null_mut, NonNull};
+    use std::sync::atomic::{AtomicPtr, Ordering};
+
+    use perfclock_core::{PageReader, PerfEventMmapPage};
+
+    use crate::Clock;
+
+    /// Null until `init` succeeds, then the primary page of the process-wide clock.
+    static PAGE: AtomicPtr<PerfEventMmapPage> = AtomicPtr::new(null_mut());
+
+    /// Makes `clock`'s page the fast path's. Every caller passes the same clock (the one in
+    /// `GLOBAL`), so repeated stores store the same value.
+    pub(crate) fn publish(clock: &'static Clock) {
+        // ATOMICS: Release pairs with the Acquire load in `now_ns_once`: a reader that finds
+        // the pointer finds the page's initial contents (a calibrated page is ordinary memory
+        // written before the clock was stored).
+        PAGE.store(clock.reader().page().as_ptr(), Ordering::Release);
+    }
+
+    /// One seqlock attempt on the process-wide clock's page with `counter`, or `None` (no clock
+    /// yet, or the attempt failed: the caller takes the slow path).
+    #[inline(always)]
+    pub(crate) fn now_ns_once(counter: impl FnOnce() -> u64) -> Option<u64> {
+        // ATOMICS: Acquire pairs with the Release store in `publish`.
+        let page = NonNull::new(PAGE.load(Ordering::Acquire))?;
+        // SAFETY: `PAGE` holds only the page of the clock in `GLOBAL` (a static that is never
+        // dropped), whose reader was made under `PageReader::new`'s contract and whose page the
+        // clock keeps mapped (a fork child's is re-mapped at the same address) for the life of
+        // the process.
+        let reader = unsafe { PageReader::new(page) };
+        reader.now_ns_once_with(counter)
+    }
+}
+
+/// Makes `clock` the process-wide clock that [`global`], [`try_now_ns`] and [`init`] return,
+/// unless [`init`] already ran (whether it succeeded or failed): then `clock` is dropped and
+/// `false` returned. For callers that retry a failed open themselves, as the C ABI's
+/// `perfclock_init` does, so that a transient failure (out of file descriptors, a thread limit)
+/// is not remembered for ever.
+pub fn set_global(clock: Clock) -> bool {
+    // `init` then finds the clock and finishes whatever it does for a clock it opened itself.
+    GLOBAL.set(Ok(clock)).is_ok() && init().is_ok()
 }

@@ -62,6 +62,7 @@ const _: () = {
     assert!(size_of::<PerfEventMmapPage>() == PAGE_LAYOUT_BYTES);
     assert!(offset_of!(PerfEventMmapPage, lock) == 8);
     assert!(offset_of!(PerfEventMmapPage, capabilities) == 40);
+    assert!(offset_of!(PerfEventMmapPage, pmc_width) == 48);
     assert!(offset_of!(PerfEventMmapPage, time_shift) == 50);
     assert!(offset_of!(PerfEventMmapPage, time_mult) == 52);
     assert!(offset_of!(PerfEventMmapPage, time_zero) == 64);

@@ -5,6 +5,23 @@
 //! (update in progress), loads the fields and the counter, and accepts them only if `lock` is
 //! unchanged afterwards.
 //!
+//! # The read at the hardware floor
+//! [`PageReader::now_ns`] is built so that, inlined into the caller, it costs about one counter
+//! read: one attempt loads only what the protocol needs (`lock`, `capabilities`, the 8-byte word
+//! holding `time_shift` and `time_mult`, `time_zero`, and `time_cycles`/`time_mask` only under
+//! `cap_user_time_short`), checks only what a correct conversion needs (`cap_user_time_zero`,
+//! `time_mult != 0`, `time_shift <= 63`, a mask of low bits), and anything else (a busy or
+//! changed lock, a withdrawn or nonsensical page) leaves the inlined code for an out-of-line
+//! path that retries and names the error.
+//!
+//! # Ordered and unordered reads
+//! [`PageReader::now_ns`] reads the counter as cheaply as the architecture allows, like the
+//! kernel's `sched_clock` and quanta: on x86_64 `rdtsc` may execute before earlier loads have
+//! completed, so a reading taken right after loading another thread's timestamp can be below it
+//! (by the out-of-order window, up to about 100 ns). [`PageReader::now_ns_ordered`] waits for
+//! every earlier instruction first (`lfence; rdtsc`), so it never goes back across a
+//! happens-before edge.
+//!
 //! # Safety
 //! Readers and writers hold raw pointers to pages that other parties (the kernel, another
 //! thread) write concurrently; every access to a page field is an atomic load or store through
@@ -13,7 +30,7 @@
 
 use core::hint::spin_loop;
 use core::ptr::{addr_of_mut, NonNull};
-use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::page::{caps, PerfEventMmapPage};
 use crate::seq_lock::SeqLock;
@@ -159,24 +176,74 @@ impl PageReader {
     /// As [`RawTimeFields::conversion`], and [`ReadError::Contended`] after [`MAX_RETRIES`].
     #[inline]
     pub fn read_with(&self, mut counter: impl FnMut() -> u64) -> Result<Reading, ReadError> {
-        let (fields, cycles) = self.read_raw_with(&mut counter)?;
+        let (fields, cycles) = self.read_raw_with(&mut counter, Fields::Needed)?;
         Ok(Reading {
             cycles,
             conversion: fields.conversion()?,
         })
     }
 
-    /// Perf-domain nanoseconds now, from this architecture's counter.
+    /// Perf-domain nanoseconds now, from this architecture's counter read as cheaply as it
+    /// allows ([`counter::read_counter`]). Unordered: the counter may be read before earlier
+    /// loads complete, so across threads use [`PageReader::now_ns_ordered`] (see the module
+    /// docs).
     ///
     /// # Errors
     /// As [`PageReader::read_with`], and [`ReadError::CounterUnsupported`].
+    // Inline: the one attempt that succeeds on the fast path is a handful of instructions
+    // around the counter read; a call around it costs more than they do.
     #[inline]
     pub fn now_ns(&self) -> Result<u64, ReadError> {
         if !counter::SUPPORTED {
             return Err(ReadError::CounterUnsupported);
         }
-        self.read_with(|| counter::read_counter().unwrap_or(0))
-            .map(|reading| reading.ns())
+        match self.now_ns_once_with(read_unordered) {
+            Some(ns) => Ok(ns),
+            None => self.now_ns_retrying(read_unordered),
+        }
+    }
+
+    /// As [`PageReader::now_ns`], with the counter read only after every earlier instruction
+    /// has completed ([`counter::read_counter_ordered`]): a reading taken after observing
+    /// another reading (through any happens-before edge: a lock, an Acquire load, a channel) is
+    /// never below it.
+    ///
+    /// # Errors
+    /// As [`PageReader::now_ns`].
+    #[inline]
+    pub fn now_ns_ordered(&self) -> Result<u64, ReadError> {
+        if !counter::SUPPORTED {
+            return Err(ReadError::CounterUnsupported);
+        }
+        match self.now_ns_once_with(read_ordered) {
+            Some(ns) => Ok(ns),
+            None => self.now_ns_retrying(read_ordered),
+        }
+    }
+
+    /// One seqlock read of the primary page with `counter` read inside it: the nanoseconds,
+    /// or `None` if the page was being written, changed meanwhile, or does not publish a usable
+    /// conversion. It never retries and never reads the mirror; on `None`, call
+    /// [`PageReader::read_with`] (or [`PageReader::now_ns`]) for the reading or the typed error.
+    /// For callers that keep the page elsewhere and want the fast path inlined
+    /// (`perfclock`'s process-wide clock).
+    #[inline(always)]
+    pub fn now_ns_once_with(&self, counter: impl FnOnce() -> u64) -> Option<u64> {
+        // SAFETY: the constructor's contract: the page is mapped, aligned and only written
+        // atomically or by the kernel, so atomic views of its fields are sound.
+        let page = unsafe { PageFields::of(self.page.as_ptr()) };
+        let (raw, cycles) = attempt(&page, counter, Fields::Needed)?;
+        match raw.conversion() {
+            Ok(conversion) => Some(conversion.cycles_to_ns(cycles)),
+            Err(_) => None,
+        }
+    }
+
+    /// The slow path of [`PageReader::now_ns`]: out of line so the fast path stays small.
+    #[cold]
+    #[inline(never)]
+    fn now_ns_retrying(&self, counter: fn() -> u64) -> Result<u64, ReadError> {
+        self.read_with(counter).map(|reading| reading.ns())
     }
 
     /// The conversion currently published.
@@ -192,13 +259,15 @@ impl PageReader {
     /// # Errors
     /// [`ReadError::Contended`] after [`MAX_RETRIES`].
     pub fn raw(&self) -> Result<RawTimeFields, ReadError> {
-        self.read_raw_with(&mut || 0).map(|(fields, _)| fields)
+        self.read_raw_with(&mut || 0, Fields::All)
+            .map(|(fields, _)| fields)
     }
 
     #[inline]
     fn read_raw_with(
         &self,
         counter: &mut impl FnMut() -> u64,
+        wanted: Fields,
     ) -> Result<(RawTimeFields, u64), ReadError> {
         // SAFETY: the constructor's contract: the pages are mapped, aligned and only written
         // atomically or by the kernel, so atomic views of their fields are sound.
@@ -210,11 +279,11 @@ impl PageReader {
         };
         let mirrored = self.mirror != self.page;
         for _ in 0..MAX_RETRIES {
-            if let Some(read) = attempt(&page, counter) {
+            if let Some(read) = attempt(&page, &mut *counter, wanted) {
                 return Ok(read);
             }
             if mirrored {
-                if let Some(read) = attempt(&mirror, counter) {
+                if let Some(read) = attempt(&mirror, &mut *counter, wanted) {
                     return Ok(read);
                 }
             }
@@ -224,24 +293,79 @@ impl PageReader {
     }
 }
 
+/// The counter for [`PageReader::now_ns`] (0 where unsupported: `now_ns` refuses first).
+#[inline(always)]
+fn read_unordered() -> u64 {
+    counter::read_counter().unwrap_or(0)
+}
+
+/// The counter for [`PageReader::now_ns_ordered`].
+#[inline(always)]
+fn read_ordered() -> u64 {
+    counter::read_counter_ordered().unwrap_or(0)
+}
+
+/// Which fields an attempt loads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fields {
+    /// What a conversion needs: `time_cycles` and `time_mask` only under
+    /// `cap_user_time_short` (they are meaningless without it, and left 0).
+    Needed,
+    /// Every time field, for diagnostics ([`PageReader::raw`]).
+    All,
+}
+
 /// One seqlock read section: `None` if the writer held the lock or changed it meanwhile. An odd
 /// lock is rejected before the counter is read.
 #[inline(always)]
 fn attempt(
     fields: &PageFields<'_>,
-    counter: &mut impl FnMut() -> u64,
+    counter: impl FnOnce() -> u64,
+    wanted: Fields,
 ) -> Option<(RawTimeFields, u64)> {
     let stamp = fields.lock.optimistic_read()?;
-    let raw = RawTimeFields {
-        capabilities: fields.capabilities.load(Ordering::Relaxed),
-        time_mult: fields.time_mult.load(Ordering::Relaxed),
-        time_shift: fields.time_shift.load(Ordering::Relaxed),
-        time_zero: fields.time_zero.load(Ordering::Relaxed),
-        time_cycles: fields.time_cycles.load(Ordering::Relaxed),
-        time_mask: fields.time_mask.load(Ordering::Relaxed),
-    };
+    let capabilities = fields.capabilities.load(Ordering::Relaxed);
+    // One load for both: they share an aligned 8-byte word with `pmc_width`.
+    let (time_shift, time_mult) = unpack_scale(fields.scale.load(Ordering::Relaxed));
+    let time_zero = fields.time_zero.load(Ordering::Relaxed);
+    let (time_cycles, time_mask) =
+        if wanted == Fields::All || capabilities & caps::USER_TIME_SHORT != 0 {
+            (
+                fields.time_cycles.load(Ordering::Relaxed),
+                fields.time_mask.load(Ordering::Relaxed),
+            )
+        } else {
+            (0, 0)
+        };
     let cycles = counter();
+    let raw = RawTimeFields {
+        capabilities,
+        time_mult,
+        time_shift,
+        time_zero,
+        time_cycles,
+        time_mask,
+    };
     fields.lock.validate_read(stamp).then_some((raw, cycles))
+}
+
+/// `time_shift` and `time_mult` out of the word at offset 48 (`pmc_width`, `time_shift`,
+/// `time_mult`, each in native byte order, as `repr(C)` lays them out).
+#[inline(always)]
+const fn unpack_scale(word: u64) -> (u16, u32) {
+    let bytes = word.to_ne_bytes();
+    (
+        u16::from_ne_bytes([bytes[2], bytes[3]]),
+        u32::from_ne_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]),
+    )
+}
+
+/// The word at offset 48 from its three fields (the inverse of [`unpack_scale`]).
+const fn pack_scale(pmc_width: u16, time_shift: u16, time_mult: u32) -> u64 {
+    let [w0, w1] = pmc_width.to_ne_bytes();
+    let [s0, s1] = time_shift.to_ne_bytes();
+    let [m0, m1, m2, m3] = time_mult.to_ne_bytes();
+    u64::from_ne_bytes([w0, w1, s0, s1, m0, m1, m2, m3])
 }
 
 /// Publishes a conversion into a page of ordinary memory (and its mirror) with the kernel's
@@ -333,8 +457,17 @@ fn write_page(page: NonNull<PerfEventMmapPage>, raw: &RawTimeFields) {
     fields
         .capabilities
         .store(raw.capabilities, Ordering::Relaxed);
-    fields.time_mult.store(raw.time_mult, Ordering::Relaxed);
-    fields.time_shift.store(raw.time_shift, Ordering::Relaxed);
+    // The reader loads `time_shift` and `time_mult` as one word, so they are stored as one
+    // (same-size accesses); `pmc_width`, the word's other field, is kept. This is the word's
+    // only writer, so the load-then-store is not a lost update.
+    let pmc_width = u16::from_ne_bytes({
+        let bytes = fields.scale.load(Ordering::Relaxed).to_ne_bytes();
+        [bytes[0], bytes[1]]
+    });
+    fields.scale.store(
+        pack_scale(pmc_width, raw.time_shift, raw.time_mult),
+        Ordering::Relaxed,
+    );
     fields.time_zero.store(raw.time_zero, Ordering::Relaxed);
     fields.time_cycles.store(raw.time_cycles, Ordering::Relaxed);
     fields.time_mask.store(raw.time_mask, Ordering::Relaxed);
@@ -345,8 +478,8 @@ fn write_page(page: NonNull<PerfEventMmapPage>, raw: &RawTimeFields) {
 struct PageFields<'a> {
     lock: &'a SeqLock,
     capabilities: &'a AtomicU64,
-    time_mult: &'a AtomicU32,
-    time_shift: &'a AtomicU16,
+    /// `pmc_width`, `time_shift` and `time_mult` (offsets 48, 50, 52), one 8-aligned word.
+    scale: &'a AtomicU64,
     time_zero: &'a AtomicU64,
     time_cycles: &'a AtomicU64,
     time_mask: &'a AtomicU64,
@@ -359,13 +492,16 @@ impl PageFields<'_> {
     #[inline(always)]
     unsafe fn of<'a>(page: *mut PerfEventMmapPage) -> PageFields<'a> {
         // SAFETY: the caller's contract; every field is naturally aligned in the `repr(C)`
-        // layout (checked at compile time in `page`), as `from_ptr` requires.
+        // layout (checked at compile time in `page`), as `from_ptr` requires, and the 8-byte
+        // view at `pmc_width` lies inside the page and overlaps only `time_shift`/`time_mult`,
+        // which are accessed through it alone.
         unsafe {
             PageFields {
                 lock: SeqLock::from_ptr(addr_of_mut!((*page).lock)),
                 capabilities: AtomicU64::from_ptr(addr_of_mut!((*page).capabilities)),
-                time_mult: AtomicU32::from_ptr(addr_of_mut!((*page).time_mult)),
-                time_shift: AtomicU16::from_ptr(addr_of_mut!((*page).time_shift)),
+                // `pmc_width` starts the 8-byte word (offset 48, checked in `page`); the
+                // page is 8-aligned, so the word is too.
+                scale: AtomicU64::from_ptr(addr_of_mut!((*page).pmc_width).cast::<u64>()),
                 time_zero: AtomicU64::from_ptr(addr_of_mut!((*page).time_zero)),
                 time_cycles: AtomicU64::from_ptr(addr_of_mut!((*page).time_cycles)),
                 time_mask: AtomicU64::from_ptr(addr_of_mut!((*page).time_mask)),
@@ -437,6 +573,100 @@ mod tests {
             Err(ReadError::TimeZeroUnavailable { .. })
         ));
     }
+
+    #[test]
+    fn the_single_attempt_agrees_with_the_full_read_or_declines() {
+        let page = TestPage::new();
+        let reader = page.reader();
+        assert_eq!(reader.now_ns_once_with(|| 1), None, "zeroed page");
+        for conversion in alternating_sets().into_iter().chain([TimeConversion::new(
+            EXACT_MULT,
+            32,
+            u64::MAX - 5,
+        )
+        .unwrap()])
+        {
+            page.writer().publish(&conversion);
+            for cycles in [0, 1, 0x1111, 0x2222_0000, u64::MAX] {
+                let full = reader.read_with(|| cycles).map(|reading| reading.ns());
+                assert_eq!(reader.now_ns_once_with(|| cycles), full.ok());
+                assert_eq!(full, Ok(conversion.cycles_to_ns(cycles)));
+            }
+        }
+        let mut raw = raw_of(&alternating_sets()[0]);
+        raw.time_mult = 0;
+        page.writer().write(&raw);
+        assert_eq!(reader.now_ns_once_with(|| 1), None, "zero multiplier");
+        // SAFETY: the lock is taken through its atomic view, as a writer would.
+        let lock = unsafe { PageFields::of(page.page.as_ptr()) }.lock;
+        core::mem::forget(lock.write());
+        let mut counter_reads = 0;
+        assert_eq!(
+            reader.now_ns_once_with(|| {
+                counter_reads += 1;
+                0
+            }),
+            None
+        );
+        assert_eq!(
+            counter_reads, 0,
+            "an odd lock is rejected before the counter"
+        );
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot execute the counter instruction")]
+    fn ordered_and_unordered_reads_agree_with_the_conversion() {
+        let page = TestPage::new();
+        let conversion = TimeConversion::new(EXACT_MULT, 32, 1_000).unwrap();
+        page.writer().publish(&conversion);
+        let reader = page.reader();
+        if !counter::SUPPORTED {
+            std::println!("SKIPPED counter reads: no supported counter on this architecture");
+            assert_eq!(reader.now_ns(), Err(ReadError::CounterUnsupported));
+            return;
+        }
+        let before = counter::read_counter_ordered().unwrap();
+        let unordered = reader.now_ns().unwrap();
+        let ordered = reader.now_ns_ordered().unwrap();
+        let after = counter::read_counter_ordered().unwrap();
+        let (low, high) = (
+            conversion.cycles_to_ns(before),
+            conversion.cycles_to_ns(after),
+        );
+        assert!(
+            low <= ordered && ordered <= high,
+            "{low} <= {ordered} <= {high}"
+        );
+        assert!(unordered <= ordered, "{unordered} then {ordered}");
+    }
+
+    #[test]
+    fn time_shift_and_time_mult_share_a_word_and_pmc_width_survives_a_write() {
+        assert_eq!(
+            unpack_scale(pack_scale(0xabcd, 0x1234, 0x8765_4321)),
+            (0x1234, 0x8765_4321)
+        );
+        let page = TestPage::new();
+        // SAFETY: the page is not shared yet; this is a plain store before any reader exists.
+        unsafe { (*page.page.as_ptr()).pmc_width = 48 };
+        page.writer().publish(&alternating_sets()[1]);
+        // SAFETY: no writer is active any more; a plain read of a field nobody writes.
+        let pmc_width = unsafe { (*page.page.as_ptr()).pmc_width };
+        assert_eq!(pmc_width, 48);
+        // SAFETY: as above.
+        let (shift, mult) = unsafe {
+            (
+                (*page.page.as_ptr()).time_shift,
+                (*page.page.as_ptr()).time_mult,
+            )
+        };
+        assert_eq!((shift, mult), (22, 0x2222_2222));
+        assert_eq!(page.reader().raw().unwrap(), raw_of(&alternating_sets()[1]));
+    }
+
+    /// The non-short parameters of an x86 kernel with a native TSC sched_clock (one run's).
+    const EXACT_MULT: u32 = 1_654_360_220;
 
     #[test]
     fn nonsense_parameters_are_a_typed_error() {
