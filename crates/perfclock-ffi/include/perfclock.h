@@ -24,8 +24,8 @@
  *   - perfclock_init() opens a perf event, maps its page and, in calibrated mode, calibrates; it
  *     makes syscalls, allocates, may start a background calibration thread, and in calibrated
  *     mode returns only after a first calibration. Call it once at start-up (JNI_OnLoad, Agent_OnLoad, main), never from a
- *     signal handler. It is thread-safe and idempotent: later calls return the first call's
- *     result (a failure is remembered) at no cost.
+ *     signal handler. It is thread-safe; once it has succeeded, later calls return PERFCLOCK_OK
+ *     at no cost. A failure is not remembered: the next call tries again.
  *   - Every other function is async-signal-safe, thread-safe, makes no syscall, takes no lock
  *     and does not allocate: a seqlock read of a page plus one counter read and integer
  *     arithmetic. They may be called from signal
@@ -97,8 +97,24 @@ extern "C" {
 /*
  * Opens the process-wide clock: kernel mode if the kernel publishes the conversion, else
  * calibrated mode. Returns PERFCLOCK_OK or a negative PERFCLOCK_E_* code.
- * Not async-signal-safe (syscalls, allocation, possibly tens of milliseconds); thread-safe and
- * idempotent.
+ * Not async-signal-safe (syscalls, allocation, and in calibrated mode tens of milliseconds of
+ * calibration on a new thread). Thread-safe: concurrent first calls open one clock. Once it has
+ * succeeded, later calls return PERFCLOCK_OK at no cost. A failure is not remembered: each later
+ * call tries again, so after PERFCLOCK_E_FD_EXHAUSTED, or a calibration that failed on a thread or
+ * locked-memory limit, raising the limit and calling again works. (If Rust code in the same
+ * process called perfclock::init() first, its result, failure included, is the process's.)
+ * Where not to call it:
+ *   - a signal handler;
+ *   - a constructor of a library loaded with dlopen() (C++ static initialisers, JNI_OnLoad is
+ *     fine): the dynamic loader's lock is held there, and calibrated mode starts a thread;
+ *     call it later, from ordinary code, or let the first reading open it in your own code;
+ *   - an LD_PRELOAD or otherwise always-loaded constructor: every process then pays the open
+ *     (in calibrated mode the whole calibration, and fork() children that exec pay it again),
+ *     even those that never read the clock. Call it on first use instead (see README.md);
+ *   - a child between fork() and exec() of a multi-threaded parent (only async-signal-safe
+ *     calls are allowed there).
+ * x86_64: returns PERFCLOCK_E_UNSUPPORTED if the calling thread may not read the TSC
+ * (prctl(PR_SET_TSC, PR_TSC_SIGSEGV)), instead of dying with SIGSEGV.
  */
 int perfclock_init(void);
 
@@ -145,7 +161,10 @@ uint64_t perfclock_cycles_to_ns(uint64_t cycles);
 /*
  * Inverse of perfclock_cycles_to_ns(), rounded down (the kernel's documented inverse in kernel
  * mode): the counter value at which the clock reads `ns`. Returns 0 if no clock is initialised
- * or the parameters cannot be read, or if `ns` precedes the clock's origin. Async-signal-safe.
+ * or the parameters cannot be read. `ns` must not precede the conversion's origin
+ * (time_zero; on x86_64, perfclock_cycles_to_ns(0)): for an earlier `ns` the unsigned
+ * arithmetic wraps (ns - time_zero taken modulo 2^64, as in the kernel's formula) and the
+ * result is a huge, meaningless counter value, not 0. Async-signal-safe.
  */
 uint64_t perfclock_ns_to_cycles(uint64_t ns);
 

@@ -15,6 +15,7 @@
 
 use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, UnwindSafe};
+use std::sync::{Mutex, PoisonError};
 
 use perfclock::{Clock, Error, Mode};
 use perfclock_event::ErrorKind;
@@ -131,14 +132,40 @@ pub fn error_code(error: &Error) -> c_int {
     }
 }
 
+/// Serialises the C ABI's opens, so concurrent first calls open (and calibrate) one clock.
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+
 /// Opens the process-wide clock. See `perfclock.h`.
 ///
-/// Not async-signal-safe; thread-safe and idempotent.
+/// Unlike [`perfclock::init`], a failure is not remembered: each call after one tries again
+/// (the fd or thread limit may have been raised since), and a success becomes the process-wide
+/// clock through [`perfclock::set_global`]. Not async-signal-safe; thread-safe; once it has
+/// succeeded, later calls return at once.
 #[no_mangle]
 pub extern "C" fn perfclock_init() -> c_int {
-    guard(PERFCLOCK_E_INTERNAL, || match perfclock::init() {
-        Ok(_) => PERFCLOCK_OK,
-        Err(error) => error_code(&error),
+    guard(PERFCLOCK_E_INTERNAL, || {
+        if clock().is_some() {
+            return PERFCLOCK_OK;
+        }
+        // A poisoned lock guards nothing (it protects no data): go on.
+        let _serial = INIT_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+        if clock().is_some() {
+            return PERFCLOCK_OK;
+        }
+        match Clock::open() {
+            Ok(opened) => {
+                if perfclock::set_global(opened) {
+                    return PERFCLOCK_OK;
+                }
+                // Rust code of this process called `perfclock::init()` first: its result is
+                // the process-wide one (the Rust API remembers a failure).
+                match perfclock::init() {
+                    Ok(_) => PERFCLOCK_OK,
+                    Err(error) => error_code(&error),
+                }
+            }
+            Err(error) => error_code(&error),
+        }
     })
 }
 
