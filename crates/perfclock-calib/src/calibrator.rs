@@ -154,20 +154,26 @@ impl CalibratedClock {
             reader,
             thread: Some(thread),
         };
-        match rx.recv_timeout(timeout) {
-            Ok(Ok(())) => Ok(clock),
-            Ok(Err(e)) => {
-                clock.stop();
-                Err(e)
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                clock.shared.stop.store(true, Ordering::Relaxed);
-                Err(CalibError::Timeout)
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                clock.stop();
-                Err(CalibError::ThreadDied)
-            }
+        let error = match rx.recv_timeout(timeout) {
+            Ok(Ok(())) => return Ok(clock),
+            Ok(Err(e)) => e,
+            Err(mpsc::RecvTimeoutError::Timeout) => CalibError::Timeout,
+            Err(mpsc::RecvTimeoutError::Disconnected) => CalibError::ThreadDied,
+        };
+        clock.detach();
+        Err(error)
+    }
+
+    /// Tells the thread to stop and lets it finish on its own, never waiting for it: a thread
+    /// that has not reported may be unable to finish (blocked on the dynamic loader's lock that
+    /// a `dlopen` in progress on this very thread holds, until `start` returns). It publishes
+    /// nothing more; the shared state lives until it lets go of it.
+    fn detach(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            // Dropping the handle detaches the thread.
+            drop(t);
         }
     }
 
@@ -207,7 +213,9 @@ impl CalibratedClock {
         self.shared.stats.snapshot()
     }
 
-    /// Stop the background thread (the last published conversion stays readable).
+    /// Stop the background thread and wait for it to end (the last published conversion stays
+    /// readable). The thread has reported its first calibration by then (or `start` detached
+    /// it), so it only has a refinement round (bounded by `refine_batch`) to finish.
     pub fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
@@ -243,6 +251,27 @@ mod tests {
             clock.bound_model()
         );
         assert!(st.thread_tid != 0 && st.thread_cpu_ns > 0, "{st:?}");
+    }
+
+    #[test]
+    fn start_gives_up_at_its_timeout_without_waiting_for_a_stuck_thread() {
+        let (release, released) = mpsc::channel::<()>();
+        let options = CalibrationOptions::default()
+            .init_budget(Duration::from_millis(20))
+            .start_timeout(Duration::from_millis(50));
+        let result = CalibratedClock::start_with(options, move |kinds| {
+            // Stands for a thread that cannot go on until `start` returns (blocked on the loader's
+            // lock that a dlopen in progress on the caller's thread holds). The bounded wait only
+            // keeps a broken `start` (one that joins) from hanging the test.
+            let _ = released.recv_timeout(Duration::from_secs(30));
+            open_ground_truth(kinds)
+        });
+        // A `start` that waited for the thread returns only after the receiver above is gone.
+        assert!(
+            release.send(()).is_ok(),
+            "start waited for the calibration thread"
+        );
+        assert_eq!(result.err(), Some(CalibError::Timeout));
     }
 
     #[test]

@@ -23,6 +23,19 @@ const DEFAULT_ALLOWED_GROWTH_NS: u64 = 20;
 const DEFAULT_MIN_REFINE_INTERVAL: Duration = Duration::from_millis(5);
 /// Longest pause between refinements: also how late a clock jump is noticed.
 const DEFAULT_MAX_REFINE_INTERVAL: Duration = Duration::from_secs(1);
+/// Smallest refinement batch: a clock jump is at least 2 brackets and half of a batch outside
+/// the published bound, which needs 3 to tell from one stray bracket.
+pub(crate) const MIN_REFINE_BATCH: usize = 3;
+/// Largest refinement batch: a batch is allocated and collected in one go on the calibration
+/// thread (about a microsecond per bracket), so a larger one would stall refinement for seconds
+/// or exhaust memory.
+const MAX_REFINE_BATCH: usize = 1 << 16;
+/// Longest init budget: the first calibration collects for up to 4 times this, and `start`
+/// blocks for it; beyond a minute the fit gains nothing a refinement would not bring.
+const MAX_INIT_BUDGET: Duration = Duration::from_secs(60);
+/// The history window holds at least this many of the longest pauses between refinements, so
+/// that a fit always spans more than one batch.
+const MIN_WINDOW_PAUSES: u32 = 2;
 
 /// Settings for [`crate::CalibratedClock::start`]. `Default` is what the facade uses.
 ///
@@ -80,13 +93,17 @@ impl CalibrationOptions {
         self.refine
     }
 
-    /// Time spent collecting brackets before the first fit.
+    /// Time spent collecting brackets before the first fit: above zero, at most a minute, and
+    /// below [`CalibrationOptions::start_timeout`].
     pub fn init_budget(mut self, budget: Duration) -> Self {
         self.init_budget = budget;
         self
     }
 
-    /// How long `start` waits for the first result before giving up.
+    /// How long `start` waits for the first result before giving up with
+    /// [`CalibError::Timeout`]; the calibration thread is then told to stop and left to finish on
+    /// its own (never waited for), so `start` returns within about this time whatever the
+    /// thread is doing.
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
         self.start_timeout = timeout;
         self
@@ -98,13 +115,14 @@ impl CalibrationOptions {
         self
     }
 
-    /// History kept for the fit: the slope baseline.
+    /// History kept for the fit: the slope baseline. At least twice the longest pause between
+    /// refinements ([`CalibrationOptions::refine_interval`]), so a fit spans several batches.
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
         self
     }
 
-    /// Brackets per refinement (at the longest pause; shorter pauses take fewer).
+    /// Brackets per refinement (at the longest pause; shorter pauses take fewer): 3 to 65536.
     pub fn refine_batch(mut self, brackets: usize) -> Self {
         self.refine_batch = brackets;
         self
@@ -137,23 +155,33 @@ impl CalibrationOptions {
     /// [`CalibError::InvalidOptions`] naming the setter to change.
     pub fn validate(&self) -> Result<(), CalibError> {
         let invalid = |setting, reason| Err(CalibError::InvalidOptions { setting, reason });
-        if self.init_budget.is_zero() {
-            return invalid("init_budget", "must be above zero");
+        if self.init_budget.is_zero() || self.init_budget > MAX_INIT_BUDGET {
+            return invalid("init_budget", "must be above zero and at most 60 s");
         }
         if self.start_timeout.is_zero() {
             return invalid("start_timeout", "must be above zero");
         }
-        if self.refine_batch == 0 {
-            return invalid("refine_batch", "must be at least 1");
+        if self.init_budget >= self.start_timeout {
+            return invalid(
+                "start_timeout",
+                "must be longer than init_budget, or start always times out",
+            );
+        }
+        if !(MIN_REFINE_BATCH..=MAX_REFINE_BATCH).contains(&self.refine_batch) {
+            return invalid("refine_batch", "must be 3 to 65536");
         }
         if self.min_refine_interval.is_zero() || self.min_refine_interval > self.max_refine_interval
         {
             return invalid("refine_interval", "needs 0 < min <= max");
         }
-        if self.window.is_zero() {
-            return invalid("window", "must be above zero");
+        // checked_mul: a max pause near Duration::MAX has no window long enough.
+        match self.max_refine_interval.checked_mul(MIN_WINDOW_PAUSES) {
+            Some(shortest) if self.window >= shortest => Ok(()),
+            _ => invalid(
+                "window",
+                "must be at least twice refine_interval's max, so a fit spans several batches",
+            ),
         }
-        Ok(())
     }
 }
 
@@ -171,32 +199,64 @@ mod tests {
 
     #[test]
     fn invalid_settings_name_their_setter() {
+        let default = CalibrationOptions::default;
         let cases = [
+            (default().init_budget(Duration::ZERO), "init_budget"),
+            (default().init_budget(Duration::MAX), "init_budget"),
             (
-                CalibrationOptions::default().init_budget(Duration::ZERO),
-                "init_budget",
+                default()
+                    .init_budget(Duration::from_secs(5))
+                    .start_timeout(Duration::from_millis(100)),
+                "start_timeout",
             ),
+            (default().refine_batch(0), "refine_batch"),
+            (default().refine_batch(1), "refine_batch"),
+            (default().refine_batch(2), "refine_batch"),
+            (default().refine_batch(1 << 40), "refine_batch"),
             (
-                CalibrationOptions::default().refine_batch(0),
-                "refine_batch",
-            ),
-            (
-                CalibrationOptions::default()
-                    .refine_interval(Duration::from_secs(2), Duration::from_secs(1)),
+                default().refine_interval(Duration::from_secs(2), Duration::from_secs(1)),
                 "refine_interval",
             ),
             (
-                CalibrationOptions::default().start_timeout(Duration::ZERO),
-                "start_timeout",
+                default().refine_interval(Duration::ZERO, Duration::from_secs(1)),
+                "refine_interval",
             ),
+            (default().start_timeout(Duration::ZERO), "start_timeout"),
+            (default().window(Duration::ZERO), "window"),
+            (default().window(Duration::from_millis(1500)), "window"),
             (
-                CalibrationOptions::default().window(Duration::ZERO),
+                default()
+                    .refine_interval(Duration::from_millis(5), Duration::MAX)
+                    .window(Duration::MAX),
                 "window",
             ),
         ];
         for (options, setter) in cases {
-            let error = options.validate().unwrap_err();
-            assert!(error.to_string().contains(setter), "{error}");
+            match options.validate() {
+                Err(error @ CalibError::InvalidOptions { setting, .. }) => {
+                    assert_eq!(setting, setter, "{options:?}");
+                    assert!(error.to_string().contains(setter), "{error}");
+                }
+                other => panic!("{options:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_edges_of_each_range_are_valid() {
+        let default = CalibrationOptions::default;
+        let cases = [
+            default().refine_batch(3),
+            default().refine_batch(1 << 16),
+            default().start_timeout(Duration::MAX),
+            default()
+                .init_budget(Duration::from_secs(60))
+                .start_timeout(Duration::from_secs(61)),
+            default().window(Duration::from_secs(2)),
+            default().window(Duration::MAX),
+        ];
+        for options in cases {
+            assert_eq!(options.validate(), Ok(()), "{options:?}");
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::error::CalibError;
 use crate::fit::{prune, prune_hull, Constraint, Fit, FitOptions};
 use crate::fork_gate;
 use crate::ground_truth::BracketError;
-use crate::options::CalibrationOptions;
+use crate::options::{CalibrationOptions, MIN_REFINE_BATCH};
 use crate::published::{continue_from, solve, union_bound, Solution};
 use crate::source::Probe;
 
@@ -44,8 +44,7 @@ const TOLERATED_EXTRA_REJECTS: usize = 2;
 /// A refinement batch is a clock jump when at least this many brackets and at least half of it
 /// fall outside the published bound (one stray bracket is noise).
 const JUMP_MIN_STRAYS: usize = 2;
-/// Smallest refinement batch, and its smallest share of the full batch (1/this).
-const MIN_REFINE_BRACKETS: usize = 3;
+/// Smallest share of the full refinement batch (1/this) a short pause takes.
 const MIN_REFINE_SHARE: usize = 8;
 
 /// State of the background thread.
@@ -101,10 +100,15 @@ impl Calibrator {
         let mut raw = Vec::new();
         let mut tags = Vec::new();
         let mut selected = false;
+        let hard_limit = budget.saturating_mul(INIT_BUDGET_HARD_FACTOR);
         while start.elapsed() < budget || raw.len() < MIN_FIRST_FIT_BRACKETS {
+            if self.shared.stop.load(Ordering::Relaxed) {
+                // `start` gave up waiting (or the clock was dropped): nobody reads this page.
+                return Err(CalibError::ThreadDied);
+            }
             self.probe
                 .collect(INIT_ROUND_BRACKETS, &mut raw, Some(&mut tags))?;
-            if start.elapsed() > budget * INIT_BUDGET_HARD_FACTOR {
+            if start.elapsed() > hard_limit {
                 break;
             }
             if !selected && start.elapsed() * INIT_SELECT_KINDS_FRACTION >= budget {
@@ -154,9 +158,10 @@ impl Calibrator {
     /// `since_last` is the pause just taken: short pauses (early on, while the slope baseline
     /// is short) take smaller batches, so the CPU spent per second stays about constant.
     fn refine(&mut self, since_last: Duration) -> Result<Duration, CalibError> {
-        let full = self.options.refine_batch.max(1);
+        // `validate` keeps the batch within MIN_REFINE_BATCH..=65536.
+        let full = self.options.refine_batch;
         let share = since_last.as_secs_f64() / self.options.max_refine_interval.as_secs_f64();
-        let smallest = (full / MIN_REFINE_SHARE).max(MIN_REFINE_BRACKETS);
+        let smallest = (full / MIN_REFINE_SHARE).max(MIN_REFINE_BATCH);
         let n = ((full as f64 * share) as usize).clamp(smallest, full.max(smallest));
         let mut batch = Vec::with_capacity(n);
         self.probe.collect(n, &mut batch, None)?;
