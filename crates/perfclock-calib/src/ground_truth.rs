@@ -79,6 +79,70 @@ impl fmt::Display for RecordKind {
     }
 }
 
+/// A set of [`RecordKind`]s (which kinds calibrate, which failed). Small and `Copy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct KindSet(u8);
+
+impl KindSet {
+    /// No kind.
+    pub const EMPTY: KindSet = KindSet(0);
+
+    /// Whether `kind` is in the set.
+    pub fn contains(self, kind: RecordKind) -> bool {
+        self.0 & (1 << kind.index()) != 0
+    }
+
+    /// The set with `kind` added.
+    #[must_use]
+    pub fn with(self, kind: RecordKind) -> KindSet {
+        KindSet(self.0 | 1 << kind.index())
+    }
+
+    /// Whether the set holds no kind.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The kinds in the set, in [`RecordKind::ALL`] order.
+    pub fn iter(self) -> impl Iterator<Item = RecordKind> {
+        RecordKind::ALL
+            .into_iter()
+            .filter(move |k| self.contains(*k))
+    }
+
+    /// The set as bits (bit `i` for `RecordKind::ALL[i]`), for an atomic cell.
+    pub(crate) fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// The set whose [`KindSet::bits`] are `bits`.
+    pub(crate) fn from_bits(bits: u8) -> KindSet {
+        KindSet(bits & ((1 << RecordKind::ALL.len()) - 1))
+    }
+}
+
+impl FromIterator<RecordKind> for KindSet {
+    fn from_iter<I: IntoIterator<Item = RecordKind>>(kinds: I) -> Self {
+        kinds.into_iter().fold(KindSet::EMPTY, KindSet::with)
+    }
+}
+
+impl fmt::Display for KindSet {
+    /// The kinds' names separated by ", ", or "none".
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("none");
+        }
+        for (i, kind) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(kind.name())?;
+        }
+        Ok(())
+    }
+}
+
 /// A kernel timestamp and what was read just before and just after the action that caused it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamped<T> {
@@ -193,11 +257,21 @@ impl fmt::Display for BracketError {
                 write!(f, "the kernel lost {lost} records around a {kind} action")
             }
             BracketError::Ring(e) => write!(f, "{e}"),
-            BracketError::Syscall { op, errno } => write!(
-                f,
-                "{op} failed: {}",
-                std::io::Error::from_raw_os_error(errno)
-            ),
+            BracketError::Syscall { op, errno } => {
+                write!(
+                    f,
+                    "{op} failed: {}",
+                    std::io::Error::from_raw_os_error(errno)
+                )?;
+                if errno == libc::EPERM || errno == libc::EACCES {
+                    f.write_str(
+                        " (a seccomp filter or an LSM policy such as SELinux refuses it: allow \
+                         it, or one of the other record kinds' calls: prctl(PR_SET_NAME), \
+                         madvise(MADV_DONTNEED), mmap(PROT_EXEC) of an anonymous page)",
+                    )?;
+                }
+                Ok(())
+            }
             BracketError::CounterUnsupported => {
                 f.write_str("no cycle counter on this architecture")
             }

@@ -27,7 +27,7 @@ mod thread;
 
 pub use calibrator::{CalibratedClock, THREAD_NAME};
 pub use error::CalibError;
-pub use ground_truth::{Bracket, BracketError, GroundTruth, RecordKind};
+pub use ground_truth::{Bracket, BracketError, GroundTruth, KindSet, RecordKind};
 pub use options::CalibrationOptions;
 pub use source::{open_ground_truth, BracketSource};
 pub use stats::CalibStats;

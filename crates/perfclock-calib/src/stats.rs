@@ -1,7 +1,9 @@
 //! [`CalibStats`]: what the calibration thread has done, published through relaxed atomics
 //! (figures for diagnostics, never used to decide anything).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
+
+use crate::ground_truth::KindSet;
 
 /// Counters describing the calibrator's work so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -29,6 +31,11 @@ pub struct CalibStats {
     pub thread_cpu_ns: u64,
     /// Kernel thread id of the calibration thread (for `/proc/self/task/<tid>/stat`).
     pub thread_tid: u64,
+    /// Record kinds the calibrator can still bracket.
+    pub kinds_working: KindSet,
+    /// Record kinds dropped because their action or records failed for good (a refused
+    /// system call, records that never arrive); calibration goes on with the others.
+    pub kinds_failed: KindSet,
 }
 
 /// [`CalibStats`] as the thread updates them.
@@ -45,6 +52,8 @@ pub(crate) struct AtomicStats {
     pub(crate) first_calibration_ns: AtomicU64,
     pub(crate) thread_cpu_ns: AtomicU64,
     pub(crate) thread_tid: AtomicU64,
+    pub(crate) kinds_working: AtomicU8,
+    pub(crate) kinds_failed: AtomicU8,
 }
 
 impl AtomicStats {
@@ -62,6 +71,8 @@ impl AtomicStats {
             first_calibration_ns: r(&self.first_calibration_ns),
             thread_cpu_ns: r(&self.thread_cpu_ns),
             thread_tid: r(&self.thread_tid),
+            kinds_working: KindSet::from_bits(self.kinds_working.load(Ordering::Relaxed)),
+            kinds_failed: KindSet::from_bits(self.kinds_failed.load(Ordering::Relaxed)),
         }
     }
 }

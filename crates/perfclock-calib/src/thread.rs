@@ -279,7 +279,7 @@ pub(crate) fn run(
     let tid = unsafe { libc::gettid() };
     shared.stats.thread_tid.store(tid as u64, Ordering::Relaxed);
     let probe = match open(&options) {
-        Ok(p) => p,
+        Ok(p) => p.reporting_to(shared.clone()),
         Err(e) => {
             // The receiver may have timed out and gone; then nobody needs the reason.
             let _ = tx.send(Err(e));
