@@ -1,0 +1,157 @@
+//! The lazy path for preloaded libraries (issue 13.10): a library in `LD_PRELOAD` that opens the
+//! clock on first use costs a process that never reads the clock nothing, while one that calls
+//! `perfclock_init()` in its constructor opens perf events in every process it is loaded into.
+//! Each is built from C against the static library and preloaded into `ls -l /proc/self/fd`,
+//! which lists the descriptors of the very process the library was loaded into. Then a small
+//! program calls the lazy library's stamp function: its first call opens the clock.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
+/// What Rust's std needs from the C side when a staticlib is linked by a C compiler.
+const NATIVE_LIBS: [&str; 5] = ["-lgcc_s", "-lrt", "-lpthread", "-lm", "-ldl"];
+/// How `ls -l` shows a perf event's descriptor.
+const PERF_FD: &str = "anon_inode:[perf_event]";
+
+const EAGER_C: &str = r#"
+#include "perfclock.h"
+__attribute__((constructor)) static void eager(void) { (void)perfclock_init(); }
+"#;
+
+const LAZY_C: &str = r#"
+#include "perfclock.h"
+uint64_t preload_stamp(void) {
+    uint64_t t;
+    if (perfclock_try_now_ns(&t) == PERFCLOCK_OK) return t;
+    if (perfclock_init() != PERFCLOCK_OK) return 0;
+    return perfclock_now_ns();
+}
+"#;
+
+const HOST_C: &str = r#"
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <stdio.h>
+int main(void) {
+    uint64_t (*stamp)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "preload_stamp");
+    if (!stamp) { puts("no preload_stamp"); return 2; }
+    uint64_t first = stamp(), second = stamp();
+    printf("STAMPS %" PRIu64 " %" PRIu64 "\n", first, second);
+    return first != 0 && second >= first ? 0 : 1;
+}
+"#;
+
+/// The static library of this profile, built if missing (as `c_abi.rs` does).
+fn archive() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in <target>/<profile>/deps/");
+    let archive = profile.join("libperfclock_ffi.a");
+    if !archive.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "-p", "perfclock-ffi"]);
+        build.env("CARGO_TARGET_DIR", profile.parent().expect("target dir"));
+        if profile.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        assert!(build.status().expect("cargo build").success());
+    }
+    archive
+}
+
+/// Runs `command`, killing it after 30 s: a hang is a failure, not a stuck CI.
+fn run(mut command: Command) -> Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{command:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Compiles `source` into `dir/out`, with `link` after the source (cc links in command-line
+/// order).
+fn cc(dir: &Path, source: &str, out: &str, link: &[&str]) -> PathBuf {
+    let out_path = dir.join(out);
+    let c = out_path.with_extension("c");
+    std::fs::write(&c, source).expect("write C source");
+    let mut command = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    command
+        .args(["-O1", "-Wall", "-Werror", "-I"])
+        .arg(Path::new(CRATE_DIR).join("include"))
+        .arg(&c)
+        .args(link)
+        .arg("-o")
+        .arg(&out_path);
+    let output = run(command);
+    assert!(
+        output.status.success(),
+        "cc {out}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    out_path
+}
+
+/// A preloadable shared object of `source` with the static library inside, its Rust symbols
+/// kept private (as the README says to link one).
+fn preload_lib(dir: &Path, source: &str, name: &str) -> PathBuf {
+    let archive = archive();
+    let mut link = vec!["-fPIC", "-shared", "-Wl,--exclude-libs,ALL"];
+    link.push(archive.to_str().expect("UTF-8 path"));
+    link.extend(NATIVE_LIBS);
+    cc(dir, source, &format!("{name}.so"), &link)
+}
+
+/// `ls -l /proc/self/fd` with `lib` preloaded: the descriptors of the process it was loaded in.
+fn fds_with_preload(lib: &Path) -> String {
+    let mut ls = Command::new("ls");
+    ls.args(["-l", "/proc/self/fd/"]).env("LD_PRELOAD", lib);
+    let output = run(ls);
+    assert!(output.status.success(), "ls: {output:?}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn preloaded_library_opens_the_clock_on_first_use_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let eager = preload_lib(dir.path(), EAGER_C, "eager");
+    let lazy = preload_lib(dir.path(), LAZY_C, "lazy");
+
+    let fds = fds_with_preload(&eager);
+    if !fds.contains(PERF_FD) {
+        println!(
+            "SKIPPED preloaded_library_opens_the_clock_on_first_use_only: perfclock_init() \
+             opened no perf event here (perf refused?), so the lazy path cannot be told apart\n{fds}"
+        );
+        return;
+    }
+    let fds = fds_with_preload(&lazy);
+    assert!(
+        !fds.contains(PERF_FD),
+        "the lazy library opened perf events in a process that never read the clock:\n{fds}"
+    );
+
+    let host = cc(dir.path(), HOST_C, "host", &["-ldl"]);
+    let mut command = Command::new(&host);
+    command.env("LD_PRELOAD", &lazy);
+    let output = run(command);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    println!("{stdout}");
+    assert!(
+        output.status.success() && stdout.contains("STAMPS "),
+        "the lazy library's first stamp did not open the clock: {output:?}"
+    );
+}
