@@ -1,8 +1,12 @@
 //! What one read of each clock costs, on one thread and on two threads reading at once.
 //!
 //! ```text
-//! CARGO_TARGET_DIR=target cargo bench --bench read && python3 benches/summary.py target
+//! cargo bench --bench read 2>&1 | tee bench.log && python3 benches/summary.py target bench.log
 //! ```
+//!
+//! It prints the CPU's vendor and model first (`cpu: vendor ... model ...`): read costs differ
+//! by vendor (Intel's `rdtsc` is cheaper than AMD's, so the work around it shows more), and
+//! `summary.py` picks the vendor's targets from that line.
 //!
 //! Every read loop is the same shape ([`run_calls`]): `iters` calls, each result passed through
 //! `black_box`, so the comparison is like for like (no call can be elided or hoisted, and each
@@ -25,8 +29,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use perfclock::{Clock, Options};
-use perfclock_calib::{GroundTruth, RecordKind};
+use perfclock::{Clock, CounterStamp, Options};
 use perfclock_core::{counter, PageReader, PageWriter, PerfEventMmapPage, TimeConversion};
 
 /// Non-short parameters (`cap_user_time_zero` set, `cap_user_time_short` clear), the form an
@@ -191,7 +194,29 @@ fn exact_page() -> PageReader {
     unsafe { PageReader::new(page) }
 }
 
+/// The CPU's vendor and model from /proc/cpuinfo (x86's `vendor_id`/`model name`, arm64's
+/// `CPU implementer`/`CPU part`), "unknown" where absent.
+fn cpu_vendor_and_model() -> (String, String) {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |names: &[&str]| {
+        info.lines()
+            .find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                names
+                    .contains(&key.trim())
+                    .then(|| value.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".to_string())
+    };
+    (
+        field(&["vendor_id", "CPU implementer"]),
+        field(&["model name", "CPU part"]),
+    )
+}
+
 fn reads(c: &mut Criterion) {
+    let (vendor, model) = cpu_vendor_and_model();
+    println!("cpu: vendor {vendor} model {model}");
     // The process-wide clock, without background refinement so that no calibration thread
     // competes for the two CPUs while reads are timed (the read path is the same either way).
     let clock: &'static Clock = match perfclock::init_with(Options::default().refine(false)) {
@@ -207,12 +232,17 @@ fn reads(c: &mut Criterion) {
         clock.error_bound_ns()
     );
     let exact = exact_page();
+    // The core reader over the clock's own page: the facade's fast path minus its plumbing.
+    let same_page = clock.reader();
     let quanta_clock = quanta::Clock::new();
 
     let perfclock_now = perfclock::now_ns;
     let perfclock_try = || perfclock::try_now_ns().unwrap_or(0);
     let clock_now = || clock.now_ns().unwrap_or(0);
     let core_exact = || exact.now_ns().unwrap_or(0);
+    let core_same = || same_page.now_ns().unwrap_or(0);
+    let ordered_now = perfclock::now_ns_ordered;
+    let stamp_now = CounterStamp::now;
     let lfence_now = || {
         serialise();
         perfclock::now_ns()
@@ -235,6 +265,9 @@ fn reads(c: &mut Criterion) {
     bench_one!(one, "perfclock::try_now_ns", perfclock_try, run_calls);
     bench_one!(one, "Clock::now_ns", clock_now, run_calls);
     bench_one!(one, "PageReader::now_ns exact page", core_exact, run_calls);
+    bench_one!(one, "PageReader::now_ns clock page", core_same, run_calls);
+    bench_one!(one, "perfclock::now_ns_ordered", ordered_now, run_calls);
+    bench_one!(one, "CounterStamp::now", stamp_now, run_calls);
     bench_one!(one, "lfence; perfclock::now_ns", lfence_now, run_calls);
     bench_one!(one, "rdtsc", rdtsc, run_calls);
     bench_one!(one, "lfence;rdtsc", lfence_rdtsc, run_calls);
@@ -265,6 +298,7 @@ fn reads(c: &mut Criterion) {
         }};
     }
     bench_threads!("perfclock::now_ns", perfclock_now);
+    bench_threads!("perfclock::now_ns_ordered", ordered_now);
     bench_threads!("Clock::now_ns", clock_now);
     bench_threads!("PageReader::now_ns exact page", core_exact);
     bench_threads!("rdtsc", rdtsc);
@@ -290,24 +324,35 @@ fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock) {
     const ROUNDS: usize = 41;
     const CALLS: u64 = 100_000;
     let mut rounds = Vec::with_capacity(ROUNDS);
+    let same_page = clock.reader();
     for _ in 0..ROUNDS {
         let now = ns_per_call(CALLS, &perfclock::now_ns);
         let clock_now = ns_per_call(CALLS, &|| clock.now_ns().unwrap_or(0));
+        let core_now = ns_per_call(CALLS, &|| same_page.now_ns().unwrap_or(0));
         let rdtsc = ns_per_call(CALLS, &|| counter::read_counter().unwrap_or(0));
         let gettime = ns_per_call(CALLS, &monotonic_ns);
         let quanta_now = ns_per_call(CALLS, &|| quanta_clock.now());
+        let ordered = ns_per_call(CALLS, &perfclock::now_ns_ordered);
+        let lfence_rdtsc = ns_per_call(CALLS, &|| counter::read_counter_ordered().unwrap_or(0));
+        let stamp = ns_per_call(CALLS, &CounterStamp::now);
         rounds.push([
             now / rdtsc,
             clock_now / rdtsc,
+            now / core_now,
             now / gettime,
             now / quanta_now,
+            ordered / lfence_rdtsc,
+            stamp / rdtsc,
         ]);
     }
     let labels = [
         "perfclock::now_ns / rdtsc",
         "Clock::now_ns / rdtsc",
+        "perfclock::now_ns / PageReader::now_ns clock page",
         "perfclock::now_ns / clock_gettime MONOTONIC",
         "perfclock::now_ns / quanta Clock::now",
+        "perfclock::now_ns_ordered / lfence;rdtsc",
+        "CounterStamp::now / rdtsc",
     ];
     for (index, label) in labels.iter().enumerate() {
         let mut ratios: Vec<f64> = rounds.iter().map(|round| round[index]).collect();
@@ -321,30 +366,9 @@ fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock) {
     }
 }
 
-/// One kernel-stamped round trip: what perfclock's calibration pays per bracket and every read
-/// avoids (prctl(PR_SET_NAME) twice, ring drain and parse).
-fn ground_truth(c: &mut Criterion) {
-    let mut truth = match GroundTruth::open(&[RecordKind::Comm]) {
-        Ok(truth) => truth,
-        Err(error) => {
-            println!("SKIPPED ground-truth round trip: {error}");
-            return;
-        }
-    };
-    let mut group = c.benchmark_group("read 1 thread");
-    group.bench_function("ground truth COMM round trip", |b| {
-        b.iter(|| {
-            truth
-                .bracket(RecordKind::Comm)
-                .map(|bracket| bracket.kernel_ns)
-        })
-    });
-    group.finish();
-}
-
 criterion_group! {
     name = benches;
     config = config();
-    targets = reads, ground_truth
+    targets = reads
 }
 criterion_main!(benches);

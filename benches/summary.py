@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Prints the README table from criterion's results: medians and the issue-7 ratios.
+"""Prints the measurements tables from criterion's results: medians and the issue-12 ratios.
 
 usage: python3 benches/summary.py [TARGET_DIR [BENCH_LOG]]
   TARGET_DIR defaults to $CARGO_TARGET_DIR or ./target; BENCH_LOG is the saved output of
-  `cargo bench`, from which the paired ratios (printed by benches/read.rs) are added.
+  `cargo bench`, from which the CPU (vendor, model) and the paired ratios (printed by
+  benches/read.rs) are added; the rdtsc target depends on the vendor.
 """
 import json
 import os
@@ -48,7 +49,10 @@ READS = [
     ("perfclock::now_ns", "perf"),
     ("perfclock::try_now_ns", "perf"),
     ("Clock::now_ns", "perf"),
+    ("PageReader::now_ns clock page", "perf (core reader, the clock's own page)"),
     ("PageReader::now_ns exact page", "perf (exact-mode parameters, ordinary memory)"),
+    ("perfclock::now_ns_ordered", "perf, counter read after earlier instructions"),
+    ("CounterStamp::now", "raw TSC cycles (deferred stamp)"),
     ("lfence; perfclock::now_ns", "perf, each read waits for the previous one"),
     ("rdtsc", "raw TSC cycles"),
     ("lfence;rdtsc", "raw TSC cycles"),
@@ -57,7 +61,6 @@ READS = [
     ("std Instant::now", "CLOCK_MONOTONIC"),
     ("quanta Clock::now", "TSC calibrated to CLOCK_MONOTONIC"),
     ("minstant Instant::now", "TSC calibrated to CLOCK_MONOTONIC"),
-    ("ground truth COMM round trip", "perf (kernel-stamped, 2 prctl + ring read)"),
 ]
 
 one = {name: lookup("read 1 thread", name) for name, _ in READS}
@@ -89,26 +92,48 @@ def target(label, value, limit, less=True):
     print(f"| {label} | {value:.2f} | {'yes' if ok else 'no'} |")
 
 
+
+log_lines = []
+if len(sys.argv) > 2:
+    with open(sys.argv[2]) as log:
+        log_lines = log.readlines()
+vendor = next((m.group(1) for line in log_lines
+               for m in [re.match(r"cpu: vendor (\S+) model (.*)", line)] if m), None)
+model = next((m.group(2).strip() for line in log_lines
+              for m in [re.match(r"cpu: vendor (\S+) model (.*)", line)] if m), None)
+# Issue 12: now_ns within 1.10x rdtsc on Intel (its rdtsc is cheap, so the work around it
+# shows), 1.05x on AMD.
+rdtsc_limit = 1.10 if vendor == "GenuineIntel" else 1.05
+LIMITS = {
+    "perfclock::now_ns / rdtsc": rdtsc_limit,
+    "perfclock::now_ns / PageReader::now_ns clock page": 1.03,
+    "perfclock::now_ns / clock_gettime MONOTONIC": 0.50,
+    "perfclock::now_ns / quanta Clock::now": 1.00,
+    "perfclock::now_ns_ordered / lfence;rdtsc": 1.15,
+    "CounterStamp::now / rdtsc": 1.02,
+}
+
 if now and raw:
-    target("criterion medians: now_ns / rdtsc <= 1.05", now / raw, 1.05)
+    target(f"criterion medians: now_ns / rdtsc <= {rdtsc_limit}", now / raw, rdtsc_limit)
 if now and gettime:
-    target("criterion medians: now_ns / clock_gettime <= 0.45", now / gettime, 0.45)
+    target("criterion medians: now_ns / clock_gettime <= 0.50", now / gettime, 0.50)
 if now and quanta:
     target("criterion medians: now_ns / quanta Clock::now <= 1.00", now / quanta, 1.00)
-for name in ("perfclock::now_ns", "Clock::now_ns", "PageReader::now_ns exact page"):
+for name in ("perfclock::now_ns", "perfclock::now_ns_ordered", "Clock::now_ns",
+             "PageReader::now_ns exact page"):
     if one_t.get(name) and two.get(name):
         target(f"per-thread CPU medians: {name}, 2 threads / 1 thread <= 1.10", two[name] / one_t[name], 1.10)
 
-if len(sys.argv) > 2:
-    with open(sys.argv[2]) as log:
-        for line in log:
-            m = re.match(r"paired ratio (.*): median ([0-9.]+) \(p10 ([0-9.]+), p90 ([0-9.]+)\)", line)
-            if m:
-                label, median, p10, p90 = m.groups()
-                limit = {"rdtsc": 1.05, "clock_gettime MONOTONIC": 0.45, "quanta Clock::now": 1.00}
-                bound = limit.get(label.split(" / ")[1])
-                met = "" if bound is None else ("yes" if float(median) <= bound else "no")
-                print(f"| paired: {label} (target {bound}) | {median} (p10 {p10}, p90 {p90}) | {met} |")
+for line in log_lines:
+    m = re.match(r"paired ratio (.*): median ([0-9.]+) \(p10 ([0-9.]+), p90 ([0-9.]+)\)", line)
+    if m:
+        label, median, p10, p90 = m.groups()
+        bound = LIMITS.get(label)
+        met = "" if bound is None else ("yes" if float(median) <= bound else "no")
+        print(f"| paired: {label} (target {bound}) | {median} (p10 {p10}, p90 {p90}) | {met} |")
+if vendor:
+    print()
+    print(f"CPU: {vendor}, {model}")
 
 print()
 print("| open | median |")

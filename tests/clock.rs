@@ -34,10 +34,17 @@ fn kernel_only_mode_grants_exactness_or_says_why_not() {
 fn handoff_backsteps(read: fn() -> u64) -> (u64, u64) {
     const READS: usize = 1_000_000;
     let latest = Arc::new(AtomicU64::new(0));
+    let arrived = Arc::new(AtomicU64::new(0));
     let readers: Vec<_> = (0..2)
         .map(|_| {
-            let latest = Arc::clone(&latest);
+            let (latest, arrived) = (Arc::clone(&latest), Arc::clone(&arrived));
             std::thread::spawn(move || {
+                // Start together (a spinning barrier), so the readings interleave instead of
+                // one thread finishing before the other starts.
+                arrived.fetch_add(1, Ordering::AcqRel);
+                while arrived.load(Ordering::Acquire) < 2 {
+                    std::hint::spin_loop();
+                }
                 let (mut backsteps, mut worst) = (0u64, 0u64);
                 for _ in 0..READS {
                     // ATOMICS: Acquire pairs with the other thread's fetch_max, so its reading

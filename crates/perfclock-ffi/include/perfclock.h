@@ -122,8 +122,23 @@ int perfclock_init(void);
  * The perf clock now, in nanoseconds (the domain of PERF_SAMPLE_TIME and of `perf script --ns`).
  * Returns 0 if perfclock_init() has not succeeded or the read failed (use perfclock_try_now_ns()
  * to tell those apart). Never initialises. Async-signal-safe; one counter read plus a seqlock read.
+ *
+ * Unordered, the fastest read (as the kernel's own sched_clock): the counter read (x86_64
+ * rdtsc) may execute before earlier loads complete. Readings of one thread never go back, but a
+ * reading taken right after receiving another thread's reading (through a lock, an atomic, a
+ * queue) can be below it, by the CPU's out-of-order window (up to about 100 ns). When readings
+ * of different threads are compared, use perfclock_now_ns_ordered().
  */
 uint64_t perfclock_now_ns(void);
+
+/*
+ * As perfclock_now_ns(), but the counter is read only after every earlier instruction has
+ * completed (x86_64 lfence; rdtsc, arm64 isb; mrs): never below a reading this thread has
+ * observed through a happens-before edge (a lock, an acquire load, a queue). Costs about one
+ * ordered counter read. Returns 0 as perfclock_now_ns() does. Never initialises.
+ * Async-signal-safe.
+ */
+uint64_t perfclock_now_ns_ordered(void);
 
 /*
  * Like perfclock_now_ns() but reports failure: on success stores the reading in *out and returns
@@ -146,8 +161,10 @@ uint64_t perfclock_error_bound_ns(void);
 
 /*
  * The raw counter the clock converts (TSC on x86_64, CNTVCT_EL0 on arm64), or 0 on an
- * architecture without one. Needs no initialisation. Async-signal-safe; one counter read.
- * Use it to stamp cheaply and convert later with perfclock_cycles_to_ns().
+ * architecture without one. Needs no initialisation. Async-signal-safe; one counter read and
+ * nothing else (unordered, as perfclock_now_ns()).
+ * The deferred stamp: stamp in the hottest paths (signal handlers, per-event tracing) with this
+ * and convert later with perfclock_cycles_to_ns().
  */
 uint64_t perfclock_read_counter(void);
 
@@ -155,6 +172,10 @@ uint64_t perfclock_read_counter(void);
  * Converts a value of perfclock_read_counter() to perf-clock nanoseconds with the clock's current
  * parameters (the kernel's formula in kernel mode, the fit in calibrated mode). Returns 0 if no
  * clock is initialised or the parameters cannot be read. Async-signal-safe.
+ * Trade-off of deferring: the conversion used is the one current at this call, not at the
+ * stamp. In kernel mode the kernel rewrites it rarely (only when the clock itself changed);
+ * in calibrated mode each refit moves it slightly, so convert within seconds of stamping to stay
+ * within perfclock_error_bound_ns(). Stamps from another boot convert to garbage.
  */
 uint64_t perfclock_cycles_to_ns(uint64_t cycles);
 

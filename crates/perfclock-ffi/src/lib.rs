@@ -169,10 +169,18 @@ pub extern "C" fn perfclock_init() -> c_int {
     })
 }
 
-/// The perf clock now in ns, or 0 without a clock or on a failed read. Async-signal-safe.
+/// The perf clock now in ns, or 0 without a clock or on a failed read. Unordered (see
+/// `perfclock.h`). Async-signal-safe.
 #[no_mangle]
 pub extern "C" fn perfclock_now_ns() -> u64 {
-    guard(0, || clock().and_then(|c| c.now_ns().ok()).unwrap_or(0))
+    guard(0, || perfclock::try_now_ns().unwrap_or(0))
+}
+
+/// As `perfclock_now_ns`, never below a reading observed through a happens-before edge.
+/// Async-signal-safe.
+#[no_mangle]
+pub extern "C" fn perfclock_now_ns_ordered() -> u64 {
+    guard(0, || perfclock::try_now_ns_ordered().unwrap_or(0))
 }
 
 /// Stores the perf clock now in `*out` and returns 0, or returns a negative code leaving
@@ -186,16 +194,14 @@ pub unsafe extern "C" fn perfclock_try_now_ns(out: *mut u64) -> c_int {
         if out.is_null() {
             return PERFCLOCK_E_NULL_POINTER;
         }
-        let Some(clock) = clock() else {
-            return PERFCLOCK_E_NOT_INITIALIZED;
-        };
-        match clock.now_ns() {
-            Ok(ns) => {
+        match perfclock::try_now_ns() {
+            Some(ns) => {
                 // SAFETY: `out` is non-null and the caller promises it is valid for a write.
                 unsafe { out.write(ns) };
                 PERFCLOCK_OK
             }
-            Err(_) => PERFCLOCK_E_READ,
+            None if clock().is_none() => PERFCLOCK_E_NOT_INITIALIZED,
+            None => PERFCLOCK_E_READ,
         }
     })
 }
@@ -216,13 +222,11 @@ pub extern "C" fn perfclock_error_bound_ns() -> u64 {
     guard(u64::MAX, || clock().map_or(u64::MAX, Clock::error_bound_ns))
 }
 
-/// The raw counter (TSC / CNTVCT_EL0), or 0 if unsupported. Needs no init. Async-signal-safe.
+/// The raw counter (TSC / CNTVCT_EL0), or 0 if unsupported: the deferred stamp, one counter
+/// read and nothing else. Needs no init. Async-signal-safe.
 #[no_mangle]
 pub extern "C" fn perfclock_read_counter() -> u64 {
-    guard(0, || match clock() {
-        Some(clock) => clock.read_counter().unwrap_or(0),
-        None => perfclock_core::counter::read_counter().unwrap_or(0),
-    })
+    perfclock::CounterStamp::now().cycles()
 }
 
 /// Counter value to perf-clock ns; 0 without a clock. Async-signal-safe.
