@@ -1,0 +1,187 @@
+//! A library whose constructor calls `perfclock_init()`, loaded with `dlopen` (issue 13.1): the
+//! constructor runs with the dynamic loader's lock held, and the calibration thread blocks on
+//! that lock (registering its thread-local destructors) until `dlopen` returns. `perfclock_init`
+//! must give up after the start timeout with an error code instead of waiting for the thread
+//! for ever, `dlopen` must return, and a `perfclock_init()` after it must succeed.
+//!
+//! The host and the plugin are C programs compiled here with the system compiler against the
+//! shared library this `cargo test` built (`tests/c/dlopen_host.c`, `tests/c/dlopen_plugin.c`);
+//! the host runs in a child process with a watchdog (its own `alarm`, and a kill here), so a
+//! hang is a failure, never a stuck run.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
+/// Past the host's own `alarm(60)`: a hang shows as SIGALRM, this is the backstop.
+const HOST_TIMEOUT: Duration = Duration::from_secs(90);
+/// `PERFCLOCK_OK` and `PERFCLOCK_E_CALIBRATION` of `perfclock.h`.
+const PERFCLOCK_OK: i32 = 0;
+const PERFCLOCK_E_CALIBRATION: i32 = -9;
+
+/// `target/<profile>/`, where cargo puts `libperfclock_ffi.so` next to the test's `deps/`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in <target>/<profile>/deps/")
+        .to_path_buf()
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    path.metadata().and_then(|m| m.modified()).ok()
+}
+
+/// Newest `deps/libperfclock_ffi-*.rlib`: the library code this test binary was built from.
+fn newest_rlib(profile: &Path) -> Option<SystemTime> {
+    std::fs::read_dir(profile.join("deps"))
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("libperfclock_ffi-") && name.ends_with(".rlib")
+        })
+        .filter_map(|e| modified(&e.path()))
+        .max()
+}
+
+/// The shared library, built with `cargo build -p perfclock-ffi` if it is missing or older than
+/// the code this test was built from (as `c_abi.rs` does).
+fn shared_library() -> PathBuf {
+    let profile = profile_dir();
+    let shared = profile.join("libperfclock_ffi.so");
+    let fresh = match (modified(&shared), newest_rlib(&profile)) {
+        (Some(lib), Some(rlib)) => lib >= rlib,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    if !fresh {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .args(["build", "-p", "perfclock-ffi"])
+            .env("CARGO_TARGET_DIR", profile.parent().expect("target dir"));
+        if profile.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo build");
+        assert!(status.success(), "cargo build -p perfclock-ffi: {status}");
+    }
+    assert!(shared.is_file(), "{} missing", shared.display());
+    shared
+}
+
+fn compile(args: &[&std::ffi::OsStr], what: &str) {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut command = Command::new(cc);
+    command
+        .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(Path::new(CRATE_DIR).join("include"))
+        .args(args);
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {command:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed: {command:?}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn field(stdout: &str, key: &str) -> Option<i64> {
+    stdout.lines().find_map(|line| {
+        line.strip_prefix(key)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+#[test]
+fn init_in_a_dlopened_constructor_returns_instead_of_hanging() {
+    let shared = shared_library();
+    let lib_dir = shared.parent().expect("library dir");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let plugin = out.join("libperfclock_dlopen_plugin.so");
+    let host = out.join("perfclock_dlopen_host");
+    let rpath = format!("-Wl,-rpath,{}", lib_dir.display());
+    let tests_c = Path::new(CRATE_DIR).join("tests/c");
+    compile(
+        &[
+            "-shared".as_ref(),
+            "-fPIC".as_ref(),
+            tests_c.join("dlopen_plugin.c").as_os_str(),
+            shared.as_os_str(),
+            rpath.as_ref(),
+            "-o".as_ref(),
+            plugin.as_os_str(),
+        ],
+        "compile dlopen_plugin.c",
+    );
+    compile(
+        &[
+            tests_c.join("dlopen_host.c").as_os_str(),
+            "-ldl".as_ref(),
+            "-o".as_ref(),
+            host.as_os_str(),
+        ],
+        "compile dlopen_host.c",
+    );
+
+    let started = Instant::now();
+    let mut child = Command::new(&host)
+        .arg(&plugin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the host");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the host") {
+            break status;
+        }
+        if started.elapsed() > HOST_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("dlopen host hung: killed after {HOST_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    let _ = child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut stdout);
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr);
+    println!("{stdout}{stderr}");
+    assert!(
+        status.success(),
+        "host failed ({status:?}; SIGALRM is a hang)\n{stdout}{stderr}"
+    );
+    let in_constructor = field(&stdout, "CONSTRUCTOR-INIT").expect("constructor's result");
+    // Kernel mode starts no thread, so it succeeds even there; calibrated mode gives up.
+    assert!(
+        [PERFCLOCK_OK, PERFCLOCK_E_CALIBRATION].contains(&(in_constructor as i32)),
+        "constructor's perfclock_init returned {in_constructor}"
+    );
+    assert_eq!(
+        field(&stdout, "INIT-AFTER-DLOPEN"),
+        Some(i64::from(PERFCLOCK_OK)),
+        "perfclock_init after dlopen returned"
+    );
+    if in_constructor == i64::from(PERFCLOCK_OK) {
+        println!(
+            "SKIPPED the calibrated-mode path of init in a dlopen constructor: the clock opened \
+             in kernel mode, which starts no thread"
+        );
+    }
+}
