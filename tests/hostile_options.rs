@@ -1,0 +1,141 @@
+//! Calibration options that made the calibration thread panic, the process abort (an
+//! allocation of 2^40 brackets, or any panic under `panic = "abort"`), a duration overflow, or
+//! recalibrate endlessly (issue 13.6, and 13.2's `init_budget` 5 s with `start_timeout` 100 ms).
+//! Each must make `Options::open` return `Error::Calibration` with `CalibError::InvalidOptions`
+//! naming the setter to change, before any thread runs; each case runs in a child process with a
+//! watchdog, so an abort or a hang fails the test instead of the harness.
+//!
+//! On a kernel that publishes `cap_user_time_zero` the clock opens in kernel mode and never
+//! looks at calibration options: the test says so (`SKIPPED`).
+
+mod hostile_common;
+
+use std::time::Duration;
+
+use hostile_common::{child_case, run_child, watchdog};
+use perfclock::{Error, Mode, Options};
+use perfclock_calib::{CalibError, CalibrationOptions};
+
+const TEST: &str = "options_that_panicked_or_aborted_are_typed_errors";
+
+/// Each case: its name, the options, and the setter the error must name.
+fn cases() -> Vec<(&'static str, CalibrationOptions, &'static str)> {
+    let default = CalibrationOptions::default;
+    vec![
+        ("batch0", default().refine_batch(0), "refine_batch"),
+        ("batch1", default().refine_batch(1), "refine_batch"),
+        ("batch2", default().refine_batch(2), "refine_batch"),
+        ("batch2^40", default().refine_batch(1 << 40), "refine_batch"),
+        (
+            "max<min",
+            default().refine_interval(Duration::from_millis(50), Duration::from_millis(10)),
+            "refine_interval",
+        ),
+        (
+            "init_budget=MAX",
+            default()
+                .init_budget(Duration::MAX)
+                .start_timeout(Duration::MAX),
+            "init_budget",
+        ),
+        ("window0", default().window(Duration::ZERO), "window"),
+        (
+            "budget>timeout",
+            default()
+                .init_budget(Duration::from_secs(5))
+                .start_timeout(Duration::from_millis(100)),
+            "start_timeout",
+        ),
+    ]
+}
+
+#[test]
+fn options_that_panicked_or_aborted_are_typed_errors() {
+    if let Some(case) = child_case() {
+        options_child(&case);
+        return;
+    }
+    // Every case runs, so a failure lists all the cases that still go wrong.
+    let mut failed = Vec::new();
+    for (name, _, _) in cases() {
+        let run = run_child(TEST, name, Duration::from_secs(60));
+        if run.stdout.contains("OPTIONS-KERNEL-MODE") {
+            println!(
+                "SKIPPED options case {name}: the clock opened in kernel mode, which uses no \
+                 calibration options"
+            );
+            continue;
+        }
+        if !(run.status.success() && run.stdout.contains(&format!("OPTIONS-OK {name}"))) {
+            // The panic's message is the line after "panicked at".
+            let why = run
+                .stderr
+                .lines()
+                .skip_while(|l| !l.contains("panicked at"))
+                .nth(1);
+            failed.push(format!(
+                "{name}: {:?} signal {:?}: {}",
+                run.status,
+                run.signal(),
+                why.unwrap_or_default()
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "cases failed:\n{}", failed.join("\n"));
+}
+
+fn options_child(case: &str) {
+    watchdog(40);
+    let (name, options, setter) = cases()
+        .into_iter()
+        .find(|(name, _, _)| *name == case)
+        .expect("known case");
+    match Options::default().calibration(options).open() {
+        Ok(clock) if clock.mode() == Mode::Kernel => println!("OPTIONS-KERNEL-MODE {name}"),
+        Ok(clock) => panic!("{name}: opened a {:?} clock", clock.mode()),
+        Err(Error::Calibration {
+            reason: reason @ CalibError::InvalidOptions { setting, .. },
+            ..
+        }) => {
+            assert_eq!(setting, setter, "{name}: {reason}");
+            assert!(reason.to_string().contains(setter), "{reason}");
+            println!("OPTIONS-OK {name}: {reason}");
+        }
+        Err(other) => panic!("{name}: {other}"),
+    }
+}
+
+#[test]
+fn the_smallest_valid_batch_keeps_refining() {
+    if child_case().is_some() {
+        watchdog(40);
+        let options = CalibrationOptions::default()
+            .refine_batch(3)
+            .refine_interval(Duration::from_millis(5), Duration::from_millis(20))
+            .window(Duration::from_millis(40));
+        let clock = Options::default()
+            .calibration(options)
+            .open()
+            .expect("open with the smallest batch");
+        let Some(calibrated) = clock.calibrated() else {
+            println!("SMALL-BATCH-KERNEL-MODE");
+            return;
+        };
+        // A thread that panicked stops counting; the watchdog ends a wait that never ends.
+        while calibrated.stats().refinements < 20 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        println!("SMALL-BATCH-OK {:?}", calibrated.stats());
+        return;
+    }
+    let run = run_child(
+        "the_smallest_valid_batch_keeps_refining",
+        "small-batch",
+        Duration::from_secs(60),
+    );
+    if run.stdout.contains("SMALL-BATCH-KERNEL-MODE") {
+        println!("SKIPPED the_smallest_valid_batch_keeps_refining: kernel mode, no refiner");
+        return;
+    }
+    run.expect_success("SMALL-BATCH-OK");
+}
