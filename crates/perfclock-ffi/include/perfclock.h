@@ -105,9 +105,14 @@ extern "C" {
  * process called perfclock::init() first, its result, failure included, is the process's.)
  * Where not to call it:
  *   - a signal handler;
- *   - a constructor of a library loaded with dlopen() (C++ static initialisers, JNI_OnLoad is
- *     fine): the dynamic loader's lock is held there, and calibrated mode starts a thread;
- *     call it later, from ordinary code, or let the first reading open it in your own code;
+ *   - a constructor of a library loaded with dlopen() (__attribute__((constructor)), a C++
+ *     static initialiser such as `static int g = perfclock_init();`): dlopen() holds the
+ *     dynamic loader's lock while constructors run, and in calibrated mode the calibration
+ *     thread blocks on that lock until dlopen() returns. perfclock_init() then gives up after
+ *     the start timeout (2 s by default) with PERFCLOCK_E_CALIBRATION, so dlopen() takes that
+ *     long; the thread is told to stop and ends on its own once dlopen() returns, and a later
+ *     perfclock_init() succeeds. Kernel mode starts no thread and works there. Call it after
+ *     dlopen() has returned instead: JNI_OnLoad and Agent_OnLoad run after it, so they are fine;
  *   - an LD_PRELOAD or otherwise always-loaded constructor: every process then pays the open
  *     (in calibrated mode the whole calibration, and fork() children that exec pay it again),
  *     even those that never read the clock. Call it on first use instead (see README.md);
