@@ -16,8 +16,15 @@ use perfclock_calib::{CalibError, RecordKind};
 
 const TEST: &str = "refused_record_kinds_degrade_calibration";
 
-/// Each case: the kinds whose action is refused.
-const CASES: [&str; 4] = ["comm", "page-fault", "mmap2", "comm+page-fault"];
+/// Each case: the kinds whose action is refused ("comm-open": `prctl(PR_GET_NAME)`, which the
+/// COMM kind needs when it opens).
+const CASES: [&str; 5] = [
+    "comm",
+    "page-fault",
+    "mmap2",
+    "comm+page-fault",
+    "comm-open",
+];
 
 #[test]
 fn refused_record_kinds_degrade_calibration() {
@@ -73,34 +80,40 @@ fn refuse_when(nr: libc::c_long, arg: u32, mask: u32, value: u32) -> Vec<libc::s
     ]
 }
 
-fn refuse(kind: RecordKind) {
-    let program = match kind {
-        RecordKind::Comm => refuse_when(libc::SYS_prctl, 0, !0, libc::PR_SET_NAME as u32),
-        RecordKind::PageFault => refuse_when(libc::SYS_madvise, 2, !0, libc::MADV_DONTNEED as u32),
-        RecordKind::Mmap2 => refuse_when(
-            libc::SYS_mmap,
-            2,
-            libc::PROT_EXEC as u32,
-            libc::PROT_EXEC as u32,
+/// Installs the filter for one case's `name` and returns the kind it breaks.
+fn refuse(name: &str) -> RecordKind {
+    let (kind, program) = match name {
+        "comm" => (
+            RecordKind::Comm,
+            refuse_when(libc::SYS_prctl, 0, !0, libc::PR_SET_NAME as u32),
         ),
+        "comm-open" => (
+            RecordKind::Comm,
+            refuse_when(libc::SYS_prctl, 0, !0, libc::PR_GET_NAME as u32),
+        ),
+        "page-fault" => (
+            RecordKind::PageFault,
+            refuse_when(libc::SYS_madvise, 2, !0, libc::MADV_DONTNEED as u32),
+        ),
+        "mmap2" => (
+            RecordKind::Mmap2,
+            refuse_when(
+                libc::SYS_mmap,
+                2,
+                libc::PROT_EXEC as u32,
+                libc::PROT_EXEC as u32,
+            ),
+        ),
+        other => panic!("unknown case {other}"),
     };
     install_filter(&program);
-}
-
-fn kind_of(name: &str) -> RecordKind {
-    RecordKind::ALL
-        .into_iter()
-        .find(|kind| kind.name() == name)
-        .unwrap_or_else(|| panic!("unknown kind {name}"))
+    kind
 }
 
 fn refused_child(case: &str) {
     watchdog(50);
-    let refused: Vec<RecordKind> = case.split('+').map(kind_of).collect();
     // On this thread before the clock opens: the calibration thread inherits the filters.
-    for &kind in &refused {
-        refuse(kind);
-    }
+    let refused: Vec<RecordKind> = case.split('+').map(refuse).collect();
     if refused.len() == RecordKind::ALL.len() {
         let error = perfclock::init().expect_err("no kind can calibrate");
         let message = error.to_string();

@@ -80,8 +80,15 @@ impl fmt::Display for RecordKind {
 }
 
 /// A set of [`RecordKind`]s (which kinds calibrate, which failed). Small and `Copy`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct KindSet(u8);
+
+impl fmt::Debug for KindSet {
+    /// The kinds, not the bits: `{Comm, Mmap2}`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}
 
 impl KindSet {
     /// No kind.
@@ -424,6 +431,8 @@ pub struct GroundTruth {
     original_name: [u8; 16],
     seq: u32,
     stats: [KindStats; 3],
+    /// Kinds [`GroundTruth::open_available`] could not open.
+    unavailable: KindSet,
     /// Per-thread events: the value must stay on the thread that opened it.
     _not_send: PhantomData<*const ()>,
 }
@@ -508,11 +517,13 @@ impl GroundTruth {
             original_name,
             seq: 0,
             stats: [KindStats::default(); 3],
+            unavailable: KindSet::EMPTY,
             _not_send: PhantomData,
         })
     }
 
-    /// Opens every kind this process can open: all of them, or those that succeed one by one.
+    /// Opens every kind this process can open: all of them, or those that succeed one by one
+    /// (the others are [`GroundTruth::unavailable`]).
     ///
     /// # Errors
     /// The error of the first kind when none can be opened.
@@ -525,12 +536,22 @@ impl GroundTruth {
                     .filter(|k| Self::open(&[*k]).is_ok())
                     .collect();
                 if ok.is_empty() {
-                    Err(first)
-                } else {
-                    Self::open(&ok)
+                    return Err(first);
                 }
+                let mut gt = Self::open(&ok)?;
+                gt.unavailable = RecordKind::ALL
+                    .into_iter()
+                    .filter(|k| !ok.contains(k))
+                    .collect();
+                Ok(gt)
             }
         }
+    }
+
+    /// The kinds [`GroundTruth::open_available`] tried and could not open (a refused
+    /// `perf_event_open`, or a refused call the kind needs at open).
+    pub fn unavailable(&self) -> KindSet {
+        self.unavailable
     }
 
     /// The kinds this value can bracket.

@@ -24,6 +24,11 @@ pub trait BracketSource {
     /// The kinds this source can bracket.
     fn kinds(&self) -> Vec<RecordKind>;
 
+    /// Kinds this source was meant to bracket but could not open (reported as failed).
+    fn unavailable(&self) -> KindSet {
+        KindSet::EMPTY
+    }
+
     /// Appends about `n` brackets of `kind` to `out`.
     ///
     /// # Errors
@@ -39,6 +44,10 @@ pub trait BracketSource {
 impl BracketSource for GroundTruth {
     fn kinds(&self) -> Vec<RecordKind> {
         GroundTruth::kinds(self)
+    }
+
+    fn unavailable(&self) -> KindSet {
+        GroundTruth::unavailable(self)
     }
 
     fn collect(
@@ -83,10 +92,10 @@ impl Probe {
     pub(crate) fn new(source: Box<dyn BracketSource>) -> Self {
         let all = source.kinds();
         Self {
+            failed: source.unavailable(),
             source,
             active: all.clone(),
             all,
-            failed: KindSet::EMPTY,
             scratch: Vec::new(),
             report: None,
         }

@@ -33,8 +33,9 @@ pub struct CalibStats {
     pub thread_tid: u64,
     /// Record kinds the calibrator can still bracket.
     pub kinds_working: KindSet,
-    /// Record kinds dropped because their action or records failed for good (a refused
-    /// system call, records that never arrive); calibration goes on with the others.
+    /// Record kinds that could not be opened, or were dropped because their action or records
+    /// failed for good (a refused system call, records that never arrive); calibration goes on
+    /// with the others.
     pub kinds_failed: KindSet,
 }
 
