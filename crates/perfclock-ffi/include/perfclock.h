@@ -114,8 +114,9 @@ extern "C" {
  *     perfclock_init() succeeds. Kernel mode starts no thread and works there. Call it after
  *     dlopen() has returned instead: JNI_OnLoad and Agent_OnLoad run after it, so they are fine;
  *   - an LD_PRELOAD or otherwise always-loaded constructor: every process then pays the open
- *     (in calibrated mode the whole calibration, and fork() children that exec pay it again),
- *     even those that never read the clock. Call it on first use instead (see README.md);
+ *     (in calibrated mode the whole calibration; every program a script execs loads the
+ *     library and pays again), even those that never read the clock. Call it on first use
+ *     instead (see README.md);
  *   - a child between fork() and exec() of a multi-threaded parent (only async-signal-safe
  *     calls are allowed there).
  * x86_64: returns PERFCLOCK_E_UNSUPPORTED if the calling thread may not read the TSC
