@@ -70,8 +70,9 @@ extern "C" {
 #define PERFCLOCK_E_KERNEL_WITHHOLDS_TIME (-5)
 /* The kernel's perf page could not be read or publishes parameters that make no sense. */
 #define PERFCLOCK_E_PAGE (-6)
-/* Architecture or platform without a supported user-space counter (x86_64 TSC and arm64
- * CNTVCT_EL0 on Linux are supported). */
+/* No usable user-space counter: an architecture or platform without a supported one (x86_64
+ * TSC and arm64 CNTVCT_EL0 on Linux are supported), or an x86_64 thread that may not read the
+ * TSC (prctl(PR_SET_TSC, PR_TSC_SIGSEGV); undo it with PR_TSC_ENABLE). */
 #define PERFCLOCK_E_UNSUPPORTED (-7)
 /* Too many kernel-mode clocks are open in this process. */
 #define PERFCLOCK_E_TOO_MANY_CLOCKS (-8)

@@ -37,7 +37,8 @@ pub const PERFCLOCK_E_PERF_EVENT: c_int = -4;
 pub const PERFCLOCK_E_KERNEL_WITHHOLDS_TIME: c_int = -5;
 /// The kernel's perf page is unusable.
 pub const PERFCLOCK_E_PAGE: c_int = -6;
-/// No supported user-space counter on this platform.
+/// No usable user-space counter: an unsupported platform, or (x86_64) a thread that may not
+/// read the TSC (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`).
 pub const PERFCLOCK_E_UNSUPPORTED: c_int = -7;
 /// Too many kernel-mode clocks open.
 pub const PERFCLOCK_E_TOO_MANY_CLOCKS: c_int = -8;
@@ -80,7 +81,10 @@ const DESCRIPTIONS: [(c_int, &str); 17] = [
         "kernel withholds the perf time conversion (cap_user_time_zero=0) and kernel mode was required\0",
     ),
     (PERFCLOCK_E_PAGE, "the kernel's perf page is unreadable or publishes invalid parameters\0"),
-    (PERFCLOCK_E_UNSUPPORTED, "no supported user-space counter on this platform\0"),
+    (
+        PERFCLOCK_E_UNSUPPORTED,
+        "no usable user-space counter: an unsupported platform, or on x86_64 this thread may not read the TSC (prctl PR_SET_TSC; set PR_TSC_ENABLE)\0",
+    ),
     (PERFCLOCK_E_TOO_MANY_CLOCKS, "too many kernel-mode clocks are open in this process\0"),
     (
         PERFCLOCK_E_CALIBRATION,
