@@ -3,8 +3,10 @@
 //! - prepare: a calibrated page is ordinary memory copied into the child as it is at that
 //!   instant, so `fork` waits for an update in progress (`perfclock_calib::fork_gate`);
 //! - parent: updates may run again;
-//! - child: the same, and every kernel page (a do-not-copy mapping, absent in the child) is
-//!   mapped again at its address before the child runs any user code (see [`crate::kernel`]).
+//! - child: the same, counting the fork (`fork_gate::generation`: a calibrated clock then knows
+//!   its refiner is not in this process, see [`crate::Clock::error_bound_ns`]), and every kernel
+//!   page (a do-not-copy mapping, absent in the child) is mapped again at its address before the
+//!   child runs any user code (see [`crate::kernel`]).
 //!
 //! # Safety
 //! The handlers make system calls and touch atomics only: no allocation, no locks, as a
@@ -37,6 +39,6 @@ extern "C" fn parent() {
 /// The child is single-threaded here and has not returned from `fork` yet.
 extern "C" fn child() {
     #[cfg(feature = "calibrated")]
-    perfclock_calib::fork_gate::after();
+    perfclock_calib::fork_gate::child();
     crate::kernel::remap_in_child();
 }
