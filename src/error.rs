@@ -128,4 +128,16 @@ mod tests {
         // The plain diagnosis (kernel-only open) still offers calibrated mode.
         assert!(Withheld::observe(0).to_string().contains("calibrated mode"));
     }
+
+    /// A thread limit (pthread_create's EAGAIN) names the limits, not "WouldBlock".
+    #[test]
+    fn thread_limit_names_ulimit_u() {
+        let error = Error::Calibration {
+            withheld: Box::new(Withheld::observe(0)),
+            reason: CalibError::Spawn(std::io::ErrorKind::WouldBlock),
+        };
+        let message = error.to_string();
+        assert!(message.contains("ulimit -u"), "{message}");
+        assert!(!message.contains("WouldBlock"), "{message}");
+    }
 }
