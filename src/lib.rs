@@ -266,23 +266,35 @@ pub fn global() -> Option<&'static Clock> {
 }
 
 /// The process-wide clock's page, reachable with one load: the reads' fast path does not go
-/// through the `OnceLock`'s state and the stored `Result`.
+/// through the `OnceLock`'s state and the stored `Result`, nor test for a missing clock (before
+/// `init` the pointer is to a page that publishes nothing, which the read declines anyway).
 ///
 /// # Safety
 /// The one unsafe call turns the published page pointer back into a reader; the pointer is only
-/// ever the page of the clock stored in `GLOBAL`, which is never dropped.
+/// ever the never-written `EMPTY` page or the page of the clock stored in `GLOBAL`, which is
+/// never dropped.
 mod fast {
     #![allow(unsafe_code)]
 
-    use std::ptr::{null_mut, NonNull};
+    use std::cell::UnsafeCell;
+    use std::ptr::NonNull;
     use std::sync::atomic::{AtomicPtr, Ordering};
 
     use perfclock_core::{PageReader, PerfEventMmapPage};
 
     use crate::Clock;
 
-    /// Null until `init` succeeds, then the primary page of the process-wide clock.
-    static PAGE: AtomicPtr<PerfEventMmapPage> = AtomicPtr::new(null_mut());
+    /// A page with no capabilities, in writable memory (an `UnsafeCell`, so atomic loads through
+    /// a `*mut` are allowed); nothing ever writes it.
+    struct EmptyPage(UnsafeCell<PerfEventMmapPage>);
+
+    // SAFETY: the page is never written; concurrent atomic loads of it are sound.
+    unsafe impl Sync for EmptyPage {}
+
+    static EMPTY: EmptyPage = EmptyPage(UnsafeCell::new(PerfEventMmapPage::zeroed()));
+
+    /// `EMPTY` until `init` succeeds, then the primary page of the process-wide clock.
+    static PAGE: AtomicPtr<PerfEventMmapPage> = AtomicPtr::new(EMPTY.0.get());
 
     /// Makes `clock`'s page the fast path's. Every caller passes the same clock (the one in
     /// `GLOBAL`), so repeated stores store the same value.
@@ -298,12 +310,12 @@ mod fast {
     #[inline(always)]
     pub(crate) fn now_ns_once(counter: impl FnOnce() -> u64) -> Option<u64> {
         // ATOMICS: Acquire pairs with the Release store in `publish`.
-        let page = NonNull::new(PAGE.load(Ordering::Acquire))?;
-        // SAFETY: `PAGE` holds only the page of the clock in `GLOBAL` (a static that is never
-        // dropped), whose reader was made under `PageReader::new`'s contract and whose page the
-        // clock keeps mapped (a fork child's is re-mapped at the same address) for the life of
-        // the process.
-        let reader = unsafe { PageReader::new(page) };
+        let page = PAGE.load(Ordering::Acquire);
+        // SAFETY: `PAGE` holds either `EMPTY` (a static, 8-aligned, never written) or the page
+        // of the clock in `GLOBAL` (a static that is never dropped), whose reader was made under
+        // `PageReader::new`'s contract and whose page the clock keeps mapped (a fork child's is
+        // re-mapped at the same address) for the life of the process. Neither is null.
+        let reader = unsafe { PageReader::new(NonNull::new_unchecked(page)) };
         reader.now_ns_once_with(counter)
     }
 }

@@ -140,7 +140,9 @@ impl TimeConversion {
         } else {
             cycles
         };
-        let scaled = ((cycles as u128 * self.mult as u128) >> self.shift) as u64;
+        // `& 63` changes nothing (`new` refuses larger shifts) but tells the compiler the shift
+        // is below 64, so the 128-bit shift compiles to one `shrd`.
+        let scaled = ((cycles as u128 * self.mult as u128) >> (self.shift & 63)) as u64;
         self.zero.wrapping_add(scaled)
     }
 
