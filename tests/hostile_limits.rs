@@ -1,0 +1,154 @@
+#![cfg(feature = "calibrated")]
+//! Per-user limits a calibrated clock runs into, hit for real in a child process that becomes
+//! the unprivileged user `nobody` (root is exempt from both limits):
+//! - `ulimit -u` (RLIMIT_NPROC) at the process's own thread count: the calibration thread
+//!   cannot start; the error must name `ulimit -u`, not "WouldBlock".
+//! - `ulimit -l` (RLIMIT_MEMLOCK) at Docker's 64 KiB while clocks are opened one after another:
+//!   their rings exhaust the per-user budget (`perf_event_mlock_kb` per CPU), then the 64 KiB;
+//!   the error must name `ulimit -l`/RLIMIT_MEMLOCK and say the budget is per user.
+//!
+//! Needs root (to become `nobody`) and `perf_event_paranoid` <= 2; otherwise it says SKIPPED.
+
+mod hostile_common;
+
+use std::time::Duration;
+
+use hostile_common::{child_case, run_child, watchdog};
+use perfclock::{Error, Mode, Options};
+use perfclock_calib::CalibError;
+use perfclock_event::{ErrorKind, Op};
+
+const TEST: &str = "per_user_limits_name_their_knob";
+const NOBODY: libc::uid_t = 65534;
+/// Docker's default `ulimit -l`.
+const DOCKER_MEMLOCK: u64 = 64 * 1024;
+/// More clocks than the per-user budget of any machine this runs on holds.
+const MAX_CLOCKS: usize = 200;
+
+#[test]
+fn per_user_limits_name_their_knob() {
+    if let Some(case) = child_case() {
+        limits_child(&case);
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED {TEST}: needs root to become an unprivileged user");
+        return;
+    }
+    for case in ["nproc", "memlock"] {
+        let run = run_child(TEST, case, Duration::from_secs(120));
+        run.expect_success(&format!("LIMITS-OK {case}"));
+        println!(
+            "{case}: {}",
+            run.field(&format!("LIMITS-OK {case}")).unwrap_or("?")
+        );
+    }
+}
+
+fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
+    let limit = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: a valid, initialised struct.
+    let rc = unsafe { libc::setrlimit(resource, &limit) };
+    assert_eq!(rc, 0, "setrlimit: {}", std::io::Error::last_os_error());
+}
+
+fn become_nobody() {
+    // SAFETY: plain id changes of this process (glibc applies them to every thread); after
+    // them the process has no capabilities, so the per-user limits apply to it.
+    unsafe {
+        assert_eq!(libc::setgroups(0, core::ptr::null()), 0, "setgroups");
+        assert_eq!(libc::setgid(NOBODY), 0, "setgid");
+        assert_eq!(libc::setuid(NOBODY), 0, "setuid");
+    }
+}
+
+fn threads_of_this_process() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .expect("/proc/self/status")
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a Threads: line")
+}
+
+/// Whether this kernel gives a calibrated clock at all (else there is nothing to limit).
+fn calibrated_here() -> bool {
+    match perfclock::Clock::open() {
+        Ok(clock) => clock.mode() == Mode::Calibrated,
+        Err(error) => {
+            println!("SKIPPED {TEST}: no clock as nobody: {error}");
+            false
+        }
+    }
+}
+
+fn limits_child(case: &str) {
+    watchdog(100);
+    become_nobody();
+    if !calibrated_here() {
+        println!("LIMITS-OK {case} skipped (kernel mode or no clock)");
+        return;
+    }
+    match case {
+        "nproc" => {
+            // Every thread of user nobody counts; this process's are all there are.
+            set_limit(libc::RLIMIT_NPROC, threads_of_this_process());
+            let error = Options::default()
+                .open()
+                .expect_err("no thread can be started");
+            let message = error.to_string();
+            println!("nproc: {error:?}\n  message: {message}");
+            assert!(
+                matches!(
+                    &error,
+                    Error::Calibration {
+                        reason: CalibError::Spawn(std::io::ErrorKind::WouldBlock),
+                        ..
+                    }
+                ),
+                "{error:?}"
+            );
+            assert!(message.contains("ulimit -u"), "{message}");
+            assert!(!message.contains("WouldBlock"), "{message}");
+            println!("LIMITS-OK nproc EAGAIN named as ulimit -u");
+        }
+        "memlock" => {
+            set_limit(libc::RLIMIT_MEMLOCK, DOCKER_MEMLOCK);
+            let mut clocks = Vec::new();
+            let error = loop {
+                assert!(clocks.len() < MAX_CLOCKS, "no limit hit");
+                // Refining clocks keep their ground-truth rings mapped (a clock that calibrated
+                // once has unmapped them).
+                match Options::default().open() {
+                    Ok(clock) => clocks.push(clock),
+                    Err(error) => break error,
+                }
+            };
+            let message = error.to_string();
+            println!(
+                "memlock: clock {} failed: {error:?}\n  message: {message}",
+                clocks.len() + 1
+            );
+            let sys = error.sys_error().expect("a failed system call");
+            assert_eq!(
+                (sys.op(), sys.errno(), sys.kind()),
+                (Op::Mmap, libc::EPERM, ErrorKind::MmapLimit),
+                "{error:?}"
+            );
+            for knob in [
+                "ulimit -l",
+                "RLIMIT_MEMLOCK",
+                "perf_event_mlock_kb",
+                "per user",
+            ] {
+                assert!(message.contains(knob), "{knob} missing: {message}");
+            }
+            println!("LIMITS-OK memlock {} clocks fit", clocks.len());
+        }
+        other => panic!("unknown case {other}"),
+    }
+}
