@@ -241,12 +241,44 @@ impl Clock {
 
     /// The most a reading taken now can be off the kernel's perf clock, in nanoseconds: 0 in
     /// kernel mode; in calibrated mode the bound the calibrator derived from the brackets, grown
-    /// by the slope's uncertainty over the time since the last fit. Signal-safe.
+    /// by the slope's uncertainty over the time since the last fit; `u64::MAX` in a fork child
+    /// whose refiner was not started again once the parent's jump-detection latency has passed
+    /// (see [`Clock::resume_after_fork`]). Signal-safe.
     pub fn error_bound_ns(&self) -> u64 {
         match &self.source {
             Source::Kernel(_) => 0,
             #[cfg(feature = "calibrated")]
             Source::Calibrated { calibrated, .. } => calibrated.error_bound_ns(),
+        }
+    }
+
+    /// In a fork child, starts the calibrated clock's refiner again (the child inherits the
+    /// published page but not the thread that keeps it up to date); [`crate::init`] does this
+    /// on every call. Returns whether a refiner was started: `false` in kernel mode (the child
+    /// handler maps the kernel's page again), in the process that opened the clock, where one
+    /// was started already, and for a clock opened with `refine(false)`. Until a child does
+    /// this, [`Clock::error_bound_ns`] claims a bound only for the parent's jump-detection
+    /// latency after the last publication it inherited, then `u64::MAX`. Waits for the first
+    /// calibration, like opening does (tens of milliseconds), so call it from ordinary code, not
+    /// a signal handler. Relies on the C library allowing threads and `malloc` in a fork child
+    /// of a multi-threaded process, as glibc and musl do. One attempt per process.
+    ///
+    /// # Errors
+    /// [`Error::Calibration`] if the refiner could not be started; the clock stays readable,
+    /// with the bound described above.
+    pub fn resume_after_fork(&self) -> Result<bool, Error> {
+        match &self.source {
+            Source::Kernel(_) => Ok(false),
+            #[cfg(feature = "calibrated")]
+            Source::Calibrated {
+                calibrated,
+                withheld,
+            } => calibrated
+                .resume_after_fork()
+                .map_err(|reason| Error::Calibration {
+                    withheld: Box::new(withheld.clone()),
+                    reason,
+                }),
         }
     }
 

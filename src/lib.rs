@@ -73,7 +73,8 @@ pub use snapshot::{snapshot, ClockSnapshot, PairedClock, SnapshotError, SNAPSHOT
 static GLOBAL: OnceLock<Result<Clock, Error>> = OnceLock::new();
 
 /// Opens the process-wide clock on first call; later calls return the same result. Thread-safe;
-/// a failure is remembered (open a [`Clock`] yourself to retry).
+/// a failure is remembered (open a [`Clock`] yourself to retry). In a fork child, the first call
+/// starts the calibrated clock's refiner again ([`Clock::resume_after_fork`]).
 ///
 /// # Errors
 /// See [`Error`].
@@ -91,6 +92,10 @@ pub fn init_with(options: Options) -> Result<&'static Clock, Error> {
         .as_ref()
         .map_err(Clone::clone)?;
     fast::publish(clock);
+    // In a fork child, start the calibrated clock's refiner again (a no-op elsewhere). A failure
+    // leaves the clock readable, its bound saying how far it can be trusted.
+    #[cfg(target_os = "linux")]
+    let _ = clock.resume_after_fork();
     Ok(clock)
 }
 

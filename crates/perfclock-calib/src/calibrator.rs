@@ -25,17 +25,18 @@
 #![allow(unsafe_code)]
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, PoisonError, TryLockError};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use perfclock_core::{counter, PageReader, PerfEventMmapPage};
 
 use crate::error::CalibError;
+use crate::fork_gate;
 use crate::ground_truth::RecordKind;
 use crate::options::CalibrationOptions;
-use crate::published::{BoundCell, BoundModel};
+use crate::published::{BoundCell, BoundModel, Solution};
 use crate::source::{open_ground_truth, BracketSource, Probe};
 use crate::stats::{AtomicStats, CalibStats};
 use crate::thread::run;
@@ -88,12 +89,81 @@ pub(crate) struct Shared {
     pub(crate) stop: AtomicBool,
 }
 
+/// The refiner thread of the process the clock lives in.
+#[derive(Debug)]
+struct Refiner {
+    /// Its handle. In a fork child it names the parent's thread, which does not exist there.
+    thread: Option<JoinHandle<()>>,
+    /// The fork generation ([`fork_gate::generation`]) that last tried to start one: one
+    /// attempt per process, so a refiner that timed out (and may still be running) stays the
+    /// page's only writer.
+    attempted: u64,
+}
+
 /// A calibrated perf-domain clock with its own published page. See the module docs.
 #[derive(Debug)]
 pub struct CalibratedClock {
     shared: Arc<Shared>,
     reader: PageReader,
-    thread: Option<JoinHandle<()>>,
+    /// Boxed: kept for a restart in a fork child, read only there and by the bound check.
+    options: Box<CalibrationOptions>,
+    /// The fork generation of the process whose refiner keeps the page up to date. Anything
+    /// else: this is a fork child's copy, published by no one (see
+    /// [`CalibratedClock::error_bound_ns`]).
+    refined_in: AtomicU64,
+    refiner: Mutex<Refiner>,
+}
+
+/// What `start` and `resume_after_fork` hand the thread: how to open its bracket source.
+type OpenProbe = Box<dyn FnOnce(&CalibrationOptions) -> Result<Probe, CalibError> + Send>;
+
+/// Where the thread reports its first result.
+type FirstResult = mpsc::Receiver<Result<(), CalibError>>;
+
+/// Spawns the calibration thread over `shared`. Its first result arrives on the receiver.
+fn spawn_thread(
+    shared: &Arc<Shared>,
+    options: CalibrationOptions,
+    open_probe: OpenProbe,
+    inherited: Option<Solution>,
+) -> Result<(JoinHandle<()>, FirstResult), CalibError> {
+    let (tx, rx) = mpsc::sync_channel::<Result<(), CalibError>>(1);
+    let thread_shared = shared.clone();
+    let spawned_at = Instant::now();
+    let thread = std::thread::Builder::new()
+        .name(THREAD_NAME.into())
+        .spawn(move || {
+            run(
+                thread_shared,
+                options,
+                open_probe,
+                tx,
+                spawned_at,
+                inherited,
+            )
+        })
+        .map_err(|e| CalibError::Spawn(e.kind()))?;
+    Ok((thread, rx))
+}
+
+/// Waits at most `timeout` for the thread's first result.
+fn first_result(rx: &FirstResult, timeout: Duration) -> Result<(), CalibError> {
+    match rx.recv_timeout(timeout) {
+        Ok(result) => result,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(CalibError::Timeout),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(CalibError::ThreadDied),
+    }
+}
+
+/// Tells the thread to stop and lets it finish on its own, never waiting for it: a thread that
+/// has not reported may be unable to finish (blocked on the dynamic loader's lock that a
+/// `dlopen` in progress on the caller's thread holds, until the caller returns). It publishes
+/// nothing more; the shared state lives until it lets go of it.
+fn detach(shared: &Shared, thread: JoinHandle<()>) {
+    shared.stop.store(true, Ordering::Relaxed);
+    thread.thread().unpark();
+    // Dropping the handle detaches the thread.
+    drop(thread);
 }
 
 impl CalibratedClock {
@@ -137,43 +207,89 @@ impl CalibratedClock {
         // SAFETY: the pages are 8-aligned (Boxes of an 8-aligned type), distinct, live as long as
         // `shared`, which the reader's owner (this clock) keeps, and are only written by the thread.
         let reader = unsafe { PageReader::new_mirrored(shared.page.page, shared.page.mirror) };
-        let (tx, rx) = mpsc::sync_channel::<Result<(), CalibError>>(1);
-        let thread_shared = shared.clone();
-        let spawned_at = Instant::now();
         let timeout = options.start_timeout;
-        let open_probe = move |options: &CalibrationOptions| {
+        let open_probe: OpenProbe = Box::new(move |options: &CalibrationOptions| {
             let source = open(&options.kinds)?;
             Ok(Probe::new(Box::new(source)))
-        };
-        let thread = std::thread::Builder::new()
-            .name(THREAD_NAME.into())
-            .spawn(move || run(thread_shared, options, open_probe, tx, spawned_at))
-            .map_err(|e| CalibError::Spawn(e.kind()))?;
-        let mut clock = Self {
-            shared,
-            reader,
-            thread: Some(thread),
-        };
-        let error = match rx.recv_timeout(timeout) {
-            Ok(Ok(())) => return Ok(clock),
-            Ok(Err(e)) => e,
-            Err(mpsc::RecvTimeoutError::Timeout) => CalibError::Timeout,
-            Err(mpsc::RecvTimeoutError::Disconnected) => CalibError::ThreadDied,
-        };
-        clock.detach();
-        Err(error)
+        });
+        let generation = fork_gate::generation();
+        let (thread, rx) = spawn_thread(&shared, options.clone(), open_probe, None)?;
+        match first_result(&rx, timeout) {
+            Ok(()) => Ok(Self {
+                shared,
+                reader,
+                options: Box::new(options),
+                refined_in: AtomicU64::new(generation),
+                refiner: Mutex::new(Refiner {
+                    thread: Some(thread),
+                    attempted: generation,
+                }),
+            }),
+            Err(error) => {
+                detach(&shared, thread);
+                Err(error)
+            }
+        }
     }
 
-    /// Tells the thread to stop and lets it finish on its own, never waiting for it: a thread
-    /// that has not reported may be unable to finish (blocked on the dynamic loader's lock that
-    /// a `dlopen` in progress on this very thread holds, until `start` returns). It publishes
-    /// nothing more; the shared state lives until it lets go of it.
-    fn detach(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            // Dropping the handle detaches the thread.
-            drop(t);
+    /// In a fork child, starts the refiner again over the publication the child inherited
+    /// (`fork` copies the page but not the thread; without it the child's clock is frozen:
+    /// its bound grows, and a clock jump such as a restored VM snapshot goes unnoticed). The
+    /// new thread first checks fresh brackets against the inherited conversion (a jump makes it
+    /// start over), then calibrates and publishes without stepping the clock back, waiting for
+    /// that as [`CalibratedClock::start`] does. Returns whether it started a refiner: `false`
+    /// where one already runs (the process that started the clock, or a child that resumed),
+    /// for a clock that does not refine, or while another thread of this process is resuming.
+    ///
+    /// One attempt per process: after a failure the clock stays as inherited, and its bound
+    /// becomes unknown once the parent's jump-detection latency has passed (see
+    /// [`CalibratedClock::error_bound_ns`]). Forks are counted by [`fork_gate::child`], so a
+    /// child made without the `pthread_atfork` handlers (a raw `clone`) is not recognised.
+    /// The new thread opens the kernel's records ([`open_ground_truth`]), whatever source
+    /// [`CalibratedClock::start_with`] was given.
+    ///
+    /// # Errors
+    /// As [`CalibratedClock::start`] (thread, records, fit, [`CalibError::Timeout`]).
+    pub fn resume_after_fork(&self) -> Result<bool, CalibError> {
+        let generation = fork_gate::generation();
+        if !self.options.refine || self.refined_in.load(Ordering::Acquire) == generation {
+            return Ok(false);
+        }
+        // try_lock: in a fork child, a lock a vanished parent thread held stays held.
+        let mut refiner = match self.refiner.try_lock() {
+            Ok(refiner) => refiner,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(false),
+        };
+        if refiner.attempted == generation {
+            return Ok(false);
+        }
+        refiner.attempted = generation;
+        // The handle names a thread of another process: joining it would wait for ever and
+        // detaching it would write into that thread's descriptor. Forget it.
+        if let Some(parent) = refiner.thread.take() {
+            std::mem::forget(parent);
+        }
+        let inherited = self.reader.conversion().ok().map(|conversion| Solution {
+            conversion,
+            bound: self.shared.bound.load(),
+        });
+        let open_probe: OpenProbe = Box::new(|options: &CalibrationOptions| {
+            let source = open_ground_truth(&options.kinds)?;
+            Ok(Probe::new(Box::new(source)))
+        });
+        let (thread, rx) =
+            spawn_thread(&self.shared, (*self.options).clone(), open_probe, inherited)?;
+        match first_result(&rx, self.options.start_timeout) {
+            Ok(()) => {
+                refiner.thread = Some(thread);
+                self.refined_in.store(generation, Ordering::Release);
+                Ok(true)
+            }
+            Err(error) => {
+                detach(&self.shared, thread);
+                Err(error)
+            }
         }
     }
 
@@ -191,6 +307,13 @@ impl CalibratedClock {
     /// The current error bound: how far the published conversion can be from the kernel's perf
     /// clock at the counter value read now (see [`crate::published`] for the definition).
     /// `u64::MAX` when unknown. Lock-free, syscall-free, signal-safe.
+    ///
+    /// In a fork child whose refiner has not been started again
+    /// ([`CalibratedClock::resume_after_fork`]), nothing would notice a clock jump (a restored
+    /// VM snapshot, a host migration), so the bound is claimed only for as long as the parent's
+    /// refiner would have taken to notice one (the longest refinement pause,
+    /// [`CalibrationOptions::refine_interval`]) after the last publication the child inherited;
+    /// after that it is `u64::MAX`.
     pub fn error_bound_ns(&self) -> u64 {
         match counter::read_counter() {
             Some(now) => self.error_bound_at(now),
@@ -198,9 +321,31 @@ impl CalibratedClock {
         }
     }
 
-    /// The error bound at counter value `counter`.
+    /// The error bound at counter value `counter` (see [`CalibratedClock::error_bound_ns`]).
     pub fn error_bound_at(&self, counter: u64) -> u64 {
-        self.shared.bound.load().at(counter)
+        let bound = self.shared.bound.load();
+        if self.unrefined_here() && !self.within_jump_latency(&bound, counter) {
+            return u64::MAX;
+        }
+        bound.at(counter)
+    }
+
+    /// Whether this is a fork child's copy of a refining clock whose refiner has not been
+    /// started again here.
+    fn unrefined_here(&self) -> bool {
+        self.options.refine && self.refined_in.load(Ordering::Acquire) != fork_gate::generation()
+    }
+
+    /// Whether `counter` is within the longest refinement pause after the publication `bound`
+    /// belongs to: as long as a refiner would have taken to notice a jump.
+    fn within_jump_latency(&self, bound: &BoundModel, counter: u64) -> bool {
+        let Ok(conversion) = self.reader.conversion() else {
+            return false;
+        };
+        let since_ns = conversion
+            .cycles_to_ns(counter)
+            .saturating_sub(conversion.cycles_to_ns(bound.counter_ref));
+        u128::from(since_ns) <= self.options.max_refine_interval.as_nanos()
     }
 
     /// The bound model currently published.
@@ -214,14 +359,25 @@ impl CalibratedClock {
     }
 
     /// Stop the background thread and wait for it to end (the last published conversion stays
-    /// readable). The thread has reported its first calibration by then (or `start` detached
-    /// it), so it only has a refinement round (bounded by `refine_batch`) to finish.
+    /// readable). The thread has reported its first calibration by then (or was detached), so it
+    /// only has a refinement round (bounded by `refine_batch`) to finish. In a fork child that
+    /// did not start a refiner again there is none to stop: the handle names the parent's thread,
+    /// and is forgotten.
     pub fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            // A panic on the thread has already been reported; nothing to add here.
-            let _ = t.join();
+        let here = self.refined_in.load(Ordering::Acquire) == fork_gate::generation();
+        let refiner = self
+            .refiner
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = refiner.thread.take() {
+            if here {
+                t.thread().unpark();
+                // A panic on the thread has already been reported; nothing to add here.
+                let _ = t.join();
+            } else {
+                std::mem::forget(t);
+            }
         }
     }
 }

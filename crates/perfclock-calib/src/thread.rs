@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use perfclock_core::{counter, PageWriter};
+use perfclock_core::{counter, PageWriter, TimeConversion};
 
 use crate::calibrator::Shared;
 use crate::error::CalibError;
@@ -44,6 +44,8 @@ const TOLERATED_EXTRA_REJECTS: usize = 2;
 /// A refinement batch is a clock jump when at least this many brackets and at least half of it
 /// fall outside the published bound (one stray bracket is noise).
 const JUMP_MIN_STRAYS: usize = 2;
+/// Brackets checked against an inherited publication before a resumed refiner replaces it.
+const RESUME_CHECK_BRACKETS: usize = 24;
 /// Smallest share of the full refinement batch (1/this) a short pause takes.
 const MIN_REFINE_SHARE: usize = 8;
 
@@ -91,8 +93,10 @@ impl Calibrator {
         Ok(())
     }
 
-    /// Calibrate from nothing: collect for the init budget, fit, publish.
-    fn calibrate_from_scratch(&mut self) -> Result<(), CalibError> {
+    /// Calibrate from nothing: collect for the init budget, fit, publish. `continuous` as in
+    /// [`Calibrator::publish`]: on when resuming an inherited publication that no jump has
+    /// invalidated.
+    fn calibrate_from_scratch(&mut self, continuous: bool) -> Result<(), CalibError> {
         self.history.clear();
         self.probe.use_all_kinds();
         let budget = self.options.init_budget;
@@ -123,7 +127,7 @@ impl Calibrator {
         if !selected {
             self.probe.select_useful(&fit, &raw, &tags);
         }
-        self.publish(&fit, false)?;
+        self.publish(&fit, continuous)?;
         self.shared
             .stats
             .calibrations
@@ -154,6 +158,46 @@ impl Calibrator {
         None
     }
 
+    /// Whether `batch` shows that the clock jumped away from `sol` (suspend, host migration, a
+    /// restored VM snapshot): at least [`JUMP_MIN_STRAYS`] brackets and half of the batch fall
+    /// outside its bound. Counts strays and jumps.
+    fn is_jump(&self, sol: &Solution, batch: &[Constraint]) -> bool {
+        let stray = batch.iter().filter(|b| outside_bound(sol, b)).count();
+        let st = &self.shared.stats;
+        st.stray_brackets.fetch_add(stray as u64, Ordering::Relaxed);
+        if stray < JUMP_MIN_STRAYS || stray * 2 < batch.len() {
+            return false;
+        }
+        let mut offsets: Vec<i64> = batch
+            .iter()
+            .map(|b| {
+                let mid = b.before / 2 + b.after / 2;
+                let published = sol.conversion.cycles_to_ns(mid);
+                i64::try_from(i128::from(b.kernel_ns) - i128::from(published)).unwrap_or(0)
+            })
+            .collect();
+        offsets.sort_unstable();
+        st.last_jump_ns
+            .store(offsets[offsets.len() / 2], Ordering::Relaxed);
+        st.jumps.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// The first round of a refiner: a calibration from scratch. Started again in a fork child
+    /// over the publication it inherited (`current`), it first checks a batch against that
+    /// publication (the clock may have jumped since the parent last refined, e.g. a restored VM
+    /// snapshot), and publishes continuously (never stepping back) unless the check found a jump.
+    fn resume(&mut self) -> Result<(), CalibError> {
+        let Some((sol, _)) = self.current else {
+            return self.calibrate_from_scratch(false);
+        };
+        let mut batch = Vec::with_capacity(RESUME_CHECK_BRACKETS);
+        self.probe
+            .collect(RESUME_CHECK_BRACKETS, &mut batch, None)?;
+        let jumped = self.is_jump(&sol, &batch);
+        self.calibrate_from_scratch(!jumped)
+    }
+
     /// One refinement round. Returns the pause before the next.
     /// `since_last` is the pause just taken: short pauses (early on, while the slope baseline
     /// is short) take smaller batches, so the CPU spent per second stays about constant.
@@ -166,26 +210,11 @@ impl Calibrator {
         let mut batch = Vec::with_capacity(n);
         self.probe.collect(n, &mut batch, None)?;
         let Some((sol, _)) = self.current else {
-            self.calibrate_from_scratch()?;
+            self.calibrate_from_scratch(false)?;
             return Ok(self.options.min_refine_interval);
         };
-        let stray = batch.iter().filter(|b| outside_bound(&sol, b)).count();
-        let st = &self.shared.stats;
-        st.stray_brackets.fetch_add(stray as u64, Ordering::Relaxed);
-        if stray >= JUMP_MIN_STRAYS && stray * 2 >= batch.len() {
-            let mut offsets: Vec<i64> = batch
-                .iter()
-                .map(|b| {
-                    let mid = b.before / 2 + b.after / 2;
-                    let published = sol.conversion.cycles_to_ns(mid);
-                    i64::try_from(i128::from(b.kernel_ns) - i128::from(published)).unwrap_or(0)
-                })
-                .collect();
-            offsets.sort_unstable();
-            st.last_jump_ns
-                .store(offsets[offsets.len() / 2], Ordering::Relaxed);
-            st.jumps.fetch_add(1, Ordering::Relaxed);
-            self.calibrate_from_scratch()?;
+        if self.is_jump(&sol, &batch) {
+            self.calibrate_from_scratch(false)?;
             return Ok(self.options.min_refine_interval);
         }
         self.history.extend_from_slice(&batch);
@@ -200,7 +229,7 @@ impl Calibrator {
             Some(f) => f,
             None => {
                 // Even the recent history contradicts itself: something moved. Start over.
-                self.calibrate_from_scratch()?;
+                self.calibrate_from_scratch(false)?;
                 return Ok(self.options.min_refine_interval);
             }
         };
@@ -230,6 +259,11 @@ fn prune_history(history: &[Constraint]) -> Vec<Constraint> {
         kept.dedup();
     }
     kept
+}
+
+/// Perf ns per counter tick of `conversion`.
+fn slope_of(conversion: &TimeConversion) -> f64 {
+    f64::from(conversion.mult()) / (1u64 << conversion.shift()) as f64
 }
 
 /// Whether bracket `b` contradicts the published conversion by more than its bound.
@@ -266,13 +300,16 @@ fn thread_cpu_ns() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
 }
 
-/// The thread's body. `probe` is opened here: the events are per thread.
+/// The thread's body. `probe` is opened here: the events are per thread. `inherited`: what a
+/// fork child's copy of the page publishes, when the refiner is started again there (see
+/// `CalibratedClock::resume_after_fork`); the first round then continues from it.
 pub(crate) fn run(
     shared: Arc<Shared>,
     options: CalibrationOptions,
     open: impl FnOnce(&CalibrationOptions) -> Result<Probe, CalibError>,
     tx: mpsc::SyncSender<Result<(), CalibError>>,
     spawned_at: Instant,
+    inherited: Option<Solution>,
 ) {
     block_all_signals();
     // SAFETY: gettid has no memory effects.
@@ -296,9 +333,9 @@ pub(crate) fn run(
         options,
         probe,
         history: Vec::new(),
-        current: None,
+        current: inherited.map(|sol| (sol, slope_of(&sol.conversion))),
     };
-    let first = cal.calibrate_from_scratch();
+    let first = cal.resume();
     shared
         .stats
         .first_calibration_ns

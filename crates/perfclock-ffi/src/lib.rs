@@ -144,11 +144,16 @@ static INIT_LOCK: Mutex<()> = Mutex::new(());
 /// Unlike [`perfclock::init`], a failure is not remembered: each call after one tries again
 /// (the fd or thread limit may have been raised since), and a success becomes the process-wide
 /// clock through [`perfclock::set_global`]. Not async-signal-safe; thread-safe; once it has
-/// succeeded, later calls return at once.
+/// succeeded, later calls return at once, except the first in a fork child, which starts the
+/// calibrated clock's refiner again ([`Clock::resume_after_fork`]).
 #[no_mangle]
 pub extern "C" fn perfclock_init() -> c_int {
     guard(PERFCLOCK_E_INTERNAL, || {
-        if clock().is_some() {
+        if let Some(clock) = clock() {
+            // In a fork child, start the calibrated clock's refiner again (a no-op elsewhere);
+            // a failure leaves the clock readable, its bound saying how far to trust it.
+            #[cfg(target_os = "linux")]
+            let _ = clock.resume_after_fork();
             return PERFCLOCK_OK;
         }
         // A poisoned lock guards nothing (it protects no data): go on.
