@@ -215,16 +215,28 @@ impl CalibratedClock {
         let generation = fork_gate::generation();
         let (thread, rx) = spawn_thread(&shared, options.clone(), open_probe, None)?;
         match first_result(&rx, timeout) {
-            Ok(()) => Ok(Self {
-                shared,
-                reader,
-                options: Box::new(options),
-                refined_in: AtomicU64::new(generation),
-                refiner: Mutex::new(Refiner {
-                    thread: Some(thread),
-                    attempted: generation,
-                }),
-            }),
+            Ok(()) => {
+                // A clock that does not refine has a thread that ends right after reporting: wait
+                // for it, so that the process is single-threaded again when `start` returns (a
+                // raw `clone` or `vfork` then copies no thread in the middle of `free`).
+                let thread = if options.refine {
+                    Some(thread)
+                } else {
+                    // A panic on the thread has already been reported; nothing to add here.
+                    let _ = thread.join();
+                    None
+                };
+                Ok(Self {
+                    shared,
+                    reader,
+                    options: Box::new(options),
+                    refined_in: AtomicU64::new(generation),
+                    refiner: Mutex::new(Refiner {
+                        thread,
+                        attempted: generation,
+                    }),
+                })
+            }
             Err(error) => {
                 detach(&shared, thread);
                 Err(error)

@@ -1,0 +1,113 @@
+//! `fork()` inside a child made by a raw `clone` system call (issue 13.3). A raw clone runs no
+//! `pthread_atfork` handler, so the child can inherit the fork gate held by the calibration
+//! thread (a thread it does not have) and, before the fix, spun for ever in the gate's prepare
+//! handler when it forked. That case is reproduced deterministically by
+//! `perfclock-calib`'s `fork_gate` test (a gate held across the clone). Here, end to end:
+//!
+//! - `without_refiner` (CI): with `refine(false)` the calibration thread has ended after the
+//!   first calibration, so a raw-clone child is a copy of a single-threaded process: every one
+//!   of its forks must return. This is the configuration the documentation recommends for
+//!   programs that raw-clone.
+//! - `with_refiner` (`#[ignore]`, a stress run of tens of thousands of clones): with the
+//!   refiner running, the gate can no longer hang a child, but a raw clone copies a
+//!   multi-threaded process, and glibc's `fork()` in the copy waits for a `malloc` arena lock
+//!   the refiner held at the instant of the clone, for ever. No library can prevent that; the
+//!   run reports how often it happened.
+//!
+//! Each run is a child process with a watchdog; each clone child has its own `alarm`, and a
+//! child that dies of it is counted as a hang.
+
+mod hostile_common;
+
+use std::time::Duration;
+
+use hostile_common::{child_case, run_child, watchdog};
+use perfclock::Options;
+
+const CI_CLONES: u32 = 2_000;
+const STRESS_CLONES: u32 = 20_000;
+/// A clone child whose fork has not returned by then is hung.
+const CHILD_ALARM_S: u32 = 5;
+
+#[test]
+fn fork_in_raw_clone_children_without_refiner() {
+    if child_case().is_some() {
+        clone_fork_case(false, CI_CLONES);
+        return;
+    }
+    let run = run_child(
+        "fork_in_raw_clone_children_without_refiner",
+        "without_refiner",
+        Duration::from_secs(120),
+    );
+    run.expect_success("CLONE-FORK-OK");
+}
+
+#[test]
+#[ignore = "stress run (tens of seconds): cargo test --test hostile_clone_fork -- --ignored"]
+fn fork_in_raw_clone_children_with_refiner() {
+    if child_case().is_some() {
+        clone_fork_case(true, STRESS_CLONES);
+        return;
+    }
+    let run = run_child(
+        "fork_in_raw_clone_children_with_refiner",
+        "with_refiner",
+        Duration::from_secs(1200),
+    );
+    run.expect_success("CLONE-FORK-OK");
+}
+
+/// Raw-clones `clones` children; each forks once and reaps its own child. Prints the count of
+/// hung children and fails if there was any.
+fn clone_fork_case(refine: bool, clones: u32) {
+    watchdog(1100);
+    let clock = perfclock::init_with(Options::default().refine(refine)).expect("init");
+    println!("CLONE-FORK-MODE {:?}", clock.mode());
+    let mut hung = 0u32;
+    let mut failed = 0u32;
+    for _ in 0..clones {
+        // SAFETY: clone(SIGCHLD) without CLONE_VM gives the child its own copy of memory, as
+        // fork does but without the pthread_atfork handlers; the child runs only
+        // `clone_child` (alarm, fork, waitpid, _exit) and never returns here.
+        let pid = unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                libc::SIGCHLD as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            )
+        };
+        if pid == 0 {
+            clone_child();
+        }
+        assert!(pid > 0, "clone: {}", std::io::Error::last_os_error());
+        let status = hostile_common::wait(pid as libc::pid_t);
+        if libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGALRM {
+            hung += 1;
+        } else if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            failed += 1;
+        }
+    }
+    println!("CLONE-FORK hung {hung} failed {failed} of {clones} (refine {refine})");
+    assert_eq!((hung, failed), (0, 0), "clone children hung or failed");
+    println!("CLONE-FORK-OK");
+}
+
+fn clone_child() -> ! {
+    // SAFETY: alarm has no memory effects: a child whose fork never returns dies of SIGALRM.
+    unsafe { libc::alarm(CHILD_ALARM_S) };
+    // SAFETY: this copy has one thread; the grandchild leaves at once with `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: leaves at once.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child into a live integer.
+    let reaped = pid > 0 && unsafe { libc::waitpid(pid, &mut status, 0) } == pid;
+    // SAFETY: leaves at once, running nothing of the parent's.
+    unsafe { libc::_exit(if reaped { 0 } else { 1 }) };
+}
