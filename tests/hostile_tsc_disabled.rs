@@ -1,7 +1,9 @@
 //! `prctl(PR_SET_TSC, PR_TSC_SIGSEGV)` before the clock is opened: every counter read of that
 //! thread (and of threads it spawns later) would die with SIGSEGV. `init()` and `Clock::open()`
 //! must notice (`PR_GET_TSC`) and return [`Error::Unsupported`] with a message that names the
-//! prctl, without ever reading the counter. x86_64 only: elsewhere the prctl does not exist.
+//! prctl, without ever reading the counter. A second test asks the same of the reading calls
+//! when no clock is open (`try_now_ns`, and `now_ns`, whose first call opens the clock).
+//! x86_64 only: elsewhere the prctl does not exist.
 
 mod hostile_common;
 
@@ -22,8 +24,28 @@ fn tsc_disabled_by_prctl_is_unsupported() {
         tsc_disabled_child(&case);
         return;
     }
-    for case in ["init", "open", "now_ns"] {
+    for case in ["init", "open"] {
         let run = run_child(TEST, case, Duration::from_secs(30));
+        run.expect_success(&format!("TSC-DISABLED-OK {case}"));
+    }
+}
+
+const READS_TEST: &str = "reads_without_a_clock_on_a_tsc_disabled_thread";
+
+/// Reading calls without a clock must answer "no clock" (and `now_ns` must return 0 after its
+/// `init` fails) rather than read the TSC first and die.
+#[test]
+fn reads_without_a_clock_on_a_tsc_disabled_thread() {
+    if !cfg!(target_arch = "x86_64") {
+        println!("SKIPPED {READS_TEST}: PR_SET_TSC exists on x86 only");
+        return;
+    }
+    if let Some(case) = child_case() {
+        tsc_disabled_child(&case);
+        return;
+    }
+    for case in ["try_now_ns", "now_ns"] {
+        let run = run_child(READS_TEST, case, Duration::from_secs(30));
         run.expect_success(&format!("TSC-DISABLED-OK {case}"));
     }
 }
@@ -51,12 +73,12 @@ fn tsc_disabled_child(case: &str) {
         "init" => {
             let error = perfclock::init().expect_err("init must refuse a disabled TSC");
             check_error(&error);
-            // Remembered, and the signal-safe calls say "no clock" without reading the TSC.
+            // Remembered, and the calls that need no counter say "no clock".
             assert_eq!(perfclock::init().err(), Some(error));
-            assert_eq!(perfclock::try_now_ns(), None);
             assert_eq!(perfclock::mode(), None);
             assert_eq!(perfclock::error_bound_ns(), u64::MAX);
         }
+        "try_now_ns" => assert_eq!(perfclock::try_now_ns(), None),
         "open" => {
             check_error(&Clock::open().expect_err("Clock::open must refuse a disabled TSC"));
             check_error(
