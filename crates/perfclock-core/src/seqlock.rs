@@ -844,6 +844,44 @@ mod tests {
         ]
     }
 
+    /// The fast path against a racing writer: every reading is one set's conversion, never a
+    /// mix (each set differs in every field, and the counter value makes each field matter).
+    #[test]
+    fn racing_writer_never_tears_the_fast_path() {
+        let reads: u64 = if cfg!(miri) { 300 } else { 2_000_000 };
+        const CYCLES: u64 = 0x1234_5678_9abc;
+        let page = Arc::new(TestPage::new());
+        let sets = alternating_sets();
+        page.writer().publish(&sets[0]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (page, stop) = (Arc::clone(&page), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let writer = page.writer();
+                let mut count = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    writer.publish(&sets[count % 2]);
+                    count += 1;
+                }
+            })
+        };
+        let expected = sets.map(|set| set.cycles_to_ns(CYCLES));
+        let reader = page.reader();
+        let (mut seen, mut declined) = ([0u64; 2], 0u64);
+        for _ in 0..reads {
+            match reader.now_ns_once_with(|| CYCLES) {
+                Some(ns) => {
+                    let index = expected.iter().position(|&e| e == ns);
+                    seen[index.unwrap_or_else(|| panic!("torn fast read: {ns}"))] += 1;
+                }
+                None => declined += 1,
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        std::println!("fast path: {reads} reads, seen {seen:?}, declined {declined}");
+    }
+
     #[test]
     #[cfg_attr(
         miri,
