@@ -118,8 +118,18 @@ extern "C" {
  *     (in calibrated mode the whole calibration; every program a script execs loads the
  *     library and pays again), even those that never read the clock. Call it on first use
  *     instead (see README.md);
- *   - a child between fork() and exec() of a multi-threaded parent (only async-signal-safe
- *     calls are allowed there).
+ *   - a fork() child on its way to exec() (only async-signal-safe calls belong there).
+ * Fork children that go on running (pre-fork servers): in calibrated mode a child inherits the
+ * clock but not its refinement thread. The child's first perfclock_init() starts one there
+ * (waiting for a first calibration, as opening does; it continues the inherited clock without
+ * stepping it back unless the clock jumped since); until then the child's
+ * perfclock_error_bound_ns() is the inherited bound only for the longest refinement pause (1 s by
+ * default) after the parent's last refit, then UINT64_MAX, since nothing in the child would
+ * notice a clock jump (a restored VM snapshot, a host migration). Restarting uses threads and
+ * malloc in a child of a multi-threaded parent, which glibc and musl support. A child made by a
+ * raw clone() system call (which runs no pthread_atfork handler) is not recognised as a fork
+ * child; in such a child only async-signal-safe calls are safe (fork() there can wait for ever
+ * for a malloc lock the calibration thread held: glibc's rule for any threaded parent).
  * x86_64: returns PERFCLOCK_E_UNSUPPORTED if the calling thread may not read the TSC
  * (prctl(PR_SET_TSC, PR_TSC_SIGSEGV)), instead of dying with SIGSEGV.
  */
@@ -161,6 +171,8 @@ int perfclock_mode(void);
  * Bound, in ns, on |perfclock_now_ns() - the kernel's local_clock()| at the instant of the
  * counter read: 0 in kernel mode, the calibration's current bound in calibrated mode (it
  * changes as the background calibration refines, so read it when you need it rather than once), UINT64_MAX when no clock is initialised.
+ * UINT64_MAX also in a fork child that has not called perfclock_init() again, once the longest
+ * refinement pause has passed since the parent's last refit (see perfclock_init()).
  * (arm64 kernel mode: readings can be 1 ns above the kernel's stamp; see the crate docs.)
  * Async-signal-safe.
  */
