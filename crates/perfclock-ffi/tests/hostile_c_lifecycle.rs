@@ -1,13 +1,16 @@
-//! A library whose constructor calls `perfclock_init()`, loaded with `dlopen` (issue 13.1): the
-//! constructor runs with the dynamic loader's lock held, and the calibration thread blocks on
-//! that lock (registering its thread-local destructors) until `dlopen` returns. `perfclock_init`
-//! must give up after the start timeout with an error code instead of waiting for the thread
-//! for ever, `dlopen` must return, and a `perfclock_init()` after it must succeed.
+//! The C ABI's lifecycle in hostile places, as C programs compiled here with the system
+//! compiler against the library this `cargo test` built (`tests/c/`), each run in a child
+//! process with a watchdog (its own `alarm`, and a kill here), so a hang is a failure, never a
+//! stuck run.
 //!
-//! The host and the plugin are C programs compiled here with the system compiler against the
-//! shared library this `cargo test` built (`tests/c/dlopen_host.c`, `tests/c/dlopen_plugin.c`);
-//! the host runs in a child process with a watchdog (its own `alarm`, and a kill here), so a
-//! hang is a failure, never a stuck run.
+//! - A library whose constructor calls `perfclock_init()`, loaded with `dlopen` (issue 13.1): the
+//!   constructor runs with the dynamic loader's lock held, and the calibration thread blocks on
+//!   that lock (registering its thread-local destructors) until `dlopen` returns.
+//!   `perfclock_init` must give up after the start timeout with an error code instead of waiting
+//!   for the thread for ever, `dlopen` must return, and a `perfclock_init()` after it must
+//!   succeed (`dlopen_host.c`, `dlopen_plugin.c`).
+//! - A fork child that keeps running (issue 13.5): without a refiner its bound must become
+//!   unknown, and `perfclock_init()` in the child must start refinement again (`fork_reinit.c`).
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -15,8 +18,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
-/// Past the host's own `alarm(60)`: a hang shows as SIGALRM, this is the backstop.
-const HOST_TIMEOUT: Duration = Duration::from_secs(90);
+/// Past the programs' own `alarm(60)`: a hang shows as SIGALRM, this is the backstop.
+const PROGRAM_TIMEOUT: Duration = Duration::from_secs(90);
 /// `PERFCLOCK_OK` and `PERFCLOCK_E_CALIBRATION` of `perfclock.h`.
 const PERFCLOCK_OK: i32 = 0;
 const PERFCLOCK_E_CALIBRATION: i32 = -9;
@@ -91,6 +94,45 @@ fn compile(args: &[&std::ffi::OsStr], what: &str) {
     );
 }
 
+/// Runs `command` with a backstop timeout; returns its stdout, failing unless it exited 0.
+fn run_watched(command: &mut Command, what: &str) -> String {
+    let started = Instant::now();
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {command:?}: {e}"));
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the program") {
+            break status;
+        }
+        if started.elapsed() > PROGRAM_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} hung: killed after {PROGRAM_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    let _ = child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut stdout);
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr);
+    println!("--- {what}\n{stdout}{stderr}");
+    assert!(
+        status.success(),
+        "{what} failed ({status:?}; SIGALRM is a hang)\n{stdout}{stderr}"
+    );
+    stdout
+}
+
 fn field(stdout: &str, key: &str) -> Option<i64> {
     stdout.lines().find_map(|line| {
         line.strip_prefix(key)?
@@ -132,41 +174,7 @@ fn init_in_a_dlopened_constructor_returns_instead_of_hanging() {
         "compile dlopen_host.c",
     );
 
-    let started = Instant::now();
-    let mut child = Command::new(&host)
-        .arg(&plugin)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the host");
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the host") {
-            break status;
-        }
-        if started.elapsed() > HOST_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("dlopen host hung: killed after {HOST_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stdout = String::new();
-    let mut stderr = String::new();
-    let _ = child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut stdout);
-    let _ = child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut stderr);
-    println!("{stdout}{stderr}");
-    assert!(
-        status.success(),
-        "host failed ({status:?}; SIGALRM is a hang)\n{stdout}{stderr}"
-    );
+    let stdout = run_watched(Command::new(&host).arg(&plugin), "dlopen host");
     let in_constructor = field(&stdout, "CONSTRUCTOR-INIT").expect("constructor's result");
     // Kernel mode starts no thread, so it succeeds even there; calibrated mode gives up.
     assert!(
@@ -184,4 +192,44 @@ fn init_in_a_dlopened_constructor_returns_instead_of_hanging() {
              in kernel mode, which starts no thread"
         );
     }
+}
+
+#[test]
+fn init_in_a_fork_child_restarts_refinement() {
+    let shared = shared_library();
+    let lib_dir = shared.parent().expect("library dir");
+    let program = Path::new(env!("CARGO_TARGET_TMPDIR")).join("perfclock_fork_reinit");
+    let rpath = format!("-Wl,-rpath,{}", lib_dir.display());
+    compile(
+        &[
+            Path::new(CRATE_DIR)
+                .join("tests/c/fork_reinit.c")
+                .as_os_str(),
+            shared.as_os_str(),
+            rpath.as_ref(),
+            "-o".as_ref(),
+            program.as_os_str(),
+        ],
+        "compile fork_reinit.c",
+    );
+    let stdout = run_watched(&mut Command::new(&program), "fork_reinit");
+    if field(&stdout, "MODE") != Some(2) {
+        println!(
+            "SKIPPED init_in_a_fork_child_restarts_refinement: not calibrated mode, no refiner"
+        );
+        return;
+    }
+    assert_eq!(
+        field(&stdout, "CHILD-BOUND-FROZEN"),
+        None,
+        "a frozen fork child claimed a finite bound (u64::MAX does not fit the i64 field)"
+    );
+    assert!(
+        stdout.contains(&format!("CHILD-BOUND-FROZEN {}", u64::MAX)),
+        "{stdout}"
+    );
+    assert_eq!(field(&stdout, "CHILD-INIT"), Some(i64::from(PERFCLOCK_OK)));
+    let resumed = field(&stdout, "CHILD-BOUND-RESUMED").expect("a finite bound after init");
+    assert!(resumed > 0, "{stdout}");
+    assert_eq!(field(&stdout, "CHILD-WENT-BACK"), Some(0), "{stdout}");
 }
