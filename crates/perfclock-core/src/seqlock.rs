@@ -25,7 +25,7 @@
 //! # Safety
 //! Readers and writers hold raw pointers to pages that other parties (the kernel, another
 //! thread) write concurrently; every access to a page field is an atomic load or store through
-//! [`PageFields`], formed only under the constructors' contracts.
+//! `PageFields`, formed only under the constructors' contracts.
 #![allow(unsafe_code)]
 
 use core::hint::spin_loop;
