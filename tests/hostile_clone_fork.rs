@@ -10,9 +10,10 @@
 //!   programs that raw-clone.
 //! - `with_refiner` (only with `PERFCLOCK_STRESS=1`: tens of thousands of clones): with the
 //!   refiner running, the gate can no longer hang a child, but a raw clone copies a
-//!   multi-threaded process, and glibc's `fork()` in the copy waits for a `malloc` arena lock
-//!   the refiner held at the instant of the clone, for ever. No library can prevent that; the
-//!   run reports how often it happened.
+//!   multi-threaded process, and glibc's `fork()` in the copy waits for ever for a `malloc`
+//!   arena lock the refiner held at the instant of the clone (`__malloc_fork_lock_parent`). The
+//!   run counts such hangs and FAILS while there are any: it will pass only once the refiner's
+//!   loop allocates nothing; until then it documents the hazard (use `refine(false)`).
 //!
 //! Each run is a child process with a watchdog; each clone child has its own `alarm`, and a
 //! child that dies of it is counted as a hang.
