@@ -26,8 +26,9 @@
 //! # Reading the clock: unordered, ordered, deferred
 //! - [`now_ns`] is the fastest read, about one counter read (x86_64 `rdtsc`): like the kernel's
 //!   own `sched_clock` and quanta, the counter read may execute before earlier loads complete,
-//!   so a reading taken right after receiving another thread's reading can be below it (by the
-//!   out-of-order window, up to about 100 ns). Readings of one thread never go back.
+//!   so a reading taken right after receiving another thread's reading can be below it, by as
+//!   long as that load waited (hundreds of nanoseconds when threads contend for its cache
+//!   line).
 //! - [`now_ns_ordered`] waits for every earlier instruction before reading the counter
 //!   (x86_64 `lfence; rdtsc`), so it never goes back across a happens-before edge (a lock, an
 //!   Acquire load, a channel): use it when readings of different threads are compared.

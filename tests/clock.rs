@@ -81,11 +81,12 @@ fn ordered_readings_handed_between_threads_never_go_back() {
     );
 }
 
-/// The unordered read may go back across threads by the CPU's out-of-order window (the count
-/// is reported, not judged); a step back beyond any such window would be a clock that jumps.
+/// The unordered read may go back across threads by as long as the load that received the other
+/// thread's reading waited (the count is reported, not judged); a step back far beyond any such
+/// wait would be a clock that jumps.
 #[test]
 fn unordered_readings_handed_between_threads_go_back_only_by_reordering() {
-    /// Far above any out-of-order window (hundreds of instructions), far below a clock jump.
+    /// Far above any wait for a contended cache line, far below a clock jump.
     const REORDERING_LIMIT_NS: u64 = 100_000;
     perfclock::init().expect("a perf clock");
     let (backsteps, worst) = handoff_backsteps(perfclock::now_ns);
@@ -109,7 +110,7 @@ fn a_deferred_stamp_converts_between_the_readings_around_it() {
         perfclock::CounterStamp::from_cycles(stamp.cycles()).ns(),
         Some(ns)
     );
-    // The unordered counter read may run early (by the out-of-order window), and in calibrated
+    // The unordered counter read may run early (before earlier loads complete), and in calibrated
     // mode a refit between the readings and the conversion may move it within the bound.
     let slack = 1_000 + clock.error_bound_ns();
     assert!(

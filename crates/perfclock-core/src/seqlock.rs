@@ -18,7 +18,8 @@
 //! [`PageReader::now_ns`] reads the counter as cheaply as the architecture allows, like the
 //! kernel's `sched_clock` and quanta: on x86_64 `rdtsc` may execute before earlier loads have
 //! completed, so a reading taken right after loading another thread's timestamp can be below it
-//! (by the out-of-order window, up to about 100 ns). [`PageReader::now_ns_ordered`] waits for
+//! (by as long as that load waited: hundreds of nanoseconds when threads contend for its cache
+//! line). [`PageReader::now_ns_ordered`] waits for
 //! every earlier instruction first (`lfence; rdtsc`), so it never goes back across a
 //! happens-before edge.
 //!

@@ -141,10 +141,10 @@ int perfclock_init(void);
  * to tell those apart). Never initialises. Async-signal-safe; one counter read plus a seqlock read.
  *
  * Unordered, the fastest read (as the kernel's own sched_clock): the counter read (x86_64
- * rdtsc) may execute before earlier loads complete. Readings of one thread never go back, but a
- * reading taken right after receiving another thread's reading (through a lock, an atomic, a
- * queue) can be below it, by the CPU's out-of-order window (up to about 100 ns). When readings
- * of different threads are compared, use perfclock_now_ns_ordered().
+ * rdtsc) may execute before earlier loads complete, so a reading taken right after receiving
+ * another thread's reading (through a lock, an atomic, a queue) can be below it, by as long as
+ * that load waited (hundreds of nanoseconds when threads contend for its cache line). When
+ * readings of different threads are compared, use perfclock_now_ns_ordered().
  */
 uint64_t perfclock_now_ns(void);
 
