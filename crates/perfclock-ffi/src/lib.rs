@@ -377,6 +377,32 @@ mod tests {
         }
     }
 
+    /// The reading calls after `perfclock_init` (other tests in this process open the clock
+    /// too, so the uninitialised values are the C test's to check, in a process of its own).
+    #[test]
+    fn reading_calls_after_init() {
+        assert_ne!(perfclock_read_counter(), 0, "the counter needs no clock");
+        let code = perfclock_init();
+        if code != PERFCLOCK_OK {
+            println!("SKIPPED reading calls after init: perfclock_init returned {code}");
+            return;
+        }
+        let before = perfclock_now_ns_ordered();
+        let stamp = perfclock_read_counter();
+        let after = perfclock_now_ns_ordered();
+        let unordered = perfclock_now_ns();
+        assert!(before != 0 && before <= after, "{before} then {after}");
+        assert!(unordered != 0);
+        // The stamp's conversion lies between the ordered readings around it, give or take an
+        // early counter read and a refit's move within the bound.
+        let slack = 1_000 + perfclock_error_bound_ns();
+        let converted = perfclock_cycles_to_ns(stamp);
+        assert!(
+            before.saturating_sub(slack) <= converted && converted <= after + slack,
+            "{before} <= {converted} <= {after} (slack {slack} ns)"
+        );
+    }
+
     #[test]
     fn header_defines_match_rust_constants() {
         let header = include_str!("../include/perfclock.h");
