@@ -238,15 +238,19 @@ impl PageReader {
         // One load for both: they share an aligned 8-byte word with `pmc_width`.
         let scale = page.scale.load(Ordering::Relaxed);
         let time_zero = page.time_zero.load(Ordering::Relaxed);
-        // One branch on the counter's width, each side specialised (x86 is never short): the
-        // checks and the arithmetic after it are then the fewest instructions for that side.
-        if capabilities & caps::USER_TIME_SHORT == 0 {
+        // One branch on the form of the conversion, each side specialised (x86 is never
+        // short), so the checks and the arithmetic are the fewest instructions for that side. A
+        // page that publishes no conversion is declined before the counter is read: a caller
+        // whose counter read would fault (x86 `PR_SET_TSC`) and that has no clock yet gets
+        // "no clock" from the slow path instead of a signal.
+        let form = capabilities & (caps::USER_TIME_ZERO | caps::USER_TIME_SHORT);
+        if form == caps::USER_TIME_ZERO {
             let cycles = counter();
             if !page.lock.validate_read(stamp) {
                 return None;
             }
-            fast_ns(capabilities, scale, time_zero, cycles)
-        } else {
+            fast_ns(scale, time_zero, cycles)
+        } else if form == caps::USER_TIME_ZERO | caps::USER_TIME_SHORT {
             let time_cycles = page.time_cycles.load(Ordering::Relaxed);
             let time_mask = page.time_mask.load(Ordering::Relaxed);
             let cycles = counter();
@@ -254,7 +258,9 @@ impl PageReader {
                 return None;
             }
             let cycles = time_cycles.wrapping_add(cycles.wrapping_sub(time_cycles) & time_mask);
-            fast_ns(capabilities, scale, time_zero, cycles)
+            fast_ns(scale, time_zero, cycles)
+        } else {
+            None
         }
     }
 
@@ -312,13 +318,14 @@ impl PageReader {
     }
 }
 
-/// The conversion of the fast path, from fields one seqlock section read: `None` unless they
-/// form a conversion [`RawTimeFields::conversion`] accepts (the same checks, so a declined read
-/// gets its typed error from the slow path). `cycles` is already widened if short.
+/// The conversion of the fast path, from fields one seqlock section read (with
+/// `cap_user_time_zero` set): `None` unless they form a conversion [`RawTimeFields::conversion`]
+/// accepts (the same checks, so a declined read gets its typed error from the slow path).
+/// `cycles` is already widened if short.
 #[inline(always)]
-fn fast_ns(capabilities: u64, scale: u64, time_zero: u64, cycles: u64) -> Option<u64> {
+fn fast_ns(scale: u64, time_zero: u64, cycles: u64) -> Option<u64> {
     let (time_shift, time_mult) = unpack_scale(scale);
-    if capabilities & caps::USER_TIME_ZERO == 0 || time_mult == 0 || time_shift > 63 {
+    if time_mult == 0 || time_shift > 63 {
         return None;
     }
     // `& 63` changes nothing (checked above) but tells the compiler the shift is below 64, so
@@ -366,7 +373,7 @@ fn attempt(
     let stamp = fields.lock.optimistic_read()?;
     let capabilities = fields.capabilities.load(Ordering::Relaxed);
     // One load for both: they share an aligned 8-byte word with `pmc_width`.
-    let (time_shift, time_mult) = unpack_scale(fields.scale.load(Ordering::Relaxed));
+    let scale = fields.scale.load(Ordering::Relaxed);
     let time_zero = fields.time_zero.load(Ordering::Relaxed);
     let (time_cycles, time_mask) =
         if wanted == Fields::All || capabilities & caps::USER_TIME_SHORT != 0 {
@@ -378,6 +385,11 @@ fn attempt(
             (0, 0)
         };
     let cycles = counter();
+    if !fields.lock.validate_read(stamp) {
+        return None;
+    }
+    // Unpacked only now, to keep the read section (the window a write can spoil) short.
+    let (time_shift, time_mult) = unpack_scale(scale);
     let raw = RawTimeFields {
         capabilities,
         time_mult,
@@ -386,7 +398,7 @@ fn attempt(
         time_cycles,
         time_mask,
     };
-    fields.lock.validate_read(stamp).then_some((raw, cycles))
+    Some((raw, cycles))
 }
 
 /// `time_shift` and `time_mult` out of the word at offset 48 (`pmc_width`, `time_shift`,
@@ -493,21 +505,20 @@ fn write_page(page: NonNull<PerfEventMmapPage>, raw: &RawTimeFields) {
     // SAFETY: the writer's contract: the page is ours to write, aligned, and accessed by
     // others only through atomic loads.
     let fields = unsafe { PageFields::of(page.as_ptr()) };
-    let update = fields.lock.write();
-    fields
-        .capabilities
-        .store(raw.capabilities, Ordering::Relaxed);
     // The reader loads `time_shift` and `time_mult` as one word, so they are stored as one
     // (same-size accesses); `pmc_width`, the word's other field, is kept. This is the word's
-    // only writer, so the load-then-store is not a lost update.
+    // only writer, so loading it before the update and storing it within is not a lost update;
+    // packing before the update keeps the window in which readers fail short.
     let pmc_width = u16::from_ne_bytes({
         let bytes = fields.scale.load(Ordering::Relaxed).to_ne_bytes();
         [bytes[0], bytes[1]]
     });
-    fields.scale.store(
-        pack_scale(pmc_width, raw.time_shift, raw.time_mult),
-        Ordering::Relaxed,
-    );
+    let scale = pack_scale(pmc_width, raw.time_shift, raw.time_mult);
+    let update = fields.lock.write();
+    fields
+        .capabilities
+        .store(raw.capabilities, Ordering::Relaxed);
+    fields.scale.store(scale, Ordering::Relaxed);
     fields.time_zero.store(raw.time_zero, Ordering::Relaxed);
     fields.time_cycles.store(raw.time_cycles, Ordering::Relaxed);
     fields.time_mask.store(raw.time_mask, Ordering::Relaxed);
@@ -618,7 +629,16 @@ mod tests {
     fn the_single_attempt_agrees_with_the_full_read_or_declines() {
         let page = TestPage::new();
         let reader = page.reader();
-        assert_eq!(reader.now_ns_once_with(|| 1), None, "zeroed page");
+        let mut counter_reads = 0;
+        let mut counting = || {
+            counter_reads += 1;
+            1
+        };
+        assert_eq!(reader.now_ns_once_with(&mut counting), None, "zeroed page");
+        assert_eq!(
+            counter_reads, 0,
+            "a page without a conversion is declined before the counter"
+        );
         for conversion in alternating_sets().into_iter().chain([TimeConversion::new(
             EXACT_MULT,
             32,
@@ -640,7 +660,6 @@ mod tests {
         // SAFETY: the lock is taken through its atomic view, as a writer would.
         let lock = unsafe { PageFields::of(page.page.as_ptr()) }.lock;
         core::mem::forget(lock.write());
-        let mut counter_reads = 0;
         assert_eq!(
             reader.now_ns_once_with(|| {
                 counter_reads += 1;
