@@ -5,80 +5,12 @@
 //! `deps/` directory. If they are missing or older than the crate's rlib (e.g. a filtered build),
 //! the test builds them with `cargo build -p perfclock-ffi` into the same target directory.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::SystemTime;
 
-const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
-/// What Rust's std needs from the C side when a staticlib is linked by a C compiler
-/// (`--print native-static-libs` on linux-gnu).
-const NATIVE_LIBS: [&str; 7] = [
-    "-lgcc_s",
-    "-lutil",
-    "-lrt",
-    "-lpthread",
-    "-lm",
-    "-ldl",
-    "-lc",
-];
+mod common;
 
-/// `target/<profile>/`, the directory holding the test binary's `deps/`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary lives in <target>/<profile>/deps/")
-        .to_path_buf()
-}
-
-fn modified(path: &Path) -> Option<SystemTime> {
-    path.metadata().and_then(|m| m.modified()).ok()
-}
-
-/// Newest `deps/libperfclock_ffi-*.rlib`: the library code the test binary itself was built from.
-fn newest_rlib(profile: &Path) -> Option<SystemTime> {
-    std::fs::read_dir(profile.join("deps"))
-        .ok()?
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with("libperfclock_ffi-") && name.ends_with(".rlib")
-        })
-        .filter_map(|e| modified(&e.path()))
-        .max()
-}
-
-/// Paths of the static and shared library, built if they are missing or stale.
-fn libraries() -> (PathBuf, PathBuf) {
-    let profile = profile_dir();
-    let archive = profile.join("libperfclock_ffi.a");
-    let shared = profile.join("libperfclock_ffi.so");
-    let fresh = |p: &Path| match (modified(p), newest_rlib(&profile)) {
-        (Some(lib), Some(rlib)) => lib >= rlib,
-        (Some(_), None) => true,
-        (None, _) => false,
-    };
-    if !fresh(&archive) || !fresh(&shared) {
-        let target_dir = profile.parent().expect("profile dir has a parent");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build.args(["build", "-p", "perfclock-ffi"]);
-        build.env("CARGO_TARGET_DIR", target_dir);
-        if profile.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        eprintln!("building the C libraries: {build:?}");
-        let status = build.status().expect("run cargo build");
-        assert!(
-            status.success(),
-            "cargo build -p perfclock-ffi failed: {status}"
-        );
-    }
-    assert!(archive.is_file(), "{} missing", archive.display());
-    assert!(shared.is_file(), "{} missing", shared.display());
-    (archive, shared)
-}
+use common::{libraries, CRATE_DIR, NATIVE_LIBS};
 
 fn cc() -> String {
     std::env::var("CC").unwrap_or_else(|_| "cc".into())
@@ -121,7 +53,7 @@ fn check_report(stdout: &str) {
 
 #[test]
 fn c_program_against_static_library() {
-    let (archive, _) = libraries();
+    let archive = libraries().archive;
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("perfclock_abi_test_static");
     compile(&exe, &[archive.as_os_str()]);
     let stdout = run(Command::new(&exe), "abi_test (static)");
@@ -130,7 +62,7 @@ fn c_program_against_static_library() {
 
 #[test]
 fn c_program_against_shared_library() {
-    let (_, shared) = libraries();
+    let shared = libraries().shared;
     let dir = shared.parent().expect("library dir");
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("perfclock_abi_test_shared");
     let rpath = format!("-Wl,-rpath,{}", dir.display());

@@ -13,69 +13,19 @@
 //!   unknown, and `perfclock_init()` in the child must start refinement again (`fork_reinit.c`).
 
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
+mod common;
+
+use common::{libraries, CRATE_DIR};
+
 /// Past the programs' own `alarm(60)`: a hang shows as SIGALRM, this is the backstop.
 const PROGRAM_TIMEOUT: Duration = Duration::from_secs(90);
 /// `PERFCLOCK_OK` and `PERFCLOCK_E_CALIBRATION` of `perfclock.h`.
 const PERFCLOCK_OK: i32 = 0;
 const PERFCLOCK_E_CALIBRATION: i32 = -9;
-
-/// `target/<profile>/`, where cargo puts `libperfclock_ffi.so` next to the test's `deps/`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary lives in <target>/<profile>/deps/")
-        .to_path_buf()
-}
-
-fn modified(path: &Path) -> Option<SystemTime> {
-    path.metadata().and_then(|m| m.modified()).ok()
-}
-
-/// Newest `deps/libperfclock_ffi-*.rlib`: the library code this test binary was built from.
-fn newest_rlib(profile: &Path) -> Option<SystemTime> {
-    std::fs::read_dir(profile.join("deps"))
-        .ok()?
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with("libperfclock_ffi-") && name.ends_with(".rlib")
-        })
-        .filter_map(|e| modified(&e.path()))
-        .max()
-}
-
-/// The shared library, built with `cargo build -p perfclock-ffi` if it is missing or older than
-/// the code this test was built from (as `c_abi.rs` does).
-fn shared_library() -> PathBuf {
-    let profile = profile_dir();
-    let shared = profile.join("libperfclock_ffi.so");
-    let fresh = match (modified(&shared), newest_rlib(&profile)) {
-        (Some(lib), Some(rlib)) => lib >= rlib,
-        (Some(_), None) => true,
-        (None, _) => false,
-    };
-    if !fresh {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build
-            .args(["build", "-p", "perfclock-ffi"])
-            .env("CARGO_TARGET_DIR", profile.parent().expect("target dir"));
-        if profile.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("run cargo build");
-        assert!(status.success(), "cargo build -p perfclock-ffi: {status}");
-    }
-    assert!(shared.is_file(), "{} missing", shared.display());
-    shared
-}
 
 fn compile(args: &[&std::ffi::OsStr], what: &str) {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -145,7 +95,7 @@ fn field(stdout: &str, key: &str) -> Option<i64> {
 
 #[test]
 fn init_in_a_dlopened_constructor_returns_instead_of_hanging() {
-    let shared = shared_library();
+    let shared = libraries().shared;
     let lib_dir = shared.parent().expect("library dir");
     let out = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let plugin = out.join("libperfclock_dlopen_plugin.so");
@@ -196,7 +146,7 @@ fn init_in_a_dlopened_constructor_returns_instead_of_hanging() {
 
 #[test]
 fn init_in_a_fork_child_restarts_refinement() {
-    let shared = shared_library();
+    let shared = libraries().shared;
     let lib_dir = shared.parent().expect("library dir");
     let program = Path::new(env!("CARGO_TARGET_TMPDIR")).join("perfclock_fork_reinit");
     let rpath = format!("-Wl,-rpath,{}", lib_dir.display());

@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
-/// What Rust's std needs from the C side when a staticlib is linked by a C compiler.
-const NATIVE_LIBS: [&str; 5] = ["-lgcc_s", "-lrt", "-lpthread", "-lm", "-ldl"];
+mod common;
+
+use common::{libraries, CRATE_DIR, NATIVE_LIBS};
+
 /// How `ls -l` shows a perf event's descriptor.
 const PERF_FD: &str = "anon_inode:[perf_event]";
 
@@ -42,27 +43,6 @@ int main(void) {
     return first != 0 && second >= first ? 0 : 1;
 }
 "#;
-
-/// The static library of this profile, built if missing (as `c_abi.rs` does).
-fn archive() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binary lives in <target>/<profile>/deps/");
-    let archive = profile.join("libperfclock_ffi.a");
-    if !archive.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build.args(["build", "-p", "perfclock-ffi"]);
-        build.env("CARGO_TARGET_DIR", profile.parent().expect("target dir"));
-        if profile.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        assert!(build.status().expect("cargo build").success());
-    }
-    archive
-}
 
 /// Runs `command`, killing it after 30 s: a hang is a failure, not a stuck CI.
 fn run(mut command: Command) -> Output {
@@ -108,7 +88,7 @@ fn cc(dir: &Path, source: &str, out: &str, link: &[&str]) -> PathBuf {
 /// A preloadable shared object of `source` with the static library inside, its Rust symbols
 /// kept private (as the README says to link one).
 fn preload_lib(dir: &Path, source: &str, name: &str) -> PathBuf {
-    let archive = archive();
+    let archive = libraries().archive;
     let mut link = vec!["-fPIC", "-shared", "-Wl,--exclude-libs,ALL"];
     link.push(archive.to_str().expect("UTF-8 path"));
     link.extend(NATIVE_LIBS);

@@ -8,66 +8,18 @@
 //! `PERFCLOCK_FFI_REQUIRE_CLOCK=1` (CI), which makes it fail.
 
 use std::io::Cursor;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::SystemTime;
 
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
 use perfclock_jitdump::timeconv::TimeConvRecord;
 
-const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
-/// What Rust's std needs from the C side when a staticlib is linked by a C compiler.
-const NATIVE_LIBS: [&str; 7] = [
-    "-lgcc_s",
-    "-lutil",
-    "-lrt",
-    "-lpthread",
-    "-lm",
-    "-ldl",
-    "-lc",
-];
+#[path = "../common/mod.rs"]
+mod common;
+
+use common::{libraries, CRATE_DIR, NATIVE_LIBS};
+
 const RELOADS: usize = 3;
-
-/// `target/<profile>/`, the directory holding the test binary's `deps/`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary lives in <target>/<profile>/deps/")
-        .to_path_buf()
-}
-
-fn modified(path: &Path) -> Option<SystemTime> {
-    path.metadata().and_then(|m| m.modified()).ok()
-}
-
-/// The static library, rebuilt if older than this test's own build of the crate.
-fn archive() -> PathBuf {
-    let profile = profile_dir();
-    let archive = profile.join("libperfclock_ffi.a");
-    let test_binary = std::env::current_exe().ok();
-    let stale = match (
-        modified(&archive),
-        test_binary.as_deref().and_then(modified),
-    ) {
-        (Some(lib), Some(test)) => lib < test,
-        (None, _) => true,
-        (Some(_), None) => false,
-    };
-    if stale {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build.args(["build", "-p", "perfclock-ffi"]);
-        build.env("CARGO_TARGET_DIR", profile.parent().expect("target dir"));
-        if profile.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("run cargo build");
-        assert!(status.success(), "cargo build -p perfclock-ffi: {status}");
-    }
-    assert!(archive.is_file(), "{} missing", archive.display());
-    archive
-}
 
 /// One `load` line of the program's log.
 #[derive(Debug)]
@@ -110,7 +62,7 @@ fn c_jit_reload_writes_a_dump_perf_can_read() {
         println!("SKIPPED c_jit_reload_writes_a_dump_perf_can_read: no perfclock clock: {error}");
         return;
     }
-    let archive = archive();
+    let archive = libraries().archive;
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let exe = tmp.join("jit_reload");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());

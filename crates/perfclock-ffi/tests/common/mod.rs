@@ -1,0 +1,91 @@
+//! What the tests that compile C against this crate share: where cargo put the static and shared
+//! libraries of this profile, rebuilt if they are missing or older than the code the test binary
+//! was built from, and what a C link of the static library needs.
+// Each test binary compiles this module and uses part of it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+/// The crate's directory (for `include/` and the C sources under `tests/`).
+pub const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
+
+/// What Rust's std needs from the C side when a staticlib is linked by a C compiler
+/// (`--print native-static-libs` on linux-gnu).
+pub const NATIVE_LIBS: [&str; 7] = [
+    "-lgcc_s",
+    "-lutil",
+    "-lrt",
+    "-lpthread",
+    "-lm",
+    "-ldl",
+    "-lc",
+];
+
+/// The static and shared library of this crate.
+#[derive(Debug)]
+pub struct Libraries {
+    /// `libperfclock_ffi.a`.
+    pub archive: PathBuf,
+    /// `libperfclock_ffi.so`.
+    pub shared: PathBuf,
+}
+
+/// `target/<profile>/`, the directory holding the test binary's `deps/`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in <target>/<profile>/deps/")
+        .to_path_buf()
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    path.metadata().and_then(|m| m.modified()).ok()
+}
+
+/// Newest `deps/libperfclock_ffi-*.rlib`: the library code the test binary itself was built from.
+fn newest_rlib(profile: &Path) -> Option<SystemTime> {
+    std::fs::read_dir(profile.join("deps"))
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("libperfclock_ffi-") && name.ends_with(".rlib")
+        })
+        .filter_map(|e| modified(&e.path()))
+        .max()
+}
+
+/// The libraries cargo places next to the test binary's `deps/`, built with `cargo build -p
+/// perfclock-ffi` into the same target directory if either is missing or stale (a filtered
+/// `cargo test` builds neither).
+pub fn libraries() -> Libraries {
+    let profile = profile_dir();
+    let archive = profile.join("libperfclock_ffi.a");
+    let shared = profile.join("libperfclock_ffi.so");
+    let rlib = newest_rlib(&profile);
+    let fresh = |p: &Path| match (modified(p), rlib) {
+        (Some(lib), Some(rlib)) => lib >= rlib,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    if !fresh(&archive) || !fresh(&shared) {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .args(["build", "-p", "perfclock-ffi"])
+            .env("CARGO_TARGET_DIR", profile.parent().expect("target dir"));
+        if profile.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        eprintln!("building the C libraries: {build:?}");
+        let status = build.status().expect("run cargo build");
+        assert!(status.success(), "cargo build -p perfclock-ffi: {status}");
+    }
+    assert!(archive.is_file(), "{} missing", archive.display());
+    assert!(shared.is_file(), "{} missing", shared.display());
+    Libraries { archive, shared }
+}
