@@ -110,6 +110,7 @@ impl Withheld {
 
     /// The facts and only the remedies that do not use calibrated mode: for a message about a
     /// calibration that already failed, where "use the calibrated mode" would be no help.
+    #[cfg(all(feature = "calibrated", target_os = "linux"))]
     pub(crate) fn without_calibration_advice(&self) -> impl fmt::Display + '_ {
         struct Facts<'a>(&'a Withheld);
         impl fmt::Display for Facts<'_> {
@@ -126,8 +127,15 @@ impl Withheld {
 impl fmt::Display for Withheld {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.fmt_facts(f)?;
+        #[cfg(feature = "calibrated")]
         f.write_str(
             " What you can do: use the calibrated mode (`Clock::open`, the default), which fits \
+             the counter to timestamps the kernel stamps and reports its error bound; or, ",
+        )?;
+        // Built without calibration: that mode is not on offer, so it is not advised.
+        #[cfg(not(feature = "calibrated"))]
+        f.write_str(
+            " What you can do: build perfclock with its default feature `calibrated`, which fits \
              the counter to timestamps the kernel stamps and reports its error bound; or, ",
         )?;
         Self::fmt_kernel_remedies(f)
