@@ -105,7 +105,7 @@ impl std::error::Error for FitError {}
 
 /// A constraint in coordinates relative to the fit's reference point.
 #[derive(Clone, Copy, Debug)]
-struct Rel {
+pub(crate) struct Rel {
     xb: f64,
     xa: f64,
     y: f64,
@@ -240,32 +240,58 @@ impl Fit {
     /// # Ok::<(), perfclock_calib::fit::FitError>(())
     /// ```
     pub fn new(constraints: &[Constraint], options: &FitOptions) -> Result<Self, FitError> {
-        let valid: Vec<&Constraint> = constraints.iter().filter(|c| c.after >= c.before).collect();
-        if valid.len() < 2 {
-            return Err(FitError::TooFewBrackets {
-                usable: valid.len(),
-            });
+        Self::new_reusing(constraints, options, &mut Vec::new())
+    }
+
+    /// As [`Fit::new`], building the fit's storage in `spare` (taken; left in place on error)
+    /// instead of a new allocation: the refiner hands back [`Fit::into_spare`] after each fit,
+    /// so with enough capacity its loop never calls the allocator (issue 13.3).
+    pub(crate) fn new_reusing(
+        constraints: &[Constraint],
+        options: &FitOptions,
+        spare: &mut Vec<Rel>,
+    ) -> Result<Self, FitError> {
+        let mut rel = core::mem::take(spare);
+        rel.clear();
+        match Self::build(constraints, options, rel) {
+            Ok(fit) => Ok(fit),
+            Err((e, rel)) => {
+                *spare = rel;
+                Err(e)
+            }
         }
-        let last = valid
-            .iter()
-            .max_by_key(|c| c.after)
-            .copied()
-            .ok_or(FitError::TooFewBrackets { usable: 0 })?;
-        let first = valid
-            .iter()
-            .min_by_key(|c| c.before)
-            .copied()
-            .ok_or(FitError::TooFewBrackets { usable: 0 })?;
+    }
+
+    /// The fit's storage, for the next [`Fit::new_reusing`].
+    pub(crate) fn into_spare(self) -> Vec<Rel> {
+        self.rel
+    }
+
+    /// [`Fit::new`] into the empty `rel`, which is given back with the error.
+    fn build(
+        constraints: &[Constraint],
+        options: &FitOptions,
+        mut rel: Vec<Rel>,
+    ) -> Result<Self, (FitError, Vec<Rel>)> {
+        let valid = || constraints.iter().filter(|c| c.after >= c.before);
+        let usable = valid().count();
+        if usable < 2 {
+            return Err((FitError::TooFewBrackets { usable }, rel));
+        }
+        // max_by_key/min_by_key: the last maximum and the first minimum, as before.
+        let (Some(last), Some(first)) = (
+            valid().max_by_key(|c| c.after),
+            valid().min_by_key(|c| c.before),
+        ) else {
+            return Err((FitError::TooFewBrackets { usable: 0 }, rel));
+        };
         let counter_ref = last.after;
         let ns_ref = last.kernel_ns;
-        let mut rel: Vec<Rel> = valid
-            .iter()
-            .map(|c| Rel {
-                xb: signed_diff(c.before, counter_ref),
-                xa: signed_diff(c.after, counter_ref),
-                y: signed_diff(c.kernel_ns, ns_ref),
-            })
-            .collect();
+        rel.extend(valid().map(|c| Rel {
+            xb: signed_diff(c.before, counter_ref),
+            xa: signed_diff(c.after, counter_ref),
+            y: signed_diff(c.kernel_ns, ns_ref),
+        }));
         let noise = options.noise_ns.max(0.0);
 
         // A first slope from the bracket midpoints of the earliest and latest brackets.
@@ -273,10 +299,10 @@ impl Fit {
         let dx = mid(last) - mid(first);
         let dy = signed_diff(last.kernel_ns, first.kernel_ns);
         if dx <= 0.0 {
-            return Err(FitError::Underdetermined);
+            return Err((FitError::Underdetermined, rel));
         }
         if dy <= 0.0 {
-            return Err(FitError::NotIncreasing);
+            return Err((FitError::NotIncreasing, rel));
         }
         let s0 = dy / dx;
 
@@ -285,7 +311,7 @@ impl Fit {
         let mut trims_left = options.trim_per_side;
         let best = loop {
             if rel.len() < 2 {
-                return Err(FitError::Inconsistent { rejected });
+                return Err((FitError::Inconsistent { rejected }, rel));
             }
             let s = argmax_concave(s0 / 4.0, s0 * 4.0, |s| slack(&rel, noise, s));
             let feasible = slack(&rel, noise, s) >= 0.0;
@@ -295,7 +321,7 @@ impl Fit {
             if feasible {
                 trims_left -= 1;
             } else if rejected + 2 > max_reject {
-                return Err(FitError::Inconsistent { rejected });
+                return Err((FitError::Inconsistent { rejected }, rel));
             }
             // Drop the binding constraint on each side (the latest one is kept as reference
             // only through counter_ref, which stays valid).
@@ -313,10 +339,16 @@ impl Fit {
             rejected += if a != b { 2 } else { 1 };
         };
         if best <= 0.0 {
-            return Err(FitError::NotIncreasing);
+            return Err((FitError::NotIncreasing, rel));
         }
-        let slope_min = feasible_edge(&rel, noise, best, -1.0)?;
-        let slope_max = feasible_edge(&rel, noise, best, 1.0)?;
+        let slope_min = match feasible_edge(&rel, noise, best, -1.0) {
+            Ok(s) => s,
+            Err(e) => return Err((e, rel)),
+        };
+        let slope_max = match feasible_edge(&rel, noise, best, 1.0) {
+            Ok(s) => s,
+            Err(e) => return Err((e, rel)),
+        };
         Ok(Self {
             counter_ref,
             ns_ref,
@@ -389,24 +421,91 @@ pub fn prune(
     buckets: usize,
     keep: usize,
 ) -> Vec<Constraint> {
+    let mut out = Vec::new();
+    prune_into(
+        constraints,
+        slope,
+        buckets,
+        keep,
+        &mut out,
+        &mut PruneScratch::default(),
+    );
+    out
+}
+
+/// Working storage of [`prune_into`], kept by the refiner between rounds.
+#[derive(Debug, Default)]
+pub(crate) struct PruneScratch {
+    /// The constraints grouped by slice, each slice in input order.
+    sorted: Vec<Constraint>,
+    /// Where each slice starts in `sorted` (one more entry than slices).
+    starts: Vec<usize>,
+}
+
+impl PruneScratch {
+    /// Room for `constraints` brackets in `buckets` slices.
+    pub(crate) fn with_capacity(constraints: usize, buckets: usize) -> Self {
+        Self {
+            sorted: Vec::with_capacity(constraints),
+            starts: Vec::with_capacity(buckets + 1),
+        }
+    }
+}
+
+/// [`prune`], appending to `out` and working in `scratch`: no allocation when their
+/// capacities suffice (the input's length, and `buckets + 1` slice starts).
+pub(crate) fn prune_into(
+    constraints: &[Constraint],
+    slope: f64,
+    buckets: usize,
+    keep: usize,
+    out: &mut Vec<Constraint>,
+    scratch: &mut PruneScratch,
+) {
     if constraints.len() <= buckets.saturating_mul(keep).saturating_mul(2)
         || buckets == 0
         || keep == 0
     {
-        return constraints.to_vec();
+        out.extend_from_slice(constraints);
+        return;
     }
     let first = constraints.iter().map(|c| c.before).min().unwrap_or(0);
     let last = constraints.iter().map(|c| c.after).max().unwrap_or(0);
     let width = (last.saturating_sub(first) / buckets as u64).max(1);
-    let mut slices: Vec<Vec<Constraint>> = vec![Vec::new(); buckets];
+    let bucket_of =
+        |c: &Constraint| ((c.before.saturating_sub(first) / width) as usize).min(buckets - 1);
+    // A counting sort by slice: stable, so each slice holds its constraints in input order.
+    let starts = &mut scratch.starts;
+    starts.clear();
+    starts.resize(buckets + 1, 0);
     for c in constraints {
-        let b = ((c.before.saturating_sub(first) / width) as usize).min(buckets - 1);
-        slices[b].push(*c);
+        starts[bucket_of(c) + 1] += 1;
     }
-    let mut out = Vec::with_capacity(buckets * keep * 2);
-    for slice in &mut slices {
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let sorted = &mut scratch.sorted;
+    sorted.clear();
+    sorted.resize(
+        constraints.len(),
+        Constraint {
+            before: 0,
+            after: 0,
+            kernel_ns: 0,
+        },
+    );
+    // `starts[b]` walks through slice b as it fills, ending at slice b + 1's start.
+    for c in constraints {
+        let b = bucket_of(c);
+        sorted[starts[b]] = *c;
+        starts[b] += 1;
+    }
+    let mut begin = 0;
+    for &end in &starts[..buckets] {
+        let slice = &mut sorted[begin..end];
+        begin = end;
         if slice.len() <= keep * 2 {
-            out.append(slice);
+            out.extend_from_slice(slice);
             continue;
         }
         // Tight on the lo side: large kernel_ns - s * after. Tight on the hi side: small
@@ -426,7 +525,6 @@ pub fn prune(
         rest.select_nth_unstable_by(keep - 1, |a, b| hi_key(a).total_cmp(&hi_key(b)));
         out.extend_from_slice(&rest[..keep]);
     }
-    out
 }
 
 /// `(b - a) x (c - a)` for integer points, exact in `i128`: > 0 when `a, b, c` turn left.
@@ -435,10 +533,11 @@ fn cross(a: (u64, u64), b: (u64, u64), c: (u64, u64)) -> i128 {
     d(b.0, a.0) * d(c.1, a.1) - d(b.1, a.1) * d(c.0, a.0)
 }
 
-/// Indices (into `points`, which must be sorted by x then y) of the upper (`upper = true`) or
-/// lower convex hull, by Andrew's monotone chain.
-fn hull(points: &[(u64, u64, usize)], upper: bool) -> Vec<usize> {
-    let mut h: Vec<(u64, u64, usize)> = Vec::with_capacity(32);
+/// The upper (`upper = true`) or lower convex hull of `points` (sorted by x then y), by
+/// Andrew's monotone chain, written to `chain` (cleared first).
+fn hull(points: &[(u64, u64, usize)], upper: bool, chain: &mut Vec<(u64, u64, usize)>) {
+    let h = chain;
+    h.clear();
     for &p in points {
         while h.len() >= 2 {
             let turn = cross(
@@ -456,7 +555,6 @@ fn hull(points: &[(u64, u64, usize)], upper: bool) -> Vec<usize> {
         }
         h.push(p);
     }
-    h.into_iter().map(|p| p.2).collect()
 }
 
 /// Keep only the constraints that can bind, losslessly: `lo(s) = max_i (k_i - s * after_i)` is
@@ -466,14 +564,54 @@ fn hull(points: &[(u64, u64, usize)], upper: bool) -> Vec<usize> {
 /// that dropping up to `layers - 1` binding constraints as outliers still sees the next ones.
 /// The result is a few dozen constraints whatever the history length, so refits stay cheap.
 pub fn prune_hull(constraints: &[Constraint], layers: usize) -> Vec<Constraint> {
-    let mut keep = vec![false; constraints.len()];
+    let mut out = Vec::new();
+    prune_hull_into(constraints, layers, &mut out, &mut HullScratch::default());
+    out
+}
+
+/// Working storage of [`prune_hull_into`], kept by the refiner between rounds.
+#[derive(Debug, Default)]
+pub(crate) struct HullScratch {
+    keep: Vec<bool>,
+    points: Vec<(u64, u64, usize)>,
+    chain: Vec<(u64, u64, usize)>,
+}
+
+impl HullScratch {
+    /// Room for `constraints` brackets.
+    pub(crate) fn with_capacity(constraints: usize) -> Self {
+        Self {
+            keep: Vec::with_capacity(constraints),
+            points: Vec::with_capacity(constraints),
+            chain: Vec::with_capacity(constraints),
+        }
+    }
+}
+
+/// [`prune_hull`], appending to `out` (in input order) and working in `scratch`: no allocation
+/// when their capacities hold the input's length.
+pub(crate) fn prune_hull_into(
+    constraints: &[Constraint],
+    layers: usize,
+    out: &mut Vec<Constraint>,
+    scratch: &mut HullScratch,
+) {
+    let HullScratch {
+        keep,
+        points: pts,
+        chain,
+    } = scratch;
+    keep.clear();
+    keep.resize(constraints.len(), false);
     for upper in [true, false] {
-        let mut pts: Vec<(u64, u64, usize)> = constraints
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.after >= c.before)
-            .map(|(i, c)| (if upper { c.after } else { c.before }, c.kernel_ns, i))
-            .collect();
+        pts.clear();
+        pts.extend(
+            constraints
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.after >= c.before)
+                .map(|(i, c)| (if upper { c.after } else { c.before }, c.kernel_ns, i)),
+        );
         pts.sort_unstable();
         // Equal x: only the best y can bind (largest for upper, smallest for lower).
         pts.dedup_by(|next, prev| {
@@ -489,18 +627,19 @@ pub fn prune_hull(constraints: &[Constraint], layers: usize) -> Vec<Constraint> 
             if pts.is_empty() {
                 break;
             }
-            let layer = hull(&pts, upper);
-            for &i in &layer {
-                keep[i] = true;
+            hull(pts, upper, chain);
+            for p in chain.iter() {
+                keep[p.2] = true;
             }
-            pts.retain(|p| !layer.contains(&p.2));
+            pts.retain(|p| !chain.iter().any(|h| h.2 == p.2));
         }
     }
-    constraints
-        .iter()
-        .zip(keep)
-        .filter_map(|(c, k)| k.then_some(*c))
-        .collect()
+    out.extend(
+        constraints
+            .iter()
+            .zip(keep.iter())
+            .filter_map(|(c, &k)| k.then_some(*c)),
+    );
 }
 
 #[cfg(test)]

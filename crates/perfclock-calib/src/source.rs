@@ -125,9 +125,17 @@ impl Probe {
         self.all.iter().copied().collect()
     }
 
-    /// Back to every kind (a calibration from scratch).
+    /// Back to every kind (a calibration from scratch). In place: `active` always has room for
+    /// every kind, so this does not allocate.
     pub(crate) fn use_all_kinds(&mut self) {
-        self.active = self.all.clone();
+        self.active.clear();
+        self.active.extend_from_slice(&self.all);
+    }
+
+    /// Room for a collection of `brackets` per kind without allocating.
+    pub(crate) fn reserve(&mut self, brackets: usize) {
+        self.scratch
+            .reserve(brackets.saturating_sub(self.scratch.len()));
     }
 
     /// Drops `kind` after it failed for good.
@@ -136,7 +144,7 @@ impl Probe {
         self.all.retain(|k| *k != kind);
         self.active.retain(|k| *k != kind);
         if self.active.is_empty() {
-            self.active = self.all.clone();
+            self.use_all_kinds();
         }
         self.publish_kinds();
     }
@@ -196,30 +204,31 @@ impl Probe {
         let (l, u) = fit.range_at(fit.last_counter);
         let mid = (l + u) / 2.0;
         let slope = fit.slope_best;
-        let mut best: Vec<(RecordKind, f64, f64)> = Vec::new();
+        // Each kind's tightest entry and exit, in order of first appearance; an array, so
+        // that the refiner's recalibrations do not allocate.
+        let mut best = [(RecordKind::Comm, f64::INFINITY, f64::INFINITY); RecordKind::ALL.len()];
+        let mut seen = 0;
         for (c, &kind) in raw.iter().zip(tags) {
             let y = signed_diff(c.kernel_ns, fit.ns_ref);
             let entry = y - (mid + slope * signed_diff(c.before, fit.counter_ref));
             let exit = mid + slope * signed_diff(c.after, fit.counter_ref) - y;
-            match best.iter_mut().find(|b| b.0 == kind) {
-                Some(b) => {
-                    b.1 = b.1.min(entry);
-                    b.2 = b.2.min(exit);
-                }
-                None => best.push((kind, entry, exit)),
+            if let Some(b) = best[..seen].iter_mut().find(|b| b.0 == kind) {
+                b.1 = b.1.min(entry);
+                b.2 = b.2.min(exit);
+            } else if seen < best.len() {
+                best[seen] = (kind, entry, exit);
+                seen += 1;
             }
         }
+        let best = &best[..seen];
         let min_entry = best.iter().map(|b| b.1).fold(f64::INFINITY, f64::min);
         let min_exit = best.iter().map(|b| b.2).fold(f64::INFINITY, f64::min);
-        let useful: Vec<RecordKind> = best
-            .iter()
-            .filter(|b| {
-                b.1 <= min_entry + KIND_USEFUL_SLACK_NS || b.2 <= min_exit + KIND_USEFUL_SLACK_NS
-            })
-            .map(|b| b.0)
-            .collect();
-        if !useful.is_empty() {
-            self.active = useful;
+        let useful = |b: &&(RecordKind, f64, f64)| {
+            b.1 <= min_entry + KIND_USEFUL_SLACK_NS || b.2 <= min_exit + KIND_USEFUL_SLACK_NS
+        };
+        if best.iter().any(|b| useful(&b)) {
+            self.active.clear();
+            self.active.extend(best.iter().filter(useful).map(|b| b.0));
         }
     }
 }

@@ -15,9 +15,11 @@ use perfclock_core::{counter, PageWriter, TimeConversion};
 
 use crate::calibrator::Shared;
 use crate::error::CalibError;
-use crate::fit::{prune, prune_hull, Constraint, Fit, FitOptions};
+use crate::fit::{
+    prune_hull_into, prune_into, Constraint, Fit, FitOptions, HullScratch, PruneScratch, Rel,
+};
 use crate::fork_gate;
-use crate::ground_truth::BracketError;
+use crate::ground_truth::{BracketError, RecordKind};
 use crate::options::{CalibrationOptions, MIN_REFINE_BATCH};
 use crate::published::{continue_from, solve, union_bound, Solution};
 use crate::source::Probe;
@@ -48,6 +50,12 @@ const JUMP_MIN_STRAYS: usize = 2;
 const RESUME_CHECK_BRACKETS: usize = 24;
 /// Smallest share of the full refinement batch (1/this) a short pause takes.
 const MIN_REFINE_SHARE: usize = 8;
+/// Room for the pruned history on top of a refinement batch: the hull layers and per-slice
+/// survivors are a few dozen brackets, far below this.
+const HISTORY_SLACK: usize = 4096;
+/// A calibration from scratch after the first keeps at most this multiple of the first one's
+/// brackets (its buffers are sized for it, so that it need not allocate).
+const RECALIBRATION_BRACKETS_FACTOR: usize = 2;
 
 /// State of the background thread.
 struct Calibrator {
@@ -57,6 +65,54 @@ struct Calibrator {
     probe: Probe,
     history: Vec<Constraint>,
     current: Option<(Solution, f64)>,
+    /// Buffers reused round after round: once [`Calibrator::reserve_steady_state`] has sized
+    /// them, the refiner's loop never calls the allocator, so it never holds a malloc lock a raw
+    /// `clone()` could copy locked (issue 13.3).
+    buffers: Buffers,
+    /// Whether the buffers are sized: calibrations from scratch then stop at their capacity.
+    steady: bool,
+}
+
+/// The refiner's working storage, see [`Calibrator::buffers`].
+#[derive(Default)]
+struct Buffers {
+    /// A refinement batch (or the resume check's).
+    batch: Vec<Constraint>,
+    /// A calibration from scratch's brackets, and their kinds.
+    raw: Vec<Constraint>,
+    tags: Vec<RecordKind>,
+    /// Where the history is pruned into before the two are swapped.
+    pruned: Vec<Constraint>,
+    hull: HullScratch,
+    prune: PruneScratch,
+    /// A fit's storage between fits.
+    rel: Vec<Rel>,
+    /// Jump check: the batch's offsets from the published line.
+    offsets: Vec<i64>,
+}
+
+impl Buffers {
+    /// The constraints worth keeping of `history`, written to `out`: two hull layers per side
+    /// (lossless for the fit, see [`crate::fit::prune_hull`]) plus the tightest bracket per side
+    /// in each slice of time, so that when the window drops old hull vertices there are
+    /// candidates left everywhere.
+    fn prune_history(
+        hull: &mut HullScratch,
+        prune: &mut PruneScratch,
+        rel: &mut Vec<Rel>,
+        history: &[Constraint],
+        out: &mut Vec<Constraint>,
+    ) {
+        out.clear();
+        prune_hull_into(history, HULL_LAYERS, out, hull);
+        if let Ok(rough) = Fit::new_reusing(out, &FitOptions::default(), rel) {
+            let slope = rough.slope_best;
+            *rel = rough.into_spare();
+            prune_into(history, slope, PRUNE_BUCKETS, PRUNE_KEEP, out, prune);
+            out.sort_unstable_by_key(|c| (c.before, c.after, c.kernel_ns));
+            out.dedup();
+        }
+    }
 }
 
 impl Calibrator {
@@ -101,8 +157,18 @@ impl Calibrator {
         self.probe.use_all_kinds();
         let budget = self.options.init_budget;
         let start = Instant::now();
-        let mut raw = Vec::new();
-        let mut tags = Vec::new();
+        let Buffers {
+            raw,
+            tags,
+            hull,
+            prune,
+            rel,
+            ..
+        } = &mut self.buffers;
+        raw.clear();
+        tags.clear();
+        // A round may overshoot its size by one bracket per kind.
+        let round_room = INIT_ROUND_BRACKETS + RecordKind::ALL.len();
         let mut selected = false;
         let hard_limit = budget.saturating_mul(INIT_BUDGET_HARD_FACTOR);
         while start.elapsed() < budget || raw.len() < MIN_FIRST_FIT_BRACKETS {
@@ -111,28 +177,65 @@ impl Calibrator {
                 return Err(CalibError::ThreadDied);
             }
             self.probe
-                .collect(INIT_ROUND_BRACKETS, &mut raw, Some(&mut tags))?;
+                .collect(INIT_ROUND_BRACKETS, raw, Some(&mut *tags))?;
             if start.elapsed() > hard_limit {
+                break;
+            }
+            if self.steady
+                && raw.len() >= MIN_FIRST_FIT_BRACKETS
+                && raw.len() + round_room > raw.capacity()
+            {
+                // As many as the buffers hold: growing them would allocate (issue 13.3).
                 break;
             }
             if !selected && start.elapsed() * INIT_SELECT_KINDS_FRACTION >= budget {
                 selected = true;
-                if let Ok(rough) = Fit::new(&prune_history(&raw), &self.options.fit) {
-                    self.probe.select_useful(&rough, &raw, &tags);
+                // The history is rebuilt below: it serves as the rough fit's pruned input.
+                Buffers::prune_history(hull, prune, rel, raw, &mut self.history);
+                if let Ok(rough) = Fit::new_reusing(&self.history, &self.options.fit, rel) {
+                    self.probe.select_useful(&rough, raw, tags);
+                    *rel = rough.into_spare();
                 }
             }
         }
-        self.history = prune_history(&raw);
-        let fit = Fit::new(&self.history, &self.options.fit)?;
+        Buffers::prune_history(hull, prune, rel, raw, &mut self.history);
+        let fit = Fit::new_reusing(&self.history, &self.options.fit, rel)?;
         if !selected {
-            self.probe.select_useful(&fit, &raw, &tags);
+            self.probe.select_useful(&fit, raw, tags);
         }
-        self.publish(&fit, continuous)?;
+        let published = self.publish(&fit, continuous);
+        self.buffers.rel = fit.into_spare();
+        published?;
         self.shared
             .stats
             .calibrations
             .fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Size every buffer for the steady state, after the first calibration: from then on the
+    /// refiner's rounds (refinements, jump checks, calibrations from scratch) reuse them and
+    /// never call the allocator.
+    fn reserve_steady_state(&mut self) {
+        let kinds = RecordKind::ALL.len();
+        let batch = self.options.refine_batch + kinds;
+        let raw = self.buffers.raw.len().max(MIN_FIRST_FIT_BRACKETS)
+            * RECALIBRATION_BRACKETS_FACTOR
+            + INIT_ROUND_BRACKETS
+            + kinds;
+        let history = raw.max(batch + HISTORY_SLACK);
+        let b = &mut self.buffers;
+        reserve_total(&mut b.batch, batch.max(RESUME_CHECK_BRACKETS + kinds));
+        reserve_total(&mut b.offsets, batch.max(RESUME_CHECK_BRACKETS + kinds));
+        reserve_total(&mut b.raw, raw);
+        reserve_total(&mut b.tags, raw);
+        reserve_total(&mut self.history, history);
+        reserve_total(&mut b.pruned, history);
+        reserve_total(&mut b.rel, history);
+        b.hull = HullScratch::with_capacity(history);
+        b.prune = PruneScratch::with_capacity(history, PRUNE_BUCKETS);
+        self.probe.reserve(batch.max(INIT_ROUND_BRACKETS + kinds));
+        self.steady = true;
     }
 
     /// Fit the history; if it needed to drop contradicting brackets beyond the routine trim (the
@@ -141,10 +244,12 @@ impl Calibrator {
     fn fit_shrinking_window(&mut self) -> Option<Fit> {
         let routine = 2 * self.options.fit.trim_per_side;
         for _ in 0..WINDOW_SHRINK_STEPS {
-            if let Ok(f) = Fit::new(&self.history, &self.options.fit) {
+            if let Ok(f) = Fit::new_reusing(&self.history, &self.options.fit, &mut self.buffers.rel)
+            {
                 if f.rejected <= routine + TOLERATED_EXTRA_REJECTS {
                     return Some(f);
                 }
+                self.buffers.rel = f.into_spare();
             }
             let first = self.history.iter().map(|c| c.before).min()?;
             let last = self.history.iter().map(|c| c.after).max()?;
@@ -158,31 +263,6 @@ impl Calibrator {
         None
     }
 
-    /// Whether `batch` shows that the clock jumped away from `sol` (suspend, host migration, a
-    /// restored VM snapshot): at least [`JUMP_MIN_STRAYS`] brackets and half of the batch fall
-    /// outside its bound. Counts strays and jumps.
-    fn is_jump(&self, sol: &Solution, batch: &[Constraint]) -> bool {
-        let stray = batch.iter().filter(|b| outside_bound(sol, b)).count();
-        let st = &self.shared.stats;
-        st.stray_brackets.fetch_add(stray as u64, Ordering::Relaxed);
-        if stray < JUMP_MIN_STRAYS || stray * 2 < batch.len() {
-            return false;
-        }
-        let mut offsets: Vec<i64> = batch
-            .iter()
-            .map(|b| {
-                let mid = b.before / 2 + b.after / 2;
-                let published = sol.conversion.cycles_to_ns(mid);
-                i64::try_from(i128::from(b.kernel_ns) - i128::from(published)).unwrap_or(0)
-            })
-            .collect();
-        offsets.sort_unstable();
-        st.last_jump_ns
-            .store(offsets[offsets.len() / 2], Ordering::Relaxed);
-        st.jumps.fetch_add(1, Ordering::Relaxed);
-        true
-    }
-
     /// The first round of a refiner: a calibration from scratch. Started again in a fork child
     /// over the publication it inherited (`current`), it first checks a batch against that
     /// publication (the clock may have jumped since the parent last refined, e.g. a restored VM
@@ -191,10 +271,11 @@ impl Calibrator {
         let Some((sol, _)) = self.current else {
             return self.calibrate_from_scratch(false);
         };
-        let mut batch = Vec::with_capacity(RESUME_CHECK_BRACKETS);
+        let b = &mut self.buffers;
+        b.batch.clear();
         self.probe
-            .collect(RESUME_CHECK_BRACKETS, &mut batch, None)?;
-        let jumped = self.is_jump(&sol, &batch);
+            .collect(RESUME_CHECK_BRACKETS, &mut b.batch, None)?;
+        let jumped = is_jump(&self.shared, &sol, &b.batch, &mut b.offsets);
         self.calibrate_from_scratch(!jumped)
     }
 
@@ -207,23 +288,31 @@ impl Calibrator {
         let share = since_last.as_secs_f64() / self.options.max_refine_interval.as_secs_f64();
         let smallest = (full / MIN_REFINE_SHARE).max(MIN_REFINE_BATCH);
         let n = ((full as f64 * share) as usize).clamp(smallest, full.max(smallest));
-        let mut batch = Vec::with_capacity(n);
-        self.probe.collect(n, &mut batch, None)?;
+        let b = &mut self.buffers;
+        b.batch.clear();
+        self.probe.collect(n, &mut b.batch, None)?;
         let Some((sol, _)) = self.current else {
             self.calibrate_from_scratch(false)?;
             return Ok(self.options.min_refine_interval);
         };
-        if self.is_jump(&sol, &batch) {
+        if is_jump(&self.shared, &sol, &b.batch, &mut b.offsets) {
             self.calibrate_from_scratch(false)?;
             return Ok(self.options.min_refine_interval);
         }
-        self.history.extend_from_slice(&batch);
+        self.history.extend_from_slice(&b.batch);
         if let Some(last) = self.history.iter().map(|c| c.after).max() {
             let (_, slope) = self.current.unwrap_or((sol, 1.0));
             let window_ticks = (self.options.window.as_nanos() as f64 / slope) as u64;
             let oldest = last.saturating_sub(window_ticks);
             self.history.retain(|c| c.before >= oldest);
-            self.history = prune_history(&self.history);
+            Buffers::prune_history(
+                &mut b.hull,
+                &mut b.prune,
+                &mut b.rel,
+                &self.history,
+                &mut b.pruned,
+            );
+            std::mem::swap(&mut self.history, &mut b.pruned);
         }
         let fit = match self.fit_shrinking_window() {
             Some(f) => f,
@@ -233,12 +322,15 @@ impl Calibrator {
                 return Ok(self.options.min_refine_interval);
             }
         };
-        self.publish(&fit, true)?;
+        let fitted_slope = fit.slope_best;
+        let published = self.publish(&fit, true);
+        self.buffers.rel = fit.into_spare();
+        published?;
         self.shared
             .stats
             .refinements
             .fetch_add(1, Ordering::Relaxed);
-        let (sol, slope) = self.current.unwrap_or((sol, fit.slope_best));
+        let (sol, slope) = self.current.unwrap_or((sol, fitted_slope));
         let ticks = sol.bound.ticks_until_growth(self.options.allowed_growth_ns);
         let pause = Duration::from_nanos((ticks as f64 * slope).min(u64::MAX as f64) as u64);
         Ok(pause.clamp(
@@ -248,17 +340,32 @@ impl Calibrator {
     }
 }
 
-/// The constraints worth keeping: two hull layers per side (lossless for the fit, see
-/// [`prune_hull`]) plus the tightest bracket per side in each slice of time, so that when the
-/// window drops old hull vertices there are candidates left everywhere.
-fn prune_history(history: &[Constraint]) -> Vec<Constraint> {
-    let mut kept = prune_hull(history, HULL_LAYERS);
-    if let Ok(rough) = Fit::new(&kept, &FitOptions::default()) {
-        kept.extend(prune(history, rough.slope_best, PRUNE_BUCKETS, PRUNE_KEEP));
-        kept.sort_unstable_by_key(|c| (c.before, c.after, c.kernel_ns));
-        kept.dedup();
+/// Grows `v`'s capacity to at least `total` elements.
+fn reserve_total<T>(v: &mut Vec<T>, total: usize) {
+    v.reserve(total.saturating_sub(v.len()));
+}
+
+/// Whether `batch` shows that the clock jumped away from `sol` (suspend, host migration, a
+/// restored VM snapshot): at least [`JUMP_MIN_STRAYS`] brackets and half of the batch fall
+/// outside its bound. Counts strays and jumps in `shared`'s statistics; `offsets` is scratch.
+fn is_jump(shared: &Shared, sol: &Solution, batch: &[Constraint], offsets: &mut Vec<i64>) -> bool {
+    let stray = batch.iter().filter(|b| outside_bound(sol, b)).count();
+    let st = &shared.stats;
+    st.stray_brackets.fetch_add(stray as u64, Ordering::Relaxed);
+    if stray < JUMP_MIN_STRAYS || stray * 2 < batch.len() {
+        return false;
     }
-    kept
+    offsets.clear();
+    offsets.extend(batch.iter().map(|b| {
+        let mid = b.before / 2 + b.after / 2;
+        let published = sol.conversion.cycles_to_ns(mid);
+        i64::try_from(i128::from(b.kernel_ns) - i128::from(published)).unwrap_or(0)
+    }));
+    offsets.sort_unstable();
+    st.last_jump_ns
+        .store(offsets[offsets.len() / 2], Ordering::Relaxed);
+    st.jumps.fetch_add(1, Ordering::Relaxed);
+    true
 }
 
 /// Perf ns per counter tick of `conversion`.
@@ -334,8 +441,14 @@ pub(crate) fn run(
         probe,
         history: Vec::new(),
         current: inherited.map(|sol| (sol, slope_of(&sol.conversion))),
+        buffers: Buffers::default(),
+        steady: false,
     };
     let first = cal.resume();
+    if first.is_ok() && refine {
+        // Before `start` returns: from then on the refiner never calls the allocator.
+        cal.reserve_steady_state();
+    }
     shared
         .stats
         .first_calibration_ns
