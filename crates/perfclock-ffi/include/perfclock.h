@@ -128,8 +128,10 @@ extern "C" {
  * notice a clock jump (a restored VM snapshot, a host migration). Restarting uses threads and
  * malloc in a child of a multi-threaded parent, which glibc and musl support. A child made by a
  * raw clone() system call (which runs no pthread_atfork handler) is not recognised as a fork
- * child; in such a child only async-signal-safe calls are safe (fork() there can wait for ever
- * for a malloc lock the calibration thread held: glibc's rule for any threaded parent).
+ * child. Once perfclock_init() has returned, the calibration thread neither allocates nor frees,
+ * so it holds no malloc lock such a child could inherit and fork() there does not wait on it;
+ * locks the program's own threads held are copied as they were (glibc's rule for any threaded
+ * parent), so do not raw-clone while perfclock_init() runs on another thread.
  * x86_64: returns PERFCLOCK_E_UNSUPPORTED if the calling thread may not read the TSC
  * (prctl(PR_SET_TSC, PR_TSC_SIGSEGV)), instead of dying with SIGSEGV.
  */
