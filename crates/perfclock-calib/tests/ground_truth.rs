@@ -2,10 +2,10 @@
 //! never mismatched, the ring survives wrap-around, (verify() is tested in perfclock-check).
 mod common;
 
-use common::best_line;
+use common::{best_line, skip_perf_refused};
 use perfclock_calib::ground_truth::Stamped;
-use perfclock_calib::{Bracket, CalibError, GroundTruth, RecordKind};
-use perfclock_event::{sample, ErrorKind, EventAttr, Parsed, PerfEvent, RingReader};
+use perfclock_calib::{Bracket, GroundTruth, RecordKind};
+use perfclock_event::{sample, EventAttr, Parsed, PerfEvent, RingReader};
 
 /// Opens `kinds`, or prints `SKIPPED` and returns None when this environment refuses perf
 /// events (paranoid > 2, seccomp, no CONFIG_PERF_EVENTS). With PERFCLOCK_REQUIRE_PERF=1 (CI on
@@ -13,15 +13,7 @@ use perfclock_event::{sample, ErrorKind, EventAttr, Parsed, PerfEvent, RingReade
 fn open_or_skip(test: &str, kinds: &[RecordKind]) -> Option<GroundTruth> {
     match GroundTruth::open(kinds) {
         Ok(gt) => Some(gt),
-        Err(CalibError::Open(e))
-            if matches!(
-                e.kind(),
-                ErrorKind::PermissionDenied | ErrorKind::NoPerfSupport
-            ) && std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none() =>
-        {
-            println!("SKIPPED {test}: {e}");
-            None
-        }
+        Err(e) if skip_perf_refused(test, &e) => None,
         Err(e) => panic!("{test}: cannot open ground truth: {e}"),
     }
 }

@@ -3,15 +3,17 @@
 //! arena lock held by the refiner at the moment of the copy, it waits for ever. A counting
 //! global allocator counts the calls made on the calibration thread (by its tid) after its
 //! first calibration, over refinements and over recalibrations driven by an injected clock jump.
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use common::skip_perf_refused;
 use perfclock_calib::{
-    open_ground_truth, Bracket, BracketError, BracketSource, CalibError, CalibratedClock,
-    CalibrationOptions, GroundTruth, RecordKind,
+    open_ground_truth, Bracket, BracketError, BracketSource, CalibratedClock, CalibrationOptions,
+    GroundTruth, RecordKind,
 };
-use perfclock_event::ErrorKind;
 
 /// The tid whose calls are counted (0: none yet).
 static WATCHED_TID: AtomicU64 = AtomicU64::new(0);
@@ -102,15 +104,7 @@ fn start_or_skip(test: &str, options: CalibrationOptions) -> Option<CalibratedCl
     });
     match started {
         Ok(c) => Some(c),
-        Err(CalibError::Open(e))
-            if matches!(
-                e.kind(),
-                ErrorKind::PermissionDenied | ErrorKind::NoPerfSupport
-            ) && std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none() =>
-        {
-            println!("SKIPPED {test}: {e}");
-            None
-        }
+        Err(e) if skip_perf_refused(test, &e) => None,
         Err(e) => panic!("{test}: cannot start the calibrated clock: {e}"),
     }
 }

@@ -3,26 +3,17 @@
 #[path = "../../perfclock-calib/tests/common/mod.rs"]
 mod common;
 
-use common::best_line;
-use perfclock_calib::{Bracket, CalibError, GroundTruth, RecordKind};
+use common::{best_line, skip_perf_refused};
+use perfclock_calib::{Bracket, GroundTruth, RecordKind};
 use perfclock_check::{verify_with, PerfTimeSource, VerifyOptions};
 use perfclock_core::ReadError;
-use perfclock_event::ErrorKind;
 
 /// Opens every kind, or prints `SKIPPED` and returns None when this environment refuses perf
 /// events. With PERFCLOCK_REQUIRE_PERF=1 (CI on the project's machines) a refusal fails instead.
 fn open_or_skip(test: &str) -> Option<GroundTruth> {
     match GroundTruth::open(&RecordKind::ALL) {
         Ok(gt) => Some(gt),
-        Err(CalibError::Open(e))
-            if matches!(
-                e.kind(),
-                ErrorKind::PermissionDenied | ErrorKind::NoPerfSupport
-            ) && std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none() =>
-        {
-            println!("SKIPPED {test}: {e}");
-            None
-        }
+        Err(e) if skip_perf_refused(test, &e) => None,
         Err(e) => panic!("{test}: cannot open ground truth: {e}"),
     }
 }

@@ -4,7 +4,26 @@
 //! measurement, not the read path.
 #![allow(dead_code)]
 
-use perfclock_calib::Bracket;
+use perfclock_calib::{Bracket, CalibError};
+use perfclock_event::ErrorKind;
+
+/// Whether `error` is this environment refusing perf events (paranoid level, seccomp, no
+/// CONFIG_PERF_EVENTS) and the test may skip: then prints `SKIPPED <test>: ...` and returns true.
+/// With PERFCLOCK_REQUIRE_PERF=1 (CI on the project's machines) nothing is skipped.
+pub fn skip_perf_refused(test: &str, error: &CalibError) -> bool {
+    let CalibError::Open(e) = error else {
+        return false;
+    };
+    let refused = matches!(
+        e.kind(),
+        ErrorKind::PermissionDenied | ErrorKind::NoPerfSupport
+    );
+    if refused && std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none() {
+        println!("SKIPPED {test}: {e}");
+        return true;
+    }
+    false
+}
 
 /// A line through (counter, kernel_ns) in coordinates centred on the first bracket.
 #[derive(Debug, Clone, Copy)]
