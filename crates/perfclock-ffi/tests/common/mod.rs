@@ -1,12 +1,11 @@
 //! What the tests that compile C against this crate share: where cargo put the static and shared
-//! libraries of this profile, rebuilt if they are missing or older than the code the test binary
-//! was built from, and what a C link of the static library needs.
+//! libraries of this profile (brought up to date by cargo before use), and what a C link of the
+//! static library needs.
 // Each test binary compiles this module and uses part of it.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::SystemTime;
 
 /// The crate's directory (for `include/` and the C sources under `tests/`).
 pub const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
@@ -41,50 +40,24 @@ fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-fn modified(path: &Path) -> Option<SystemTime> {
-    path.metadata().and_then(|m| m.modified()).ok()
-}
-
-/// Newest `deps/libperfclock_ffi-*.rlib`: the library code the test binary itself was built from.
-fn newest_rlib(profile: &Path) -> Option<SystemTime> {
-    std::fs::read_dir(profile.join("deps"))
-        .ok()?
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with("libperfclock_ffi-") && name.ends_with(".rlib")
-        })
-        .filter_map(|e| modified(&e.path()))
-        .max()
-}
-
 /// The libraries cargo places next to the test binary's `deps/`, built with `cargo build -p
-/// perfclock-ffi` into the same target directory if either is missing or stale (a filtered
-/// `cargo test` builds neither).
+/// perfclock-ffi` into the same target directory every time: `cargo test` does not update them,
+/// and cargo alone knows whether they are stale (an edit to a dependency leaves no trace a test
+/// could compare; a no-op build takes a fraction of a second).
 pub fn libraries() -> Libraries {
     let profile = profile_dir();
     let archive = profile.join("libperfclock_ffi.a");
     let shared = profile.join("libperfclock_ffi.so");
-    let rlib = newest_rlib(&profile);
-    let fresh = |p: &Path| match (modified(p), rlib) {
-        (Some(lib), Some(rlib)) => lib >= rlib,
-        (Some(_), None) => true,
-        (None, _) => false,
-    };
-    if !fresh(&archive) || !fresh(&shared) {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build
-            .args(["build", "-p", "perfclock-ffi"])
-            .env("CARGO_TARGET_DIR", profile.parent().expect("target dir"));
-        if profile.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        eprintln!("building the C libraries: {build:?}");
-        let status = build.status().expect("run cargo build");
-        assert!(status.success(), "cargo build -p perfclock-ffi: {status}");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "--quiet", "-p", "perfclock-ffi"])
+        .env("CARGO_TARGET_DIR", profile.parent().expect("target dir"));
+    if profile.file_name().is_some_and(|n| n == "release") {
+        build.arg("--release");
     }
+    let status = build.status().expect("run cargo build");
+    assert!(status.success(), "{build:?}: {status}");
     assert!(archive.is_file(), "{} missing", archive.display());
     assert!(shared.is_file(), "{} missing", shared.display());
     Libraries { archive, shared }
