@@ -32,10 +32,10 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use perfclock::{Clock, CounterStamp, Options};
 use perfclock_core::{counter, PageReader, PageWriter, PerfEventMmapPage, TimeConversion};
 
-/// Non-short parameters (`cap_user_time_zero` set, `cap_user_time_short` clear), the form an
-/// x86 kernel with a native TSC sched_clock publishes; the values are one calibrated run's.
-const EXACT_MULT: u32 = 1_654_360_220;
-const EXACT_SHIFT: u16 = 32;
+/// Non-short parameters (`cap_user_time_zero` set, `cap_user_time_short` clear, shift 31), the
+/// form an x86 kernel with a native TSC sched_clock publishes; the values are one calibrated run's.
+const EXACT_MULT: u32 = 827_180_110;
+const EXACT_SHIFT: u16 = 31;
 const EXACT_ZERO: u64 = 18_446_744_073_616_931_993;
 
 fn config() -> Criterion {

@@ -4,8 +4,8 @@
 //! # The published line
 //! At the publishing counter value `c_p` the fit says the true clock lies in `[L, U]`. We publish
 //! the line through the middle of that range with the middle slope of the feasible range
-//! `[s_min, s_max]`, quantised to `mult / 2^shift` (shift 32, or less if `mult` would not fit in
-//! `u32`, i.e. for counters slower than 1 GHz). `time_zero` absorbs the offset (wrapping, like the
+//! `[s_min, s_max]`, quantised to `mult / 2^shift` (shift 31, or less if `mult` would not fit in
+//! `u32`, i.e. for counters slower than 0.5 GHz). `time_zero` absorbs the offset (wrapping, like the
 //! kernel's).
 //!
 //! # `error_bound_ns` (definition)
@@ -26,8 +26,11 @@ use perfclock_core::{ParamError, SeqLock};
 
 use crate::fit::Fit;
 
-/// Shift used for the published conversion unless `mult` would overflow `u32`.
-pub const PREFERRED_SHIFT: u16 = 32;
+/// Shift used for the published conversion unless `mult` would overflow `u32`: 31, the largest an
+/// x86 kernel publishes (it lowers 32 to 31 because the page's original conversion shifted a
+/// 32-bit value), so readers' fast paths and tools see the form they see in kernel mode. The
+/// quantum, 2^-32 ns per tick at most, is far inside any fit's slope range.
+pub const PREFERRED_SHIFT: u16 = 31;
 /// Added to every bound for rounding `time_zero` and the kernel formula's floor, ns.
 pub const ROUNDING_NS: u64 = 2;
 /// Fixed-point scale of [`BoundModel::growth_q48`]: ns per counter tick times 2^48.
@@ -342,7 +345,7 @@ mod tests {
         let fit = Fit::new(&data, &FitOptions::default()).expect("fit");
         let at = fit.last_counter + 10_000;
         let sol = solve(&fit, at).expect("solve");
-        assert_eq!(sol.conversion.shift(), 32);
+        assert_eq!(sol.conversion.shift(), PREFERRED_SHIFT);
         for dt in [0u64, 1_000_000, 300_000_000, 30_000_000_000] {
             let c = at + dt;
             let truth = 7_000 + c * 10 / 29;
@@ -381,7 +384,7 @@ mod tests {
 
     #[test]
     fn slow_counters_use_a_smaller_shift() {
-        // 24 MHz counter: 41.67 ns per tick does not fit with shift 32.
+        // 24 MHz counter: 41.67 ns per tick does not fit with shift 31.
         let (mult, shift) = quantise_slope(41.666_666).expect("quantise");
         assert!(shift < 32);
         let back = f64::from(mult) / (1u64 << shift) as f64;
