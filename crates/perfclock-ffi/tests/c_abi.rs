@@ -2,8 +2,8 @@
 //! static library (then the shared one) this `cargo test` built, and runs it.
 //!
 //! The libraries are the `staticlib`/`cdylib` artifacts cargo places next to the test binary's
-//! `deps/` directory. If they are missing or older than the crate's rlib (e.g. a filtered build),
-//! the test builds them with `cargo build -p perfclock-ffi` into the same target directory.
+//! `deps/` directory, brought up to date with `cargo build -p perfclock-ffi` into the same target
+//! directory first (`cargo test` does not update them).
 
 use std::path::Path;
 use std::process::Command;
