@@ -15,6 +15,11 @@
 //! `lfence; perfclock::now_ns` compares latency instead: each read starts only when everything
 //! before it (the previous read included) has finished.
 //!
+//! The paired ratios (`cargo bench --bench read -- paired`) time every read once per round and
+//! divide within the round; they include two parts of a read ([`floor`]) that locate the floor
+//! on the machine at hand: the seqlock around the counter read, and that plus the conversion
+//! without any check.
+//!
 //! Per thread (group `read per thread`): one or two threads run the same loop at the same time,
 //! spawned for each sample, pinned to CPUs 0 and 1, released together by a spinning barrier.
 //! The time reported is the mean of the threads' own CPU times (`CLOCK_THREAD_CPUTIME_ID`), so
@@ -194,6 +199,74 @@ fn exact_page() -> PageReader {
     unsafe { PageReader::new(page) }
 }
 
+/// Parts of a read, to show where the floor is (`paired_ratios` times them against `rdtsc`): the
+/// seqlock around the counter read alone, and that plus `time_zero` and the shift-31 conversion
+/// from the word holding `time_shift` and `time_mult`, with none of the checks a reader owes a
+/// page it does not control (capabilities, parameter validity). Each is one attempt inlined into
+/// the loop, as `PageReader::now_ns` is, with an out-of-line fallback. Not readers: they trust
+/// `page`, which must be [`exact_page`]'s (shift 31).
+mod floor {
+    use std::ptr::addr_of_mut;
+    use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+    use perfclock_core::{counter, PerfEventMmapPage};
+
+    #[cold]
+    #[inline(never)]
+    fn busy() -> u64 {
+        0
+    }
+
+    /// The sequence, its odd test, the counter, the sequence again.
+    #[inline(always)]
+    pub fn seqlock_and_counter(page: *mut PerfEventMmapPage) -> u64 {
+        // SAFETY: `page` is `exact_page`'s: leaked, 8-aligned, written only atomically.
+        let lock = unsafe { AtomicU32::from_ptr(addr_of_mut!((*page).lock)) };
+        let stamp = lock.load(Ordering::Acquire);
+        if stamp & 1 != 0 {
+            return busy();
+        }
+        let cycles = counter::read_counter().unwrap_or(0);
+        fence(Ordering::Acquire);
+        if lock.load(Ordering::Relaxed) != stamp {
+            return busy();
+        }
+        cycles
+    }
+
+    /// [`seqlock_and_counter`] plus `time_zero` and the conversion of the word at offset 48.
+    #[inline(always)]
+    pub fn seqlock_and_conversion(page: *mut PerfEventMmapPage) -> u64 {
+        // SAFETY: as in `seqlock_and_counter`; the 8-byte word at `pmc_width` (offset 48) is
+        // 8-aligned and holds `time_shift` and `time_mult`, as the core reader loads it.
+        let (lock, scale, time_zero) = unsafe {
+            (
+                AtomicU32::from_ptr(addr_of_mut!((*page).lock)),
+                AtomicU64::from_ptr(addr_of_mut!((*page).pmc_width).cast::<u64>()),
+                AtomicU64::from_ptr(addr_of_mut!((*page).time_zero)),
+            )
+        };
+        let stamp = lock.load(Ordering::Acquire);
+        if stamp & 1 != 0 {
+            return busy();
+        }
+        let (scale, time_zero) = (
+            scale.load(Ordering::Relaxed),
+            time_zero.load(Ordering::Relaxed),
+        );
+        let cycles = counter::read_counter().unwrap_or(0);
+        fence(Ordering::Acquire);
+        if lock.load(Ordering::Relaxed) != stamp {
+            return busy();
+        }
+        let mult = scale >> 32;
+        let (high, low) = (cycles >> 32, cycles & 0xffff_ffff);
+        time_zero
+            .wrapping_add((high * mult) << 1)
+            .wrapping_add((low * mult) >> 31)
+    }
+}
+
 /// The CPU's vendor and model from /proc/cpuinfo (x86's `vendor_id`/`model name`, arm64's
 /// `CPU implementer`/`CPU part`), "unknown" where absent.
 fn cpu_vendor_and_model() -> (String, String) {
@@ -307,7 +380,7 @@ fn reads(c: &mut Criterion) {
     threaded.finish();
 
     if criterion_filter_allows("paired") {
-        paired_ratios(clock, &quanta_clock);
+        paired_ratios(clock, &quanta_clock, &exact);
     }
 }
 
@@ -320,11 +393,21 @@ fn ns_per_call<T>(calls: u64, read: &impl Fn() -> T) -> f64 {
 /// and the ratios are taken within the round, so load that changes between criterion's
 /// benchmarks (seconds apart) does not skew them. Prints the median and the 10th-90th
 /// percentile range of each ratio over the rounds.
-fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock) {
+fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock, exact: &PageReader) {
     const ROUNDS: usize = 41;
     const CALLS: u64 = 100_000;
     let mut rounds = Vec::with_capacity(ROUNDS);
     let same_page = clock.reader();
+    // The floor's pieces compute what the reader computes (within the reads' own reordering).
+    let (before, piece, after) = (
+        exact.now_ns_ordered().unwrap(),
+        floor::seqlock_and_conversion(exact.page().as_ptr()),
+        exact.now_ns_ordered().unwrap(),
+    );
+    assert!(
+        before.saturating_sub(1_000) <= piece && piece <= after + 1_000,
+        "floor conversion {piece} outside [{before}, {after}]"
+    );
     for _ in 0..ROUNDS {
         let now = ns_per_call(CALLS, &perfclock::now_ns);
         let clock_now = ns_per_call(CALLS, &|| clock.now_ns().unwrap_or(0));
@@ -335,6 +418,10 @@ fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock) {
         let ordered = ns_per_call(CALLS, &perfclock::now_ns_ordered);
         let lfence_rdtsc = ns_per_call(CALLS, &|| counter::read_counter_ordered().unwrap_or(0));
         let stamp = ns_per_call(CALLS, &CounterStamp::now);
+        let page = exact.page().as_ptr();
+        let exact_now = ns_per_call(CALLS, &|| exact.now_ns().unwrap_or(0));
+        let seqlock = ns_per_call(CALLS, &|| floor::seqlock_and_counter(page));
+        let conversion = ns_per_call(CALLS, &|| floor::seqlock_and_conversion(page));
         rounds.push([
             now / rdtsc,
             clock_now / rdtsc,
@@ -343,6 +430,9 @@ fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock) {
             now / quanta_now,
             ordered / lfence_rdtsc,
             stamp / rdtsc,
+            seqlock / rdtsc,
+            conversion / rdtsc,
+            exact_now / rdtsc,
         ]);
     }
     let labels = [
@@ -353,6 +443,9 @@ fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock) {
         "perfclock::now_ns / quanta Clock::now",
         "perfclock::now_ns_ordered / lfence;rdtsc",
         "CounterStamp::now / rdtsc",
+        "floor: seqlock around rdtsc / rdtsc",
+        "floor: seqlock, time_zero, conversion, no checks / rdtsc",
+        "PageReader::now_ns exact page / rdtsc",
     ];
     for (index, label) in labels.iter().enumerate() {
         let mut ratios: Vec<f64> = rounds.iter().map(|round| round[index]).collect();

@@ -130,7 +130,8 @@ for line in log_lines:
         label, median, p10, p90 = m.groups()
         bound = LIMITS.get(label)
         met = "" if bound is None else ("yes" if float(median) <= bound else "no")
-        print(f"| paired: {label} (target {bound}) | {median} (p10 {p10}, p90 {p90}) | {met} |")
+        what = "for reference" if bound is None else f"target {bound}"
+        print(f"| paired: {label} ({what}) | {median} (p10 {p10}, p90 {p90}) | {met} |")
 if vendor:
     print()
     print(f"CPU: {vendor}, {model}")
