@@ -335,8 +335,8 @@ fn fast_ns(scale: u64, time_zero: u64, cycles: u64) -> Option<u64> {
         // halves, cheaper than the 128-bit product and its variable-count `shrd`.
         scaled_by_halves::<31>(cycles, mult)
     } else if time_shift <= 63 {
-        // `& 63` changes nothing (checked above) but tells the compiler the shift is below 64,
-        // so the 128-bit shift is one `shrd` (as `TimeConversion::cycles_to_ns` computes it).
+        // `& 63` changes nothing (this branch's condition) but tells the compiler the shift is
+        // below 64, so the 128-bit shift is one `shrd` (as `TimeConversion::cycles_to_ns` does).
         ((u128::from(cycles) * u128::from(mult)) >> (time_shift & 63)) as u64
     } else {
         return None;

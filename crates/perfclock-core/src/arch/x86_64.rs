@@ -45,7 +45,7 @@ pub(super) fn read_ordered() -> Option<u64> {
 
 /// The 64-bit counter from `rdtsc`'s halves. Joined here rather than by the `_rdtsc` intrinsic
 /// (which joins them only at code generation) so the optimiser sees the halves: the fast
-/// conversion with `time_shift == 32` multiplies each half and never forms the 64-bit value.
+/// conversion with `time_shift == 31` multiplies each half and never forms the 64-bit value.
 #[inline(always)]
 fn join(low: u32, high: u32) -> u64 {
     (u64::from(high) << 32) | u64::from(low)
