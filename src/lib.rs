@@ -108,7 +108,7 @@ pub fn init_with(options: Options) -> Result<&'static Clock, Error> {
 /// [`now_ns_ordered`].
 #[inline]
 pub fn now_ns() -> u64 {
-    match fast::now_ns_once(read_unordered) {
+    match fast::now_ns_once(counter::read_counter_or_zero) {
         Some(ns) => ns,
         None => now_ns_slow(),
     }
@@ -120,7 +120,7 @@ pub fn now_ns() -> u64 {
 /// `lfence; rdtsc` on x86_64. Opens the process-wide clock on first use, as [`now_ns`].
 #[inline]
 pub fn now_ns_ordered() -> u64 {
-    match fast::now_ns_once(read_ordered) {
+    match fast::now_ns_once(counter::read_counter_ordered_or_zero) {
         Some(ns) => ns,
         None => now_ns_ordered_slow(),
     }
@@ -131,7 +131,7 @@ pub fn now_ns_ordered() -> u64 {
 /// Unordered, as [`now_ns`].
 #[inline]
 pub fn try_now_ns() -> Option<u64> {
-    match fast::now_ns_once(read_unordered) {
+    match fast::now_ns_once(counter::read_counter_or_zero) {
         Some(ns) => Some(ns),
         None => try_now_ns_slow(),
     }
@@ -140,20 +140,10 @@ pub fn try_now_ns() -> Option<u64> {
 /// As [`try_now_ns`], ordered as [`now_ns_ordered`]. Signal-safe.
 #[inline]
 pub fn try_now_ns_ordered() -> Option<u64> {
-    match fast::now_ns_once(read_ordered) {
+    match fast::now_ns_once(counter::read_counter_ordered_or_zero) {
         Some(ns) => Some(ns),
         None => try_now_ns_ordered_slow(),
     }
-}
-
-#[inline(always)]
-fn read_unordered() -> u64 {
-    counter::read_counter().unwrap_or(0)
-}
-
-#[inline(always)]
-fn read_ordered() -> u64 {
-    counter::read_counter_ordered().unwrap_or(0)
 }
 
 // The slow paths: the clock not yet published to the fast path, or the one attempt failed (a
@@ -218,7 +208,7 @@ impl CounterStamp {
     #[inline(always)]
     pub fn now() -> Self {
         CounterStamp {
-            cycles: read_unordered(),
+            cycles: counter::read_counter_or_zero(),
         }
     }
 

@@ -27,6 +27,21 @@ pub fn read_counter_ordered() -> Option<u64> {
     arch::read_ordered()
 }
 
+/// [`read_counter`], or 0 where this architecture has no counter: for read paths that want a
+/// plain `u64` and refuse unsupported architectures themselves (or read a page that declines
+/// before the counter is read).
+#[inline(always)]
+pub fn read_counter_or_zero() -> u64 {
+    read_counter().unwrap_or(0)
+}
+
+/// [`read_counter_ordered`], or 0 where this architecture has no counter (as
+/// [`read_counter_or_zero`]).
+#[inline(always)]
+pub fn read_counter_ordered_or_zero() -> u64 {
+    read_counter_ordered().unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -195,13 +195,7 @@ impl PageReader {
     // around the counter read; a call around it costs more than they do.
     #[inline]
     pub fn now_ns(&self) -> Result<u64, ReadError> {
-        if !counter::SUPPORTED {
-            return Err(ReadError::CounterUnsupported);
-        }
-        match self.now_ns_once_with(read_unordered) {
-            Some(ns) => Ok(ns),
-            None => self.now_ns_retrying(read_unordered),
-        }
+        self.now_ns_via(counter::read_counter_or_zero)
     }
 
     /// As [`PageReader::now_ns`], with the counter read only after every earlier instruction
@@ -213,12 +207,19 @@ impl PageReader {
     /// As [`PageReader::now_ns`].
     #[inline]
     pub fn now_ns_ordered(&self) -> Result<u64, ReadError> {
+        self.now_ns_via(counter::read_counter_ordered_or_zero)
+    }
+
+    /// [`PageReader::now_ns`] with `read` for the counter: one inlined attempt, then the
+    /// out-of-line retries.
+    #[inline(always)]
+    fn now_ns_via(&self, read: fn() -> u64) -> Result<u64, ReadError> {
         if !counter::SUPPORTED {
             return Err(ReadError::CounterUnsupported);
         }
-        match self.now_ns_once_with(read_ordered) {
+        match self.now_ns_once_with(read) {
             Some(ns) => Ok(ns),
-            None => self.now_ns_retrying(read_ordered),
+            None => self.now_ns_retrying(read),
         }
     }
 
@@ -359,18 +360,6 @@ fn scaled_by_halves<const SHIFT: u32>(cycles: u64, mult: u64) -> u64 {
 #[inline(always)]
 const fn is_low_bits_mask(mask: u64) -> bool {
     mask != 0 && mask & mask.wrapping_add(1) == 0
-}
-
-/// The counter for [`PageReader::now_ns`] (0 where unsupported: `now_ns` refuses first).
-#[inline(always)]
-fn read_unordered() -> u64 {
-    counter::read_counter().unwrap_or(0)
-}
-
-/// The counter for [`PageReader::now_ns_ordered`].
-#[inline(always)]
-fn read_ordered() -> u64 {
-    counter::read_counter_ordered().unwrap_or(0)
 }
 
 /// Which fields an attempt loads.
