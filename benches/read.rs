@@ -207,9 +207,9 @@ fn exact_page() -> PageReader {
 /// `page`, which must be [`exact_page`]'s (shift 31).
 mod floor {
     use std::ptr::addr_of_mut;
-    use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicU64, Ordering};
 
-    use perfclock_core::{counter, PerfEventMmapPage};
+    use perfclock_core::{counter, PerfEventMmapPage, SeqLock};
 
     #[cold]
     #[inline(never)]
@@ -217,18 +217,17 @@ mod floor {
         0
     }
 
-    /// The sequence, its odd test, the counter, the sequence again.
+    /// The sequence (core's `SeqLock`, as the reader uses it): its odd test, the counter, the
+    /// sequence again.
     #[inline(always)]
     pub fn seqlock_and_counter(page: *mut PerfEventMmapPage) -> u64 {
         // SAFETY: `page` is `exact_page`'s: leaked, 8-aligned, written only atomically.
-        let lock = unsafe { AtomicU32::from_ptr(addr_of_mut!((*page).lock)) };
-        let stamp = lock.load(Ordering::Acquire);
-        if stamp & 1 != 0 {
+        let lock = unsafe { SeqLock::from_ptr(addr_of_mut!((*page).lock)) };
+        let Some(stamp) = lock.optimistic_read() else {
             return busy();
-        }
-        let cycles = counter::read_counter().unwrap_or(0);
-        fence(Ordering::Acquire);
-        if lock.load(Ordering::Relaxed) != stamp {
+        };
+        let cycles = counter::read_counter_or_zero();
+        if !lock.validate_read(stamp) {
             return busy();
         }
         cycles
@@ -241,24 +240,23 @@ mod floor {
         // 8-aligned and holds `time_shift` and `time_mult`, as the core reader loads it.
         let (lock, scale, time_zero) = unsafe {
             (
-                AtomicU32::from_ptr(addr_of_mut!((*page).lock)),
+                SeqLock::from_ptr(addr_of_mut!((*page).lock)),
                 AtomicU64::from_ptr(addr_of_mut!((*page).pmc_width).cast::<u64>()),
                 AtomicU64::from_ptr(addr_of_mut!((*page).time_zero)),
             )
         };
-        let stamp = lock.load(Ordering::Acquire);
-        if stamp & 1 != 0 {
+        let Some(stamp) = lock.optimistic_read() else {
             return busy();
-        }
+        };
         let (scale, time_zero) = (
             scale.load(Ordering::Relaxed),
             time_zero.load(Ordering::Relaxed),
         );
-        let cycles = counter::read_counter().unwrap_or(0);
-        fence(Ordering::Acquire);
-        if lock.load(Ordering::Relaxed) != stamp {
+        let cycles = counter::read_counter_or_zero();
+        if !lock.validate_read(stamp) {
             return busy();
         }
+        // The core reader's shift-31 arithmetic (private there), written out.
         let mult = scale >> 32;
         let (high, low) = (cycles >> 32, cycles & 0xffff_ffff);
         time_zero
@@ -398,10 +396,11 @@ fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock, exact: &Pa
     const CALLS: u64 = 100_000;
     let mut rounds = Vec::with_capacity(ROUNDS);
     let same_page = clock.reader();
+    let page = exact.page().as_ptr();
     // The floor's pieces compute what the reader computes (within the reads' own reordering).
     let (before, piece, after) = (
         exact.now_ns_ordered().unwrap(),
-        floor::seqlock_and_conversion(exact.page().as_ptr()),
+        floor::seqlock_and_conversion(page),
         exact.now_ns_ordered().unwrap(),
     );
     assert!(
@@ -418,7 +417,6 @@ fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock, exact: &Pa
         let ordered = ns_per_call(CALLS, &perfclock::now_ns_ordered);
         let lfence_rdtsc = ns_per_call(CALLS, &|| counter::read_counter_ordered().unwrap_or(0));
         let stamp = ns_per_call(CALLS, &CounterStamp::now);
-        let page = exact.page().as_ptr();
         let exact_now = ns_per_call(CALLS, &|| exact.now_ns().unwrap_or(0));
         let seqlock = ns_per_call(CALLS, &|| floor::seqlock_and_counter(page));
         let conversion = ns_per_call(CALLS, &|| floor::seqlock_and_conversion(page));
