@@ -180,34 +180,14 @@ fn trailer_len(sample_type: u64) -> usize {
 
 /// Parses the `sample_id` trailer starting at `off` (layout: TID, TIME, ID, STREAM_ID, CPU,
 /// IDENTIFIER).
-fn parse_trailer(bytes: &[u8], mut off: usize, sample_type: u64) -> Option<SampleId> {
-    let mut id = SampleId::default();
-    if sample_type & sample::TID != 0 {
-        id.pid = Some(u32_at(bytes, off)?);
-        id.tid = Some(u32_at(bytes, off + 4)?);
-        off += 8;
-    }
-    if sample_type & sample::TIME != 0 {
-        id.time = Some(u64_at(bytes, off)?);
-        off += 8;
-    }
-    if sample_type & sys::PERF_SAMPLE_ID as u64 != 0 {
-        off += 8;
-    }
-    if sample_type & sys::PERF_SAMPLE_STREAM_ID as u64 != 0 {
-        off += 8;
-    }
-    if sample_type & sample::CPU != 0 {
-        id.cpu = Some(u32_at(bytes, off)?);
-    }
-    Some(id)
+fn parse_trailer(bytes: &[u8], off: usize, sample_type: u64) -> Option<SampleId> {
+    parse_from_tid(bytes, off, sample_type, false)
 }
 
 /// Parses a sample record's leading fields (IDENTIFIER, IP, TID, TIME, ADDR, ID, STREAM_ID,
 /// CPU); later fields are ignored.
 fn parse_sample(bytes: &[u8], sample_type: u64) -> Option<SampleId> {
     let mut off = HEADER_BYTES;
-    let mut id = SampleId::default();
     if sample_type & sys::PERF_SAMPLE_IDENTIFIER as u64 != 0 {
         u64_at(bytes, off)?;
         off += 8;
@@ -216,6 +196,18 @@ fn parse_sample(bytes: &[u8], sample_type: u64) -> Option<SampleId> {
         u64_at(bytes, off)?;
         off += 8;
     }
+    parse_from_tid(bytes, off, sample_type, true)
+}
+
+/// The fields a sample and a `sample_id` trailer lay out alike, from TID on: TID, TIME, ADDR
+/// (samples only: `with_addr`), ID, STREAM_ID, CPU.
+fn parse_from_tid(
+    bytes: &[u8],
+    mut off: usize,
+    sample_type: u64,
+    with_addr: bool,
+) -> Option<SampleId> {
+    let mut id = SampleId::default();
     if sample_type & sample::TID != 0 {
         id.pid = Some(u32_at(bytes, off)?);
         id.tid = Some(u32_at(bytes, off + 4)?);
@@ -225,7 +217,7 @@ fn parse_sample(bytes: &[u8], sample_type: u64) -> Option<SampleId> {
         id.time = Some(u64_at(bytes, off)?);
         off += 8;
     }
-    if sample_type & sample::ADDR != 0 {
+    if with_addr && sample_type & sample::ADDR != 0 {
         id.addr = Some(u64_at(bytes, off)?);
         off += 8;
     }
