@@ -185,21 +185,13 @@ fn block_offset(pos: u64) -> usize {
     (pos % BLOCK as u64) as usize
 }
 
-/// Parses a line as samply 0.13 does (`None` where samply would stop reading).
 #[cfg(test)]
-pub fn parse_like_samply(line: &str) -> Option<(u64, u64, &str)> {
-    let mut split = line.splitn(3, ' ');
-    let start = split.next()?;
-    let end = split.next()?;
-    let name = split.next()?;
-    if name.is_empty() {
-        return None;
-    }
-    Some((start.parse().ok()?, end.parse().ok()?, name))
-}
+#[path = "../tests/common/samply.rs"]
+mod samply;
 
 #[cfg(test)]
 mod tests {
+    use super::samply::parse_like_samply;
     use super::*;
 
     fn line(start: u64, end: u64, name: &str) -> Vec<u8> {

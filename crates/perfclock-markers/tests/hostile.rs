@@ -12,17 +12,9 @@ use std::time::Duration;
 
 use perfclock_markers::{MarkerError, Markers, MAX_NAME_BYTES};
 
-/// samply 0.13's `process_marker_span_line`: `None` where samply stops reading the file.
-fn parse_like_samply(line: &str) -> Option<(u64, u64, &str)> {
-    let mut split = line.splitn(3, ' ');
-    let start = split.next()?;
-    let end = split.next()?;
-    let name = split.next()?;
-    if name.is_empty() {
-        return None;
-    }
-    Some((start.parse().ok()?, end.parse().ok()?, name))
-}
+#[path = "common/samply.rs"]
+mod samply;
+use samply::parse_like_samply;
 
 /// Every line of `path`, parsed as samply would; fails on a partial or unparsable line, on
 /// invalid UTF-8, and on a line crossing a 4 KiB boundary.
