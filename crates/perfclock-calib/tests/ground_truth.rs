@@ -2,7 +2,7 @@
 //! never mismatched, the ring survives wrap-around, (verify() is tested in perfclock-check).
 mod common;
 
-use common::{best_line, skip_perf_refused};
+use common::{best_line, interleaved, skip_perf_refused};
 use perfclock_calib::ground_truth::Stamped;
 use perfclock_calib::{Bracket, GroundTruth, RecordKind};
 use perfclock_event::{sample, EventAttr, Parsed, PerfEvent, RingReader};
@@ -31,17 +31,6 @@ macro_rules! open_all {
             None => return,
         }
     };
-}
-
-/// Brackets of all kinds, interleaved in rounds on this thread.
-fn interleaved(gt: &mut GroundTruth, per_kind: usize) -> Vec<Bracket> {
-    let mut out = Vec::new();
-    for _ in 0..per_kind / 50 {
-        for k in RecordKind::ALL {
-            gt.collect(k, 50, &mut out).expect("collect");
-        }
-    }
-    out
 }
 
 /// How far this machine's perf clock strays from one straight line in the TSC over a test's

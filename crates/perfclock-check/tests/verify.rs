@@ -3,8 +3,8 @@
 #[path = "../../perfclock-calib/tests/common/mod.rs"]
 mod common;
 
-use common::{best_line, skip_perf_refused};
-use perfclock_calib::{Bracket, GroundTruth, RecordKind};
+use common::{best_line, interleaved, skip_perf_refused};
+use perfclock_calib::{GroundTruth, RecordKind};
 use perfclock_check::{verify_with, PerfTimeSource, VerifyOptions};
 use perfclock_core::ReadError;
 
@@ -16,16 +16,6 @@ fn open_or_skip(test: &str) -> Option<GroundTruth> {
         Err(e) if skip_perf_refused(test, &e) => None,
         Err(e) => panic!("{test}: cannot open ground truth: {e}"),
     }
-}
-
-fn interleaved(gt: &mut GroundTruth, per_kind: usize) -> Vec<Bracket> {
-    let mut out = Vec::new();
-    for _ in 0..per_kind / 50 {
-        for k in RecordKind::ALL {
-            gt.collect(k, 50, &mut out).expect("collect");
-        }
-    }
-    out
 }
 
 /// A clock from the affine fit of a bracket set, shifted by `shift_ns`.

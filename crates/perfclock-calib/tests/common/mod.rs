@@ -4,7 +4,7 @@
 //! measurement, not the read path.
 #![allow(dead_code)]
 
-use perfclock_calib::{Bracket, CalibError};
+use perfclock_calib::{Bracket, CalibError, GroundTruth, RecordKind};
 use perfclock_event::ErrorKind;
 
 /// Whether `error` is this environment refusing perf events (paranoid level, seccomp, no
@@ -23,6 +23,17 @@ pub fn skip_perf_refused(test: &str, error: &CalibError) -> bool {
         return true;
     }
     false
+}
+
+/// Brackets of all kinds, interleaved in rounds of 50 on this thread.
+pub fn interleaved(gt: &mut GroundTruth, per_kind: usize) -> Vec<Bracket> {
+    let mut out = Vec::new();
+    for _ in 0..per_kind / 50 {
+        for k in RecordKind::ALL {
+            gt.collect(k, 50, &mut out).expect("collect");
+        }
+    }
+    out
 }
 
 /// A line through (counter, kernel_ns) in coordinates centred on the first bracket.
