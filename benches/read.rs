@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use perfclock::{Clock, CounterStamp, Options};
+use perfclock_check::monotonic_ns;
 use perfclock_core::{counter, PageReader, PageWriter, PerfEventMmapPage, TimeConversion};
 
 /// Non-short parameters (`cap_user_time_zero` set, `cap_user_time_short` clear, shift 31), the
@@ -137,17 +138,6 @@ fn report_overlap(name: &str) {
     let samples = THREADED_SAMPLES.swap(0, Ordering::Relaxed);
     let poor = THREADED_POOR_OVERLAP.swap(0, Ordering::Relaxed);
     println!("{name}: {poor} of {samples} two-thread samples ran side by side for less than 90%");
-}
-
-#[inline(always)]
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes only the timespec we pass (glibc serves it from the vDSO).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Waits for every earlier instruction to finish, as `counter::read_counter_ordered` does before

@@ -2,7 +2,8 @@
 //!
 //! - [`verify()`] brackets fresh kernel-stamped records with a clock's readings: every stamp
 //!   must fall inside them, widened by the clock's own error bound.
-//! - [`monotonic_offset`] measures how far `CLOCK_MONOTONIC` is from the clock.
+//! - [`monotonic_offset`] measures how far `CLOCK_MONOTONIC` is from the clock; [`monotonic_ns`]
+//!   reads it.
 //! - [`PerfTimeSource`] is what they read: [`perfclock::Clock`], a bare
 //!   [`perfclock_calib::CalibratedClock`], or a test's own line.
 //!
@@ -13,6 +14,6 @@ mod monotonic;
 mod source;
 pub mod verify;
 
-pub use monotonic::{monotonic_offset, MonotonicOffset};
+pub use monotonic::{monotonic_ns, monotonic_offset, MonotonicOffset};
 pub use source::PerfTimeSource;
 pub use verify::{verify, verify_with, VerifyError, VerifyOptions, VerifyReport};

@@ -110,16 +110,6 @@ fn check_against_kernel(clock: &Clock, per_kind: usize) -> bool {
     }
 }
 
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes only the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 fn compare_with_monotonic(clock: &Clock) {
     let offset = match perfclock_check::monotonic_offset(clock) {
         Ok(offset) => offset,
@@ -168,7 +158,7 @@ fn measure_read_cost(clock: &Clock) {
     for _ in 0..ROUNDS {
         let clock_read = ns_per_call(|| clock.now_ns().unwrap_or(0));
         let counter_read = ns_per_call(|| counter::read_counter().unwrap_or(0));
-        monotonic_reads.push(ns_per_call(monotonic_ns));
+        monotonic_reads.push(ns_per_call(perfclock_check::monotonic_ns));
         ratios.push(clock_read / counter_read);
         clock_reads.push(clock_read);
         counter_reads.push(counter_read);
