@@ -17,7 +17,7 @@ use perfclock_core::{counter, PageReader, ReadError, Reading};
 use perfclock_event::{EventAttr, PerfEvent};
 
 use crate::page::Tolerance;
-use crate::report::Report;
+use crate::report::{min_or_dash, Report};
 use crate::Budget;
 
 /// Discarded brackets in a row (no record, two records, lost records) after which a worker gives
@@ -167,13 +167,6 @@ impl Stats {
 
     /// `key=value` details for a PASS/FAIL line.
     pub fn details(&self) -> String {
-        let opt = |v: u64| {
-            if v == u64::MAX {
-                "-".to_owned()
-            } else {
-                v.to_string()
-            }
-        };
         let mut s = format!(
             "events={} comm={} page-fault={} mmap2={} violations={} slips_1ns={} \
              max_excess_ns={} tightest_ns={} median_ns={} min_margin_ns={} discards={}",
@@ -184,9 +177,9 @@ impl Stats {
             self.violations,
             self.slips,
             self.max_excess_ns,
-            opt(self.tightest_ns),
+            min_or_dash(self.tightest_ns),
             self.median_ns(),
-            opt(self.min_margin_ns),
+            min_or_dash(self.min_margin_ns),
             self.discards,
         );
         if self.inverse_checked > 0 {

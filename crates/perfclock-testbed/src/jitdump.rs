@@ -34,7 +34,7 @@ use perfclock_jitdump::JitDump;
 
 use crate::brackets::{self, Stats};
 use crate::page::Tolerance;
-use crate::report::Report;
+use crate::report::{min_or_dash, Report};
 use crate::Budget;
 
 /// `JITDUMP_FLAGS_ARCH_TIMESTAMP` (perf's `jitdump.h`: bit 0). Written out here rather than
@@ -309,13 +309,6 @@ impl LoadStats {
     }
 
     fn details(&self) -> String {
-        let opt = |v: u64| {
-            if v == u64::MAX {
-                "-".to_owned()
-            } else {
-                v.to_string()
-            }
-        };
         let mut s = format!(
             "loads={} violations={} slips_1ns={} max_excess_ns={} min_margin_ns={} \
              tightest_window_ns={} perf_formula_mismatches={} wrong_loads={} missing_loads={}",
@@ -323,8 +316,8 @@ impl LoadStats {
             self.violations,
             self.slips,
             self.max_excess_ns,
-            opt(self.min_margin_ns),
-            opt(self.tightest_ns),
+            min_or_dash(self.min_margin_ns),
+            min_or_dash(self.tightest_ns),
             self.perf_formula_mismatches,
             self.wrong_loads,
             self.missing_loads,

@@ -4,6 +4,15 @@ use std::fmt;
 
 use crate::brackets::Stats;
 
+/// A minimum for a details line: `-` while it is still `u64::MAX` (nothing was measured).
+pub fn min_or_dash(v: u64) -> String {
+    if v == u64::MAX {
+        "-".to_owned()
+    } else {
+        v.to_string()
+    }
+}
+
 /// What the run found so far. Printing and counting go together so that the summary can only
 /// count what a printed line reported.
 #[derive(Debug)]
