@@ -109,6 +109,15 @@ fn perfclock() -> Command {
     Command::new(env!("CARGO_BIN_EXE_perfclock"))
 }
 
+/// `perfclock inject-time-conv INPUT -o OUTPUT`.
+fn inject_time_conv(input: &Path, output: &Path) -> Output {
+    run(perfclock()
+        .arg("inject-time-conv")
+        .arg(input)
+        .arg("-o")
+        .arg(output))
+}
+
 /// `perf record OPTIONS -o OUT -- ARGS...`, or None (SKIPPED) where perf events are refused.
 fn record(test: &str, dir: &Path, options: &[&str], out: &Path, args: &[&str]) -> Option<()> {
     let output = run(perf(dir)
@@ -228,11 +237,7 @@ fn jit_end_to_end(test: &str, record_options: &[&str]) {
 
     let before = fs::read(&recorded).unwrap();
     let with_conv = dir.join("with-time-conv.data");
-    let output = run(perfclock()
-        .arg("inject-time-conv")
-        .arg(&recorded)
-        .arg("-o")
-        .arg(&with_conv));
+    let output = inject_time_conv(&recorded, &with_conv);
     assert!(output.status.success());
     let warned = String::from_utf8_lossy(&output.stderr).contains("inside compressed records");
     assert_eq!(warned, compressed && clock.mode() == Mode::Calibrated);
@@ -287,27 +292,17 @@ fn a_recording_with_another_clock_is_refused() {
     let script = dir.join("jit.py");
     fs::write(&script, JIT_PY).unwrap();
     let recorded = dir.join("perf.data");
-    let output = run(perf(dir)
-        .args(["record", "-k", "1", "-e", "cpu-clock", "-o"])
-        .arg(&recorded)
-        .args([
-            "--",
-            "python3",
-            script.to_str().unwrap(),
-            dir.to_str().unwrap(),
-            "1000",
-        ]));
-    if !output.status.success() {
-        assert!(!required(), "{TEST}: perf record -k 1 failed");
-        println!("SKIPPED {TEST}: perf record -k 1 refused here");
+    let python = [
+        "python3",
+        script.to_str().unwrap(),
+        dir.to_str().unwrap(),
+        "1000",
+    ];
+    if record(TEST, dir, &["-k", "1"], &recorded, &python).is_none() {
         return;
     }
     let out = dir.join("out.data");
-    let output = run(perfclock()
-        .arg("inject-time-conv")
-        .arg(&recorded)
-        .arg("-o")
-        .arg(&out));
+    let output = inject_time_conv(&recorded, &out);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1));
     assert!(
@@ -330,11 +325,7 @@ fn a_real_recording_without_a_jitdump_is_refused_with_a_hint() {
         return;
     }
     let out = dir.join("out.data");
-    let output = run(perfclock()
-        .arg("inject-time-conv")
-        .arg(&recorded)
-        .arg("-o")
-        .arg(&out));
+    let output = inject_time_conv(&recorded, &out);
     let stderr = String::from_utf8_lossy(&output.stderr);
     if stderr.contains("holds a PERF_RECORD_TIME_CONV already") {
         // Kernel mode: perf wrote the record, so the copy is the answer.
