@@ -329,7 +329,7 @@ mod tests {
     /// allowance over the time since the snapshot.
     #[test]
     fn pairings_hold_against_kernel_stamped_comm_records() {
-        use perfclock_calib::ground_truth::{GroundTruth, RecordKind};
+        use perfclock_calib::{GroundTruth, RecordKind};
         let Some(clock) = clock_or_skip("snapshot vs kernel COMM stamps") else {
             return;
         };

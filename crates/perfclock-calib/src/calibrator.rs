@@ -34,7 +34,7 @@ use perfclock_core::{counter, PageReader, PerfEventMmapPage};
 
 use crate::error::CalibError;
 use crate::fork_gate;
-use crate::ground_truth::RecordKind;
+use crate::kind::RecordKind;
 use crate::options::CalibrationOptions;
 use crate::published::{BoundCell, BoundModel, Solution};
 use crate::source::{open_ground_truth, BracketSource, Probe};

@@ -5,8 +5,8 @@
 
 use perfclock_event::SysError;
 
+use crate::bracket::BracketError;
 use crate::fit::FitError;
-use crate::ground_truth::BracketError;
 use crate::published::PublishError;
 
 /// Why calibration failed.

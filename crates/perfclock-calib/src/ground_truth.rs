@@ -1,336 +1,26 @@
-//! Kernel-stamped ground truth: counter brackets around actions that make the kernel write a
-//! record stamped with the perf clock.
-//!
-//! Each bracket is `before = counter; action; after = counter`, and the action makes the kernel
-//! write exactly one record whose `PERF_SAMPLE_TIME` (the event clock, `local_clock()`) was taken
-//! inside it. Three kinds:
-//!
-//! | kind | action | stamp taken | seen by a profiler recording this process |
-//! | --- | --- | --- | --- |
-//! | [`RecordKind::Comm`] | `prctl(PR_SET_NAME)` (name restored after) | in `__set_task_comm` | yes: it records COMM |
-//! | [`RecordKind::PageFault`] | read of a page dropped with `MADV_DONTNEED` | at fault entry, before the fault is handled | only if it samples page faults |
-//! | [`RecordKind::Mmap2`] | `mmap(PROT_READ \| PROT_EXEC)` of one anonymous page (unmapped after) | at the end of `mmap_region` | yes: an `//anon` executable mapping |
-//!
-//! # Matching
-//! One action is outstanding at a time. Before it the ring is drained; after it, the ring must
-//! hold exactly one record that matches the action by type, pid, tid and a per-action key (the
-//! unique name set, the faulting address, the mapped address). Any other outcome (no match,
-//! two matches, a `PERF_RECORD_LOST`) discards the bracket: a bracket is never paired with the
-//! wrong record.
-//!
-//! # Threads
-//! The events are per thread (`pid = 0, cpu = -1`): a [`GroundTruth`] measures the thread that
-//! opened it, on whichever CPU it runs, and is therefore neither `Send` nor `Sync`. Pin the
-//! thread first (e.g. `core_affinity::set_for_current`) to collect on a chosen CPU.
-
+//! [`GroundTruth`]: counter brackets around actions that make the kernel stamp a record.
 //!
 //! # Safety
 //! The actions are system calls on this thread's own state: `prctl` on its name (restored
-//! after each bracket and on drop), `mmap`/`madvise`/`munmap` on mappings this module owns, and
-//! reads of pages of the fault arena, which stays mapped while it lives.
+//! after each bracket and on drop), `mmap`/`munmap` of a page this module maps and unmaps at
+//! once, and the fault arena's pages ([`crate::fault_arena`]) are read through its safe API.
 #![allow(unsafe_code)]
 
 use core::fmt;
 use core::marker::PhantomData;
-use core::ptr::NonNull;
 
+use crate::bracket::{syscall_error, Bracket, BracketError, KindStats, Stamped};
 use crate::error::CalibError;
+use crate::fault_arena::FaultArena;
+use crate::kind::{KindSet, RecordKind};
 use perfclock_core::counter;
-use perfclock_event::{
-    page_size, sample, EventAttr, Parsed, PerfEvent, RingError, RingReader, SysError,
-};
-
-/// Which kernel record a bracket is built on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RecordKind {
-    /// `PERF_RECORD_COMM` from `prctl(PR_SET_NAME)`.
-    Comm,
-    /// `PERF_RECORD_SAMPLE` of a `PERF_COUNT_SW_PAGE_FAULTS` event (period 1).
-    PageFault,
-    /// `PERF_RECORD_MMAP2` of an anonymous `PROT_EXEC` mapping.
-    Mmap2,
-}
-
-impl RecordKind {
-    /// All kinds.
-    pub const ALL: [RecordKind; 3] = [RecordKind::Comm, RecordKind::PageFault, RecordKind::Mmap2];
-
-    /// Short name for tables.
-    pub fn name(self) -> &'static str {
-        match self {
-            RecordKind::Comm => "comm",
-            RecordKind::PageFault => "page-fault",
-            RecordKind::Mmap2 => "mmap2",
-        }
-    }
-
-    fn index(self) -> usize {
-        match self {
-            RecordKind::Comm => 0,
-            RecordKind::PageFault => 1,
-            RecordKind::Mmap2 => 2,
-        }
-    }
-}
-
-impl fmt::Display for RecordKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A set of [`RecordKind`]s (which kinds calibrate, which failed). Small and `Copy`.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct KindSet(u8);
-
-impl fmt::Debug for KindSet {
-    /// The kinds, not the bits: `{Comm, Mmap2}`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.iter()).finish()
-    }
-}
-
-impl KindSet {
-    /// No kind.
-    pub const EMPTY: KindSet = KindSet(0);
-
-    /// Whether `kind` is in the set.
-    pub fn contains(self, kind: RecordKind) -> bool {
-        self.0 & (1 << kind.index()) != 0
-    }
-
-    /// The set with `kind` added.
-    #[must_use]
-    pub fn with(self, kind: RecordKind) -> KindSet {
-        KindSet(self.0 | 1 << kind.index())
-    }
-
-    /// Whether the set holds no kind.
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-
-    /// The kinds in the set, in [`RecordKind::ALL`] order.
-    pub fn iter(self) -> impl Iterator<Item = RecordKind> {
-        RecordKind::ALL
-            .into_iter()
-            .filter(move |k| self.contains(*k))
-    }
-
-    /// The set as bits (bit `i` for `RecordKind::ALL[i]`), for an atomic cell.
-    pub(crate) fn bits(self) -> u8 {
-        self.0
-    }
-
-    /// The set whose [`KindSet::bits`] are `bits`.
-    pub(crate) fn from_bits(bits: u8) -> KindSet {
-        KindSet(bits & ((1 << RecordKind::ALL.len()) - 1))
-    }
-}
-
-impl FromIterator<RecordKind> for KindSet {
-    fn from_iter<I: IntoIterator<Item = RecordKind>>(kinds: I) -> Self {
-        kinds.into_iter().fold(KindSet::EMPTY, KindSet::with)
-    }
-}
-
-impl fmt::Display for KindSet {
-    /// The kinds' names separated by ", ", or "none".
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_empty() {
-            return f.write_str("none");
-        }
-        for (i, kind) in self.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            f.write_str(kind.name())?;
-        }
-        Ok(())
-    }
-}
-
-/// A kernel timestamp and what was read just before and just after the action that caused it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamped<T> {
-    /// The record the stamp came from.
-    pub kind: RecordKind,
-    /// Read before the action.
-    pub before: T,
-    /// Read after the action.
-    pub after: T,
-    /// The record's `PERF_SAMPLE_TIME` (perf clock, ns).
-    pub kernel_ns: u64,
-    /// The CPU the kernel wrote the record on.
-    pub cpu: u32,
-}
-
-/// A bracket in raw counter values (`perfclock_core::counter::read_counter_ordered`).
-pub type Bracket = Stamped<u64>;
-
-impl Stamped<u64> {
-    /// `after - before`, in counter cycles.
-    pub fn width(&self) -> u64 {
-        self.after.wrapping_sub(self.before)
-    }
-}
-
-/// Why a bracket could not be produced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BracketError {
-    /// The [`GroundTruth`] was not opened with this kind.
-    KindNotOpened(RecordKind),
-    /// No matching record after the action (transient: retry).
-    Missing(RecordKind),
-    /// More than one matching record (transient: retry).
-    Ambiguous {
-        /// The kind.
-        kind: RecordKind,
-        /// How many matched.
-        matches: u32,
-    },
-    /// The kernel reported lost records around the action (transient: retry).
-    Lost {
-        /// The kind.
-        kind: RecordKind,
-        /// The `lost` count.
-        lost: u64,
-    },
-    /// A malformed ring.
-    Ring(RingError),
-    /// A system call of the action failed.
-    Syscall {
-        /// Which call.
-        op: &'static str,
-        /// errno.
-        errno: i32,
-    },
-    /// No cycle counter on this architecture.
-    CounterUnsupported,
-    /// [`GroundTruth::collect`] gave up after this many discarded brackets in a row.
-    TooManyDiscards {
-        /// The kind.
-        kind: RecordKind,
-        /// Consecutive discards.
-        discards: u32,
-        /// The last transient error.
-        last: DiscardReason,
-    },
-}
-
-/// Why the last bracket in a [`BracketError::TooManyDiscards`] was discarded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DiscardReason {
-    /// No matching record.
-    Missing,
-    /// Several matching records.
-    Ambiguous,
-    /// Lost records.
-    Lost,
-}
-
-impl BracketError {
-    /// Whether retrying the bracket may succeed.
-    pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            BracketError::Missing(_) | BracketError::Ambiguous { .. } | BracketError::Lost { .. }
-        )
-    }
-
-    fn discard_reason(&self) -> Option<DiscardReason> {
-        match self {
-            BracketError::Missing(_) => Some(DiscardReason::Missing),
-            BracketError::Ambiguous { .. } => Some(DiscardReason::Ambiguous),
-            BracketError::Lost { .. } => Some(DiscardReason::Lost),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for BracketError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            BracketError::KindNotOpened(kind) => {
-                write!(f, "ground truth was not opened for {kind} records")
-            }
-            BracketError::Missing(kind) => {
-                write!(f, "no {kind} record followed the action")
-            }
-            BracketError::Ambiguous { kind, matches } => {
-                write!(f, "{matches} {kind} records matched one action")
-            }
-            BracketError::Lost { kind, lost } => {
-                write!(f, "the kernel lost {lost} records around a {kind} action")
-            }
-            BracketError::Ring(e) => write!(f, "{e}"),
-            BracketError::Syscall { op, errno } => {
-                write!(
-                    f,
-                    "{op} failed: {}",
-                    std::io::Error::from_raw_os_error(errno)
-                )?;
-                if errno == libc::EPERM || errno == libc::EACCES {
-                    f.write_str(
-                        " (a seccomp filter or an LSM policy such as SELinux refuses it: allow \
-                         it, or one of the other record kinds' calls: prctl(PR_SET_NAME), \
-                         madvise(MADV_DONTNEED), mmap(PROT_EXEC) of an anonymous page)",
-                    )?;
-                }
-                Ok(())
-            }
-            BracketError::CounterUnsupported => {
-                f.write_str("no cycle counter on this architecture")
-            }
-            BracketError::TooManyDiscards {
-                kind,
-                discards,
-                last,
-            } => write!(
-                f,
-                "gave up on {kind} brackets after {discards} discards in a row (last: {last:?})"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for BracketError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            BracketError::Ring(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<RingError> for BracketError {
-    fn from(e: RingError) -> Self {
-        BracketError::Ring(e)
-    }
-}
-
-/// Counts per kind since open.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KindStats {
-    /// Brackets attempted.
-    pub attempts: u64,
-    /// Brackets returned.
-    pub accepted: u64,
-    /// Discarded: no matching record.
-    pub missing: u64,
-    /// Discarded: several matching records.
-    pub ambiguous: u64,
-    /// Discarded: lost records.
-    pub lost: u64,
-}
+use perfclock_event::{page_size, sample, EventAttr, Parsed, PerfEvent, RingReader, SysError};
 
 /// Consecutive discards after which [`GroundTruth::collect`] gives up.
 pub const MAX_CONSECUTIVE_DISCARDS: u32 = 64;
 
 /// Ring size for each event: 2^3 data pages. Drained around every action, so it never fills.
 const RING_PAGES_LOG2: u32 = 3;
-/// Pages of the fault arena; dropped with one `madvise` per pass.
-const FAULT_ARENA_PAGES: usize = 64;
 
 const ID_SAMPLE_TYPE: u64 = sample::TID | sample::TIME | sample::CPU;
 const FAULT_SAMPLE_TYPE: u64 = sample::TID | sample::TIME | sample::ADDR | sample::CPU;
@@ -348,80 +38,32 @@ impl Source {
     }
 }
 
-/// Anonymous pages that are read to fault, and dropped again with `MADV_DONTNEED`.
-struct FaultArena {
-    base: NonNull<u8>,
-    pages: usize,
-    page: usize,
-    next: usize,
-}
-
-impl FaultArena {
-    fn new() -> Result<Self, BracketError> {
-        let page = page_size();
-        let len = page * FAULT_ARENA_PAGES;
-        // SAFETY: a fresh private anonymous mapping at an address the kernel picks.
-        let ptr = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(syscall_error("mmap"));
-        }
-        // SAFETY: advice on our own mapping. Keeps THP from backing it with one huge zero page
-        // (which would fault once for 2 MiB); failure only costs that, so it is ignored.
-        unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
-        let base = NonNull::new(ptr.cast()).ok_or(BracketError::Syscall {
-            op: "mmap",
-            errno: libc::EINVAL,
-        })?;
-        Ok(Self {
-            base,
-            pages: FAULT_ARENA_PAGES,
-            page,
-            // Start with a drop so that every page faults on first use.
-            next: FAULT_ARENA_PAGES,
-        })
-    }
-
-    /// The next page that will fault when read, dropping the whole arena when all were used.
-    fn next_page(&mut self) -> Result<*const u8, BracketError> {
-        if self.next == self.pages {
-            // SAFETY: our own mapping; MADV_DONTNEED on private anonymous memory only zaps
-            // the page tables (the next read maps the zero page again).
-            let rc = unsafe {
-                libc::madvise(
-                    self.base.as_ptr().cast(),
-                    self.pages * self.page,
-                    libc::MADV_DONTNEED,
-                )
-            };
-            if rc != 0 {
-                return Err(syscall_error("madvise(MADV_DONTNEED)"));
-            }
-            self.next = 0;
-        }
-        // SAFETY: `next < pages`, so the offset is inside the mapping.
-        let p = unsafe { self.base.as_ptr().add(self.next * self.page) };
-        self.next += 1;
-        Ok(p)
-    }
-}
-
-impl Drop for FaultArena {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly our own mapping; no references into it exist.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.pages * self.page) };
-    }
-}
-
-/// Kernel-stamped brackets for the calling thread. See the [module docs](self).
+/// Kernel-stamped brackets for the calling thread.
+///
+/// Kernel-stamped ground truth: counter brackets around actions that make the kernel write a
+/// record stamped with the perf clock.
+///
+/// Each bracket is `before = counter; action; after = counter`, and the action makes the kernel
+/// write exactly one record whose `PERF_SAMPLE_TIME` (the event clock, `local_clock()`) was taken
+/// inside it. Three kinds:
+///
+/// | kind | action | stamp taken | seen by a profiler recording this process |
+/// | --- | --- | --- | --- |
+/// | [`RecordKind::Comm`] | `prctl(PR_SET_NAME)` (name restored after) | in `__set_task_comm` | yes: it records COMM |
+/// | [`RecordKind::PageFault`] | read of a page dropped with `MADV_DONTNEED` | at fault entry, before the fault is handled | only if it samples page faults |
+/// | [`RecordKind::Mmap2`] | `mmap(PROT_READ \| PROT_EXEC)` of one anonymous page (unmapped after) | at the end of `mmap_region` | yes: an `//anon` executable mapping |
+///
+/// # Matching
+/// One action is outstanding at a time. Before it the ring is drained; after it, the ring must
+/// hold exactly one record that matches the action by type, pid, tid and a per-action key (the
+/// unique name set, the faulting address, the mapped address). Any other outcome (no match,
+/// two matches, a `PERF_RECORD_LOST`) discards the bracket: a bracket is never paired with the
+/// wrong record.
+///
+/// # Threads
+/// The events are per thread (`pid = 0, cpu = -1`): a [`GroundTruth`] measures the thread that
+/// opened it, on whichever CPU it runs, and is therefore neither `Send` nor `Sync`. Pin the
+/// thread first (e.g. `core_affinity::set_for_current`) to collect on a chosen CPU.
 pub struct GroundTruth {
     side_band: Option<Source>,
     kinds: [bool; 3],
@@ -444,13 +86,6 @@ impl fmt::Debug for GroundTruth {
             .field("tid", &self.tid)
             .field("stats", &self.stats)
             .finish_non_exhaustive()
-    }
-}
-
-fn syscall_error(op: &'static str) -> BracketError {
-    BracketError::Syscall {
-        op,
-        errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
     }
 }
 
@@ -728,16 +363,14 @@ impl GroundTruth {
             .faults
             .as_mut()
             .ok_or(BracketError::KindNotOpened(RecordKind::PageFault))?;
+        let page_mask = !(arena.page_size() as u64 - 1);
         let page = arena.next_page()?;
-        let page_mask = !(arena.page as u64 - 1);
         source.ring.drain(|_| {})?;
         let before = read();
-        // SAFETY: `page` is inside our readable anonymous mapping; the volatile read cannot be
-        // elided, so it faults (the page was dropped with MADV_DONTNEED).
-        unsafe { page.read_volatile() };
+        page.fault();
         let after = read();
         let (st, all) = (source.event.sample_type(), source.event.sample_id_all());
-        let target = page as u64;
+        let target = page.addr();
         let m = match_one(&mut source.ring, RecordKind::PageFault, |rec| {
             match rec.parse(st, all) {
                 Ok(Parsed::Sample(id))

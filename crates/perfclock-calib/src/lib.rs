@@ -1,7 +1,7 @@
 //! The perf clock where the kernel withholds its parameters, and the ground truth that every
 //! perfclock claim is checked against.
 //!
-//! - Ground truth: [`ground_truth`] opens perf events (through `perfclock-event`) and brackets
+//! - Ground truth: [`GroundTruth`] opens perf events (through `perfclock-event`) and brackets
 //!   kernel-stamped records (COMM, page-fault samples, MMAP2) with counter reads (the
 //!   unpublished `perfclock-check` judges clocks against fresh ones).
 //! - Calibration: [`fit`] finds the band of lines counter -> perf ns consistent with every
@@ -14,20 +14,25 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod bracket;
 mod calibrator;
 mod error;
+mod fault_arena;
 pub mod fit;
 pub mod fork_gate;
-pub mod ground_truth;
+mod ground_truth;
+mod kind;
 mod options;
 pub mod published;
 mod source;
 mod stats;
 mod thread;
 
+pub use bracket::{Bracket, BracketError, DiscardReason, KindStats, Stamped};
 pub use calibrator::{CalibratedClock, THREAD_NAME};
 pub use error::CalibError;
-pub use ground_truth::{Bracket, BracketError, GroundTruth, KindSet, RecordKind};
+pub use ground_truth::{GroundTruth, MAX_CONSECUTIVE_DISCARDS};
+pub use kind::{KindSet, RecordKind};
 pub use options::CalibrationOptions;
 pub use source::{open_ground_truth, BracketSource};
 pub use stats::CalibStats;

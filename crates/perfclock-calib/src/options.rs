@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::error::CalibError;
 use crate::fit::FitOptions;
-use crate::ground_truth::RecordKind;
+use crate::kind::RecordKind;
 
 /// Brackets collected before the first fit: a few thousand over every kind on our machines,
 /// enough for a bound under a microsecond, while `init()` stays a short wait.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::calibrator::Shared;
 use crate::error::CalibError;
 use crate::fit::{signed_diff, Constraint, Fit};
-use crate::ground_truth::{Bracket, BracketError, GroundTruth, KindSet, RecordKind};
+use crate::{Bracket, BracketError, GroundTruth, KindSet, RecordKind};
 
 /// A kind is kept for refinement if its tightest bracket side is within this of the best
 /// kind's: a kind that never binds a side only costs CPU.

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
 
-use crate::ground_truth::KindSet;
+use crate::kind::KindSet;
 
 /// Counters describing the calibrator's work so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

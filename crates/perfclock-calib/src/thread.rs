@@ -19,10 +19,10 @@ use crate::fit::{
     prune_hull_into, prune_into, Constraint, Fit, FitOptions, HullScratch, PruneScratch, Rel,
 };
 use crate::fork_gate;
-use crate::ground_truth::{BracketError, RecordKind};
 use crate::options::{CalibrationOptions, MIN_REFINE_BATCH};
 use crate::published::{continue_from, solve, union_bound, Solution};
 use crate::source::Probe;
+use crate::{BracketError, RecordKind};
 
 /// Buckets of time the history is cut into when pruning: each keeps its tightest brackets, so
 /// candidates are left everywhere when the window drops old hull vertices.

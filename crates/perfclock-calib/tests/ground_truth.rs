@@ -3,7 +3,7 @@
 mod common;
 
 use common::{best_line, interleaved, skip_perf_refused};
-use perfclock_calib::ground_truth::Stamped;
+use perfclock_calib::Stamped;
 use perfclock_calib::{Bracket, GroundTruth, RecordKind};
 use perfclock_event::{sample, EventAttr, Parsed, PerfEvent, RingReader};
 

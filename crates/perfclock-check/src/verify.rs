@@ -8,8 +8,8 @@
 
 use core::fmt;
 
-use perfclock_calib::ground_truth::{BracketError, GroundTruth, RecordKind};
 use perfclock_calib::CalibError;
+use perfclock_calib::{BracketError, GroundTruth, RecordKind};
 use perfclock_core::ReadError;
 
 use crate::PerfTimeSource;
@@ -284,9 +284,7 @@ pub fn verify_with(
                     Err(e) if e.is_transient() => {
                         discarded += 1;
                         discards_in_a_row += 1;
-                        if discards_in_a_row
-                            >= perfclock_calib::ground_truth::MAX_CONSECUTIVE_DISCARDS
-                        {
+                        if discards_in_a_row >= perfclock_calib::MAX_CONSECUTIVE_DISCARDS {
                             return Err(VerifyError::Bracket(e));
                         }
                         continue;

@@ -12,7 +12,7 @@
 //! for the core reads `ns_to_cycles(kernel timestamp)` must lie between the two counter values.
 
 use core_affinity::CoreId;
-use perfclock_calib::ground_truth::{GroundTruth, RecordKind, Stamped};
+use perfclock_calib::{GroundTruth, RecordKind, Stamped};
 use perfclock_core::{counter, PageReader, ReadError, Reading};
 use perfclock_event::{EventAttr, PerfEvent};
 

@@ -9,7 +9,7 @@
 use std::io::Read as _;
 use std::os::fd::{FromRawFd, OwnedFd};
 
-use perfclock_calib::ground_truth::{GroundTruth, RecordKind};
+use perfclock_calib::{GroundTruth, RecordKind};
 use perfclock_core::ReadError;
 
 use crate::brackets::{collect, Stats};

@@ -26,7 +26,7 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use linux_perf_data::jitdump::{JitDumpHeader, JitDumpReader, JitDumpRecord};
-use perfclock_calib::ground_truth::{GroundTruth, RecordKind};
+use perfclock_calib::{GroundTruth, RecordKind};
 use perfclock_core::{PageReader, TimeConversion};
 use perfclock_event::{EventAttr, PerfEvent};
 use perfclock_jitdump::timeconv::{TimeConvMode, TimeConvRecord};
