@@ -23,6 +23,7 @@ pub mod fork_gate;
 mod ground_truth;
 mod kind;
 mod options;
+pub mod prune;
 pub mod published;
 mod source;
 mod stats;

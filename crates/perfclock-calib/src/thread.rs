@@ -15,11 +15,10 @@ use perfclock_core::{counter, PageWriter, TimeConversion};
 
 use crate::calibrator::Shared;
 use crate::error::CalibError;
-use crate::fit::{
-    prune_hull_into, prune_into, Constraint, Fit, FitOptions, HullScratch, PruneScratch, Rel,
-};
+use crate::fit::{Constraint, Fit, FitOptions, Rel};
 use crate::fork_gate;
 use crate::options::{CalibrationOptions, MIN_REFINE_BATCH};
+use crate::prune::{prune_hull_into, prune_into, HullScratch, PruneScratch};
 use crate::published::{continue_from, solve, union_bound, Solution};
 use crate::source::Probe;
 use crate::{BracketError, RecordKind};
@@ -93,7 +92,7 @@ struct Buffers {
 
 impl Buffers {
     /// The constraints worth keeping of `history`, written to `out`: two hull layers per side
-    /// (lossless for the fit, see [`crate::fit::prune_hull`]) plus the tightest bracket per side
+    /// (lossless for the fit, see [`crate::prune::prune_hull`]) plus the tightest bracket per side
     /// in each slice of time, so that when the window drops old hull vertices there are
     /// candidates left everywhere.
     fn prune_history(
