@@ -22,6 +22,7 @@
 
 mod brackets;
 mod fork;
+mod guest_fs;
 mod handoff;
 mod jitdump;
 mod page;

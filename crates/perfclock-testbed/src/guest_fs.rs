@@ -1,0 +1,75 @@
+//! The file systems the jitdump check needs when it runs as PID 1 of an initramfs guest, where
+//! nothing is mounted: `/proc` (the writer reads the boot id) and a tmpfs for the dump (the
+//! marker mapping must be executable).
+
+use std::path::{Path, PathBuf};
+
+/// The dump lives here when the program is not PID 1 (a tmpfs is mounted on it when it is).
+const DIR_NAME: &str = "perfclock-testbed-jitdump";
+
+/// A directory for the dump that can be mapped executable (perf's marker mapping) and is removed
+/// again by [`DumpDir::remove`].
+#[derive(Debug)]
+pub(crate) struct DumpDir {
+    pub(crate) path: PathBuf,
+    /// A tmpfs was mounted on `path` (the guest's initramfs root is all there is otherwise).
+    pub(crate) mounted: bool,
+}
+
+impl DumpDir {
+    pub(crate) fn create(pid1: bool) -> Result<DumpDir, String> {
+        let path = if pid1 {
+            PathBuf::from("/tmp").join(DIR_NAME)
+        } else {
+            std::env::temp_dir().join(format!("{DIR_NAME}.{}", std::process::id()))
+        };
+        std::fs::create_dir_all(&path).map_err(|e| format!("mkdir {}: {e}", path.display()))?;
+        let mounted = pid1 && mount(c"tmpfs", &path, c"tmpfs").is_ok();
+        Ok(DumpDir { path, mounted })
+    }
+
+    pub(crate) fn remove(self) {
+        if self.mounted {
+            if let Ok(target) = std::ffi::CString::new(self.path.as_os_str().as_encoded_bytes()) {
+                // SAFETY: `target` is a NUL-terminated path that lives across the call.
+                unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// `mount(source, target, fstype)` with no flags or data.
+fn mount(source: &std::ffi::CStr, target: &Path, fstype: &std::ffi::CStr) -> Result<(), String> {
+    let target_c = std::ffi::CString::new(target.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("{} contains NUL", target.display()))?;
+    // SAFETY: three NUL-terminated strings that live across the call, no flags, no data.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target_c.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "mount {} on {}: {}",
+            fstype.to_string_lossy(),
+            target.display(),
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+/// The writer reads the boot id from `/proc`; as PID 1 of an initramfs nothing mounted it yet.
+pub(crate) fn ensure_proc(pid1: bool) -> Result<(), String> {
+    if !pid1 || Path::new("/proc/sys/kernel/random/boot_id").exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all("/proc").map_err(|e| format!("mkdir /proc: {e}"))?;
+    mount(c"proc", Path::new("/proc"), c"proc")
+}
