@@ -18,10 +18,9 @@ trap 'rm -f "$log"' EXIT
 
 fail() { echo "testbed-selftest: FAIL: $*" >&2; exit 1; }
 
-status=0
 PERFCLOCK_TESTBED_APPEND="${PERFCLOCK_TESTBED_APPEND:-} TESTBED_SELFTEST_SKEW_NS=$skew_ns" \
-    bash scripts/testbed.sh "$arch" >"$log" 2>&1 || status=$?
-cat "$log"
+    bash scripts/testbed.sh "$arch" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
 [ "$status" = 1 ] || fail "scripts/testbed.sh exited $status with first readings skewed by $skew_ns ns, not 1 (a failed check)"
 grep -qF "[$arch] TESTBED INFO self-test: first readings skewed by +$skew_ns ns" "$log" ||
     fail "the guest did not announce the skew: TESTBED_SELFTEST_SKEW_NS did not reach it"
