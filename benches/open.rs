@@ -27,6 +27,7 @@ use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use perfclock::{Clock, Error, Mode};
 use perfclock_core::PageReader;
 use perfclock_event::{EventAttr, PerfEvent};
+use perfclock_testutil::{skip, Need};
 
 fn config() -> Criterion {
     Criterion::default()
@@ -39,7 +40,7 @@ fn config() -> Criterion {
 fn kernel_mode(c: &mut Criterion) {
     let mut group = c.benchmark_group("open");
     if let Err(error) = PerfEvent::open(&EventAttr::dummy()) {
-        println!("SKIPPED kernel-mode open: perf_event_open fails here: {error}");
+        skip("kernel-mode open", Need::Perf, error);
         return;
     }
     group.bench_function("kernel page open+mmap+read+munmap", |b| {

@@ -37,6 +37,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use perfclock::{Clock, CounterStamp, Options};
 use perfclock_check::monotonic_ns;
 use perfclock_core::{counter, PageReader, PageWriter, PerfEventMmapPage, TimeConversion};
+use perfclock_testutil::{skip, Need};
 
 /// Non-short parameters (`cap_user_time_zero` set, `cap_user_time_short` clear, shift 31), the
 /// form an x86 kernel with a native TSC sched_clock publishes; the values are one calibrated run's.
@@ -283,7 +284,7 @@ fn reads(c: &mut Criterion) {
     let clock: &'static Clock = match perfclock::init_with(Options::default().refine(false)) {
         Ok(clock) => clock,
         Err(error) => {
-            println!("SKIPPED perfclock reads: no clock: {error}");
+            skip("perfclock reads", Need::Perf, error);
             return;
         }
     };
@@ -335,7 +336,11 @@ fn reads(c: &mut Criterion) {
     if has_rdtscp() {
         bench_one!(one, "rdtscp", rdtscp, run_calls);
     } else {
-        println!("SKIPPED rdtscp: the CPU does not report it");
+        skip(
+            "rdtscp",
+            Need::CpuFeature("rdtscp"),
+            "the CPU does not report it",
+        );
     }
     bench_one!(one, "clock_gettime MONOTONIC", monotonic_ns, run_calls);
     bench_one!(one, "std Instant::now", std_instant, run_calls);

@@ -8,7 +8,9 @@ of that name. Both times come out of samply's one timestamp converter, so the sc
 well the marker stamps agree with the perf clock of the samples.
 
 Pass: for every phase, at least --min-score of its samples fall inside its own markers, and the
-control markers (`late <name>`, stamped --late ns later) score at most --max-control-score.
+control markers (`late <name>`, stamped --late ns later) score at most --max-control-score. The
+control counts only if it ran: there must be one `late <name>` marker per `<name>` marker (a
+missing control would otherwise score 0% and pass).
 Also checks that samply read every line of the marker file (it stops at the first bad line).
 Exit status 0 on pass, 1 on failure, 2 on unusable input.
 """
@@ -141,6 +143,15 @@ def main():
 
     ok = True
     for phase in PHASES:
+        real_markers, late_markers = len(spans.get(phase, [])), len(spans.get(f"late {phase}", []))
+        if real_markers == 0 or late_markers != real_markers:
+            print(
+                f"phase {phase}: {real_markers} markers and {late_markers} `late {phase}` control "
+                f"markers: the control did not run (record with --late-control-ns)",
+                file=sys.stderr,
+            )
+            ok = False
+            continue
         inside, total = score(phase, phase)
         late_inside, _ = score(f"late {phase}", phase)
         real = inside / total if total else 0.0

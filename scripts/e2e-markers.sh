@@ -21,8 +21,10 @@ if ! "$samply" --version 2>/dev/null | grep -qx "samply $SAMPLY_VERSION"; then
 fi
 "$samply" --version
 
-command -v perf >/dev/null || { echo "e2e-markers: perf not found (apt-get install linux-perf)" >&2; exit 1; }
-command -v nm >/dev/null || { echo "e2e-markers: nm not found (apt-get install binutils)" >&2; exit 1; }
+# shellcheck source=scripts/lib/skip.sh
+. scripts/lib/skip.sh
+# Debian: apt-get install linux-perf binutils.
+perfclock_need_tools e2e-markers.sh perf nm
 
 cargo build --release -p perfclock-markers --example phases
 target_dir=${CARGO_TARGET_DIR:-$repo/target}

@@ -22,6 +22,7 @@ use std::time::Duration;
 use hostile_common::{child_case, describe_status, fork, run_child, wait, watchdog};
 use perfclock::{Clock, Mode, Options};
 use perfclock_calib::CalibrationOptions;
+use perfclock_testutil::{child_skipped, skip_child, Need};
 
 const TEST: &str = "fork_child_clock_is_bounded_then_refined_again";
 /// The longest refinement pause the cases use: the jump-detection latency.
@@ -42,8 +43,7 @@ fn fork_child_clock_is_bounded_then_refined_again() {
     let mut failed = Vec::new();
     for case in ["frozen", "resume", "drop"] {
         let run = run_child(TEST, case, Duration::from_secs(60));
-        if run.stdout.contains("FORK-REFINE-KERNEL-MODE") {
-            println!("SKIPPED fork refine case {case}: kernel mode has no refiner to restart");
+        if child_skipped(run.status, &run.stderr) {
             continue;
         }
         if !(run.status.success() && run.stdout.contains(&format!("FORK-REFINE-OK {case}"))) {
@@ -70,8 +70,11 @@ fn fork_refine_case(case: &str) {
     watchdog(40);
     let clock = perfclock::init_with(options()).expect("init");
     if clock.mode() == Mode::Kernel {
-        println!("FORK-REFINE-KERNEL-MODE");
-        return;
+        skip_child(
+            &format!("fork refine case {case}"),
+            Need::CalibratedMode,
+            "kernel mode has no refiner to restart",
+        );
     }
     // A second calibrated clock the child drops (case `drop`).
     let mut local = Some(options().open().expect("open a local clock"));

@@ -7,7 +7,8 @@
 //!   their rings exhaust the per-user budget (`perf_event_mlock_kb` per CPU), then the 64 KiB;
 //!   the error must name `ulimit -l`/RLIMIT_MEMLOCK and say the budget is per user.
 //!
-//! Needs root (to become `nobody`) and `perf_event_paranoid` <= 2; otherwise it says SKIPPED.
+//! Needs root (to become `nobody`), `perf_event_paranoid` <= 2 and calibrated mode; otherwise
+//! it skips (perfclock-testutil: a failure under the need's require variable).
 
 mod hostile_common;
 
@@ -17,6 +18,7 @@ use hostile_common::{child_case, run_child, watchdog};
 use perfclock::{Error, Mode, Options};
 use perfclock_calib::CalibError;
 use perfclock_event::{ErrorKind, Op};
+use perfclock_testutil::{child_skipped, skip, skip_child, Need};
 
 const TEST: &str = "per_user_limits_name_their_knob";
 const NOBODY: libc::uid_t = 65534;
@@ -32,12 +34,20 @@ fn per_user_limits_name_their_knob() {
         return;
     }
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("SKIPPED {TEST}: needs root to become an unprivileged user");
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 {
+        skip(
+            TEST,
+            Need::Root,
+            format_args!("euid {euid} cannot become `nobody`"),
+        );
         return;
     }
     for case in ["nproc", "memlock"] {
         let run = run_child(TEST, case, Duration::from_secs(120));
+        if child_skipped(run.status, &run.stderr) {
+            continue;
+        }
         run.expect_success(&format!("LIMITS-OK {case}"));
         println!(
             "{case}: {}",
@@ -75,24 +85,29 @@ fn threads_of_this_process() -> u64 {
         .expect("a Threads: line")
 }
 
-/// Whether this kernel gives a calibrated clock at all (else there is nothing to limit).
-fn calibrated_here() -> bool {
+/// Exits as skipped unless this kernel gives `nobody` a calibrated clock (else there is
+/// nothing to limit).
+fn skip_unless_calibrated(case: &str) {
+    let test = format!("{TEST} {case}");
     match perfclock::Clock::open() {
-        Ok(clock) => clock.mode() == Mode::Calibrated,
-        Err(error) => {
-            println!("SKIPPED {TEST}: no clock as nobody: {error}");
-            false
-        }
+        Ok(clock) if clock.mode() == Mode::Calibrated => {}
+        Ok(clock) => skip_child(
+            &test,
+            Need::CalibratedMode,
+            format_args!("the clock opened in {:?} mode", clock.mode()),
+        ),
+        Err(error) => skip_child(
+            &test,
+            Need::Perf,
+            format_args!("no clock as nobody: {error}"),
+        ),
     }
 }
 
 fn limits_child(case: &str) {
     watchdog(100);
     become_nobody();
-    if !calibrated_here() {
-        println!("LIMITS-OK {case} skipped (kernel mode or no clock)");
-        return;
-    }
+    skip_unless_calibrated(case);
     match case {
         "nproc" => {
             // Every thread of user nobody counts; this process's are all there are.

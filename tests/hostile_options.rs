@@ -15,6 +15,7 @@ use std::time::Duration;
 use hostile_common::{child_case, run_child, watchdog};
 use perfclock::{Error, Mode, Options};
 use perfclock_calib::{CalibError, CalibrationOptions};
+use perfclock_testutil::{child_skipped, skip_child, Need};
 
 const TEST: &str = "options_that_panicked_or_aborted_are_typed_errors";
 
@@ -59,11 +60,7 @@ fn options_that_panicked_or_aborted_are_typed_errors() {
     let mut failed = Vec::new();
     for (name, _, _) in cases() {
         let run = run_child(TEST, name, Duration::from_secs(60));
-        if run.stdout.contains("OPTIONS-KERNEL-MODE") {
-            println!(
-                "SKIPPED options case {name}: the clock opened in kernel mode, which uses no \
-                 calibration options"
-            );
+        if child_skipped(run.status, &run.stderr) {
             continue;
         }
         if !(run.status.success() && run.stdout.contains(&format!("OPTIONS-OK {name}"))) {
@@ -91,7 +88,11 @@ fn options_child(case: &str) {
         .find(|(name, _, _)| *name == case)
         .expect("known case");
     match Options::default().calibration(options).open() {
-        Ok(clock) if clock.mode() == Mode::Kernel => println!("OPTIONS-KERNEL-MODE {name}"),
+        Ok(clock) if clock.mode() == Mode::Kernel => skip_child(
+            &format!("options case {name}"),
+            Need::CalibratedMode,
+            "the clock opened in kernel mode, which uses no calibration options",
+        ),
         Ok(clock) => panic!("{name}: opened a {:?} clock", clock.mode()),
         Err(Error::Calibration {
             reason: reason @ CalibError::InvalidOptions { setting, .. },
@@ -118,8 +119,11 @@ fn the_smallest_valid_batch_keeps_refining() {
             .open()
             .expect("open with the smallest batch");
         let Some(calibrated) = clock.calibrated() else {
-            println!("SMALL-BATCH-KERNEL-MODE");
-            return;
+            skip_child(
+                "the_smallest_valid_batch_keeps_refining",
+                Need::CalibratedMode,
+                "kernel mode has no refiner",
+            );
         };
         // A thread that panicked stops counting; the watchdog ends a wait that never ends.
         while calibrated.stats().refinements < 20 {
@@ -133,8 +137,7 @@ fn the_smallest_valid_batch_keeps_refining() {
         "small-batch",
         Duration::from_secs(60),
     );
-    if run.stdout.contains("SMALL-BATCH-KERNEL-MODE") {
-        println!("SKIPPED the_smallest_valid_batch_keeps_refining: kernel mode, no refiner");
+    if child_skipped(run.status, &run.stderr) {
         return;
     }
     run.expect_success("SMALL-BATCH-OK");

@@ -11,13 +11,14 @@ use std::time::Duration;
 
 use hostile_common::{child_case, run_child, watchdog};
 use perfclock::{Clock, Error};
+use perfclock_testutil::{skip, Need};
 
 const TEST: &str = "tsc_disabled_by_prctl_is_unsupported";
 
 #[test]
 fn tsc_disabled_by_prctl_is_unsupported() {
     if !cfg!(target_arch = "x86_64") {
-        println!("SKIPPED tsc_disabled_by_prctl_is_unsupported: PR_SET_TSC exists on x86 only");
+        skip(TEST, Need::X86_64, "PR_SET_TSC exists on x86 only");
         return;
     }
     if let Some(case) = child_case() {
@@ -37,7 +38,7 @@ const READS_TEST: &str = "reads_without_a_clock_on_a_tsc_disabled_thread";
 #[test]
 fn reads_without_a_clock_on_a_tsc_disabled_thread() {
     if !cfg!(target_arch = "x86_64") {
-        println!("SKIPPED {READS_TEST}: PR_SET_TSC exists on x86 only");
+        skip(READS_TEST, Need::X86_64, "PR_SET_TSC exists on x86 only");
         return;
     }
     if let Some(case) = child_case() {

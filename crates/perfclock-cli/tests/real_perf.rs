@@ -3,8 +3,8 @@
 //! refuses it (where the kernel withholds the conversion), with it inject succeeds and
 //! `perf report` attributes the jitted function's samples to its name.
 //!
-//! Needs perf, python3 and a perf clock. Without them the tests print `SKIPPED` and return,
-//! unless PERFCLOCK_REQUIRE_PERF=1 (CI), where they fail instead.
+//! Needs perf, python3 and a perf clock. Without them the tests skip (perfclock-testutil),
+//! unless PERFCLOCK_REQUIRE_PERF=1 and PERFCLOCK_REQUIRE_TOOLS=1 (CI), where they fail instead.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,6 +13,7 @@ use std::process::{Command, Output};
 use perfclock::Mode;
 use perfclock_core::counter::COUNTER_NAME;
 use perfclock_jitdump::timeconv::TimeConvRecord;
+use perfclock_testutil::{skip, Need};
 
 /// Runs a JIT in miniature: copies a spinning loop into executable memory, stamps its code
 /// load with the raw counter (read by a jitted `rdtsc`/`mrs cntvct_el0`, as perfclock does),
@@ -57,20 +58,12 @@ if x86:
 /// Spins of the jitted loop: about half a second here.
 const LOOPS: u32 = 1_500_000_000;
 
-fn required() -> bool {
-    std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_some()
-}
-
-/// Prints `SKIPPED` (or fails under PERFCLOCK_REQUIRE_PERF=1) when `tool` does not run.
-fn tool_or_skip(test: &str, tool: &str) -> bool {
+/// Skips (or fails under PERFCLOCK_REQUIRE_TOOLS=1) when `tool` does not run.
+fn tool_or_skip(test: &str, tool: &'static str) -> bool {
     match Command::new(tool).arg("--version").output() {
         Ok(output) if output.status.success() => true,
         other => {
-            assert!(
-                !required(),
-                "{test}: {tool} unavailable with PERFCLOCK_REQUIRE_PERF=1: {other:?}"
-            );
-            println!("SKIPPED {test}: {tool} does not run here ({other:?})");
+            skip(test, Need::Tool(tool), format_args!("{other:?}"));
             false
         }
     }
@@ -130,11 +123,12 @@ fn record(test: &str, dir: &Path, options: &[&str], out: &Path, args: &[&str]) -
     if output.status.success() {
         return Some(());
     }
-    assert!(
-        !required(),
-        "{test}: perf record failed with PERFCLOCK_REQUIRE_PERF=1"
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    skip(
+        test,
+        Need::Perf,
+        format_args!("perf record failed: {}", stderr.trim()),
     );
-    println!("SKIPPED {test}: perf record refused here");
     None
 }
 
@@ -179,8 +173,7 @@ fn jit_end_to_end(test: &str, record_options: &[&str]) {
     let clock = match perfclock::init() {
         Ok(clock) => clock,
         Err(error) => {
-            assert!(!required(), "{test}: no perf clock: {error}");
-            println!("SKIPPED {test}: no perf clock here: {error}");
+            skip(test, Need::Perf, error);
             return;
         }
     };
@@ -277,7 +270,11 @@ fn jit_end_to_end(test: &str, record_options: &[&str]) {
             "the jitted loop's samples are not attributed to it"
         );
     } else {
-        println!("SKIPPED {test} attribution: the jitted loop runs on x86_64 only");
+        skip(
+            &format!("{test} attribution"),
+            Need::X86_64,
+            "the jitted loop is x86-64 code",
+        );
     }
 }
 

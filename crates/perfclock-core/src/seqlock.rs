@@ -724,7 +724,11 @@ mod tests {
         page.writer().publish(&conversion);
         let reader = page.reader();
         if !counter::SUPPORTED {
-            std::println!("SKIPPED counter reads: no supported counter on this architecture");
+            perfclock_testutil::skip(
+                "counter reads",
+                perfclock_testutil::Need::CpuFeature("a counter perfclock reads (TSC, CNTVCT_EL0)"),
+                "no supported counter on this architecture",
+            );
             assert_eq!(reader.now_ns(), Err(ReadError::CounterUnsupported));
             return;
         }

@@ -36,9 +36,10 @@ fail() {
     exit 1
 }
 
-for tool in perf java javac jar cc python3 cargo; do
-    command -v "$tool" >/dev/null || fail "missing '$tool' (Debian: apt-get install -y linux-perf openjdk-17-jdk-headless gcc python3)"
-done
+# shellcheck source=scripts/lib/skip.sh
+. "$root/scripts/lib/skip.sh"
+# Debian: apt-get install -y linux-perf openjdk-17-jdk-headless gcc python3.
+perfclock_need_tools "jvmti e2e.sh" perf java javac jar cc python3 cargo
 echo "e2e: work dir $out; $(perf --version)"
 
 agent=$(bash "$here/build.sh" | tail -n 1)

@@ -189,8 +189,9 @@ mod tests {
 
     #[test]
     fn a_file_as_directory_is_an_io_error() {
-        if perfclock::init().is_err() {
-            println!("SKIPPED a_file_as_directory_is_an_io_error: no perfclock clock here");
+        if let Err(error) = perfclock::init() {
+            let test = "a_file_as_directory_is_an_io_error";
+            perfclock_testutil::skip(test, perfclock_testutil::Need::Perf, error);
             return;
         }
         let file = std::env::temp_dir().join(format!("perfclock-ffi-jit-{}", std::process::id()));

@@ -267,12 +267,10 @@ mod tests {
         // SAFETY: null is checked.
         let null_out = unsafe { perfclock_snapshot(ptr::null_mut()) };
         assert_eq!(null_out, PERFCLOCK_E_NULL_POINTER);
-        if crate::perfclock_init() != PERFCLOCK_OK {
-            assert!(
-                std::env::var_os("PERFCLOCK_FFI_REQUIRE_CLOCK").is_none(),
-                "perfclock_init failed under PERFCLOCK_FFI_REQUIRE_CLOCK=1"
-            );
-            println!("SKIPPED perfclock_snapshot: perfclock_init failed here");
+        let code = crate::perfclock_init();
+        if code != PERFCLOCK_OK {
+            let why = format!("perfclock_init returned {code}");
+            perfclock_testutil::skip("perfclock_snapshot", perfclock_testutil::Need::Perf, why);
             return;
         }
         let mut s = perfclock_clock_snapshot::default();

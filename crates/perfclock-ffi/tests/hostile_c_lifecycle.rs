@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{libraries, CRATE_DIR};
+use perfclock_testutil::{skip, Need};
 
 /// Past the programs' own `alarm(60)`: a hang shows as SIGALRM, this is the backstop.
 const PROGRAM_TIMEOUT: Duration = Duration::from_secs(90);
@@ -137,9 +138,10 @@ fn init_in_a_dlopened_constructor_returns_instead_of_hanging() {
         "perfclock_init after dlopen returned"
     );
     if in_constructor == i64::from(PERFCLOCK_OK) {
-        println!(
-            "SKIPPED the calibrated-mode path of init in a dlopen constructor: the clock opened \
-             in kernel mode, which starts no thread"
+        skip(
+            "the calibrated-mode path of init in a dlopen constructor",
+            Need::CalibratedMode,
+            "the clock opened in kernel mode, which starts no thread",
         );
     }
 }
@@ -163,9 +165,12 @@ fn init_in_a_fork_child_restarts_refinement() {
         "compile fork_reinit.c",
     );
     let stdout = run_watched(&mut Command::new(&program), "fork_reinit");
-    if field(&stdout, "MODE") != Some(2) {
-        println!(
-            "SKIPPED init_in_a_fork_child_restarts_refinement: not calibrated mode, no refiner"
+    let mode = field(&stdout, "MODE");
+    if mode != Some(2) {
+        skip(
+            "init_in_a_fork_child_restarts_refinement",
+            Need::CalibratedMode,
+            format_args!("MODE {mode:?} (2 is calibrated), so no refiner"),
         );
         return;
     }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{libraries, CRATE_DIR, NATIVE_LIBS};
+use perfclock_testutil::{skip, Need};
 
 /// How `ls -l` shows a perf event's descriptor.
 const PERF_FD: &str = "anon_inode:[perf_event]";
@@ -112,9 +113,13 @@ fn preloaded_library_opens_the_clock_on_first_use_only() {
 
     let fds = fds_with_preload(&eager);
     if !fds.contains(PERF_FD) {
-        println!(
-            "SKIPPED preloaded_library_opens_the_clock_on_first_use_only: perfclock_init() \
-             opened no perf event here (perf refused?), so the lazy path cannot be told apart\n{fds}"
+        skip(
+            "preloaded_library_opens_the_clock_on_first_use_only",
+            Need::Perf,
+            format_args!(
+                "perfclock_init() opened no perf event here (perf refused?), so the lazy path \
+                 cannot be told apart\n{fds}"
+            ),
         );
         return;
     }

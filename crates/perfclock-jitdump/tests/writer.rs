@@ -1,7 +1,7 @@
 //! The writer against an independent reader (`linux-perf-data`'s jitdump reader) and against
 //! perf's own tolerance rules: complete records parse, a partial tail is ignored.
 //!
-//! Needs the perfclock clock (perf events). Without it each test prints `SKIPPED` and returns,
+//! Needs the perfclock clock (perf events). Without it each test skips (perfclock-testutil)
 //! unless `PERFCLOCK_REQUIRE_PERF=1` (CI), which turns that into a failure.
 
 use std::collections::HashSet;
@@ -15,17 +15,14 @@ use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
 use perfclock_jitdump::record::{FLAGS_ARCH_TIMESTAMP, HEADER_SIZE, JIT_CODE_CLOSE};
 use perfclock_jitdump::timeconv::TimeConvRecord;
 use perfclock_jitdump::{JitDump, JitDumpError};
+use perfclock_testutil::{skip, Need};
 
 /// Whether the clock can be had; prints why not.
 fn clock_available(test: &str) -> bool {
     match perfclock::init() {
         Ok(_) => true,
         Err(error) => {
-            assert!(
-                std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none(),
-                "{test}: PERFCLOCK_REQUIRE_PERF is set but the clock cannot be opened: {error}"
-            );
-            println!("SKIPPED {test}: no perfclock clock here: {error}");
+            skip(test, Need::Perf, error);
             false
         }
     }
@@ -337,7 +334,7 @@ fn full_disk_leaves_only_complete_records() {
     let _mount = match Tmpfs::mount(dir.path(), "64k") {
         Ok(mount) => mount,
         Err(why) => {
-            println!("SKIPPED full_disk_leaves_only_complete_records: cannot mount a tmpfs: {why}");
+            skip("full_disk_leaves_only_complete_records", Need::Mount, why);
             return;
         }
     };

@@ -5,15 +5,18 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use perfclock_markers::Markers;
+use perfclock_testutil::{skip, Need};
 
 fn markers(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(format!("pcm-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temporary directory");
     let markers = Markers::open(&dir).expect("marker file");
-    if perfclock::init().is_err() {
-        println!("SKIPPED now_ns baselines: no perf clock here");
+    match perfclock::init() {
+        Ok(_) => {
+            c.bench_function("now_ns", |b| b.iter(|| black_box(perfclock::now_ns())));
+        }
+        Err(error) => skip("now_ns baselines", Need::Perf, error),
     }
-    c.bench_function("now_ns", |b| b.iter(|| black_box(perfclock::now_ns())));
     let mut t = 1_000_000_000u64;
     c.bench_function("span (explicit stamps)", |b| {
         b.iter(|| {

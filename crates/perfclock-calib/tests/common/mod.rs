@@ -6,10 +6,11 @@
 
 use perfclock_calib::{Bracket, CalibError, GroundTruth, RecordKind};
 use perfclock_event::ErrorKind;
+use perfclock_testutil::{skip, Need};
 
 /// Whether `error` is this environment refusing perf events (paranoid level, seccomp, no
-/// CONFIG_PERF_EVENTS) and the test may skip: then prints `SKIPPED <test>: ...` and returns true.
-/// With PERFCLOCK_REQUIRE_PERF=1 (CI on the project's machines) nothing is skipped.
+/// CONFIG_PERF_EVENTS) and the test may skip: then says so (perfclock-testutil's `skip`) and
+/// returns true. With PERFCLOCK_REQUIRE_PERF=1 (CI on the project's machines) it fails instead.
 pub fn skip_perf_refused(test: &str, error: &CalibError) -> bool {
     let CalibError::Open(e) = error else {
         return false;
@@ -18,11 +19,10 @@ pub fn skip_perf_refused(test: &str, error: &CalibError) -> bool {
         e.kind(),
         ErrorKind::PermissionDenied | ErrorKind::NoPerfSupport
     );
-    if refused && std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none() {
-        println!("SKIPPED {test}: {e}");
-        return true;
+    if refused {
+        skip(test, Need::Perf, e);
     }
-    false
+    refused
 }
 
 /// Brackets of all kinds, interleaved in rounds of 50 on this thread.

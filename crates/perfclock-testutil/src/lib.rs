@@ -1,0 +1,12 @@
+//! Helpers shared by the workspace's tests, benches and test programs (a dev-dependency, never
+//! published). Each concern gets a module of its own; today:
+//!
+//! - [`mod@skip`]: the one way a test says it cannot run here. It names what is missing, says so on
+//!   stderr past libtest's capture (and in the file `PERFCLOCK_SKIP_LOG` names), and fails
+//!   instead when CI's require variable for that need is set.
+//!
+//! The shell and Python end-to-end scripts have the same helper in `scripts/lib/skip.sh`.
+
+pub mod skip;
+
+pub use skip::{child_skipped, skip, skip_child, Need, SKIPPED_EXIT_STATUS, SKIP_LOG_ENV};
