@@ -138,7 +138,7 @@ pub enum AttachError {
         /// The JVM's message.
         message: String,
     },
-    /// The agent's `Agent_OnAttach` returned an error; the JVM unloaded it.
+    /// The agent's `Agent_OnAttach` returned an error; the JVM did not keep the agent.
     AgentFailed {
         /// `Agent_OnAttach`'s return value.
         return_code: i32,
@@ -258,7 +258,7 @@ impl fmt::Display for AttachError {
             } => write!(
                 f,
                 "timeout: JVM {pid} did not open its attach socket {} within {:.1} s of SIGQUIT: \
-                 attach disabled (-XX:+DisableAttachMechanism, e.g. from an @argfile perfclock \
+                 attach disabled (-XX:+DisableAttachMechanism, e.g. from a -XX:Flags= file perfclock \
                  cannot see), or the JVM is stopped or overloaded; restart it without that \
                  option, or raise --timeout",
                 socket.display(),
@@ -299,8 +299,8 @@ impl fmt::Display for AttachError {
             } => {
                 write!(
                     f,
-                    "agent load failed: Agent_OnAttach returned {return_code} and the JVM \
-                     unloaded it"
+                    "agent load failed: Agent_OnAttach returned {return_code}, so the JVM did not \
+                     keep the agent"
                 )?;
                 if !message.is_empty() {
                     write!(f, " ({})", one_line(message))?;

@@ -33,8 +33,10 @@
 //! # Caveats
 //! - The JVM opens the agent at the given path in its own mount namespace: for a JVM in a
 //!   container the file must be visible there at the same path (checked, [`AttachError::AgentNotVisible`]).
-//! - `-XX:+DisableAttachMechanism` or `-Xrs` given in an `@argfile` or `-XX:Flags=` file is
-//!   not seen beforehand: the JVM then prints a thread dump on SIGQUIT and the attach times out.
+//! - `-XX:+DisableAttachMechanism` or `-Xrs` is seen on the command line, in `@argfile`s,
+//!   `-XX:VMOptionsFile=` and the `JAVA_TOOL_OPTIONS`/`JDK_JAVA_OPTIONS`/`_JAVA_OPTIONS`
+//!   variables, but not in a `-XX:Flags=` file or `.hotspotrc`: the JVM then prints a thread
+//!   dump on SIGQUIT and the attach times out.
 //! - OpenJ9's attach mechanism is not supported.
 #![deny(unsafe_code)]
 

@@ -69,7 +69,7 @@ pub enum LoadResponse {
         /// The JVM's text besides the return code line, trimmed (usually empty).
         message: String,
     },
-    /// `Agent_OnAttach` ran and returned `return_code`; the JVM unloaded the library.
+    /// `Agent_OnAttach` ran and returned `return_code`; the JVM did not keep the agent.
     AgentFailed {
         /// `Agent_OnAttach`'s return value.
         return_code: i32,
