@@ -25,7 +25,7 @@ pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 /// [`RequestError`] if the path or the options hold a NUL byte or exceed
 /// [`MAX_ARGUMENT_BYTES`] (HotSpot would refuse the request without saying why).
 pub fn load_request(agent: &[u8], options: &[u8]) -> Result<Vec<u8>, RequestError> {
-    for (argument, bytes) in [("agent path", agent), ("agent options", options)] {
+    for (argument, bytes) in [("agent path", agent), ("agent option string", options)] {
         if bytes.contains(&0) {
             return Err(RequestError::Nul { argument });
         }
@@ -49,12 +49,12 @@ pub fn load_request(agent: &[u8], options: &[u8]) -> Result<Vec<u8>, RequestErro
 pub enum RequestError {
     /// The argument holds a NUL byte, which ends it on the JVM's side.
     Nul {
-        /// Which argument: "agent path" or "agent options".
+        /// Which argument: "agent path" or "agent option string".
         argument: &'static str,
     },
     /// The argument is longer than HotSpot accepts.
     TooLong {
-        /// Which argument: "agent path" or "agent options".
+        /// Which argument: "agent path" or "agent option string".
         argument: &'static str,
         /// Its length in bytes.
         len: usize,
@@ -162,7 +162,7 @@ mod tests {
         assert_eq!(
             load_request(b"/a.so", b"x\0y"),
             Err(RequestError::Nul {
-                argument: "agent options"
+                argument: "agent option string"
             })
         );
         let long = vec![b'a'; MAX_ARGUMENT_BYTES + 1];

@@ -421,6 +421,12 @@ fn attach_loads_the_agent_into_a_running_jvm_of_every_jdk() {
         );
         assert_error(&attach(&[&pid, "", "--agent", "/bin/sh"]), "was not loaded");
 
+        // More than HotSpot reads of one argument: refused before sending.
+        assert_error(
+            &attach(&[&pid, &"x".repeat(1100), "--agent", agent]),
+            "the agent option string is 1100 bytes; HotSpot accepts at most 1024",
+        );
+
         // HotSpot accepts only its own user or root: perfclock as nobody is refused, before
         // anything reaches the JVM.
         if is_root() {
