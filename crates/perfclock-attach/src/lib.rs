@@ -98,7 +98,11 @@ pub fn attach(
     options: &OsStr,
     timeout: Duration,
 ) -> Result<Attached, AttachError> {
-    let deadline = Instant::now() + timeout;
+    // A timeout beyond what Instant can add is as good as none (136 years).
+    let now = Instant::now();
+    let deadline = now
+        .checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
     let status = read_status(pid)?;
     let jvm_ids = (status.euid, status.egid);
     let ours = (os::effective_uid(), os::effective_gid());

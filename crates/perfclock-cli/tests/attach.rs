@@ -593,6 +593,11 @@ fn attach_errors_name_the_cause_within_ten_seconds() {
         &format!("not a HotSpot JVM: process {pid} (sleep) maps no libjvm.so"),
     );
     assert!(sleep.try_wait().unwrap().is_none(), "sleep was signalled");
+    // A timeout too large to add to a clock reading is no panic.
+    assert_error(
+        &attach(&[&pid, "", "--agent", "/bin/sh", "--timeout", "1e19"]),
+        "not a HotSpot JVM",
+    );
     let _ = sleep.kill();
     let _ = sleep.wait();
 
