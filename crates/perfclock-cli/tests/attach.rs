@@ -678,3 +678,47 @@ fn attach_errors_name_the_cause_within_ten_seconds() {
         assert!(short.1 < Duration::from_secs(3), "{:?}", short.1);
     }
 }
+
+#[test]
+fn a_socket_left_by_a_killed_jvm_with_the_same_pid_is_replaced() {
+    const TEST: &str = "a_socket_left_by_a_killed_jvm_with_the_same_pid_is_replaced";
+    let Some(fixture) = fixture(TEST) else {
+        return;
+    };
+    if !is_root() {
+        skip(
+            TEST,
+            "not root: the JVM's /tmp socket is made as the JVM's user",
+        );
+        return;
+    }
+    let agent = fixture.agent.to_str().unwrap();
+    for java in &fixture.jdks {
+        eprintln!("== {}", java.display());
+        let markers = marker_dir(
+            fixture,
+            &format!("stale-{}", java.display()).replace('/', "_"),
+        );
+        let marker = markers.join("marker");
+        // In its own namespaces, so the socket path is the JVM's alone and nobody else's test.
+        let jvm = Jvm::start(java, fixture, &[], Wrapper::Namespace);
+        let pid = jvm.pid.to_string();
+        let socket = format!("/proc/{pid}/root/tmp/.java_pid{}", jvm.ns_pid);
+        // A socket nobody listens on, as a JVM killed with SIGKILL leaves it.
+        drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+        let stale = fs::metadata(&socket).unwrap().ino();
+        let attached = attach(&[
+            &pid,
+            &format!("stale@{}", marker.display()),
+            "--agent",
+            agent,
+        ]);
+        assert_loaded(&attached.0, &format!("loaded {agent} into JVM {pid}"));
+        assert_eq!(marker_lines(&marker), ["attached stale"]);
+        assert_ne!(
+            fs::metadata(&socket).unwrap().ino(),
+            stale,
+            "the JVM's socket is new"
+        );
+    }
+}
