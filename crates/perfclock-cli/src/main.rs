@@ -52,9 +52,9 @@ enum Command {
     Attach {
         /// The JVM's process id (as seen here, also for a JVM in a container).
         pid: u32,
-        /// The agent's options, passed to its Agent_OnAttach as they are.
-        #[arg(value_name = "AGENT-OPTIONS", default_value = "")]
-        options: OsString,
+        /// The agent's options, passed to its Agent_OnAttach as they are (none if omitted).
+        #[arg(value_name = "AGENT-OPTIONS")]
+        options: Option<OsString>,
         /// The agent library [default: libperfclock_agent.so next to the perfclock executable].
         #[arg(long, value_name = "PATH")]
         agent: Option<PathBuf>,
@@ -86,7 +86,12 @@ fn main() -> ExitCode {
             options,
             agent,
             timeout,
-        } => attach::run(pid, options, agent, Duration::from_secs_f64(timeout)),
+        } => attach::run(
+            pid,
+            options.unwrap_or_default(),
+            agent,
+            Duration::from_secs_f64(timeout),
+        ),
     }
 }
 
