@@ -282,10 +282,24 @@ impl Jvm {
 
 impl Drop for Jvm {
     fn drop(&mut self) {
-        // SIGKILL from here reaches a namespace's init too; --kill-child covers unshare.
-        let _ = Command::new("kill")
-            .args(["-KILL", &self.pid.to_string()])
-            .status();
+        // SIGTERM first: the JVM then removes its /tmp/.java_pid socket as it exits (SIGKILL
+        // would leave it behind). SIGKILL if it lingers; from here it reaches a namespace's init
+        // too, and --kill-child ends unshare with it.
+        let signal = |name: &str| {
+            let _ = Command::new("kill")
+                .args([name, &self.pid.to_string()])
+                .status();
+        };
+        signal("-TERM");
+        let started = Instant::now();
+        // Until it has exited (gone, or a zombie its parent has not reaped yet).
+        while fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .is_ok_and(|stat| !stat.contains(") Z "))
+            && started.elapsed() < Duration::from_secs(10)
+        {
+            thread::sleep(Duration::from_millis(20));
+        }
+        signal("-KILL");
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
