@@ -1,11 +1,14 @@
 //! The `perfclock` command: `perfclock doctor` and `perfclock inject-time-conv`.
 
+mod attach;
 mod doctor;
 mod inject;
 mod perf_data_patch;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -42,6 +45,28 @@ enum Command {
         #[arg(long = "dump-dir", value_name = "DIR")]
         dump_dirs: Vec<PathBuf>,
     },
+    /// Load perfclock's JVMTI agent into a running HotSpot JVM (HotSpot's dynamic attach, as
+    /// `jcmd PID JVMTI.agent_load` does; no JDK needed). As root it acts as the JVM's user; a
+    /// JVM in a container is reached through /proc/PID. Exits non-zero, naming the cause, if the
+    /// agent was not loaded.
+    Attach {
+        /// The JVM's process id (as seen here, also for a JVM in a container).
+        pid: u32,
+        /// The agent's options, passed to its Agent_OnAttach as they are (none if omitted).
+        #[arg(value_name = "AGENT-OPTIONS")]
+        options: Option<OsString>,
+        /// The agent library [default: libperfclock_agent.so next to the perfclock executable].
+        #[arg(long, value_name = "PATH")]
+        agent: Option<PathBuf>,
+        /// Give up after this many seconds (waiting for the JVM's listener and its answer).
+        #[arg(long, value_name = "SECONDS", default_value_t = attach::DEFAULT_TIMEOUT_SECS,
+              value_parser = parse_seconds)]
+        timeout: f64,
+    },
+}
+
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    attach::parse_timeout(text).map(|timeout| timeout.as_secs_f64())
 }
 
 fn main() -> ExitCode {
@@ -56,6 +81,17 @@ fn main() -> ExitCode {
             output,
             dump_dirs,
         }),
+        Command::Attach {
+            pid,
+            options,
+            agent,
+            timeout,
+        } => attach::run(
+            pid,
+            options.unwrap_or_default(),
+            agent,
+            Duration::from_secs_f64(timeout),
+        ),
     }
 }
 

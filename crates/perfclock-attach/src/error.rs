@@ -1,0 +1,334 @@
+//! Why an attach failed: one variant per cause, each message naming what fixes it.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::procfs::AttachBlocker;
+use crate::protocol::{MalformedResponse, RequestError, MAX_ARGUMENT_BYTES};
+
+/// Why [`attach`](crate::attach) did not load the agent.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AttachError {
+    /// No process has this pid (or it has exited and is a zombie).
+    NoSuchProcess {
+        /// The pid given.
+        pid: u32,
+    },
+    /// Reading `/proc/PID/<what>` failed for another reason than the process being gone.
+    Proc {
+        /// The pid given.
+        pid: u32,
+        /// The `/proc/PID` entry.
+        what: &'static str,
+        /// The error (`InvalidData` if it could not be parsed).
+        source: io::Error,
+    },
+    /// HotSpot accepts an attach only from its own effective user and group, or from root.
+    Permission {
+        /// The pid given.
+        pid: u32,
+        /// The JVM's effective uid and gid.
+        jvm: (u32, u32),
+        /// perfclock's effective uid and gid.
+        ours: (u32, u32),
+    },
+    /// As root, switching to the JVM's effective uid/gid was refused (no CAP_SETUID/CAP_SETGID,
+    /// e.g. in a restricted container).
+    SwitchCredentials {
+        /// The JVM's effective uid and gid.
+        jvm: (u32, u32),
+        /// setegid's or seteuid's error.
+        source: io::Error,
+    },
+    /// The process maps no `libjvm.so`: not a HotSpot JVM (it is never signalled).
+    NotHotSpot {
+        /// The pid given.
+        pid: u32,
+        /// Its command name.
+        name: String,
+    },
+    /// An OpenJ9 JVM: its attach mechanism is another one.
+    OpenJ9 {
+        /// The pid given.
+        pid: u32,
+    },
+    /// The JVM runs with an option that disables attaching.
+    AttachDisabled {
+        /// The pid given.
+        pid: u32,
+        /// The option and where it was found.
+        blocker: AttachBlocker,
+    },
+    /// The JVM never installed its SIGQUIT handler within the timeout: it is still starting, or
+    /// runs with `-Xrs` given where perfclock cannot see it.
+    NoQuitHandler {
+        /// The pid given.
+        pid: u32,
+        /// How long perfclock waited.
+        waited: Duration,
+    },
+    /// The agent library cannot be read.
+    Agent {
+        /// The path given.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// The agent's path leads to another file (or none) in the JVM's mount namespace, where the
+    /// JVM will open it.
+    AgentNotVisible {
+        /// The pid given.
+        pid: u32,
+        /// The agent's absolute path.
+        path: PathBuf,
+    },
+    /// The agent's path or options cannot be sent.
+    Request(RequestError),
+    /// The `.attach_pid<pid>` trigger file could be created neither in the JVM's working
+    /// directory nor in its /tmp.
+    TriggerFile {
+        /// The paths tried and their errors.
+        attempts: Vec<(PathBuf, io::Error)>,
+    },
+    /// Sending SIGQUIT failed.
+    Signal {
+        /// The pid given.
+        pid: u32,
+        /// The error.
+        source: io::Error,
+    },
+    /// The JVM did not open its attach socket within the timeout after SIGQUIT.
+    SocketTimeout {
+        /// The pid given.
+        pid: u32,
+        /// The socket perfclock waited for.
+        socket: PathBuf,
+        /// How long perfclock waited.
+        waited: Duration,
+    },
+    /// Connecting to, writing to or reading from the attach socket failed.
+    Socket {
+        /// The socket.
+        socket: PathBuf,
+        /// What was being done: "connect to", "write to", "read from".
+        action: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+    /// The JVM accepted the command but did not answer within the timeout (Agent_OnAttach may
+    /// still be running).
+    ResponseTimeout {
+        /// The whole attach's timeout.
+        timeout: Duration,
+    },
+    /// The JVM's answer was not HotSpot's format.
+    Malformed(MalformedResponse),
+    /// The JVM's attach operation failed with this completion code.
+    Refused {
+        /// The completion code.
+        code: i32,
+        /// The JVM's message.
+        message: String,
+    },
+    /// The JVM did not run the agent's `Agent_OnAttach` (JDK 21+ reports this with code 0).
+    NotLoaded {
+        /// The JVM's message.
+        message: String,
+    },
+    /// The agent's `Agent_OnAttach` returned an error; the JVM did not keep the agent.
+    AgentFailed {
+        /// `Agent_OnAttach`'s return value.
+        return_code: i32,
+        /// The JVM's message besides the return code.
+        message: String,
+    },
+}
+
+/// What to do about a JVM message: a hint for the causes perfclock recognises.
+fn hint(message: &str) -> &'static str {
+    if message.contains("Agent_OnAttach is not available") {
+        "; the library exports no Agent_OnAttach, so it can only be loaded at JVM start \
+         (-agentpath): pass --agent with perfclock's attachable agent (`perfclock agent-path`)"
+    } else if message.contains("was not loaded") {
+        "; the JVM could not dlopen the library (see the reason above): pass --agent with a \
+         library built for this machine's architecture and libc"
+    } else if message.contains("Dynamic agent loading is not enabled") {
+        "; restart the JVM with -XX:+EnableDynamicAgentLoading"
+    } else {
+        ""
+    }
+}
+
+impl fmt::Display for AttachError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoSuchProcess { pid } => write!(
+                f,
+                "no such process: {pid} (exited, or not a pid in perfclock's pid namespace: \
+                 pass the JVM's pid as `ps`/`pgrep -a java` here shows it)"
+            ),
+            Self::Proc { pid, what, source } => {
+                write!(f, "cannot read /proc/{pid}/{what}: {source}")
+            }
+            Self::Permission { pid, jvm, ours } => write!(
+                f,
+                "permission: JVM {pid} runs as uid {} gid {} and perfclock as uid {} gid {}; \
+                 HotSpot accepts an attach only from its own user and group or from root: run \
+                 perfclock attach as root (sudo) or as the JVM's user (sudo -u '#{}' -g '#{}')",
+                jvm.0, jvm.1, ours.0, ours.1, jvm.0, jvm.1
+            ),
+            Self::SwitchCredentials { jvm, source } => write!(
+                f,
+                "permission: cannot switch to the JVM's uid {} gid {} (setegid/seteuid: \
+                 {source}); run perfclock attach with CAP_SETUID and CAP_SETGID, or as the \
+                 JVM's user",
+                jvm.0, jvm.1
+            ),
+            Self::NotHotSpot { pid, name } => write!(
+                f,
+                "not a HotSpot JVM: process {pid} ({name}) maps no libjvm.so (not signalled); \
+                 pass the pid of a java process (pgrep -a java)"
+            ),
+            Self::OpenJ9 { pid } => write!(
+                f,
+                "not a HotSpot JVM: process {pid} is an OpenJ9 JVM, whose attach mechanism \
+                 perfclock does not speak; start it with -agentpath instead"
+            ),
+            Self::AttachDisabled { pid, blocker } => {
+                let fix = if blocker.option == "-Xrs" {
+                    "-Xrs stops the JVM handling the SIGQUIT that starts its attach listener; \
+                     restart it without -Xrs, or with -XX:+StartAttachListener"
+                } else {
+                    "restart it without that option (or with -XX:-DisableAttachMechanism after \
+                     it), or load the agent at start with -agentpath"
+                };
+                write!(
+                    f,
+                    "attach disabled: JVM {pid} runs with {} (from its {}), not signalled; {fix}",
+                    blocker.option, blocker.source
+                )
+            }
+            Self::NoQuitHandler { pid, waited } => write!(
+                f,
+                "timeout: JVM {pid} installed no SIGQUIT handler within {:.1} s (still starting, \
+                 or run with -Xrs from a file perfclock cannot see); not signalled, since \
+                 SIGQUIT would end it: retry once it runs, or raise --timeout",
+                waited.as_secs_f64()
+            ),
+            Self::Agent { path, source } => write!(
+                f,
+                "agent {}: {source}; pass --agent with the path of libperfclock_agent.so",
+                path.display()
+            ),
+            Self::AgentNotVisible { pid, path } => write!(
+                f,
+                "agent {} is not the same file inside JVM {pid}'s mount namespace (/proc/{pid}/root{}), \
+                 where the JVM opens it: make it visible to the JVM at the same path (bind-mount \
+                 or copy it into the container) and pass that path with --agent",
+                path.display(),
+                path.display()
+            ),
+            Self::Request(RequestError::Nul { argument }) => {
+                write!(f, "the {argument} holds a NUL byte, which HotSpot cannot receive")
+            }
+            Self::Request(RequestError::TooLong { argument, len }) => write!(
+                f,
+                "the {argument} is {len} bytes; HotSpot accepts at most {MAX_ARGUMENT_BYTES} \
+                 per argument: shorten them"
+            ),
+            Self::TriggerFile { attempts } => {
+                write!(f, "cannot create the attach trigger file")?;
+                for (path, error) in attempts {
+                    write!(f, "; {}: {error}", path.display())?;
+                }
+                write!(
+                    f,
+                    "; the JVM's user must be able to create it in the JVM's working directory \
+                     or /tmp"
+                )
+            }
+            Self::Signal { pid, source } => write!(f, "cannot send SIGQUIT to {pid}: {source}"),
+            Self::SocketTimeout {
+                pid,
+                socket,
+                waited,
+            } => write!(
+                f,
+                "timeout: JVM {pid} did not open its attach socket {} within {:.1} s of SIGQUIT: \
+                 attach disabled (-XX:+DisableAttachMechanism, e.g. from a -XX:Flags= file perfclock \
+                 cannot see), or the JVM is stopped or overloaded; restart it without that \
+                 option, or raise --timeout",
+                socket.display(),
+                waited.as_secs_f64()
+            ),
+            Self::Socket {
+                socket,
+                action,
+                source,
+            } => write!(f, "cannot {action} the attach socket {}: {source}", socket.display()),
+            Self::ResponseTimeout { timeout } => write!(
+                f,
+                "timeout: the JVM accepted the load command but did not answer within {:.1} s \
+                 (Agent_OnAttach may still be running, and the agent may yet be loaded): raise \
+                 --timeout",
+                timeout.as_secs_f64()
+            ),
+            Self::Malformed(malformed) => write!(
+                f,
+                "the JVM's answer is not HotSpot's attach protocol: {:?}",
+                malformed.excerpt
+            ),
+            Self::Refused { code, message } => write!(
+                f,
+                "the JVM refused the load command with code {code}: {}{}",
+                one_line(message),
+                hint(message)
+            ),
+            Self::NotLoaded { message } => write!(
+                f,
+                "the JVM did not load the agent: {}{}",
+                one_line(message),
+                hint(message)
+            ),
+            Self::AgentFailed {
+                return_code,
+                message,
+            } => {
+                write!(
+                    f,
+                    "agent load failed: Agent_OnAttach returned {return_code}, so the JVM did not \
+                     keep the agent"
+                )?;
+                if !message.is_empty() {
+                    write!(f, " ({})", one_line(message))?;
+                }
+                write!(f, "; the agent's reason is on the JVM's stderr: check the options")
+            }
+        }
+    }
+}
+
+/// A multi-line JVM message on one line.
+fn one_line(message: &str) -> String {
+    if message.is_empty() {
+        "(no message)".to_owned()
+    } else {
+        message.lines().collect::<Vec<_>>().join(" / ")
+    }
+}
+
+impl std::error::Error for AttachError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Proc { source, .. }
+            | Self::SwitchCredentials { source, .. }
+            | Self::Agent { source, .. }
+            | Self::Signal { source, .. }
+            | Self::Socket { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! `perfclock attach PID [AGENT-OPTIONS]`: loads perfclock's JVMTI agent into a running HotSpot
+//! JVM (perfclock-attach does the work; this chooses the agent and reports).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The agent's file name, installed next to the `perfclock` binary.
+pub const AGENT_FILE_NAME: &str = "libperfclock_agent.so";
+
+/// The whole attach's default bound: HotSpot answers within milliseconds, so this is for a
+/// loaded machine; errors come within it, well inside 10 s.
+pub const DEFAULT_TIMEOUT_SECS: f64 = 8.0;
+
+const NAME: &str = "perfclock attach";
+
+/// `--timeout`'s value: seconds, positive and finite.
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("not a number of seconds: {text}"))?;
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(timeout) if !timeout.is_zero() => Ok(timeout),
+        _ => Err(format!("the timeout must be positive seconds, not {text}")),
+    }
+}
+
+/// The agent that belongs to this perfclock: `libperfclock_agent.so` in the executable's directory.
+fn default_agent() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|error| {
+        format!("cannot locate the perfclock executable ({error}): pass --agent PATH")
+    })?;
+    let agent = exe.with_file_name(AGENT_FILE_NAME);
+    if agent.is_file() {
+        Ok(agent)
+    } else {
+        Err(format!(
+            "no {AGENT_FILE_NAME} next to {} (where cargo build puts it beside perfclock): \
+             pass --agent PATH",
+            exe.display()
+        ))
+    }
+}
+
+pub fn run(pid: u32, options: OsString, agent: Option<PathBuf>, timeout: Duration) -> ExitCode {
+    let agent = match agent.map_or_else(default_agent, Ok) {
+        Ok(agent) => agent,
+        Err(message) => {
+            eprintln!("{NAME}: error: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match perfclock_attach::attach(pid, &agent, &options, timeout) {
+        Ok(attached) => {
+            let namespace = if attached.ns_pid == attached.pid {
+                String::new()
+            } else {
+                format!(" (pid {} in its namespace)", attached.ns_pid)
+            };
+            if attached.already_loaded {
+                eprintln!(
+                    "{NAME}: {} was already loaded in JVM {}{namespace}; the JVM ran its \
+                     Agent_OnAttach again with options {:?}, which returned 0 (the agent's own \
+                     message, if any, is on the JVM's stderr)",
+                    attached.agent.display(),
+                    attached.pid,
+                    options
+                );
+            } else {
+                eprintln!(
+                    "{NAME}: loaded {} into JVM {}{namespace} with options {:?}: Agent_OnAttach \
+                     returned 0",
+                    attached.agent.display(),
+                    attached.pid,
+                    options
+                );
+            }
+            if !attached.message.is_empty() {
+                eprintln!("{NAME}: the JVM said: {}", attached.message);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{NAME}: error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

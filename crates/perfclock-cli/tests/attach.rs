@@ -1,0 +1,738 @@
+//! `perfclock attach` against real JVMs: every JDK under /usr/lib/jvm, a JVM started without
+//! any agent, as root, as the JVM's user, in its own mount and pid namespace, and each error
+//! cause with its message, a non-zero exit and the 10 s bound.
+//!
+//! The agent is a test library compiled here with `cc`: its `Agent_OnAttach` appends
+//! `attached <OPTIONS>` to the file named after the `@` in its options (options `<OPTIONS>@<FILE>`)
+//! and returns 42 when there is no `@`; a second library exports only `Agent_OnLoad`, as an
+//! agent built for `-agentpath` does.
+//!
+//! Needs a JDK under /usr/lib/jvm, cc, and root (namespaces, setpriv). Without them the tests
+//! print `SKIPPED` and return, unless PERFCLOCK_REQUIRE_PERF=1 (CI), where they fail instead.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The issue's bound on every error (a behaviour, not a performance figure).
+const ERROR_BOUND: Duration = Duration::from_secs(10);
+/// The watchdog: perfclock still running after this is killed and the test fails.
+const WATCHDOG: Duration = Duration::from_secs(60);
+/// How long a JVM may take to start on a loaded 2-core machine.
+const JVM_START: Duration = Duration::from_secs(90);
+
+const AGENT_C: &str = r#"
+#include <stdio.h>
+#include <string.h>
+/* The JVMTI entry point; the JavaVM* is not used, so no jni.h. */
+int Agent_OnAttach(void *vm, char *options, void *reserved) {
+    (void)vm;
+    (void)reserved;
+    const char *at = strchr(options, '@');
+    if (at == NULL) return 42;
+    FILE *marker = fopen(at + 1, "a");
+    if (marker == NULL) return 43;
+    fprintf(marker, "attached %.*s\n", (int)(at - options), options);
+    return fclose(marker) == 0 ? 0 : 44;
+}
+"#;
+
+const LOAD_ONLY_C: &str = r#"
+int Agent_OnLoad(void *vm, char *options, void *reserved) {
+    (void)vm;
+    (void)options;
+    (void)reserved;
+    return 0;
+}
+"#;
+
+const IDLE_JAVA: &str = r#"
+public final class Idle {
+    public static void main(String[] args) throws Exception {
+        System.out.println("ready " + ProcessHandle.current().pid());
+        System.out.flush();
+        Thread.sleep(600_000);
+    }
+}
+"#;
+
+fn required() -> bool {
+    std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_some()
+}
+
+/// Prints `SKIPPED` and returns false, or fails under PERFCLOCK_REQUIRE_PERF=1.
+fn skip(test: &str, why: &str) -> bool {
+    assert!(!required(), "{test}: {why} (PERFCLOCK_REQUIRE_PERF=1)");
+    eprintln!("SKIPPED {test}: {why}");
+    false
+}
+
+fn is_root() -> bool {
+    fs::metadata("/proc/self").map(|m| m.uid()).ok() == Some(0)
+}
+
+/// Every JDK's `java` under /usr/lib/jvm, one per installation (Debian adds symlinked names).
+fn jdks() -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir("/usr/lib/jvm") else {
+        return Vec::new();
+    };
+    let homes: BTreeSet<PathBuf> = entries
+        .filter_map(|entry| fs::canonicalize(entry.ok()?.path()).ok())
+        .filter(|home| home.join("bin/java").is_file())
+        .collect();
+    homes
+        .into_iter()
+        .map(|home| home.join("bin/java"))
+        .collect()
+}
+
+struct Fixture {
+    dir: PathBuf,
+    classes: PathBuf,
+    agent: PathBuf,
+    load_only: PathBuf,
+    jdks: Vec<PathBuf>,
+}
+
+/// Compiles Idle.java and the two libraries once, in a directory every user can read (the
+/// tests run a JVM as nobody) and outside /tmp (the namespace test hides /tmp).
+fn fixture(test: &str) -> Option<&'static Fixture> {
+    static FIXTURE: OnceLock<Result<Fixture, String>> = OnceLock::new();
+    let built = FIXTURE.get_or_init(|| {
+        let jdks = jdks();
+        if jdks.is_empty() {
+            return Err("no JDK under /usr/lib/jvm (Debian: openjdk-17-jdk-headless)".into());
+        }
+        let javac = jdks
+            .iter()
+            .map(|java| java.with_file_name("javac"))
+            .find(|javac| javac.is_file())
+            .ok_or("no javac in any JDK under /usr/lib/jvm")?;
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("attach-fixture");
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("classes")).unwrap();
+        fs::write(dir.join("Idle.java"), IDLE_JAVA).unwrap();
+        let status = Command::new(&javac)
+            .args(["--release", "11", "-d"])
+            .arg(dir.join("classes"))
+            .arg(dir.join("Idle.java"))
+            .status()
+            .map_err(|e| format!("{}: {e}", javac.display()))?;
+        assert!(status.success(), "javac Idle.java failed");
+        for (name, source) in [("agent", AGENT_C), ("load_only", LOAD_ONLY_C)] {
+            let c = dir.join(format!("{name}.c"));
+            fs::write(&c, source).unwrap();
+            let status = Command::new("cc")
+                .args(["-shared", "-fPIC", "-Wall", "-Werror", "-o"])
+                .arg(dir.join(format!("{name}.so")))
+                .arg(&c)
+                .status()
+                .map_err(|e| format!("cc: {e} (Debian: apt-get install -y gcc libc6-dev)"))?;
+            assert!(status.success(), "cc {name}.c failed");
+        }
+        // The JVM runs as nobody in one test: it must reach the classes and the agent (cargo
+        // creates its tmp directory; the directories above it are the checkout's).
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let mode = fs::metadata(tmp).unwrap().permissions().mode();
+        fs::set_permissions(tmp, fs::Permissions::from_mode(mode | 0o055)).unwrap();
+        Command::new("chmod")
+            .args(["-R", "a+rX"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        Ok(Fixture {
+            classes: dir.join("classes"),
+            agent: dir.join("agent.so"),
+            load_only: dir.join("load_only.so"),
+            dir,
+            jdks,
+        })
+    });
+    match built {
+        Ok(fixture) => Some(fixture),
+        Err(why) => {
+            skip(test, why);
+            None
+        }
+    }
+}
+
+/// A directory for one test's marker files, writable by every user.
+fn marker_dir(fixture: &Fixture, name: &str) -> PathBuf {
+    let dir = fixture.dir.join(name);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
+/// How the JVM is started.
+#[derive(Clone, Copy, PartialEq)]
+enum Wrapper {
+    Plain,
+    /// As uid/gid nobody/nogroup, through setpriv.
+    Nobody,
+    /// In its own mount and pid namespace with a private /tmp (unshare), as a container has.
+    Namespace,
+}
+
+/// A JVM running Idle, killed on drop.
+struct Jvm {
+    child: Child,
+    /// The java process's pid here.
+    pid: u32,
+    /// Its pid in its own pid namespace (what Idle printed).
+    ns_pid: u32,
+    output: Arc<Mutex<String>>,
+}
+
+impl Jvm {
+    fn start(java: &Path, fixture: &Fixture, flags: &[&str], wrapper: Wrapper) -> Jvm {
+        let mut command = match wrapper {
+            Wrapper::Plain => Command::new(java),
+            Wrapper::Nobody => {
+                let mut command = Command::new("setpriv");
+                command
+                    .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+                    .arg(java);
+                command
+            }
+            Wrapper::Namespace => {
+                let mut command = Command::new("unshare");
+                command
+                    .args(["--mount", "--pid", "--fork", "--kill-child", "--mount-proc"])
+                    .args([
+                        "sh",
+                        "-c",
+                        "mount -t tmpfs tmpfs /tmp && exec \"$0\" \"$@\"",
+                    ])
+                    .arg(java);
+                command
+            }
+        };
+        command
+            .args(flags)
+            .arg("-cp")
+            .arg(&fixture.classes)
+            .arg("Idle")
+            .current_dir(&fixture.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("start the JVM");
+        let output = Arc::new(Mutex::new(String::new()));
+        let (ready_tx, ready) = mpsc::channel();
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let output = Arc::clone(&output);
+            let ready_tx = ready_tx.clone();
+            thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if let Some(pid) = line.strip_prefix("ready ") {
+                        let _ = ready_tx.send(pid.parse::<u32>().unwrap());
+                    }
+                    let mut output = output.lock().unwrap();
+                    output.push_str(&line);
+                    output.push('\n');
+                }
+            });
+        }
+        let ns_pid = ready.recv_timeout(JVM_START).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!(
+                "{} {flags:?} did not start: {}",
+                java.display(),
+                output.lock().unwrap()
+            )
+        });
+        let pid = if wrapper == Wrapper::Namespace {
+            let children =
+                fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id())).unwrap();
+            children.trim().parse().expect("unshare's one child")
+        } else {
+            child.id()
+        };
+        assert_eq!(
+            fs::read_to_string(format!("/proc/{pid}/comm"))
+                .unwrap()
+                .trim(),
+            "java"
+        );
+        Jvm {
+            child,
+            pid,
+            ns_pid,
+            output,
+        }
+    }
+
+    fn output(&self) -> String {
+        self.output.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Jvm {
+    fn drop(&mut self) {
+        // SIGTERM first: the JVM then removes its /tmp/.java_pid socket as it exits (SIGKILL
+        // would leave it behind). SIGKILL if it lingers; from here it reaches a namespace's init
+        // too, and --kill-child ends unshare with it.
+        let signal = |name: &str| {
+            let _ = Command::new("kill")
+                .args([name, &self.pid.to_string()])
+                .status();
+        };
+        signal("-TERM");
+        let started = Instant::now();
+        // Until it has exited (gone, or a zombie its parent has not reaped yet).
+        while fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .is_ok_and(|stat| !stat.contains(") Z "))
+            && started.elapsed() < Duration::from_secs(10)
+        {
+            thread::sleep(Duration::from_millis(20));
+        }
+        signal("-KILL");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `perfclock attach ARGS` (as nobody if asked), under a watchdog; its output and wall time.
+fn attach_with(program: &Path, args: &[&str], as_nobody: bool) -> (Output, Duration) {
+    let mut command = if as_nobody {
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(program);
+        command
+    } else {
+        Command::new(program)
+    };
+    let started = Instant::now();
+    let mut child = command
+        .arg("attach")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run perfclock");
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > WATCHDOG {
+            let _ = child.kill();
+            panic!("perfclock attach {args:?} still ran after {WATCHDOG:?}");
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    let elapsed = started.elapsed();
+    let output = child.wait_with_output().unwrap();
+    eprintln!(
+        "perfclock attach {args:?}: {:?} in {elapsed:?}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output, elapsed)
+}
+
+fn attach(args: &[&str]) -> (Output, Duration) {
+    attach_with(Path::new(env!("CARGO_BIN_EXE_perfclock")), args, false)
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Exit 0, and the message says which JVM.
+fn assert_loaded(output: &Output, expected: &str) {
+    let message = stderr(output);
+    assert_eq!(output.status.code(), Some(0), "{message}");
+    assert!(
+        message.contains(expected),
+        "expected {expected:?} in {message}"
+    );
+}
+
+/// Exit 1 within the bound, with `expected` in the error and no panic.
+fn assert_error(result: &(Output, Duration), expected: &str) {
+    let (output, elapsed) = result;
+    let message = stderr(output);
+    assert_eq!(output.status.code(), Some(1), "{message}");
+    assert!(message.contains("perfclock attach: error: "), "{message}");
+    assert!(
+        message.contains(expected),
+        "expected {expected:?} in {message}"
+    );
+    assert!(!message.contains("panicked"), "{message}");
+    assert!(*elapsed < ERROR_BOUND, "took {elapsed:?}: {message}");
+}
+
+fn marker_lines(path: &Path) -> Vec<String> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn attach_loads_the_agent_into_a_running_jvm_of_every_jdk() {
+    const TEST: &str = "attach_loads_the_agent_into_a_running_jvm_of_every_jdk";
+    let Some(fixture) = fixture(TEST) else {
+        return;
+    };
+    let agent = fixture.agent.to_str().unwrap();
+    for java in &fixture.jdks {
+        eprintln!("== {}", java.display());
+        let markers = marker_dir(
+            fixture,
+            &format!("plain-{}", java.display()).replace('/', "_"),
+        );
+        let marker = markers.join("marker");
+        let jvm = Jvm::start(java, fixture, &[], Wrapper::Plain);
+        let pid = jvm.pid.to_string();
+
+        let first = attach(&[
+            &pid,
+            &format!("first@{}", marker.display()),
+            "--agent",
+            agent,
+        ]);
+        assert_loaded(
+            &first.0,
+            &format!("loaded {agent} into JVM {pid} with options"),
+        );
+        assert_eq!(marker_lines(&marker), ["attached first"]);
+
+        // A second attach runs the loaded library's Agent_OnAttach again, and says so.
+        let second = attach(&[
+            &pid,
+            &format!("second@{}", marker.display()),
+            "--agent",
+            agent,
+        ]);
+        assert_loaded(
+            &second.0,
+            &format!("{agent} was already loaded in JVM {pid}"),
+        );
+        assert_eq!(marker_lines(&marker), ["attached first", "attached second"]);
+
+        // The JVM's own answers: Agent_OnAttach's error code, a library without it.
+        assert_error(
+            &attach(&[&pid, "no-marker", "--agent", agent]),
+            "agent load failed: Agent_OnAttach returned 42",
+        );
+        let load_only = fixture.load_only.to_str().unwrap();
+        assert_error(
+            &attach(&[&pid, "", "--agent", load_only]),
+            &format!("Agent_OnAttach is not available in {load_only}"),
+        );
+        assert_error(&attach(&[&pid, "", "--agent", "/bin/sh"]), "was not loaded");
+
+        // More than HotSpot reads of one argument: refused before sending.
+        assert_error(
+            &attach(&[&pid, &"x".repeat(1100), "--agent", agent]),
+            "the agent option string is 1100 bytes; HotSpot accepts at most 1024",
+        );
+
+        // HotSpot accepts only its own user or root: perfclock as nobody is refused, before
+        // anything reaches the JVM.
+        if is_root() {
+            let refused = attach_with(
+                Path::new(env!("CARGO_BIN_EXE_perfclock")),
+                &[
+                    &pid,
+                    &format!("nobody@{}", marker.display()),
+                    "--agent",
+                    agent,
+                ],
+                true,
+            );
+            assert_error(
+                &refused,
+                &format!("permission: JVM {pid} runs as uid 0 gid 0 and perfclock as uid 65534"),
+            );
+        } else {
+            skip(
+                TEST,
+                "not root: the permission case needs setpriv to nobody",
+            );
+        }
+        assert_eq!(marker_lines(&marker), ["attached first", "attached second"]);
+        assert!(
+            !jvm.output().contains("Full thread dump"),
+            "the JVM printed a thread dump: {}",
+            jvm.output()
+        );
+    }
+}
+
+#[test]
+fn attach_as_root_acts_as_the_jvms_user() {
+    const TEST: &str = "attach_as_root_acts_as_the_jvms_user";
+    let Some(fixture) = fixture(TEST) else {
+        return;
+    };
+    if !is_root() {
+        skip(TEST, "not root");
+        return;
+    }
+    let agent = fixture.agent.to_str().unwrap();
+    for java in &fixture.jdks {
+        eprintln!("== {}", java.display());
+        let markers = marker_dir(
+            fixture,
+            &format!("nobody-{}", java.display()).replace('/', "_"),
+        );
+        let marker = markers.join("marker");
+        // HotSpot's trace names the trigger file it used: its working directory (root's, 0755)
+        // admits only a file root creates, so /tmp shows perfclock created it as nobody.
+        let jvm = Jvm::start(java, fixture, &["-Xlog:attach=trace"], Wrapper::Nobody);
+        let status = fs::read_to_string(format!("/proc/{}/status", jvm.pid)).unwrap();
+        assert!(status.contains("\nUid:\t65534\t65534"), "{status}");
+        let pid = jvm.pid.to_string();
+
+        // Root, as the JVM's user (HotSpot checks the peer's credentials).
+        let root = attach(&[
+            &pid,
+            &format!("root@{}", marker.display()),
+            "--agent",
+            agent,
+        ]);
+        assert_loaded(&root.0, &format!("loaded {agent} into JVM {pid}"));
+        // The JVM's own user, without root.
+        let own = attach_with(
+            Path::new(env!("CARGO_BIN_EXE_perfclock")),
+            &[&pid, &format!("own@{}", marker.display()), "--agent", agent],
+            true,
+        );
+        assert_loaded(&own.0, "was already loaded");
+        assert_eq!(marker_lines(&marker), ["attached root", "attached own"]);
+        // The JVM's output reaches the test through a reader thread: wait for the line.
+        let started = Instant::now();
+        while !jvm.output().contains("Attach triggered by") && started.elapsed() < JVM_START {
+            thread::sleep(Duration::from_millis(20));
+        }
+        let trace = jvm.output();
+        assert!(
+            trace.contains(&format!("Attach triggered by /tmp/.attach_pid{pid}")),
+            "the trigger file was not the JVM user's: {trace}"
+        );
+        // perfclock is root again after the attach: nothing it created is left behind.
+        assert!(!Path::new(&format!("{}/.attach_pid{pid}", fixture.dir.display())).exists());
+    }
+}
+
+#[test]
+fn attach_reaches_a_jvm_in_its_own_mount_and_pid_namespace() {
+    const TEST: &str = "attach_reaches_a_jvm_in_its_own_mount_and_pid_namespace";
+    let Some(fixture) = fixture(TEST) else {
+        return;
+    };
+    if !is_root() {
+        skip(TEST, "not root: unshare --mount --pid needs root");
+        return;
+    }
+    let agent = fixture.agent.to_str().unwrap();
+    for java in &fixture.jdks {
+        eprintln!("== {}", java.display());
+        let markers = marker_dir(fixture, &format!("ns-{}", java.display()).replace('/', "_"));
+        let marker = markers.join("marker");
+        let jvm = Jvm::start(java, fixture, &[], Wrapper::Namespace);
+        // The setup: another pid namespace (the JVM is its init) and a private /tmp.
+        assert_eq!(jvm.ns_pid, 1, "the JVM is not its pid namespace's init");
+        assert_ne!(jvm.pid, 1);
+        let ours = fs::metadata("/tmp").unwrap().dev();
+        let its = fs::metadata(format!("/proc/{}/root/tmp", jvm.pid))
+            .unwrap()
+            .dev();
+        assert_ne!(ours, its, "the JVM's /tmp is not private");
+        let pid = jvm.pid.to_string();
+
+        let attached = attach(&[&pid, &format!("ns@{}", marker.display()), "--agent", agent]);
+        assert_loaded(
+            &attached.0,
+            &format!("loaded {agent} into JVM {pid} (pid 1 in its namespace)"),
+        );
+        assert_eq!(marker_lines(&marker), ["attached ns"]);
+        // The socket lives in the JVM's /tmp only.
+        assert!(fs::metadata(format!("/proc/{pid}/root/tmp/.java_pid1")).is_ok());
+        let again = attach(&[
+            &pid,
+            &format!("again@{}", marker.display()),
+            "--agent",
+            agent,
+        ]);
+        assert_loaded(&again.0, "was already loaded in JVM");
+        assert_eq!(marker_lines(&marker), ["attached ns", "attached again"]);
+
+        // An agent in our /tmp is not in the JVM's (private) one: refused before the JVM
+        // would fail to open it.
+        let ours = tempfile::Builder::new()
+            .prefix("perfclock-attach-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let hidden = ours.path().join("agent.so");
+        fs::copy(&fixture.agent, &hidden).unwrap();
+        let hidden = hidden.to_str().unwrap();
+        assert_error(
+            &attach(&[
+                &pid,
+                &format!("hidden@{}", marker.display()),
+                "--agent",
+                hidden,
+            ]),
+            &format!("agent {hidden} is not the same file inside JVM {pid}'s mount namespace"),
+        );
+        assert_eq!(marker_lines(&marker), ["attached ns", "attached again"]);
+    }
+}
+
+#[test]
+fn attach_errors_name_the_cause_within_ten_seconds() {
+    const TEST: &str = "attach_errors_name_the_cause_within_ten_seconds";
+    let agent_arg = |fixture: &Fixture| fixture.agent.to_str().unwrap().to_owned();
+
+    // Not a JVM: refused without a signal (SIGQUIT would have killed it).
+    let mut sleep = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = sleep.id().to_string();
+    assert_error(
+        &attach(&[&pid, "", "--agent", "/bin/sh"]),
+        &format!("not a HotSpot JVM: process {pid} (sleep) maps no libjvm.so"),
+    );
+    assert!(sleep.try_wait().unwrap().is_none(), "sleep was signalled");
+    // A timeout too large to add to a clock reading is no panic.
+    assert_error(
+        &attach(&[&pid, "", "--agent", "/bin/sh", "--timeout", "1e19"]),
+        "not a HotSpot JVM",
+    );
+    let _ = sleep.kill();
+    let _ = sleep.wait();
+
+    // A pid that has exited (reaped).
+    let mut exited = Command::new("true").spawn().unwrap();
+    let pid = exited.id();
+    exited.wait().unwrap();
+    if Path::new(&format!("/proc/{pid}")).exists() {
+        eprintln!("pid {pid} was reused at once: the dead pid case is not checked this run");
+    } else {
+        assert_error(
+            &attach(&[&pid.to_string(), "", "--agent", "/bin/sh"]),
+            &format!("no such process: {pid}"),
+        );
+    }
+
+    let Some(fixture) = fixture(TEST) else {
+        return;
+    };
+    let agent = agent_arg(fixture);
+
+    // No --agent and no libperfclock_agent.so next to the executable: perfclock run from a
+    // directory of its own.
+    let lone = fixture.dir.join("lone");
+    let _ = fs::remove_dir_all(&lone);
+    fs::create_dir_all(&lone).unwrap();
+    let exe = lone.join("perfclock");
+    fs::hard_link(env!("CARGO_BIN_EXE_perfclock"), &exe)
+        .or_else(|_| fs::copy(env!("CARGO_BIN_EXE_perfclock"), &exe).map(drop))
+        .unwrap();
+    assert_error(
+        &attach_with(&exe, &[&std::process::id().to_string()], false),
+        &format!("no libperfclock_agent.so next to {}", exe.display()),
+    );
+
+    fs::write(
+        fixture.dir.join("disable.args"),
+        "-XX:+DisableAttachMechanism\n",
+    )
+    .unwrap();
+    fs::write(
+        fixture.dir.join("disable.flags"),
+        "+DisableAttachMechanism\n",
+    )
+    .unwrap();
+    for java in &fixture.jdks {
+        eprintln!("== {}", java.display());
+        // Attach disabled where perfclock sees it: refused without a signal.
+        for flags in [&["-XX:+DisableAttachMechanism"][..], &["@disable.args"]] {
+            let jvm = Jvm::start(java, fixture, flags, Wrapper::Plain);
+            assert_error(
+                &attach(&[&jvm.pid.to_string(), "", "--agent", &agent]),
+                &format!(
+                    "attach disabled: JVM {} runs with -XX:+DisableAttachMechanism (from its command line)",
+                    jvm.pid
+                ),
+            );
+            assert!(!jvm.output().contains("Full thread dump"), "signalled");
+        }
+        // Disabled in a -XX:Flags= file perfclock does not read: the socket never appears.
+        let jvm = Jvm::start(java, fixture, &["-XX:Flags=disable.flags"], Wrapper::Plain);
+        let pid = jvm.pid;
+        let result = attach(&[&pid.to_string(), "", "--agent", &agent]);
+        assert_error(
+            &result,
+            &format!("timeout: JVM {pid} did not open its attach socket /proc/{pid}/root/tmp/.java_pid{pid} within 8.0 s"),
+        );
+        assert!(
+            result.1 >= Duration::from_secs(8),
+            "gave up early: {:?}",
+            result.1
+        );
+        // The trigger file is removed again.
+        assert!(!fixture.dir.join(format!(".attach_pid{pid}")).exists());
+        // A shorter --timeout is honoured.
+        let short = attach(&[&pid.to_string(), "", "--agent", &agent, "--timeout", "0.5"]);
+        assert_error(&short, "within 0.5 s");
+        assert!(short.1 < Duration::from_secs(3), "{:?}", short.1);
+    }
+}
+
+#[test]
+fn a_socket_left_by_a_killed_jvm_with_the_same_pid_is_replaced() {
+    const TEST: &str = "a_socket_left_by_a_killed_jvm_with_the_same_pid_is_replaced";
+    let Some(fixture) = fixture(TEST) else {
+        return;
+    };
+    if !is_root() {
+        skip(
+            TEST,
+            "not root: the JVM's /tmp socket is made as the JVM's user",
+        );
+        return;
+    }
+    let agent = fixture.agent.to_str().unwrap();
+    for java in &fixture.jdks {
+        eprintln!("== {}", java.display());
+        let markers = marker_dir(
+            fixture,
+            &format!("stale-{}", java.display()).replace('/', "_"),
+        );
+        let marker = markers.join("marker");
+        // In its own namespaces, so the socket path is the JVM's alone and nobody else's test.
+        let jvm = Jvm::start(java, fixture, &[], Wrapper::Namespace);
+        let pid = jvm.pid.to_string();
+        let socket = format!("/proc/{pid}/root/tmp/.java_pid{}", jvm.ns_pid);
+        // A socket nobody listens on, as a JVM killed with SIGKILL leaves it.
+        drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+        let stale = fs::metadata(&socket).unwrap().ino();
+        let attached = attach(&[
+            &pid,
+            &format!("stale@{}", marker.display()),
+            "--agent",
+            agent,
+        ]);
+        assert_loaded(&attached.0, &format!("loaded {agent} into JVM {pid}"));
+        assert_eq!(marker_lines(&marker), ["attached stale"]);
+        assert_ne!(
+            fs::metadata(&socket).unwrap().ino(),
+            stale,
+            "the JVM's socket is new"
+        );
+    }
+}
