@@ -1,5 +1,6 @@
 //! The `perfclock` command: `perfclock doctor` and `perfclock inject-time-conv`.
 
+mod agent_path;
 mod doctor;
 mod inject;
 mod perf_data_patch;
@@ -42,6 +43,9 @@ enum Command {
         #[arg(long = "dump-dir", value_name = "DIR")]
         dump_dirs: Vec<PathBuf>,
     },
+    /// Print the absolute path of the JVMTI agent (libperfclock_agent.so) built with this
+    /// perfclock, which sits next to it; exits non-zero, naming the fix, when it is absent.
+    AgentPath,
 }
 
 fn main() -> ExitCode {
@@ -56,6 +60,16 @@ fn main() -> ExitCode {
             output,
             dump_dirs,
         }),
+        Command::AgentPath => match agent_path::find() {
+            Ok(path) => {
+                println!("{}", path.display());
+                ExitCode::SUCCESS
+            }
+            Err(message) => {
+                eprintln!("perfclock agent-path: error: {message}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 
