@@ -248,20 +248,24 @@ pub struct JvmtiInterface {
     add_capabilities: Option<unsafe extern "C" fn(JvmtiEnvPtr, *const Capabilities) -> JvmtiError>,
 }
 
+/// The byte offset of specification slot `slot` (1-based) in the function table.
+const fn slot(slot: usize) -> usize {
+    (slot - 1) * size_of::<usize>()
+}
+
 const _: () = {
-    let word = size_of::<usize>();
-    assert!(offset_of!(JvmtiInterface, set_event_notification_mode) == (2 - 1) * word);
-    assert!(offset_of!(JvmtiInterface, deallocate) == (47 - 1) * word);
-    assert!(offset_of!(JvmtiInterface, get_class_signature) == (48 - 1) * word);
-    assert!(offset_of!(JvmtiInterface, get_source_file_name) == (50 - 1) * word);
-    assert!(offset_of!(JvmtiInterface, get_method_name) == (64 - 1) * word);
-    assert!(offset_of!(JvmtiInterface, get_method_declaring_class) == (65 - 1) * word);
-    assert!(offset_of!(JvmtiInterface, get_line_number_table) == (70 - 1) * word);
-    assert!(offset_of!(JvmtiInterface, set_event_callbacks) == (122 - 1) * word);
-    assert!(offset_of!(JvmtiInterface, generate_events) == (123 - 1) * word);
-    assert!(offset_of!(JvmtiInterface, get_error_name) == (128 - 1) * word);
-    assert!(offset_of!(JvmtiInterface, add_capabilities) == (142 - 1) * word);
-    assert!(offset_of!(JniInvokeInterface, get_env) == 6 * word);
+    assert!(offset_of!(JvmtiInterface, set_event_notification_mode) == slot(2));
+    assert!(offset_of!(JvmtiInterface, deallocate) == slot(47));
+    assert!(offset_of!(JvmtiInterface, get_class_signature) == slot(48));
+    assert!(offset_of!(JvmtiInterface, get_source_file_name) == slot(50));
+    assert!(offset_of!(JvmtiInterface, get_method_name) == slot(64));
+    assert!(offset_of!(JvmtiInterface, get_method_declaring_class) == slot(65));
+    assert!(offset_of!(JvmtiInterface, get_line_number_table) == slot(70));
+    assert!(offset_of!(JvmtiInterface, set_event_callbacks) == slot(122));
+    assert!(offset_of!(JvmtiInterface, generate_events) == slot(123));
+    assert!(offset_of!(JvmtiInterface, get_error_name) == slot(128));
+    assert!(offset_of!(JvmtiInterface, add_capabilities) == slot(142));
+    assert!(offset_of!(JniInvokeInterface, get_env) == 6 * size_of::<usize>());
 };
 
 /// The JVMTI environment of this agent. `Copy`: JVMTI environments may be used from any thread.
