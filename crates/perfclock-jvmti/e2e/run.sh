@@ -88,9 +88,9 @@ for jdk in "${jdks[@]}"; do
     mkdir -p "$dir/home" "$dir/dump"
     "$jdk/bin/java" -cp "$work/classes" Lines $((seconds + 3)) >"$dir/java.out" 2>"$dir/java.err" &
     java_pid=$!
-    # perf record -p traces the threads that exist when it starts: the JVM's, once it runs, but
-    # not the Attach Listener the first attach creates (the agent maps its files again from
-    # older threads for this; see crates/perfclock-jvmti/src/remap.rs).
+    # perf record -p started while the JVM is still creating its first threads can miss them (a
+    # thread cloned while perf lists the process's tasks is not traced, nor are its children):
+    # attach perf to a running JVM, as one profiles a running JVM.
     sleep 1
     perf record -q -g -e cpu-clock -F 2000 -p "$java_pid" -o "$dir/perf.data" 2>"$dir/record.err" &
     perf_pid=$!

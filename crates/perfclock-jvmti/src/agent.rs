@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{OnceLock, PoisonError, RwLock};
 
@@ -19,7 +18,6 @@ use crate::jvmti::{
 use crate::names;
 use crate::options::Options;
 use crate::perfmap::PerfMap;
-use crate::remap;
 
 const PREFIX: &str = "perfclock_agent";
 
@@ -51,13 +49,6 @@ struct Agent {
     gc_start_ns: AtomicU64,
     /// Records that could not be written; the first failure is printed.
     failures: AtomicU64,
-    /// After an attach: the files to map again from an older thread (see `remap`), the
-    /// attaching thread, and whether the Service thread (compiled methods) and the VM thread
-    /// (GC) have still to do it.
-    remap_paths: Vec<PathBuf>,
-    attach_tid: i32,
-    remap_on_compile: AtomicBool,
-    remap_on_gc: AtomicBool,
 }
 
 /// `Agent_OnLoad` and `Agent_OnAttach`.
@@ -191,20 +182,7 @@ unsafe fn initialise(vm: JavaVmPtr, text: &str, how: Start) -> Result<(), String
         perfmap.as_ref(),
         markers.as_ref(),
     );
-    let remap_paths: Vec<PathBuf> = jitdump
-        .iter()
-        .map(|d| d.path().to_owned())
-        .chain(markers.iter().map(|m| m.path().to_owned()))
-        .collect();
-    let attached = how == Start::OnAttach && !remap_paths.is_empty();
-    // On attach, GC events also serve to map the files again from the VM thread.
-    let gc = markers.is_some()
-        || (attached
-            && env
-                .add_capabilities(
-                    &Capabilities::default().with(Capability::GenerateGarbageCollectionEvents),
-                )
-                .is_ok());
+    let gc = markers.is_some();
     let agent = Agent {
         env,
         options,
@@ -214,10 +192,6 @@ unsafe fn initialise(vm: JavaVmPtr, text: &str, how: Start) -> Result<(), String
         markers,
         gc_start_ns: AtomicU64::new(0),
         failures: AtomicU64::new(0),
-        remap_paths,
-        attach_tid: remap::thread_id(),
-        remap_on_compile: AtomicBool::new(attached),
-        remap_on_gc: AtomicBool::new(attached),
     };
     AGENT
         .set(agent)
@@ -321,24 +295,6 @@ struct MethodInfo {
 }
 
 impl Agent {
-    /// Maps the files again if this callback runs on an older thread than the attaching one
-    /// (once per flag: the Service thread, the VM thread).
-    fn remap_from(&self, pending: &AtomicBool) {
-        if !pending.load(Ordering::Relaxed) || remap::thread_id() == self.attach_tid {
-            return;
-        }
-        if pending.swap(false, Ordering::Relaxed) {
-            for path in &self.remap_paths {
-                if let Err(e) = remap::map_again(path) {
-                    self.failed(&format!(
-                        "mapping {} again for perf record -p failed: {e}",
-                        path.display()
-                    ));
-                }
-            }
-        }
-    }
-
     fn method_info(&self, method: JmethodId) -> MethodInfo {
         let env = self.env;
         let class = env.declaring_class(method).ok();
@@ -377,7 +333,6 @@ impl Agent {
     }
 
     fn compiled_method_load(&self, method: JmethodId, code: &[u8], compile_info: *const c_void) {
-        self.remap_from(&self.remap_on_compile);
         let addr = code.as_ptr() as u64;
         let end = addr + code.len() as u64;
         let mut methods: HashMap<JmethodId, MethodInfo> = HashMap::new();
@@ -547,7 +502,6 @@ unsafe extern "C" fn on_dynamic_code_generated(
 /// clock and the marker writer's own (Rust) buffer are touched.
 unsafe extern "C" fn on_gc_start(_env: JvmtiEnvPtr) {
     guard("GarbageCollectionStart", |agent| {
-        agent.remap_from(&agent.remap_on_gc);
         agent
             .gc_start_ns
             .store(perfclock::now_ns(), Ordering::Relaxed);

@@ -35,7 +35,6 @@ mod jvmti;
 mod names;
 mod options;
 mod perfmap;
-mod remap;
 
 use std::ffi::{c_char, c_void};
 
