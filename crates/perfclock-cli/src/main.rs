@@ -1,6 +1,7 @@
 //! The `perfclock` command: `perfclock doctor` and `perfclock inject-time-conv`.
 
 mod attach;
+mod agent_path;
 mod doctor;
 mod inject;
 mod perf_data_patch;
@@ -63,6 +64,9 @@ enum Command {
               value_parser = parse_seconds)]
         timeout: f64,
     },
+    /// Print the absolute path of the JVMTI agent (libperfclock_agent.so) built with this
+    /// perfclock, which sits next to it; exits non-zero, naming the fix, when it is absent.
+    AgentPath,
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {
@@ -92,6 +96,16 @@ fn main() -> ExitCode {
             agent,
             Duration::from_secs_f64(timeout),
         ),
+        Command::AgentPath => match agent_path::find() {
+            Ok(path) => {
+                println!("{}", path.display());
+                ExitCode::SUCCESS
+            }
+            Err(message) => {
+                eprintln!("perfclock agent-path: error: {message}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

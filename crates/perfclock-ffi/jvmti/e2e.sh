@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end test of the perfclock JVMTI agent's jitdump against the real perf tool.
 #
-# 1. build.sh builds libperfclock_ffi.a and the agent; the perfclock command is built too. The
-#    JVM must refuse to start with an unknown or valueless agent option or a missing jitdump DIR.
+# 1. cargo builds the agent (crate perfclock-jvmti, libperfclock_agent.so, no JDK headers) and the
+#    perfclock command, which names the agent (`perfclock agent-path`). The JVM must refuse to
+#    start with an unknown or valueless agent option or a missing jitdump DIR.
 # 2. `perf record -g -e cpu-clock -F 4000` (perf's default clock, no -k) of Workload.java run as
 #    a jar under the agent with jitdump=DUMP: three threads run three classes whose compiled code
 #    HotSpot throws away and recompiles several times a second (class redefinition), in a small
@@ -14,11 +15,10 @@
 #    thread's class. Negative controls that must fail: `perf inject --jit` without TIME_CONV must
 #    refuse, and a TIME_CONV whose time_zero is 200 ms late must score measurably worse.
 #
-# Needs: perf (Debian: linux-perf), a JDK with include/jvmti.h and jar (openjdk-17-jdk-headless),
-# cc, python3, cargo; root or perf_event_paranoid <= 1. Exits non-zero on any failure.
+# Needs: perf (Debian: linux-perf), a JDK with javac and jar (openjdk-17-jdk-headless), python3,
+# cargo; root or perf_event_paranoid <= 1. Exits non-zero on any failure.
 # Environment: CARGO_TARGET_DIR (default <repo>/target), PERFCLOCK_E2E_DIR (work directory,
-# default a fresh /tmp/perfclock-e2e.*), PERFCLOCK_E2E_SECONDS (workload length, default 6),
-# JAVA_HOME (the JDK build.sh compiles against; default: the JDK of `javac` on PATH).
+# default a fresh /tmp/perfclock-e2e.*), PERFCLOCK_E2E_SECONDS (workload length, default 6).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,18 +38,17 @@ fail() {
 
 # shellcheck source=scripts/lib/skip.sh
 . "$root/scripts/lib/skip.sh"
-# Debian: apt-get install -y linux-perf openjdk-17-jdk-headless gcc python3.
-perfclock_need_tools "jvmti e2e.sh" perf java javac jar cc python3 cargo
+# Debian: apt-get install -y linux-perf openjdk-17-jdk-headless python3.
+perfclock_need_tools "jvmti e2e.sh" perf java javac jar python3 cargo
 echo "e2e: work dir $out; $(perf --version)"
 
-agent=$(bash "$here/build.sh" | tail -n 1)
-[ -f "$agent" ] || fail "build.sh did not print the agent's path (got '$agent')"
-echo "e2e: agent $agent"
-echo "e2e: cargo build --release -p perfclock-cli"
-(cd "$root" && cargo build --release -p perfclock-cli)
+echo "e2e: cargo build --release -p perfclock-jvmti -p perfclock-cli"
+(cd "$root" && cargo build --release -p perfclock-jvmti -p perfclock-cli)
 perfclock="${CARGO_TARGET_DIR:-$root/target}/release/perfclock"
 case $perfclock in /*) ;; *) perfclock="$root/$perfclock" ;; esac
 [ -x "$perfclock" ] || fail "$perfclock was not built"
+agent=$("$perfclock" agent-path) || fail "perfclock agent-path found no agent"
+echo "e2e: agent $agent"
 
 # The agent refuses what it cannot honour, before the JVM runs anything.
 agent_refuses() {
@@ -74,7 +73,7 @@ jar --create --file "$out/workload.jar" --manifest "$out/manifest.txt" -C "$out/
 jvm_flags=(-XX:ReservedCodeCacheSize=4m -XX:-SegmentedCodeCache -XX:SweeperThreshold=0.1)
 echo "e2e: perf record -g -e cpu-clock -F 4000 (default perf clock) -- java ${jvm_flags[*]} -agentpath:...=jitdump=$out/dump -jar workload.jar $seconds $period_ms"
 (cd "$out" && perf record -q -g -e cpu-clock -F 4000 -o "$out/perf.data" -- \
-    java "${jvm_flags[@]}" "-agentpath:$agent=jitdump=$out/dump,log=$out/agent.log" \
+    java "${jvm_flags[@]}" "-agentpath:$agent=jitdump=$out/dump" \
     -jar "$out/workload.jar" "$seconds" "$period_ms") || fail "perf record or the JVM failed"
 
 shopt -s nullglob
@@ -141,9 +140,9 @@ HOME="$out/home" perf report -i "$out/jitted.data" --stdio --sort comm,sym --no-
     || fail "perf report -i jitted.data failed"
 
 status=0
-python3 "$here/check_e2e.py" --pid "$pid" --dump "$dump" --log "$out/agent.log" \
+python3 "$here/check_e2e.py" --pid "$pid" --dump "$dump" \
     --raw-script "$out/perf.script" --script "$out/jitted.script" \
     --shifted-script "$out/shifted-jitted.script" \
     --noconv-status "$noconv_rc" --noconv-stderr "$out/noconv.err" || status=$?
-echo "e2e: artifacts in $out (perf.data, jitted.data, jitted.report, dump/, *.script, agent.log)"
+echo "e2e: artifacts in $out (perf.data, jitted.data, jitted.report, dump/, *.script)"
 exit "$status"

@@ -132,6 +132,77 @@ fn prefix(out: &mut Vec<u8>, id: u32, total_size: u32, timestamp: u64) {
     out.extend_from_slice(&timestamp.to_ne_bytes());
 }
 
+/// `JIT_CODE_DEBUG_INFO`: source lines of the code in the `JIT_CODE_LOAD` that follows it.
+pub const JIT_CODE_DEBUG_INFO: u32 = 2;
+/// Size of a `JIT_CODE_DEBUG_INFO` record before its entries: the prefix, `code_addr`,
+/// `nr_entry`.
+pub const DEBUG_INFO_FIXED_SIZE: usize = PREFIX_SIZE + 8 + 8;
+/// Size of one debug entry before its file name: `addr`, `lineno`, `discrim`.
+pub const DEBUG_ENTRY_FIXED_SIZE: usize = 8 + 4 + 4;
+
+/// One line of a `JIT_CODE_DEBUG_INFO` record (perf's `struct debug_entry`): the code from
+/// `addr` up to the next entry's address comes from `file`:`line`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DebugEntry<'a> {
+    /// Address of the first instruction of the line (absolute, like the load's `addr`).
+    pub addr: u64,
+    /// Source line number (perf's `lineno`, a C `int`).
+    pub line: i32,
+    /// DWARF discriminator; 0 when unused.
+    pub discriminator: i32,
+    /// Source file name, without NUL (perf writes it into the image's `.debug_line`).
+    pub file: &'a [u8],
+}
+
+/// Checks a debug record's entries and returns the record's size.
+///
+/// # Errors
+/// [`JitDumpError::NameContainsNul`] for a file name with a NUL (`position` is its offset in
+/// that name), [`JitDumpError::RecordTooLarge`] if the record's size does not fit its 32-bit
+/// size field (`name_len` is then the entries' count).
+pub fn check_debug_info(entries: &[DebugEntry<'_>]) -> Result<usize, JitDumpError> {
+    let mut size = DEBUG_INFO_FIXED_SIZE;
+    for entry in entries {
+        if let Some(position) = entry.file.iter().position(|&b| b == 0) {
+            return Err(JitDumpError::NameContainsNul { position });
+        }
+        size = size.saturating_add(DEBUG_ENTRY_FIXED_SIZE + entry.file.len() + 1);
+    }
+    if u32::try_from(size).is_err() {
+        return Err(JitDumpError::RecordTooLarge {
+            name_len: entries.len(),
+            code_len: 0,
+        });
+    }
+    Ok(size)
+}
+
+/// Appends a `JIT_CODE_DEBUG_INFO` record for the code at `code_addr` to `out`. perf's layout
+/// (`tools/perf/util/jitdump.h`): no padding, each entry's file name NUL-terminated in place.
+///
+/// # Errors
+/// As [`check_debug_info`].
+pub fn code_debug_info(
+    out: &mut Vec<u8>,
+    timestamp: u64,
+    code_addr: u64,
+    entries: &[DebugEntry<'_>],
+) -> Result<(), JitDumpError> {
+    let size = check_debug_info(entries)?;
+    out.reserve(size);
+    prefix(out, JIT_CODE_DEBUG_INFO, size as u32, timestamp);
+    out.extend_from_slice(&code_addr.to_ne_bytes());
+    out.extend_from_slice(&(entries.len() as u64).to_ne_bytes());
+    for entry in entries {
+        out.extend_from_slice(&entry.addr.to_ne_bytes());
+        out.extend_from_slice(&entry.line.to_ne_bytes());
+        out.extend_from_slice(&entry.discriminator.to_ne_bytes());
+        out.extend_from_slice(entry.file);
+        out.push(0);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,5 +253,54 @@ mod tests {
             Err(JitDumpError::EmptyCode)
         ));
         assert_eq!(check_load(b"", &[0xc3]).unwrap(), CODE_LOAD_FIXED_SIZE + 2);
+    }
+    #[test]
+    fn debug_info_layout() {
+        let mut out = Vec::new();
+        let entries = [
+            DebugEntry {
+                addr: 0x1000,
+                line: 7,
+                discriminator: 0,
+                file: b"a/B.java",
+            },
+            DebugEntry {
+                addr: 0x1010,
+                line: -1,
+                discriminator: 3,
+                file: b"",
+            },
+        ];
+        code_debug_info(&mut out, 5, 0x1000, &entries).unwrap();
+        let expected_size = DEBUG_INFO_FIXED_SIZE + 2 * DEBUG_ENTRY_FIXED_SIZE + 9 + 1;
+        assert_eq!(out.len(), expected_size);
+        assert_eq!(u32::from_ne_bytes(out[0..4].try_into().unwrap()), 2);
+        assert_eq!(
+            u32::from_ne_bytes(out[4..8].try_into().unwrap()) as usize,
+            out.len()
+        );
+        assert_eq!(u64::from_ne_bytes(out[16..24].try_into().unwrap()), 0x1000);
+        assert_eq!(u64::from_ne_bytes(out[24..32].try_into().unwrap()), 2);
+        assert_eq!(u64::from_ne_bytes(out[32..40].try_into().unwrap()), 0x1000);
+        assert_eq!(i32::from_ne_bytes(out[40..44].try_into().unwrap()), 7);
+        assert_eq!(&out[48..57], b"a/B.java\0");
+        assert_eq!(u64::from_ne_bytes(out[57..65].try_into().unwrap()), 0x1010);
+        assert_eq!(i32::from_ne_bytes(out[65..69].try_into().unwrap()), -1);
+        assert_eq!(i32::from_ne_bytes(out[69..73].try_into().unwrap()), 3);
+        assert_eq!(&out[73..], b"\0");
+    }
+
+    #[test]
+    fn debug_info_refuses_nul_in_a_file_name() {
+        let entries = [DebugEntry {
+            addr: 1,
+            line: 1,
+            discriminator: 0,
+            file: b"a\0b",
+        }];
+        assert!(matches!(
+            check_debug_info(&entries),
+            Err(JitDumpError::NameContainsNul { position: 1 })
+        ));
     }
 }

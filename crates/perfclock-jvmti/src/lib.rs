@@ -1,0 +1,81 @@
+//! The perfclock JVMTI agent, `libperfclock_agent.so`: writes the JVM's compiled code to a
+//! jitdump stamped with the perf clock (`jit-<pid>.dump`, through `perfclock-jitdump`), so that
+//! `perf inject --jit` names JIT-compiled Java methods, their source lines and the methods
+//! inlined into them in a default-clock `perf record`; optionally a perf map and GC pauses as
+//! samply markers. Built by cargo alone: the JVMTI declarations are written here from the
+//! specification (`jvmti` module), no JDK header is needed.
+//!
+//! ```text
+//! java -agentpath:/path/libperfclock_agent.so[=OPTIONS] ...        # at JVM start
+//! jcmd PID JVMTI.agent_load /path/libperfclock_agent.so [OPTIONS]  # into a running JVM
+//! ```
+//! `perfclock agent-path` prints the path of the agent built with the `perfclock` command.
+//! OPTIONS (comma-separated `key=value`; an unknown, repeated or valueless key makes the load
+//! fail with a message naming the fix):
+//! - `jitdump=DIR|off`: write `DIR/jit-<pid>.dump` and its `.timeconv` record (default `.`,
+//!   the JVM's working directory; `off` disables it, `./off` names a directory off).
+//! - `perfmap=0|1`: also write `/tmp/perf-<pid>.map` (default 0), whole methods and stubs only.
+//! - `markers=DIR`: each GC pause as a span `GC pause` in `DIR/marker-<pid>.txt`, which samply
+//!   shows on the samples' timeline (default: none).
+//! - `lines=0|1`: a `JIT_CODE_DEBUG_INFO` record before each load, so perf shows `File.java:LINE`
+//!   (default 1).
+//! - `inline=0|1`: an extra load record, named `callee <- caller <- ... <- compiled method`, for
+//!   each stretch of code HotSpot inlined (default 1).
+//! - `dottedclass=0|1`: `com.x.Foo.bar` rather than `Lcom/x/Foo;bar` (default 0).
+//! - `sig=0|1`: the JVM signature after the name, `(I)J` (default 1).
+//! - `allow_no_clock=0|1`: start even without the perf clock, with no jitdump and no markers
+//!   (default 0: the load fails).
+//!
+//! A second load or attach into the same JVM prints a line on the JVM's stderr and does
+//! nothing. See docs/jit.md for what perf and samply show.
+
+mod agent;
+mod code;
+mod jvmti;
+mod names;
+mod options;
+mod perfmap;
+
+use std::ffi::{c_char, c_void};
+
+use jvmti::{JavaVmPtr, Jint};
+
+/// Called by the JVM for `-agentpath:` (or `-agentlib:`) at start.
+///
+/// # Safety
+/// Called by the JVM with its `JavaVM` and the option string.
+#[no_mangle]
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn Agent_OnLoad(
+    vm: JavaVmPtr,
+    options: *mut c_char,
+    _reserved: *mut c_void,
+) -> Jint {
+    // SAFETY: the JVM's arguments, passed on.
+    unsafe { agent::start(vm, options, agent::Start::OnLoad) }
+}
+
+/// Called by the JVM when the agent is loaded into a running JVM (dynamic attach).
+///
+/// # Safety
+/// Called by the JVM with its `JavaVM` and the option string.
+#[no_mangle]
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn Agent_OnAttach(
+    vm: JavaVmPtr,
+    options: *mut c_char,
+    _reserved: *mut c_void,
+) -> Jint {
+    // SAFETY: the JVM's arguments, passed on.
+    unsafe { agent::start(vm, options, agent::Start::OnAttach) }
+}
+
+/// Called by the JVM as it unloads the agent (at exit).
+///
+/// # Safety
+/// Called by the JVM.
+#[no_mangle]
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn Agent_OnUnload(_vm: JavaVmPtr) {
+    agent::unload();
+}

@@ -1,0 +1,167 @@
+//! The agent's option string: `key=value` pairs separated by commas (values cannot contain
+//! commas). An unknown, repeated or valueless key is refused with a message naming the fix.
+
+use std::path::PathBuf;
+
+/// What the agent writes, and how it names code. Defaults are those of [`Options::default`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// `jitdump=DIR|off`: where `jit-<pid>.dump` goes (default `.`); `None` for `off`.
+    pub jitdump: Option<PathBuf>,
+    /// `perfmap=0|1`: also write `/tmp/perf-<pid>.map` (default 0).
+    pub perfmap: bool,
+    /// `markers=DIR`: write each GC pause to `DIR/marker-<pid>.txt` (default: none).
+    pub markers: Option<PathBuf>,
+    /// `lines=0|1`: a `JIT_CODE_DEBUG_INFO` record (source lines) before each load (default 1).
+    pub lines: bool,
+    /// `inline=0|1`: a load record of its own for each stretch of inlined code (default 1).
+    pub inline: bool,
+    /// `dottedclass=0|1`: `com.x.Foo.bar` instead of `Lcom/x/Foo;bar` (default 0).
+    pub dotted_class: bool,
+    /// `sig=0|1`: the JVM signature after the method name, `(I)J` (default 1).
+    pub signature: bool,
+    /// `allow_no_clock=0|1`: start without the perf clock (no jitdump, no markers) (default 0).
+    pub allow_no_clock: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            jitdump: Some(PathBuf::from(".")),
+            perfmap: false,
+            markers: None,
+            lines: true,
+            inline: true,
+            dotted_class: false,
+            signature: true,
+            allow_no_clock: false,
+        }
+    }
+}
+
+/// The keys, as listed in the refusal of an unknown one.
+pub const KNOWN: &str = "jitdump=DIR|off, perfmap=0|1, markers=DIR, lines=0|1, inline=0|1, \
+                         dottedclass=0|1, sig=0|1, allow_no_clock=0|1 (comma-separated)";
+
+const KEYS: [&str; 8] = [
+    "jitdump",
+    "perfmap",
+    "markers",
+    "lines",
+    "inline",
+    "dottedclass",
+    "sig",
+    "allow_no_clock",
+];
+
+impl Options {
+    /// Parses the option string (`None` or empty: the defaults).
+    ///
+    /// # Errors
+    /// A message for the JVM's stderr: unknown, repeated or valueless key, a flag other than
+    /// 0 or 1, an empty path.
+    pub fn parse(text: Option<&str>) -> Result<Options, String> {
+        let mut options = Options::default();
+        let mut seen = [false; KEYS.len()];
+        for item in text
+            .unwrap_or("")
+            .split(',')
+            .filter(|item| !item.is_empty())
+        {
+            let (key, value) = match item.split_once('=') {
+                Some((key, value)) => (key, Some(value)),
+                None => (item, None),
+            };
+            let Some(k) = KEYS.iter().position(|known| *known == key) else {
+                return Err(format!("unknown option '{key}'; known: {KNOWN}"));
+            };
+            let Some(value) = value else {
+                return Err(format!("option '{key}' needs a value: {key}=..."));
+            };
+            if std::mem::replace(&mut seen[k], true) {
+                return Err(format!("option {key} given twice"));
+            }
+            match key {
+                "jitdump" if value == "off" => options.jitdump = None,
+                "jitdump" => options.jitdump = Some(path(key, value)?),
+                "markers" => options.markers = Some(path(key, value)?),
+                "perfmap" => options.perfmap = flag(key, value)?,
+                "lines" => options.lines = flag(key, value)?,
+                "inline" => options.inline = flag(key, value)?,
+                "dottedclass" => options.dotted_class = flag(key, value)?,
+                "sig" => options.signature = flag(key, value)?,
+                _ => options.allow_no_clock = flag(key, value)?,
+            }
+        }
+        Ok(options)
+    }
+}
+
+fn flag(key: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(format!("option {key}={value}: expected {key}=0 or {key}=1")),
+    }
+}
+
+fn path(key: &str, value: &str) -> Result<PathBuf, String> {
+    if value.is_empty() {
+        return Err(format!("option {key}= needs a path"));
+    }
+    Ok(PathBuf::from(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        assert_eq!(Options::parse(None).unwrap(), Options::default());
+        assert_eq!(Options::parse(Some("")).unwrap(), Options::default());
+        let d = Options::default();
+        assert_eq!(d.jitdump, Some(PathBuf::from(".")));
+        assert!(d.lines && d.inline && d.signature);
+        assert!(!d.perfmap && !d.dotted_class && !d.allow_no_clock && d.markers.is_none());
+    }
+
+    #[test]
+    fn every_key() {
+        let o = Options::parse(Some(
+            "jitdump=off,perfmap=1,markers=/m,lines=0,inline=0,dottedclass=1,sig=0,allow_no_clock=1",
+        ))
+        .unwrap();
+        assert_eq!(
+            o,
+            Options {
+                jitdump: None,
+                perfmap: true,
+                markers: Some(PathBuf::from("/m")),
+                lines: false,
+                inline: false,
+                dotted_class: true,
+                signature: false,
+                allow_no_clock: true,
+            }
+        );
+        let o = Options::parse(Some("jitdump=./off")).unwrap();
+        assert_eq!(o.jitdump, Some(PathBuf::from("./off")));
+    }
+
+    #[test]
+    fn refusals_name_the_fix() {
+        let err = |s| Options::parse(Some(s)).unwrap_err();
+        assert!(err("bogus=1").starts_with("unknown option 'bogus'; known: jitdump="));
+        assert_eq!(
+            err("perfmap"),
+            "option 'perfmap' needs a value: perfmap=..."
+        );
+        assert_eq!(err("lines=0,lines=1"), "option lines given twice");
+        assert_eq!(
+            err("inline=yes"),
+            "option inline=yes: expected inline=0 or inline=1"
+        );
+        assert_eq!(err("markers="), "option markers= needs a path");
+    }
+}
