@@ -3,6 +3,7 @@
 mod doctor;
 mod inject;
 mod perf_data_patch;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,11 +43,21 @@ enum Command {
         #[arg(long = "dump-dir", value_name = "DIR")]
         dump_dirs: Vec<PathBuf>,
     },
+    /// Calibrate once for the whole machine and publish the conversion in a shared page that
+    /// every process's perfclock reads instead of calibrating on its own (foreground, logs to
+    /// stderr, SIGINT/SIGTERM stops). In kernel mode it says so and publishes nothing.
+    Serve {
+        /// The page (default /run/perfclock/clock as root, $XDG_RUNTIME_DIR/perfclock/clock
+        /// otherwise); its directory must be writable by its owner alone.
+        #[arg(long, value_name = "P")]
+        path: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Doctor { records_per_kind } => doctor::run(records_per_kind),
+        Command::Serve { path } => serve::run(path),
         Command::InjectTimeConv {
             input,
             output,
