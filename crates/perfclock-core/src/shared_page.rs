@@ -397,22 +397,33 @@ impl SharedPageReader {
         let mut copy = [0u8; LAYOUT_BYTES];
         for _ in 0..MAX_RETRIES {
             let Some(stamp) = header.lock.optimistic_read() else {
+                // A page in another format (or garbage) has no lock to wait for: its bytes are
+                // handed to `parse` to be named.
+                if header.magic.load(Ordering::Relaxed) != MAGIC
+                    || header.version.load(Ordering::Relaxed) != VERSION
+                {
+                    self.copy_into(&mut copy);
+                    return Ok(copy);
+                }
                 core::hint::spin_loop();
                 continue;
             };
-            for (index, chunk) in copy.chunks_exact_mut(8).enumerate() {
-                // SAFETY: `index * 8 + 8 <= LAYOUT_BYTES <= FILE_BYTES`, 8-aligned, inside the
-                // mapping the contract keeps alive; accessed atomically as the writer does.
-                let w =
-                    unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(index * 8).cast::<u64>()) };
-                chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
-            }
+            self.copy_into(&mut copy);
             if header.lock.validate_read(stamp) {
                 return Ok(copy);
             }
             core::hint::spin_loop();
         }
         Err(PageDefect::Busy)
+    }
+
+    fn copy_into(&self, copy: &mut [u8; LAYOUT_BYTES]) {
+        for (index, chunk) in copy.chunks_exact_mut(8).enumerate() {
+            // SAFETY: `index * 8 + 8 <= LAYOUT_BYTES <= FILE_BYTES`, 8-aligned, inside the
+            // mapping the contract keeps alive; accessed atomically as the writer does.
+            let w = unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(index * 8).cast::<u64>()) };
+            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+        }
     }
 
     /// The bound and the heartbeat, consistently: for the bound a client reports on every call
