@@ -9,6 +9,8 @@
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::{counter, PageReader, ReadError, TimeConversion};
 
+use std::sync::OnceLock;
+
 use crate::diagnosis::Withheld;
 use crate::error::Error;
 use crate::kernel::{KernelPage, MapError};
@@ -109,9 +111,8 @@ impl Options {
                 source: Source::Kernel(page),
             }),
             Err(ReadError::TimeZeroUnavailable { capabilities }) => {
-                let withheld = Withheld::observe(capabilities);
                 if self.kernel_only {
-                    return Err(Error::KernelWithholdsTime(withheld));
+                    return Err(Error::KernelWithholdsTime(Withheld::observe(capabilities)));
                 }
                 // The kernel page is of no further use: the shared and calibrated modes read
                 // pages of their own.
@@ -120,11 +121,17 @@ impl Options {
                     if let (Some(shared), _) = crate::shared_page::open_first() {
                         return Ok(Clock {
                             reader: shared.page_reader(),
-                            source: Source::Shared { shared, withheld },
+                            // What the kernel withholds is read when asked: reading
+                            // /proc/cpuinfo would cost more than mapping the page.
+                            source: Source::Shared {
+                                shared,
+                                capabilities,
+                                withheld: OnceLock::new(),
+                            },
                         });
                     }
                 }
-                self.open_calibrated(withheld)
+                self.open_calibrated(Withheld::observe(capabilities))
             }
             Err(other) => Err(Error::Page(other)),
         }
@@ -172,7 +179,9 @@ enum Source {
     /// Keeps the server's page mapped.
     Shared {
         shared: SharedMapping,
-        withheld: Withheld,
+        /// The kernel page's capability word, for `withheld`.
+        capabilities: u64,
+        withheld: OnceLock<Withheld>,
     },
     #[cfg(feature = "calibrated")]
     Calibrated {
@@ -330,7 +339,11 @@ impl Clock {
     pub fn withheld(&self) -> Option<&Withheld> {
         match &self.source {
             Source::Kernel(_) => None,
-            Source::Shared { withheld, .. } => Some(withheld),
+            Source::Shared {
+                capabilities,
+                withheld,
+                ..
+            } => Some(withheld.get_or_init(|| Withheld::observe(*capabilities))),
             #[cfg(feature = "calibrated")]
             Source::Calibrated { withheld, .. } => Some(withheld),
         }
