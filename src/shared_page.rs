@@ -203,8 +203,12 @@ impl Drop for SharedMapping {
 
 /// This boot's id as the page stores it.
 pub(crate) fn boot_id() -> Option<[u64; 2]> {
-    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    parse_boot_id(text.trim())
+    use std::io::Read as _;
+    // One read into a buffer (the id is 37 bytes): `init()` pays for every system call here.
+    let mut buffer = [0u8; 64];
+    let mut file = File::open("/proc/sys/kernel/random/boot_id").ok()?;
+    let len = file.read(&mut buffer).ok()?;
+    parse_boot_id(std::str::from_utf8(&buffer[..len]).ok()?.trim())
 }
 
 fn parse_boot_id(text: &str) -> Option<[u64; 2]> {
@@ -240,8 +244,9 @@ impl SharedMapping {
             return Err(Refusal::NotRegular);
         }
         // SAFETY: getuid and geteuid have no preconditions and cannot fail.
-        let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
-        if meta.uid() != 0 && meta.uid() != uid && meta.uid() != euid {
+        let ours =
+            |owner| owner == unsafe { libc::getuid() } || owner == unsafe { libc::geteuid() };
+        if meta.uid() != 0 && !ours(meta.uid()) {
             return Err(Refusal::OtherOwner { uid: meta.uid() });
         }
         if meta.mode() & 0o022 != 0 {

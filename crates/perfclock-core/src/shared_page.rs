@@ -417,12 +417,28 @@ impl SharedPageReader {
         Err(PageDefect::Busy)
     }
 
+    /// Copies the layout with loads of the sizes the writer stores with (atomic accesses of
+    /// different sizes to one location must not race): 4-byte loads for the words holding a
+    /// sequence word (each perf page's `lock`, the header's `version` and `lock`), 8-byte loads
+    /// elsewhere.
     fn copy_into(&self, copy: &mut [u8; LAYOUT_BYTES]) {
+        const SPLIT: [usize; 3] = [PRIMARY_OFFSET + 8, MIRROR_OFFSET + 8, HEADER_OFFSET + 8];
         for (index, chunk) in copy.chunks_exact_mut(8).enumerate() {
-            // SAFETY: `index * 8 + 8 <= LAYOUT_BYTES <= FILE_BYTES`, 8-aligned, inside the
-            // mapping the contract keeps alive; accessed atomically as the writer does.
-            let w = unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(index * 8).cast::<u64>()) };
-            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+            let offset = index * 8;
+            // SAFETY: `offset + 8 <= LAYOUT_BYTES <= FILE_BYTES`, 8-aligned, inside the mapping
+            // the contract keeps alive; accessed atomically, with the writer's access sizes.
+            unsafe {
+                let at = self.base.as_ptr().add(offset);
+                if SPLIT.contains(&offset) {
+                    let low = AtomicU32::from_ptr(at.cast::<u32>()).load(Ordering::Relaxed);
+                    let high = AtomicU32::from_ptr(at.add(4).cast::<u32>()).load(Ordering::Relaxed);
+                    chunk[..4].copy_from_slice(&low.to_ne_bytes());
+                    chunk[4..].copy_from_slice(&high.to_ne_bytes());
+                } else {
+                    let word = AtomicU64::from_ptr(at.cast::<u64>()).load(Ordering::Relaxed);
+                    chunk.copy_from_slice(&word.to_ne_bytes());
+                }
+            }
         }
     }
 
