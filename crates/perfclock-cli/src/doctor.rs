@@ -17,6 +17,8 @@ pub const DEFAULT_RECORDS_PER_KIND: usize = 20_000;
 
 /// Runs the doctor with `per_kind` kernel stamps per record kind and CPU turn.
 pub fn run(per_kind: usize) -> ExitCode {
+    // First, so that a failed open still shows which shared pages were refused and why.
+    describe_shared_pages();
     let opened = Instant::now();
     let clock = match perfclock::init() {
         Ok(clock) => clock,
@@ -31,7 +33,6 @@ pub fn run(per_kind: usize) -> ExitCode {
         counter::COUNTER_NAME,
         std::env::consts::ARCH
     );
-    describe_shared_pages();
     describe_mode(clock, open_time);
     describe_conversion(clock);
     let passed = check_against_kernel(clock, per_kind);

@@ -222,34 +222,48 @@ impl Server {
     }
 
     /// Publishes `target` at counter value `now`, continuing the line in the file unless the
-    /// refiner saw a clock jump; refreshes the heartbeat.
+    /// refiner saw a clock jump; refreshes the heartbeat. A continuation that cannot be
+    /// published safely now (see [`continued`]) waits for the next poll: the line in the file
+    /// stays, its bound growing honestly.
     fn publish(&mut self, writer: &SharedPageWriter, target: Solution, now: u64) {
         let jumps = self.clock.stats().jumps;
-        let next = match self.published {
-            None => target,
-            Some(old) if old.conversion == target.conversion && old.bound == target.bound => {
+        let Some(old) = self.published else {
+            writer.store_bound(&shared_of(&target.bound), now);
+            writer.publish(&target.conversion);
+            writer.store_bound(&shared_of(&target.bound), now);
+            self.published = Some(target);
+            self.jumps = jumps;
+            return;
+        };
+        if old.conversion == target.conversion && old.bound == target.bound {
+            writer.store_bound(&shared_of(&old.bound), now);
+            return;
+        }
+        let (next, publish_before) = if jumps != self.jumps {
+            eprintln!(
+                "{NAME}: the clock jumped (the refiner saw {} jumps); publishing the new line \
+                 as it is",
+                jumps - self.jumps
+            );
+            (target, u64::MAX)
+        } else {
+            match continued(&old.conversion, &target, now) {
+                Some(continued) => continued,
+                None => {
+                    writer.store_bound(&shared_of(&old.bound), now);
+                    return;
+                }
+            }
+        };
+        if next.conversion != old.conversion {
+            // A reader may pair either conversion with either bound while they switch.
+            writer.store_bound(&shared_of(&union_bound(&old.bound, &next.bound, now)), now);
+            // The new line is above the old one only up to `publish_before`: a server preempted
+            // past it (a loaded machine) must not publish it any more.
+            if counter::read_counter().is_none_or(|late| late >= publish_before) {
                 writer.store_bound(&shared_of(&old.bound), now);
                 return;
             }
-            Some(_) if jumps != self.jumps => {
-                eprintln!(
-                    "{NAME}: the clock jumped (the refiner saw {} jumps); publishing the new \
-                     line as it is",
-                    jumps - self.jumps
-                );
-                target
-            }
-            Some(old) => continued(&old.conversion, &target, now),
-        };
-        if let Some(old) = self
-            .published
-            .filter(|old| old.conversion != next.conversion)
-        {
-            // A reader may pair either conversion with either bound while they switch.
-            writer.store_bound(&shared_of(&union_bound(&old.bound, &next.bound, now)), now);
-            writer.publish(&next.conversion);
-        } else if self.published.is_none() {
-            writer.store_bound(&shared_of(&next.bound), now);
             writer.publish(&next.conversion);
         }
         writer.store_bound(&shared_of(&next.bound), now);
@@ -258,21 +272,28 @@ impl Server {
     }
 }
 
-/// `target`, or a line that continues `old` at `now` and slews into `target`; longer horizons
-/// for a larger step back (a server restarted after a long pause), so that the slope stays
-/// expressible.
-fn continued(old: &TimeConversion, target: &Solution, now: u64) -> Solution {
+/// Readers keep using the old line from `now` until the page is written; the new line is
+/// made to lie above it over [`PUBLISH_MARGIN_NS`] from `now`, so that a reading taken with
+/// the new line is never below one taken with the old, as long as the page is written within
+/// the margin.
+const PUBLISH_MARGIN_NS: f64 = 50e6;
+
+/// The line to publish after `old` for the refiner's `target`, and the counter value before
+/// which it must be written; `None` if none can be published safely now (the next poll tries
+/// again). The line continues `old` (plus 2 ns) at `now` + the margin and slews into `target`
+/// (perfclock-calib's `continue_from`; longer horizons for a larger step back, so that the
+/// slope stays expressible), or is `target` itself where that is ahead; either way it must lie
+/// at least 2 ns above `old` at both ends of the margin, hence (both being lines) everywhere in
+/// between, floors included.
+fn continued(old: &TimeConversion, target: &Solution, now: u64) -> Option<(Solution, u64)> {
     let slope = f64::from(target.conversion.mult()) / (1u64 << target.conversion.shift()) as f64;
     let horizon = (SLEW_HORIZON_NS / slope) as u64;
-    [1, 10, 100, 1000, 10_000]
+    let at = now.saturating_add((PUBLISH_MARGIN_NS / slope) as u64);
+    let next = [1, 10, 100, 1000, 10_000]
         .into_iter()
-        .find_map(|factor| continue_from(old, target, now, horizon.saturating_mul(factor)).ok())
-        .unwrap_or_else(|| {
-            eprintln!(
-                "{NAME}: cannot slew from the published line (it is too far ahead); stepping"
-            );
-            *target
-        })
+        .find_map(|factor| continue_from(old, target, at, horizon.saturating_mul(factor)).ok())?;
+    let above = |c: u64| next.conversion.cycles_to_ns(c) >= old.cycles_to_ns(c).saturating_add(2);
+    (above(now) && above(at)).then_some((next, at))
 }
 
 fn shared_of(model: &BoundModel) -> SharedBound {
@@ -508,9 +529,15 @@ mod tests {
             },
         };
         let now = 5_000_000_000;
-        let next = continued(&old, &target, now);
-        assert!(next.conversion.cycles_to_ns(now) >= old.cycles_to_ns(now));
-        assert!(next.conversion.cycles_to_ns(now + 1) >= old.cycles_to_ns(now));
+        let (next, before) = continued(&old, &target, now).expect("a continuation");
+        assert!(before > now);
+        // Never below the old line from `now` to the end of the margin.
+        for c in (now..before).step_by(1_000_000).chain([before]) {
+            assert!(
+                next.conversion.cycles_to_ns(c) >= old.cycles_to_ns(c),
+                "{c}"
+            );
+        }
         assert!(next.bound.at(now) >= 1_000_000, "{:?}", next.bound);
     }
 }
