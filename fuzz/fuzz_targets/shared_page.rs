@@ -8,7 +8,10 @@
 use core::ptr::NonNull;
 
 use libfuzzer_sys::fuzz_target;
-use perfclock_core::shared_page::{parse, PageDefect, SharedPageReader, FILE_BYTES};
+use perfclock_core::shared_page::{
+    parse, PageDefect, SharedBound, SharedPageReader, SharedPageWriter, FILE_BYTES, LAYOUT_BYTES,
+};
+use perfclock_core::TimeConversion;
 
 #[repr(C, align(4096))]
 struct File([u8; FILE_BYTES]);
@@ -21,7 +24,37 @@ fn u64_at(bytes: &[u8], offset: usize) -> u64 {
     u64::from_ne_bytes(word)
 }
 
+/// A valid page, as a server writes it.
+fn template() -> Box<File> {
+    let mut file = Box::new(File([0; FILE_BYTES]));
+    let base = NonNull::from(&mut file.0).cast::<u8>();
+    // SAFETY: an aligned FILE_BYTES buffer written by this one writer, read by no one meanwhile.
+    let writer = unsafe { SharedPageWriter::new(base) };
+    writer.claim([7, 9], 1234, 1_000_000);
+    writer.publish(&TimeConversion::new(858_993_459, 31, 1_000).unwrap());
+    writer.store_bound(
+        &SharedBound {
+            base_ns: 500,
+            growth_q48: 1 << 30,
+            counter_ref: 1_000_000,
+        },
+        1_000_000,
+    );
+    file
+}
+
 fuzz_target!(|data: &[u8]| {
+    judge(data);
+    let mut edited = template();
+    assert!(parse(&edited.0).is_ok(), "the template is valid");
+    for edit in data.chunks_exact(3) {
+        let offset = usize::from(u16::from_ne_bytes([edit[0], edit[1]])) % LAYOUT_BYTES;
+        edited.0[offset] = edit[2];
+    }
+    judge(&edited.0);
+});
+
+fn judge(data: &[u8]) {
     let parsed = parse(data);
     // The last 24 bytes past the page (if any) drive the freshness check.
     let now = u64_at(data, FILE_BYTES);
@@ -54,4 +87,4 @@ fuzz_target!(|data: &[u8]| {
         let _ = reader.bound_and_heartbeat();
         let _ = reader.page_reader().raw();
     }
-});
+}
