@@ -247,6 +247,21 @@ fn page_fields(bytes: &[u8], base: usize) -> Option<RawTimeFields> {
     })
 }
 
+/// The conversion `fields` publish, if a reader accepts it and its slope is plausible.
+fn sane_conversion(fields: RawTimeFields) -> Result<TimeConversion, PageDefect> {
+    let conversion = fields.conversion().map_err(|error| match error {
+        ReadError::TimeZeroUnavailable { .. } => PageDefect::Garbage("no conversion published"),
+        _ => PageDefect::Garbage("invalid conversion parameters"),
+    })?;
+    let slope = f64::from(conversion.mult()) / (1u64 << conversion.shift()) as f64;
+    if !(SANE_SLOPE_NS_PER_TICK.0..=SANE_SLOPE_NS_PER_TICK.1).contains(&slope) {
+        return Err(PageDefect::Garbage(
+            "conversion slope outside 0.05..1000 ns per tick",
+        ));
+    }
+    Ok(conversion)
+}
+
 /// Judges a copy of a shared clock file: the format, the conversion and the bound, not yet the
 /// boot or the heartbeat's age ([`SharedSnapshot::check_fresh`]). Never panics, whatever the
 /// bytes.
@@ -269,24 +284,14 @@ pub fn parse(bytes: &[u8]) -> Result<SharedSnapshot, PageDefect> {
     if half(bytes, h + offset_of!(SharedHeader, lock)) & 1 != 0 {
         return Err(PageDefect::Busy);
     }
+    // Readers read the primary page, and the mirror only while the primary is being written. The
+    // two differ only if a server died between writing the mirror and the primary: the primary
+    // is then what readers read. Each stable one must publish a sane conversion.
     let primary = page_fields(bytes, PRIMARY_OFFSET);
     let mirror = page_fields(bytes, MIRROR_OFFSET);
-    let fields = primary.or(mirror).ok_or(PageDefect::Busy)?;
-    let conversion = fields.conversion().map_err(|error| match error {
-        ReadError::TimeZeroUnavailable { .. } => PageDefect::Garbage("no conversion published"),
-        _ => PageDefect::Garbage("invalid conversion parameters"),
-    })?;
-    if let (Some(a), Some(b)) = (primary, mirror) {
-        if a != b {
-            return Err(PageDefect::Garbage("the page and its mirror disagree"));
-        }
-    }
-    let slope = f64::from(conversion.mult()) / (1u64 << conversion.shift()) as f64;
-    if !(SANE_SLOPE_NS_PER_TICK.0..=SANE_SLOPE_NS_PER_TICK.1).contains(&slope) {
-        return Err(PageDefect::Garbage(
-            "conversion slope outside 0.05..1000 ns per tick",
-        ));
-    }
+    let mut conversions = [primary, mirror].into_iter().flatten().map(sane_conversion);
+    let conversion = conversions.next().ok_or(PageDefect::Busy)??;
+    conversions.try_for_each(|other| other.map(drop))?;
     let pid = word(bytes, h + offset_of!(SharedHeader, server_pid));
     let server_pid = u32::try_from(pid)
         .ok()
@@ -658,6 +663,13 @@ mod tests {
             parse(&writer.reader().snapshot().unwrap()),
             Err(PageDefect::Garbage("no conversion published"))
         );
+        // A server that died between the mirror and the primary: the primary is what readers
+        // read, and what a restarted server continues.
+        let old = TimeConversion::new(1 << 31, 31, 5).unwrap();
+        writer.publish(&old);
+        let mut died = writer.reader().snapshot().unwrap();
+        died[MIRROR_OFFSET + 64..MIRROR_OFFSET + 72].copy_from_slice(&99u64.to_ne_bytes());
+        assert_eq!(parse(&died).map(|s| s.conversion), Ok(old));
         // 1e-3 ns per tick: no counter runs at 1 THz.
         writer.publish(&TimeConversion::new(2_147_483, 31, 0).unwrap());
         assert!(matches!(
