@@ -9,9 +9,12 @@
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::{counter, PageReader, ReadError, TimeConversion};
 
+use std::sync::OnceLock;
+
 use crate::diagnosis::Withheld;
 use crate::error::Error;
 use crate::kernel::{KernelPage, MapError};
+use crate::shared_page::{SharedMapping, SharedPageInfo};
 
 /// Where a clock's parameters come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,6 +24,10 @@ pub enum Mode {
     Kernel,
     /// Fitted by perfclock against timestamps the kernel stamped, with a measured error bound.
     Calibrated,
+    /// Fitted by a `perfclock serve` of this machine and read from its shared page (see
+    /// [`Clock::shared_page`]): calibrated, with the server's bound, and no thread, perf event
+    /// or ring in this process.
+    Shared,
 }
 
 /// How to open a [`Clock`]. The default: kernel mode where the kernel publishes the parameters,
@@ -29,6 +36,8 @@ pub enum Mode {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Options {
     kernel_only: bool,
+    /// Whether to read a `perfclock serve` page before calibrating in-process.
+    no_shared_page: bool,
     /// Set by [`Options::refine`]; wins over `calibration`'s own setting, whichever came first.
     #[cfg(feature = "calibrated")]
     refine: Option<bool>,
@@ -41,6 +50,14 @@ impl Options {
     /// [`Error::KernelWithholdsTime`] where the kernel withholds the parameters.
     pub fn kernel_only(mut self, kernel_only: bool) -> Self {
         self.kernel_only = kernel_only;
+        self
+    }
+
+    /// Read the conversion a `perfclock serve` publishes (the default), where the kernel
+    /// withholds it and a valid shared page is found (`PERFCLOCK_SHARED_PAGE` names it or,
+    /// set to `off`, disables it); `false` calibrates in this process whatever is served.
+    pub fn shared_page(mut self, shared_page: bool) -> Self {
+        self.no_shared_page = !shared_page;
         self
     }
 
@@ -94,13 +111,27 @@ impl Options {
                 source: Source::Kernel(page),
             }),
             Err(ReadError::TimeZeroUnavailable { capabilities }) => {
-                let withheld = Withheld::observe(capabilities);
                 if self.kernel_only {
-                    return Err(Error::KernelWithholdsTime(withheld));
+                    return Err(Error::KernelWithholdsTime(Withheld::observe(capabilities)));
                 }
-                // The kernel page is of no further use: calibrated mode reads its own page.
+                // The kernel page is of no further use: the shared and calibrated modes read
+                // pages of their own.
                 drop(page);
-                self.open_calibrated(withheld)
+                if !self.no_shared_page {
+                    if let (Some(shared), _) = crate::shared_page::open_first() {
+                        return Ok(Clock {
+                            reader: shared.page_reader(),
+                            // What the kernel withholds is read when asked: reading
+                            // /proc/cpuinfo would cost more than mapping the page.
+                            source: Source::Shared {
+                                shared,
+                                capabilities,
+                                withheld: OnceLock::new(),
+                            },
+                        });
+                    }
+                }
+                self.open_calibrated(Withheld::observe(capabilities))
             }
             Err(other) => Err(Error::Page(other)),
         }
@@ -145,6 +176,13 @@ impl Options {
 enum Source {
     /// Keeps the kernel's page mapped.
     Kernel(#[allow(dead_code)] KernelPage),
+    /// Keeps the server's page mapped.
+    Shared {
+        shared: SharedMapping,
+        /// The kernel page's capability word, for `withheld`.
+        capabilities: u64,
+        withheld: OnceLock<Withheld>,
+    },
     #[cfg(feature = "calibrated")]
     Calibrated {
         calibrated: CalibratedClock,
@@ -234,6 +272,7 @@ impl Clock {
     pub fn mode(&self) -> Mode {
         match self.source {
             Source::Kernel(_) => Mode::Kernel,
+            Source::Shared { .. } => Mode::Shared,
             #[cfg(feature = "calibrated")]
             Source::Calibrated { .. } => Mode::Calibrated,
         }
@@ -247,6 +286,10 @@ impl Clock {
     pub fn error_bound_ns(&self) -> u64 {
         match &self.source {
             Source::Kernel(_) => 0,
+            Source::Shared { shared, .. } => match counter::read_counter() {
+                Some(now) => shared.error_bound_at(now),
+                None => u64::MAX,
+            },
             #[cfg(feature = "calibrated")]
             Source::Calibrated { calibrated, .. } => calibrated.error_bound_ns(),
         }
@@ -268,7 +311,8 @@ impl Clock {
     /// with the bound described above.
     pub fn resume_after_fork(&self) -> Result<bool, Error> {
         match &self.source {
-            Source::Kernel(_) => Ok(false),
+            // The file mapping is inherited, and the server keeps it up to date.
+            Source::Kernel(_) | Source::Shared { .. } => Ok(false),
             #[cfg(feature = "calibrated")]
             Source::Calibrated {
                 calibrated,
@@ -286,7 +330,7 @@ impl Clock {
     #[cfg(feature = "calibrated")]
     pub fn calibrated(&self) -> Option<&CalibratedClock> {
         match &self.source {
-            Source::Kernel(_) => None,
+            Source::Kernel(_) | Source::Shared { .. } => None,
             Source::Calibrated { calibrated, .. } => Some(calibrated),
         }
     }
@@ -295,8 +339,22 @@ impl Clock {
     pub fn withheld(&self) -> Option<&Withheld> {
         match &self.source {
             Source::Kernel(_) => None,
+            Source::Shared {
+                capabilities,
+                withheld,
+                ..
+            } => Some(withheld.get_or_init(|| Withheld::observe(*capabilities))),
             #[cfg(feature = "calibrated")]
             Source::Calibrated { withheld, .. } => Some(withheld),
+        }
+    }
+
+    /// In shared mode, the page read: its path, the server's pid, the heartbeat's age and the
+    /// bound now.
+    pub fn shared_page(&self) -> Option<SharedPageInfo> {
+        match &self.source {
+            Source::Shared { shared, .. } => Some(shared.info()),
+            _ => None,
         }
     }
 

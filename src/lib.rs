@@ -56,6 +56,8 @@ mod error;
 mod fork;
 #[cfg(target_os = "linux")]
 mod kernel;
+#[cfg(target_os = "linux")]
+pub mod shared_page;
 // CLOCK_BOOTTIME and the libc bindings it reads are Linux's.
 #[cfg(target_os = "linux")]
 mod snapshot;
@@ -68,6 +70,8 @@ pub use clock::{Clock, Mode, Options};
 pub use diagnosis::Withheld;
 pub use error::Error;
 pub use perfclock_core::{ReadError, TimeConversion};
+#[cfg(target_os = "linux")]
+pub use shared_page::{Refusal, SharedPageInfo};
 #[cfg(target_os = "linux")]
 pub use snapshot::{snapshot, ClockSnapshot, PairedClock, SnapshotError, SNAPSHOT_TRIES};
 

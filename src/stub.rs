@@ -13,6 +13,8 @@ pub enum Mode {
     Kernel,
     /// Fitted by perfclock against timestamps the kernel stamped.
     Calibrated,
+    /// Read from a `perfclock serve` page.
+    Shared,
 }
 
 /// How to open a [`Clock`]: off Linux, every option fails with [`Error::Unsupported`].
@@ -22,6 +24,11 @@ pub struct Options {
 }
 
 impl Options {
+    /// Read a `perfclock serve` page (see the Linux build's documentation).
+    pub fn shared_page(self, _shared_page: bool) -> Self {
+        self
+    }
+
     /// Refuse the calibrated fallback (see the Linux build's documentation).
     pub fn kernel_only(mut self, kernel_only: bool) -> Self {
         self.kernel_only = kernel_only;

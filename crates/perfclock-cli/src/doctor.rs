@@ -9,7 +9,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use perfclock::{Clock, Mode};
+use perfclock::{shared_page, Clock, Mode};
 use perfclock_core::counter;
 
 /// Kernel stamps checked per record kind when the command line names no number.
@@ -17,6 +17,8 @@ pub const DEFAULT_RECORDS_PER_KIND: usize = 20_000;
 
 /// Runs the doctor with `per_kind` kernel stamps per record kind and CPU turn.
 pub fn run(per_kind: usize) -> ExitCode {
+    // First, so that a failed open still shows which shared pages were refused and why.
+    describe_shared_pages();
     let opened = Instant::now();
     let clock = match perfclock::init() {
         Ok(clock) => clock,
@@ -49,6 +51,23 @@ fn describe_mode(clock: &Clock, open_time: std::time::Duration) {
             "mode: kernel — the kernel publishes the conversion (cap_user_time_zero=1); readings \
              are the kernel's own arithmetic (error bound 0 ns)"
         ),
+        Mode::Shared => {
+            println!(
+                "mode: shared — calibrated by a `perfclock serve` of this machine and read from \
+                 its page (no thread, perf event or ring in this process)"
+            );
+            if let Some(page) = clock.shared_page() {
+                println!(
+                    "shared page: {}, server pid {}, heartbeat {:.2} s ago",
+                    page.path.display(),
+                    page.server_pid,
+                    page.heartbeat_age_ns as f64 / 1e9
+                );
+            }
+            if let Some(withheld) = clock.withheld() {
+                println!("why: {withheld}");
+            }
+        }
         Mode::Calibrated => {
             println!("mode: calibrated");
             if let Some(withheld) = clock.withheld() {
@@ -69,6 +88,37 @@ fn describe_mode(clock: &Clock, open_time: std::time::Duration) {
         );
     }
     println!("error bound now: {} ns", clock.error_bound_ns());
+}
+
+/// Each shared page `init()` looks at, and what it made of it (`refused (REASON): ...` for
+/// one it would not use).
+fn describe_shared_pages() {
+    let Some(paths) = shared_page::candidates() else {
+        println!("shared pages: disabled ({}=off)", shared_page::ENV);
+        return;
+    };
+    for path in paths {
+        match shared_page::probe(&path) {
+            Ok(page) => println!(
+                "shared page {}: valid, server pid {}, heartbeat {:.2} s ago, bound {} ns",
+                path.display(),
+                page.server_pid,
+                page.heartbeat_age_ns as f64 / 1e9,
+                page.error_bound_ns
+            ),
+            Err(refusal) if refusal.is_absent() => {
+                println!(
+                    "shared page {}: none (no `perfclock serve`)",
+                    path.display()
+                )
+            }
+            Err(refusal) => println!(
+                "shared page {}: refused ({}): {refusal}",
+                path.display(),
+                refusal.reason()
+            ),
+        }
+    }
 }
 
 fn describe_conversion(clock: &Clock) {

@@ -5,6 +5,7 @@ mod agent_path;
 mod doctor;
 mod inject;
 mod perf_data_patch;
+mod serve;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -67,6 +68,15 @@ enum Command {
     /// Print the absolute path of the JVMTI agent (libperfclock_agent.so) built with this
     /// perfclock, which sits next to it; exits non-zero, naming the fix, when it is absent.
     AgentPath,
+    /// Calibrate once for the whole machine and publish the conversion in a shared page that
+    /// every process's perfclock reads instead of calibrating on its own (foreground, logs to
+    /// stderr, SIGINT/SIGTERM stops). In kernel mode it says so and publishes nothing.
+    Serve {
+        /// The page (default /run/perfclock/clock as root, $XDG_RUNTIME_DIR/perfclock/clock
+        /// otherwise); its directory must be writable by its owner alone.
+        #[arg(long, value_name = "P")]
+        path: Option<PathBuf>,
+    },
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {
@@ -76,6 +86,7 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Doctor { records_per_kind } => doctor::run(records_per_kind),
+        Command::Serve { path } => serve::run(path),
         Command::InjectTimeConv {
             input,
             output,

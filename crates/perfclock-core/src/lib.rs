@@ -29,6 +29,7 @@ mod error;
 pub mod page;
 pub mod seq_lock;
 pub mod seqlock;
+pub mod shared_page;
 
 pub use conversion::TimeConversion;
 pub use error::{ParamError, ReadError};

@@ -17,6 +17,10 @@
  *     sched_clock is kvm-clock); perfclock fits the counter against timestamps the kernel wrote
  *     into perf records, at init and then in a background thread. Readings are in the perf
  *     clock's domain within perfclock_error_bound_ns().
+ *   PERFCLOCK_MODE_SHARED (3): as calibrated, but the conversion and its bound are read from the
+ *     page a `perfclock serve` of this machine publishes (no thread, perf event or ring in this
+ *     process; PERFCLOCK_SHARED_PAGE=PATH names the page, =off disables it). The bound is
+ *     UINT64_MAX while the server's heartbeat is stale (over 5 s old).
  *   PERFCLOCK_MODE_NONE (0): perfclock_init() has not succeeded. Every reading call returns its
  *     "no clock" value (documented per function); none of them initialises.
  *
@@ -53,6 +57,7 @@ extern "C" {
 #define PERFCLOCK_MODE_NONE 0
 #define PERFCLOCK_MODE_KERNEL 1
 #define PERFCLOCK_MODE_CALIBRATED 2
+#define PERFCLOCK_MODE_SHARED 3
 
 /* Success. */
 #define PERFCLOCK_OK 0
@@ -166,7 +171,8 @@ uint64_t perfclock_now_ns_ordered(void);
  */
 int perfclock_try_now_ns(uint64_t *out);
 
-/* PERFCLOCK_MODE_NONE, PERFCLOCK_MODE_KERNEL or PERFCLOCK_MODE_CALIBRATED. Async-signal-safe. */
+/* PERFCLOCK_MODE_NONE, PERFCLOCK_MODE_KERNEL, PERFCLOCK_MODE_CALIBRATED or PERFCLOCK_MODE_SHARED.
+ * Async-signal-safe. */
 int perfclock_mode(void);
 
 /*

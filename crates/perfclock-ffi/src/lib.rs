@@ -65,6 +65,8 @@ pub const PERFCLOCK_MODE_NONE: c_int = 0;
 pub const PERFCLOCK_MODE_KERNEL: c_int = 1;
 /// Calibrated perf-domain clock.
 pub const PERFCLOCK_MODE_CALIBRATED: c_int = 2;
+/// Calibrated by a `perfclock serve`, read from its shared page.
+pub const PERFCLOCK_MODE_SHARED: c_int = 3;
 
 /// Every code `perfclock_strerror` knows, with its description (NUL-terminated, static).
 const DESCRIPTIONS: [(c_int, &str); 17] = [
@@ -215,13 +217,14 @@ pub unsafe extern "C" fn perfclock_try_now_ns(out: *mut u64) -> c_int {
     })
 }
 
-/// 0 (none), 1 (kernel) or 2 (calibrated). Async-signal-safe.
+/// 0 (none), 1 (kernel), 2 (calibrated) or 3 (shared). Async-signal-safe.
 #[no_mangle]
 pub extern "C" fn perfclock_mode() -> c_int {
     guard(PERFCLOCK_MODE_NONE, || match clock().map(Clock::mode) {
         None => PERFCLOCK_MODE_NONE,
         Some(Mode::Kernel) => PERFCLOCK_MODE_KERNEL,
         Some(Mode::Calibrated) => PERFCLOCK_MODE_CALIBRATED,
+        Some(Mode::Shared) => PERFCLOCK_MODE_SHARED,
     })
 }
 
@@ -438,6 +441,7 @@ mod tests {
             ("PERFCLOCK_MODE_NONE", PERFCLOCK_MODE_NONE),
             ("PERFCLOCK_MODE_KERNEL", PERFCLOCK_MODE_KERNEL),
             ("PERFCLOCK_MODE_CALIBRATED", PERFCLOCK_MODE_CALIBRATED),
+            ("PERFCLOCK_MODE_SHARED", PERFCLOCK_MODE_SHARED),
         ];
         let mut defines = 0;
         for line in header.lines() {

@@ -58,7 +58,8 @@ impl From<perfclock::Mode> for TimeConvMode {
     fn from(mode: perfclock::Mode) -> Self {
         match mode {
             perfclock::Mode::Kernel => TimeConvMode::Kernel,
-            perfclock::Mode::Calibrated => TimeConvMode::Calibrated,
+            // A `perfclock serve` page is a calibrated conversion too.
+            perfclock::Mode::Calibrated | perfclock::Mode::Shared => TimeConvMode::Calibrated,
         }
     }
 }

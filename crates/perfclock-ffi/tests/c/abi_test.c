@@ -265,7 +265,9 @@ static void check_fork_child(void) {
 
 static void check_clock(int mode) {
     uint64_t bound = perfclock_error_bound_ns();
-    CHECK(mode == PERFCLOCK_MODE_KERNEL || mode == PERFCLOCK_MODE_CALIBRATED, "mode is %d", mode);
+    CHECK(mode == PERFCLOCK_MODE_KERNEL || mode == PERFCLOCK_MODE_CALIBRATED ||
+              mode == PERFCLOCK_MODE_SHARED,
+          "mode is %d", mode);
     if (mode == PERFCLOCK_MODE_KERNEL)
         CHECK(bound <= 1, "kernel mode: error bound %llu ns <= 1", (unsigned long long)bound);
     else
@@ -330,6 +332,7 @@ int main(void) {
         int mode = perfclock_mode();
         mode_name = mode == PERFCLOCK_MODE_KERNEL       ? "kernel"
                     : mode == PERFCLOCK_MODE_CALIBRATED ? "calibrated"
+                    : mode == PERFCLOCK_MODE_SHARED     ? "shared"
                                                         : "invalid";
         check_clock(mode);
     } else {

@@ -1,0 +1,543 @@
+//! `perfclock serve`: one calibration per machine. Calibrates the perf clock in this process
+//! (perfclock-calib's refiner, as a client would) and mirrors its conversion and bound into a
+//! shared page (`perfclock_core::shared_page`) that every client maps read-only instead of
+//! calibrating on its own.
+//!
+//! ```text
+//! perfclock serve [--path P]
+//! ```
+//! Foreground, logs to stderr, stops on SIGINT/SIGTERM (the page stays; its heartbeat stops, so
+//! clients' bound turns unknown after `STALE_AFTER_NS`). In kernel mode it says so and exits.
+//!
+//! # The file
+//! Default [`perfclock::shared_page::SYSTEM_PATH`] as root, `$XDG_RUNTIME_DIR/perfclock/clock`
+//! otherwise. Its directory is created with mode 0755 if missing and must be a real directory
+//! owned by this user and writable by no one else (so nobody else can put a file there). A new
+//! file is written complete under a temporary name (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0644)
+//! and renamed into place; a file left by an earlier server of this user is written in place, so
+//! that clients which mapped it keep reading it, and its conversion is continued (never stepped
+//! back). One server per directory: it holds an exclusive `flock` on the directory.
+//!
+//! # What is published
+//! Every [`POLL_INTERVAL`] the server takes the in-process conversion and bound; when they
+//! changed, it publishes a line that continues the one in the file (perfclock-calib's
+//! `continue_from`: the same slewing the in-process refiner does between its own fits), with
+//! the union of both bounds while the two switch; every poll refreshes the heartbeat. After a
+//! clock jump the in-process refiner detected, the new line is published as it is.
+//!
+//! # Safety
+//! The file is mapped `MAP_SHARED` read-write and written only through the core's atomic writer;
+//! the signal handler only stores an atomic.
+#![allow(unsafe_code)]
+
+use std::fs::{DirBuilder, File};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use perfclock::{Clock, Error};
+use perfclock_calib::published::{continue_from, union_bound, BoundModel, Solution};
+use perfclock_calib::{CalibratedClock, CalibrationOptions};
+use perfclock_core::counter;
+use perfclock_core::shared_page::{
+    parse, SharedBound, SharedPageWriter, FILE_BYTES, HEARTBEAT_INTERVAL_NS,
+};
+use perfclock_core::TimeConversion;
+
+const NAME: &str = "perfclock serve";
+/// How often the server looks for a new in-process publication and refreshes the heartbeat
+/// (at most [`HEARTBEAT_INTERVAL_NS`]).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// A status line this often.
+const STATUS_INTERVAL: Duration = Duration::from_secs(60);
+/// Horizon over which a line that would step back slews into the new one, as the in-process
+/// refiner's (its longest refinement pause).
+const SLEW_HORIZON_NS: f64 = 1e9;
+
+const _: () = assert!(POLL_INTERVAL.as_nanos() <= HEARTBEAT_INTERVAL_NS as u128);
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn request_stop(_signal: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Runs the server on `path` (or the default location) until SIGINT or SIGTERM.
+pub fn run(path: Option<PathBuf>) -> ExitCode {
+    match serve(path) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("{NAME}: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(path: Option<PathBuf>) -> Result<(), String> {
+    match Clock::open_kernel_only() {
+        Ok(_) => {
+            eprintln!(
+                "{NAME}: kernel mode: the kernel publishes the perf clock's conversion \
+                 (cap_user_time_zero=1), so every process reads it exactly and needs no server; \
+                 publishing nothing"
+            );
+            return Ok(());
+        }
+        Err(Error::KernelWithholdsTime(why)) => eprintln!("{NAME}: calibrated mode: {why}"),
+        Err(other) => return Err(format!("no perf clock: {other}")),
+    }
+    let path = match path {
+        Some(path) => path,
+        None => perfclock::shared_page::default_server_path().ok_or(
+            "no XDG_RUNTIME_DIR for a per-user page: name the file with --path (in a directory \
+             only you can write)",
+        )?,
+    };
+    let dir = path
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_owned();
+    let dir_lock = prepare_dir(&dir)?;
+    let boot_id = boot_id()?;
+    // SAFETY: both calls have no preconditions.
+    let (pid, euid) = unsafe { (libc::getpid(), libc::geteuid()) };
+    let existing = reuse_existing(&path, euid)?;
+    let inherited = existing.as_ref().and_then(|mapping| {
+        // SAFETY: our own mapping of FILE_BYTES, read through atomics.
+        let reader = unsafe { perfclock_core::shared_page::SharedPageReader::new(mapping.base) };
+        let snapshot = parse(&reader.snapshot().ok()?).ok()?;
+        (snapshot.boot_id == boot_id).then_some(Solution {
+            conversion: snapshot.conversion,
+            bound: model_of(&snapshot.bound),
+        })
+    });
+    install_stop_handlers();
+    let started = Instant::now();
+    let clock = CalibratedClock::start(CalibrationOptions::default())
+        .map_err(|error| format!("calibration failed: {error}"))?;
+    eprintln!(
+        "{NAME}: calibrated in {:.1} ms, bound {} ns",
+        started.elapsed().as_secs_f64() * 1e3,
+        clock.error_bound_ns()
+    );
+    let mut server = Server {
+        clock,
+        published: inherited,
+        jumps: 0,
+    };
+    server.jumps = server.clock.stats().jumps;
+    let target = server.target()?;
+    let now = counter_now()?;
+    let mapping = match existing {
+        Some(mapping) => {
+            let writer = mapping.writer();
+            writer.claim(boot_id, pid as u32, now);
+            server.publish(&writer, target, now);
+            if inherited.is_some() {
+                eprintln!(
+                    "{NAME}: continuing the conversion of the earlier server in {} (written in \
+                     place: its clients keep reading it)",
+                    path.display()
+                );
+            } else {
+                eprintln!("{NAME}: writing {} in place", path.display());
+            }
+            mapping
+        }
+        None => {
+            let mapping = create_new(&dir, &path, |writer| {
+                writer.claim(boot_id, pid as u32, now);
+                server.publish(writer, target, now);
+            })?;
+            eprintln!("{NAME}: publishing in {}", path.display());
+            mapping
+        }
+    };
+    let writer = mapping.writer();
+    eprintln!(
+        "{NAME}: serving (pid {pid}); clients read it through PERFCLOCK_SHARED_PAGE={} or the \
+         default location; SIGINT/SIGTERM stops",
+        path.display()
+    );
+    let mut last_status = Instant::now();
+    while !STOP.load(Ordering::Relaxed) {
+        std::thread::sleep(POLL_INTERVAL);
+        let now = counter_now()?;
+        match server.target() {
+            Ok(target) => server.publish(&writer, target, now),
+            Err(message) => eprintln!("{NAME}: {message}; keeping the last publication"),
+        }
+        if last_status.elapsed() >= STATUS_INTERVAL {
+            last_status = Instant::now();
+            let stats = server.clock.stats();
+            eprintln!(
+                "{NAME}: bound {} ns, {} refinements, {} jumps, refiner CPU {:.1} ms",
+                server
+                    .published
+                    .map_or(u64::MAX, |sol| sol.bound.at(counter_now().unwrap_or(0))),
+                stats.refinements,
+                stats.jumps,
+                stats.thread_cpu_ns as f64 / 1e6
+            );
+        }
+    }
+    eprintln!(
+        "{NAME}: stopping; {} stays, its heartbeat stops, so clients report an unknown bound \
+         after {} s until a server runs again",
+        path.display(),
+        perfclock_core::shared_page::STALE_AFTER_NS / 1_000_000_000
+    );
+    drop(dir_lock);
+    Ok(())
+}
+
+struct Server {
+    clock: CalibratedClock,
+    /// What the file publishes now.
+    published: Option<Solution>,
+    /// Clock jumps the in-process refiner had seen at the last publication.
+    jumps: u64,
+}
+
+impl Server {
+    /// The in-process conversion and the bound that belongs to it (re-read if the refiner
+    /// republished in between).
+    fn target(&self) -> Result<Solution, String> {
+        for _ in 0..100 {
+            let bound = self.clock.bound_model();
+            let conversion = self.clock.reader().conversion();
+            if self.clock.bound_model() == bound {
+                let conversion =
+                    conversion.map_err(|error| format!("in-process page unreadable: {error}"))?;
+                return Ok(Solution { conversion, bound });
+            }
+        }
+        Err("the in-process refiner kept republishing".into())
+    }
+
+    /// Publishes `target` at counter value `now`, continuing the line in the file unless the
+    /// refiner saw a clock jump; refreshes the heartbeat. A continuation that cannot be
+    /// published safely now (see [`continued`]) waits for the next poll: the line in the file
+    /// stays, its bound growing honestly.
+    fn publish(&mut self, writer: &SharedPageWriter, target: Solution, now: u64) {
+        let jumps = self.clock.stats().jumps;
+        let Some(old) = self.published else {
+            writer.store_bound(&shared_of(&target.bound), now);
+            writer.publish(&target.conversion);
+            writer.store_bound(&shared_of(&target.bound), now);
+            self.published = Some(target);
+            self.jumps = jumps;
+            return;
+        };
+        if old.conversion == target.conversion && old.bound == target.bound {
+            writer.store_bound(&shared_of(&old.bound), now);
+            return;
+        }
+        let (next, publish_before) = if jumps != self.jumps {
+            eprintln!(
+                "{NAME}: the clock jumped (the refiner saw {} jumps); publishing the new line \
+                 as it is",
+                jumps - self.jumps
+            );
+            (target, u64::MAX)
+        } else {
+            match continued(&old.conversion, &target, now) {
+                Some(continued) => continued,
+                None => {
+                    writer.store_bound(&shared_of(&old.bound), now);
+                    return;
+                }
+            }
+        };
+        if next.conversion != old.conversion {
+            // A reader may pair either conversion with either bound while they switch.
+            writer.store_bound(&shared_of(&union_bound(&old.bound, &next.bound, now)), now);
+            // The new line is above the old one only up to `publish_before`: a server preempted
+            // past it (a loaded machine) must not publish it any more.
+            if counter::read_counter().is_none_or(|late| late >= publish_before) {
+                writer.store_bound(&shared_of(&old.bound), now);
+                return;
+            }
+            writer.publish(&next.conversion);
+        }
+        writer.store_bound(&shared_of(&next.bound), now);
+        self.published = Some(next);
+        self.jumps = jumps;
+    }
+}
+
+/// Readers keep using the old line from `now` until the page is written; the new line is
+/// made to lie above it over [`PUBLISH_MARGIN_NS`] from `now`, so that a reading taken with
+/// the new line is never below one taken with the old, as long as the page is written within
+/// the margin.
+const PUBLISH_MARGIN_NS: f64 = 50e6;
+
+/// The line to publish after `old` for the refiner's `target`, and the counter value before
+/// which it must be written; `None` if none can be published safely now (the next poll tries
+/// again). The line continues `old` (plus 2 ns) at `now` + the margin and slews into `target`
+/// (perfclock-calib's `continue_from`; longer horizons for a larger step back, so that the
+/// slope stays expressible), or is `target` itself where that is ahead; either way it must lie
+/// at least 2 ns above `old` at both ends of the margin, hence (both being lines) everywhere in
+/// between, floors included.
+fn continued(old: &TimeConversion, target: &Solution, now: u64) -> Option<(Solution, u64)> {
+    let slope = f64::from(target.conversion.mult()) / (1u64 << target.conversion.shift()) as f64;
+    let horizon = (SLEW_HORIZON_NS / slope) as u64;
+    let at = now.saturating_add((PUBLISH_MARGIN_NS / slope) as u64);
+    let next = [1, 10, 100, 1000, 10_000]
+        .into_iter()
+        .find_map(|factor| continue_from(old, target, at, horizon.saturating_mul(factor)).ok())?;
+    let above = |c: u64| next.conversion.cycles_to_ns(c) >= old.cycles_to_ns(c).saturating_add(2);
+    (above(now) && above(at)).then_some((next, at))
+}
+
+fn shared_of(model: &BoundModel) -> SharedBound {
+    SharedBound {
+        base_ns: model.base_ns,
+        growth_q48: model.growth_q48,
+        counter_ref: model.counter_ref,
+    }
+}
+
+fn model_of(bound: &SharedBound) -> BoundModel {
+    BoundModel {
+        base_ns: bound.base_ns,
+        growth_q48: bound.growth_q48,
+        counter_ref: bound.counter_ref,
+    }
+}
+
+fn counter_now() -> Result<u64, String> {
+    counter::read_counter().ok_or_else(|| "no counter on this architecture".to_owned())
+}
+
+fn boot_id() -> Result<[u64; 2], String> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map_err(|error| format!("cannot read /proc/sys/kernel/random/boot_id: {error}"))?;
+    let hex: String = text.trim().chars().filter(|c| *c != '-').collect();
+    let parsed = (hex.len() == 32)
+        .then(|| {
+            Some([
+                u64::from_str_radix(&hex[..16], 16).ok()?,
+                u64::from_str_radix(&hex[16..], 16).ok()?,
+            ])
+        })
+        .flatten();
+    parsed.ok_or_else(|| format!("unexpected boot id {:?}", text.trim()))
+}
+
+fn install_stop_handlers() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores an atomic, which is async-signal-safe.
+        unsafe { libc::signal(signal, request_stop as *const () as libc::sighandler_t) };
+    }
+}
+
+/// Creates `dir` (mode 0755) if missing, checks that only its owner (us) can write it, and
+/// locks it: one server per directory.
+fn prepare_dir(dir: &Path) -> Result<File, String> {
+    match DirBuilder::new().mode(0o755).create(dir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(error) => {
+            return Err(format!(
+                "cannot create {}: {error} (create it, or choose another with --path)",
+                dir.display()
+            ))
+        }
+    }
+    let handle = File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|error| {
+            format!(
+                "cannot open {} as a directory without following a symlink: {error}",
+                dir.display()
+            )
+        })?;
+    let meta = handle.metadata().map_err(|error| error.to_string())?;
+    // SAFETY: no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if meta.uid() != euid || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is owned by uid {} with mode {:04o}: the page's directory must be owned by the \
+             server's user (uid {euid}) and writable by no one else, or anyone who can write it \
+             could replace the page (choose another with --path)",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
+    }
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(handle.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "another perfclock serve holds {} (one server per directory)",
+            dir.display()
+        ));
+    }
+    Ok(handle)
+}
+
+/// The page file mapped read-write; unmapped on drop.
+struct Mapping {
+    base: NonNull<u8>,
+}
+
+impl Mapping {
+    fn of(file: &File) -> io::Result<Mapping> {
+        // SAFETY: maps FILE_BYTES of a regular file of exactly that size, shared; the kernel
+        // picks the address.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                FILE_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast::<u8>()).ok_or(io::ErrorKind::Other)?;
+        Ok(Mapping { base })
+    }
+
+    fn writer(&self) -> SharedPageWriter {
+        // SAFETY: a page-aligned FILE_BYTES mapping that lives while `self` does (the writers
+        // made here are used only while the mapping lives); this process is the file's only
+        // writer (the directory lock), and clients only load atomically.
+        unsafe { SharedPageWriter::new(self.base) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: our mapping, unmapped once.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), FILE_BYTES) };
+    }
+}
+
+/// The file at `path` if an earlier server of this user left it (a regular file owned by us,
+/// of the page's size, writable by us alone, with one link), mapped to be written in place.
+fn reuse_existing(path: &Path, euid: u32) -> Result<Option<Mapping>, String> {
+    let file = match File::options()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        // A symlink (ELOOP), a FIFO, ...: replaced by a new file below.
+        Err(_) => return Ok(None),
+    };
+    let meta = file.metadata().map_err(|error| error.to_string())?;
+    let ours = meta.file_type().is_file()
+        && meta.uid() == euid
+        && meta.mode() & 0o022 == 0
+        && meta.nlink() == 1
+        && meta.len() == FILE_BYTES as u64;
+    if !ours {
+        return Ok(None);
+    }
+    Mapping::of(&file)
+        .map(Some)
+        .map_err(|error| format!("cannot map {}: {error}", path.display()))
+}
+
+/// Writes a new page with `fill` under a temporary name in `dir` and renames it to `path`.
+fn create_new(
+    dir: &Path,
+    path: &Path,
+    fill: impl FnOnce(&SharedPageWriter),
+) -> Result<Mapping, String> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{} names no file", path.display()))?;
+    let temp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let open = || {
+        File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&temp)
+    };
+    let file = match open() {
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+            // Left by a killed server of ours with this pid: the directory is ours alone.
+            let _ = std::fs::remove_file(&temp);
+            open()
+        }
+        other => other,
+    }
+    .map_err(|error| format!("cannot create {}: {error}", temp.display()))?;
+    let result = (|| {
+        file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        file.set_len(FILE_BYTES as u64)?;
+        let mapping = Mapping::of(&file)?;
+        fill(&mapping.writer());
+        std::fs::rename(&temp, path)?;
+        Ok::<_, io::Error>(mapping)
+    })();
+    result.map_err(|error: io::Error| {
+        let _ = std::fs::remove_file(&temp);
+        format!("cannot publish {}: {error}", path.display())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_bound_is_calibs_bound() {
+        let model = BoundModel {
+            base_ns: 123,
+            growth_q48: 987_654_321,
+            counter_ref: 5_000_000,
+        };
+        let shared = shared_of(&model);
+        for counter in [0, 4_999_999, 5_000_000, 9_000_000_000, u64::MAX] {
+            assert_eq!(shared.at(counter), model.at(counter), "{counter}");
+        }
+        assert_eq!(model_of(&shared), model);
+    }
+
+    #[test]
+    fn a_step_back_is_continued_not_taken() {
+        let old = TimeConversion::new(1 << 31, 31, 1_000_000).unwrap();
+        let target = Solution {
+            conversion: TimeConversion::new(1 << 31, 31, 0).unwrap(),
+            bound: BoundModel {
+                base_ns: 10,
+                growth_q48: 0,
+                counter_ref: 5_000_000_000,
+            },
+        };
+        let now = 5_000_000_000;
+        let (next, before) = continued(&old, &target, now).expect("a continuation");
+        assert!(before > now);
+        // Never below the old line from `now` to the end of the margin.
+        for c in (now..before).step_by(1_000_000).chain([before]) {
+            assert!(
+                next.conversion.cycles_to_ns(c) >= old.cycles_to_ns(c),
+                "{c}"
+            );
+        }
+        assert!(next.bound.at(now) >= 1_000_000, "{:?}", next.bound);
+    }
+}

@@ -1,0 +1,399 @@
+//! The client side of `perfclock serve`: finding, judging and mapping the shared clock page
+//! (layout: `perfclock_core::shared_page`), so that a process reads the machine's one calibrated
+//! conversion with no thread, no perf event and no ring of its own.
+//!
+//! # Where
+//! `PERFCLOCK_SHARED_PAGE=PATH` names the page, `PERFCLOCK_SHARED_PAGE=off` disables it;
+//! otherwise [`SYSTEM_PATH`] (a server run as root), then
+//! `$XDG_RUNTIME_DIR/perfclock/clock` (a server run by this user).
+//!
+//! # Trust
+//! Whoever can write the page can shift every client's clock. A page is used only if it is a
+//! regular file owned by root or by this process's real or effective uid, not writable by group or
+//! others, in this format's version, written in this boot, with a fresh heartbeat and a sane
+//! conversion; [`probe`] says which test a page failed.
+//!
+//! # A server that stops
+//! A client keeps reading the page it mapped (its conversion does not change under it), but once
+//! the heartbeat is older than `STALE_AFTER_NS` (5 s) its bound is unknown (`u64::MAX`); a
+//! server started again on the same path writes the same file in place and continues the
+//! conversion, and the bound comes back. A process that opens the clock while the page is
+//! stale refuses it and calibrates on its own.
+//!
+//! # Safety
+//! The page is a read-only `MAP_SHARED` mapping of the file, unmapped on drop; it is read only
+//! through the core's atomic readers.
+#![allow(unsafe_code)]
+
+use std::ffi::OsString;
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use perfclock_core::counter;
+use perfclock_core::shared_page::{
+    parse, PageDefect, SharedPageReader, SharedSnapshot, FILE_BYTES, HEARTBEAT_INTERVAL_NS,
+    STALE_AFTER_NS,
+};
+use perfclock_core::PageReader;
+
+/// The environment variable naming the page (`off` disables it).
+pub const ENV: &str = "PERFCLOCK_SHARED_PAGE";
+/// Where a server run as root publishes.
+pub const SYSTEM_PATH: &str = "/run/perfclock/clock";
+/// The file name under `$XDG_RUNTIME_DIR` of a server run by a user.
+pub const USER_RELATIVE_PATH: &str = "perfclock/clock";
+
+/// The pages a client tries, in order: `None` when `PERFCLOCK_SHARED_PAGE=off`.
+pub fn candidates() -> Option<Vec<PathBuf>> {
+    candidates_from(std::env::var_os(ENV), std::env::var_os("XDG_RUNTIME_DIR"))
+}
+
+fn candidates_from(setting: Option<OsString>, runtime: Option<OsString>) -> Option<Vec<PathBuf>> {
+    match setting {
+        Some(value) if value == "off" => None,
+        Some(value) if !value.is_empty() => Some(vec![PathBuf::from(value)]),
+        _ => {
+            let mut paths = vec![PathBuf::from(SYSTEM_PATH)];
+            if let Some(runtime) = runtime.filter(|dir| !dir.is_empty()) {
+                let user = Path::new(&runtime).join(USER_RELATIVE_PATH);
+                if !paths.contains(&user) {
+                    paths.push(user);
+                }
+            }
+            Some(paths)
+        }
+    }
+}
+
+/// Where a server run by this user publishes by default: [`SYSTEM_PATH`] for root, else
+/// `$XDG_RUNTIME_DIR/perfclock/clock` (`None` without `XDG_RUNTIME_DIR`).
+pub fn default_server_path() -> Option<PathBuf> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return Some(PathBuf::from(SYSTEM_PATH));
+    }
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").filter(|dir| !dir.is_empty())?;
+    Some(Path::new(&runtime).join(USER_RELATIVE_PATH))
+}
+
+/// Why a shared page was not used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// It could not be opened (absent, a symlink, no permission).
+    Open {
+        /// The `io::ErrorKind`.
+        kind: io::ErrorKind,
+        /// The OS error number, if any.
+        errno: Option<i32>,
+    },
+    /// Not a regular file.
+    NotRegular,
+    /// Owned by a uid other than root's and this process's: its owner could shift our clock.
+    OtherOwner {
+        /// The file's owner.
+        uid: u32,
+    },
+    /// Writable by group or others: anyone in them could shift our clock.
+    Writable {
+        /// The file's mode bits.
+        mode: u32,
+    },
+    /// The boot id could not be read, so counter values cannot be matched to this boot.
+    NoBootId,
+    /// The bytes are not a usable page (truncated, garbage, another version or boot, stale).
+    Defect(PageDefect),
+}
+
+impl Refusal {
+    /// Whether the page simply is not there (no server was ever started on that path).
+    pub fn is_absent(&self) -> bool {
+        matches!(
+            self,
+            Refusal::Open {
+                kind: io::ErrorKind::NotFound,
+                ..
+            }
+        )
+    }
+
+    /// A one-word name of the reason, for scripts and tests.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Open { .. } => "unopenable",
+            Refusal::NotRegular => "not-regular",
+            Refusal::OtherOwner { .. } => "other-owner",
+            Refusal::Writable { .. } => "writable",
+            Refusal::NoBootId => "no-boot-id",
+            Refusal::Defect(PageDefect::Truncated { .. }) => "truncated",
+            Refusal::Defect(PageDefect::Garbage(_)) => "garbage",
+            Refusal::Defect(PageDefect::Version { .. }) => "version",
+            Refusal::Defect(PageDefect::OtherBoot) => "other-boot",
+            Refusal::Defect(PageDefect::Stale { .. }) => "stale",
+            Refusal::Defect(PageDefect::Busy) => "busy",
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Open { kind, errno } => {
+                write!(f, "cannot open it without following a symlink ({kind}")?;
+                if let Some(errno) = errno {
+                    write!(f, ", errno {errno}")?;
+                }
+                f.write_str(")")
+            }
+            Refusal::NotRegular => f.write_str("not a regular file"),
+            Refusal::OtherOwner { uid } => write!(
+                f,
+                "owned by uid {uid}, neither root nor this user: its owner could shift this \
+                 process's clock"
+            ),
+            Refusal::Writable { mode } => write!(
+                f,
+                "mode {:04o} lets group or others write it (and shift this process's clock)",
+                mode & 0o7777
+            ),
+            Refusal::NoBootId => f.write_str("cannot read /proc/sys/kernel/random/boot_id"),
+            Refusal::Defect(defect) => defect.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// What a client knows of the page it reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedPageInfo {
+    /// The file.
+    pub path: PathBuf,
+    /// The server process that last wrote it.
+    pub server_pid: u32,
+    /// Time since its last heartbeat, ns.
+    pub heartbeat_age_ns: u64,
+    /// The error bound now, ns (`u64::MAX` once stale).
+    pub error_bound_ns: u64,
+}
+
+/// A validated page, mapped read-only for the life of the value.
+#[derive(Debug)]
+pub(crate) struct SharedMapping {
+    base: NonNull<u8>,
+    reader: SharedPageReader,
+    path: PathBuf,
+}
+
+// SAFETY: the mapping is read only through atomics (the core's readers), from any thread.
+unsafe impl Send for SharedMapping {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for SharedMapping {}
+
+impl Drop for SharedMapping {
+    fn drop(&mut self) {
+        // SAFETY: `base` is the FILE_BYTES mapping made in `open` and unmapped only here; the
+        // reader made from it lives in the same clock and is dropped with it.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), FILE_BYTES) };
+    }
+}
+
+/// This boot's id as the page stores it.
+pub(crate) fn boot_id() -> Option<[u64; 2]> {
+    use std::io::Read as _;
+    // One read into a buffer (the id is 37 bytes): `init()` pays for every system call here.
+    let mut buffer = [0u8; 64];
+    let mut file = File::open("/proc/sys/kernel/random/boot_id").ok()?;
+    let len = file.read(&mut buffer).ok()?;
+    parse_boot_id(std::str::from_utf8(&buffer[..len]).ok()?.trim())
+}
+
+fn parse_boot_id(text: &str) -> Option<[u64; 2]> {
+    let hex: String = text.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let high = u64::from_str_radix(&hex[..16], 16).ok()?;
+    let low = u64::from_str_radix(&hex[16..], 16).ok()?;
+    Some([high, low])
+}
+
+fn counter_now() -> u64 {
+    counter::read_counter_or_zero()
+}
+
+impl SharedMapping {
+    /// Opens `path` and maps it if it passes every check (see the module docs).
+    pub(crate) fn open(path: &Path) -> Result<SharedMapping, Refusal> {
+        let file = File::options()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|error| Refusal::Open {
+                kind: error.kind(),
+                errno: error.raw_os_error(),
+            })?;
+        let meta = file.metadata().map_err(|error| Refusal::Open {
+            kind: error.kind(),
+            errno: error.raw_os_error(),
+        })?;
+        if !meta.file_type().is_file() {
+            return Err(Refusal::NotRegular);
+        }
+        // SAFETY: getuid and geteuid have no preconditions and cannot fail.
+        let ours =
+            |owner| owner == unsafe { libc::getuid() } || owner == unsafe { libc::geteuid() };
+        if meta.uid() != 0 && !ours(meta.uid()) {
+            return Err(Refusal::OtherOwner { uid: meta.uid() });
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(Refusal::Writable { mode: meta.mode() });
+        }
+        if meta.len() < FILE_BYTES as u64 {
+            return Err(Refusal::Defect(PageDefect::Truncated {
+                len: meta.len() as usize,
+            }));
+        }
+        let boot = boot_id().ok_or(Refusal::NoBootId)?;
+        // SAFETY: maps FILE_BYTES of a regular file at least that long, read-only and shared;
+        // the kernel picks the address. The descriptor may be closed right after.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                FILE_BYTES,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+            )
+        };
+        drop(file);
+        if base == libc::MAP_FAILED {
+            let error = io::Error::last_os_error();
+            return Err(Refusal::Open {
+                kind: error.kind(),
+                errno: error.raw_os_error(),
+            });
+        }
+        let base = NonNull::new(base.cast::<u8>()).ok_or(Refusal::NotRegular)?;
+        let mapping = SharedMapping {
+            base,
+            // SAFETY: a page-aligned FILE_BYTES mapping that lives as long as `mapping`, which
+            // owns the reader; the server writes it only through the core's atomic writer.
+            reader: unsafe { SharedPageReader::new(base) },
+            path: path.to_owned(),
+        };
+        let snapshot = mapping.snapshot()?;
+        snapshot
+            .check_fresh(boot, counter_now())
+            .map_err(Refusal::Defect)?;
+        Ok(mapping)
+    }
+
+    fn snapshot(&self) -> Result<SharedSnapshot, Refusal> {
+        let bytes = self.reader.snapshot().map_err(Refusal::Defect)?;
+        parse(&bytes).map_err(Refusal::Defect)
+    }
+
+    /// The conversion's reader (the fast path's page and its mirror).
+    pub(crate) fn page_reader(&self) -> PageReader {
+        self.reader.page_reader()
+    }
+
+    /// The bound at counter value `now`: the server's, or `u64::MAX` once the heartbeat is
+    /// older than `STALE_AFTER_NS` (or ahead of `now` by more than an interval). Loads only.
+    pub(crate) fn error_bound_at(&self, now: u64) -> u64 {
+        let Some((bound, beat)) = self.reader.bound_and_heartbeat() else {
+            return u64::MAX;
+        };
+        let Ok(conversion) = self.page_reader().conversion() else {
+            return u64::MAX;
+        };
+        let (now_ns, beat_ns) = (conversion.cycles_to_ns(now), conversion.cycles_to_ns(beat));
+        if beat_ns > now_ns.saturating_add(HEARTBEAT_INTERVAL_NS)
+            || now_ns.saturating_sub(beat_ns) > STALE_AFTER_NS
+        {
+            return u64::MAX;
+        }
+        bound.at(now)
+    }
+
+    /// What the page says now.
+    pub(crate) fn info(&self) -> SharedPageInfo {
+        let now = counter_now();
+        let (server_pid, heartbeat_age_ns) = match self.snapshot() {
+            Ok(snapshot) => (snapshot.server_pid, snapshot.heartbeat_age_ns(now)),
+            Err(_) => (self.reader.server_pid() as u32, u64::MAX),
+        };
+        SharedPageInfo {
+            path: self.path.clone(),
+            server_pid,
+            heartbeat_age_ns,
+            error_bound_ns: self.error_bound_at(now),
+        }
+    }
+}
+
+/// Judges the page at `path` as `init()` would: what it says, or why it would be refused.
+///
+/// # Errors
+/// The [`Refusal`].
+pub fn probe(path: &Path) -> Result<SharedPageInfo, Refusal> {
+    SharedMapping::open(path).map(|mapping| mapping.info())
+}
+
+/// The first page of [`candidates`] that passes, with the refusals of those before it (absent
+/// files left out).
+pub(crate) fn open_first() -> (Option<SharedMapping>, Vec<(PathBuf, Refusal)>) {
+    let mut refused = Vec::new();
+    for path in candidates().unwrap_or_default() {
+        match SharedMapping::open(&path) {
+            Ok(mapping) => return (Some(mapping), refused),
+            Err(refusal) if refusal.is_absent() => {}
+            Err(refusal) => refused.push((path, refusal)),
+        }
+    }
+    (None, refused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_follow_the_environment() {
+        assert_eq!(candidates_from(Some("off".into()), None), None);
+        assert_eq!(
+            candidates_from(Some("/x/y".into()), Some("/run/user/7".into())),
+            Some(vec![PathBuf::from("/x/y")])
+        );
+        assert_eq!(
+            candidates_from(None, Some("/run/user/7".into())),
+            Some(vec![
+                PathBuf::from(SYSTEM_PATH),
+                PathBuf::from("/run/user/7/perfclock/clock")
+            ])
+        );
+        assert_eq!(
+            candidates_from(Some("".into()), None),
+            Some(vec![PathBuf::from(SYSTEM_PATH)])
+        );
+    }
+
+    #[test]
+    fn boot_ids_parse_as_the_kernel_prints_them() {
+        assert_eq!(
+            parse_boot_id("0123456789abcdef-0123-4567-89ab-cdef01234567"),
+            None,
+            "too long"
+        );
+        assert_eq!(
+            parse_boot_id("01234567-89ab-cdef-0123-456789abcdef"),
+            Some([0x0123_4567_89ab_cdef, 0x0123_4567_89ab_cdef])
+        );
+        assert!(boot_id().is_some(), "this kernel's boot id");
+    }
+}
