@@ -1,7 +1,7 @@
-//! The `perfclock` command: `perfclock doctor` and `perfclock inject-time-conv`.
+//! The `perfclock` command: `doctor`, `inject-time-conv`, `attach`, `agent-path`, `serve`.
 
-mod attach;
 mod agent_path;
+mod attach;
 mod doctor;
 mod inject;
 mod perf_data_patch;
