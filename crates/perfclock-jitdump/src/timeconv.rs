@@ -24,7 +24,6 @@
 //! Every key is required once; unknown keys are ignored so later versions can add some.
 
 use std::fmt;
-use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -267,11 +266,10 @@ impl TimeConvRecord {
             .prefix(".timeconv-")
             .tempfile_in(dir)?;
         file.write_all(self.to_string().as_bytes())?;
-        // Readers (and `perf`) run as other users; the default temp mode would be 0600.
-        fs::set_permissions(
-            file.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o644),
-        )?;
+        // Readers (and `perf`) run as other users; the default temp mode would be 0600. Through
+        // the descriptor: a chmod by name would follow whatever another user put at the name.
+        file.as_file()
+            .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
         file.persist(path).map_err(|error| error.error)?;
         Ok(())
     }
@@ -299,6 +297,7 @@ impl fmt::Display for TimeConvRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn sample() -> TimeConvRecord {
         TimeConvRecord {
