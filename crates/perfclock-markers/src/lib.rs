@@ -39,7 +39,7 @@
 
 mod error;
 mod file;
-mod line;
+pub mod line;
 #[cfg(feature = "tracing")]
 mod tracing_layer;
 mod writer;
