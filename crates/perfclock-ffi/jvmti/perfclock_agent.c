@@ -13,7 +13,10 @@
  *                     jitdump=off disables it (write jitdump=./off for a directory named off).
  *   perfmap=0|1       also write /tmp/perf-<pid>.map (START SIZE name, hex), where `perf
  *                     report/script` look without `perf inject`. It has no time, so it names the
- *                     wrong method once the code cache reuses an address. Default 0.
+ *                     wrong method once the code cache reuses an address. Default 0. Created
+ *                     exclusively, as the jitdump is: a symlink, a FIFO or another user's file
+ *                     at that name (the pid is predictable) makes the JVM refuse to start; only
+ *                     a stale regular file of the JVM's own user is replaced.
  *   log=PATH          event log with two stamps per event (default: no log; format below)
  *   allow_no_clock=1  start even if perfclock_init() fails: the jitdump is then off (its
  *                     timestamps could not be converted) and log stamps are 0. Default 0.
@@ -40,12 +43,15 @@
  *   dyn_code    PERF_NS MONO_NS TID ADDR_HEX SIZE NAME
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <jvmti.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -331,6 +337,67 @@ static int parse_options(const char *text, struct options *opt) {
         }                                                                                          \
     } while (0)
 
+static const char *file_kind(mode_t mode) {
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFLNK: return "a symbolic link";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    default: return "a device node";
+    }
+}
+
+/*
+ * Creates DIR/NAME for writing the way perfclock's writers create theirs (the Rust
+ * perfclock_event::shared_file::create_exclusive; the C ABI does not export it): openat with
+ * O_CREAT|O_EXCL|O_NOFOLLOW through the directory's descriptor, so never through a link and never
+ * into a file someone prepared; a stale regular file of this user at the name is unlinked and the
+ * create retried. Returns NULL after saying why and what to do.
+ */
+static FILE *create_exclusive(const char *dir, const char *name) {
+    int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) {
+        fprintf(stderr, "perfclock_agent: cannot open %s for the perf map (perfmap=1): %s\n", dir,
+                strerror(errno));
+        return NULL;
+    }
+    int fd = -1;
+    for (int attempt = 0; attempt < 3 && fd < 0; attempt++) {
+        fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0 || errno != EEXIST) break;
+        struct stat st;
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT) continue; /* gone meanwhile: create again */
+            break;
+        }
+        if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+            fprintf(stderr,
+                    "perfclock_agent: %s/%s already exists and is %s owned by uid %u; the perf "
+                    "map is never written through a link or into a file another user controls "
+                    "(only a stale regular file of uid %u is replaced): remove it if it is stale, "
+                    "or pass perfmap=0\n",
+                    dir, name, file_kind(st.st_mode), (unsigned)st.st_uid, (unsigned)geteuid());
+            close(dir_fd);
+            errno = EEXIST;
+            return NULL;
+        }
+        if (unlinkat(dir_fd, name, 0) != 0 && errno != ENOENT) break;
+    }
+    int saved = errno;
+    close(dir_fd);
+    FILE *file = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!file) {
+        if (fd >= 0) {
+            saved = errno;
+            close(fd);
+        }
+        fprintf(stderr, "perfclock_agent: cannot create %s/%s (perfmap=1): %s\n", dir, name,
+                strerror(saved));
+    }
+    return file;
+}
+
 /* Opens the outputs the options ask for. Returns 0 after printing what to change. */
 static int open_outputs(const struct options *opt, int clock_ok, int pid) {
     if (opt->jitdump_dir[0]) {
@@ -350,13 +417,10 @@ static int open_outputs(const struct options *opt, int clock_ok, int pid) {
         }
     }
     if (opt->perfmap) {
-        char map_path[64];
-        snprintf(map_path, sizeof map_path, "/tmp/perf-%d.map", pid);
-        map_file = fopen(map_path, "w");
-        if (!map_file) {
-            perror("perfclock_agent: cannot create the perf map (perfmap=1)");
-            return 0;
-        }
+        char map_name[64];
+        snprintf(map_name, sizeof map_name, "perf-%d.map", pid);
+        map_file = create_exclusive("/tmp", map_name);
+        if (!map_file) return 0;
     }
     if (opt->log_path[0]) {
         log_file = fopen(opt->log_path, "w");

@@ -10,8 +10,9 @@ use std::panic::AssertUnwindSafe;
 use ::perfclock_jitdump::{JitDump, JitDumpError};
 
 use super::{
-    error_code, guard, perfclock_init, PERFCLOCK_E_INTERNAL, PERFCLOCK_E_INVALID_ARGUMENT,
-    PERFCLOCK_E_IO, PERFCLOCK_E_NULL_POINTER, PERFCLOCK_E_READ, PERFCLOCK_OK,
+    error_code, guard, perfclock_init, PERFCLOCK_E_FORK_CHILD, PERFCLOCK_E_INTERNAL,
+    PERFCLOCK_E_INVALID_ARGUMENT, PERFCLOCK_E_IO, PERFCLOCK_E_NAME_TAKEN, PERFCLOCK_E_NULL_POINTER,
+    PERFCLOCK_E_READ, PERFCLOCK_OK,
 };
 
 /// Opaque handle (`perfclock_jitdump` in C).
@@ -25,6 +26,8 @@ fn code(error: &JitDumpError) -> c_int {
         JitDumpError::NameContainsNul { .. }
         | JitDumpError::EmptyCode
         | JitDumpError::RecordTooLarge { .. } => PERFCLOCK_E_INVALID_ARGUMENT,
+        JitDumpError::NameTaken(_) => PERFCLOCK_E_NAME_TAKEN,
+        JitDumpError::ForkChild { .. } => PERFCLOCK_E_FORK_CHILD,
         // Io, Torn, and kinds added later: all are about the file.
         _ => PERFCLOCK_E_IO,
     }
@@ -185,6 +188,11 @@ mod tests {
             source: std::io::Error::other("test"),
         };
         assert_eq!(code(&io), PERFCLOCK_E_IO);
+        let child = JitDumpError::ForkChild {
+            opened_by: 1,
+            pid: 2,
+        };
+        assert_eq!(code(&child), PERFCLOCK_E_FORK_CHILD);
     }
 
     #[test]

@@ -58,6 +58,12 @@ pub const PERFCLOCK_E_OTHER: c_int = -14;
 pub const PERFCLOCK_E_IO: c_int = -15;
 /// An argument is out of its documented range.
 pub const PERFCLOCK_E_INVALID_ARGUMENT: c_int = -16;
+/// Something else is at a writer's file name (a link, a FIFO, another user's file).
+pub const PERFCLOCK_E_NAME_TAKEN: c_int = -17;
+/// A writer's handle was used in a fork child of the process that opened it.
+pub const PERFCLOCK_E_FORK_CHILD: c_int = -18;
+/// A marker from a signal handler that interrupted the marker writer on its thread.
+pub const PERFCLOCK_E_BUSY: c_int = -19;
 
 /// `perfclock_mode()` values.
 pub const PERFCLOCK_MODE_NONE: c_int = 0;
@@ -67,7 +73,7 @@ pub const PERFCLOCK_MODE_KERNEL: c_int = 1;
 pub const PERFCLOCK_MODE_CALIBRATED: c_int = 2;
 
 /// Every code `perfclock_strerror` knows, with its description (NUL-terminated, static).
-const DESCRIPTIONS: [(c_int, &str); 17] = [
+const DESCRIPTIONS: [(c_int, &str); 20] = [
     (PERFCLOCK_OK, "success\0"),
     (
         PERFCLOCK_E_PERMISSION_DENIED,
@@ -100,6 +106,18 @@ const DESCRIPTIONS: [(c_int, &str); 17] = [
         "a file could not be created, written or mapped (check the directory's permissions and free space)\0",
     ),
     (PERFCLOCK_E_INVALID_ARGUMENT, "an argument is out of its documented range\0"),
+    (
+        PERFCLOCK_E_NAME_TAKEN,
+        "a link, a FIFO or another user's file is at the writer's file name; it was left alone (remove it if stale, or use a directory only you can write)\0",
+    ),
+    (
+        PERFCLOCK_E_FORK_CHILD,
+        "this handle belongs to the parent process (this is a fork child): nothing was written; open a new one in the child\0",
+    ),
+    (
+        PERFCLOCK_E_BUSY,
+        "marker refused: a signal handler interrupted the marker writer on this thread (counted as lost)\0",
+    ),
 ];
 
 const UNKNOWN_CODE: &str = "unknown perfclock error code\0";
@@ -291,7 +309,19 @@ mod tests {
 
     #[test]
     fn strerror_is_static_and_total() {
-        for code in [-1000, -17, -16, -15, -14, -1, 0, 1, c_int::MIN, c_int::MAX] {
+        for code in [
+            -1000,
+            -20,
+            -19,
+            -16,
+            -15,
+            -14,
+            -1,
+            0,
+            1,
+            c_int::MIN,
+            c_int::MAX,
+        ] {
             // SAFETY: `perfclock_strerror` returns a pointer into a static NUL-terminated str.
             let text = unsafe { CStr::from_ptr(perfclock_strerror(code)) };
             assert!(!text.to_bytes().is_empty());
@@ -430,6 +460,9 @@ mod tests {
             ("PERFCLOCK_E_OTHER", PERFCLOCK_E_OTHER),
             ("PERFCLOCK_E_IO", PERFCLOCK_E_IO),
             ("PERFCLOCK_E_INVALID_ARGUMENT", PERFCLOCK_E_INVALID_ARGUMENT),
+            ("PERFCLOCK_E_NAME_TAKEN", PERFCLOCK_E_NAME_TAKEN),
+            ("PERFCLOCK_E_FORK_CHILD", PERFCLOCK_E_FORK_CHILD),
+            ("PERFCLOCK_E_BUSY", PERFCLOCK_E_BUSY),
             ("PERFCLOCK_MODE_NONE", PERFCLOCK_MODE_NONE),
             ("PERFCLOCK_MODE_KERNEL", PERFCLOCK_MODE_KERNEL),
             ("PERFCLOCK_MODE_CALIBRATED", PERFCLOCK_MODE_CALIBRATED),
@@ -456,7 +489,7 @@ mod tests {
         }
         assert_eq!(defines, expected.len());
         // Every error code in the header has a description.
-        for (name, value) in &expected[..17] {
+        for (name, value) in &expected[..20] {
             assert!(DESCRIPTIONS.iter().any(|(c, _)| c == value), "{name}");
         }
     }

@@ -8,7 +8,8 @@ use ::perfclock_markers::{MarkerError, Markers};
 use perfclock::{ClockSnapshot, SnapshotError};
 
 use crate::{
-    clock, guard, PERFCLOCK_E_INTERNAL, PERFCLOCK_E_INVALID_ARGUMENT, PERFCLOCK_E_IO,
+    clock, guard, PERFCLOCK_E_BUSY, PERFCLOCK_E_FORK_CHILD, PERFCLOCK_E_INTERNAL,
+    PERFCLOCK_E_INVALID_ARGUMENT, PERFCLOCK_E_IO, PERFCLOCK_E_NAME_TAKEN,
     PERFCLOCK_E_NOT_INITIALIZED, PERFCLOCK_E_NULL_POINTER, PERFCLOCK_E_READ,
     PERFCLOCK_E_UNSUPPORTED, PERFCLOCK_OK,
 };
@@ -24,6 +25,9 @@ fn marker_error_code(error: &MarkerError) -> c_int {
     match error {
         MarkerError::EndBeforeStart { .. } | MarkerError::EmptyName => PERFCLOCK_E_INVALID_ARGUMENT,
         MarkerError::Clock(_) => PERFCLOCK_E_NOT_INITIALIZED,
+        MarkerError::NameTaken(_) => PERFCLOCK_E_NAME_TAKEN,
+        MarkerError::ForkChild { .. } => PERFCLOCK_E_FORK_CHILD,
+        MarkerError::Busy => PERFCLOCK_E_BUSY,
         _ => PERFCLOCK_E_IO,
     }
 }
@@ -55,7 +59,8 @@ pub unsafe extern "C" fn perfclock_markers_open(
     })
 }
 
-/// Buffers one marker. See `perfclock.h`.
+/// Buffers one marker. See `perfclock.h`: may run in a signal handler, so nothing on the way
+/// allocates (the name is cleaned in place, the panic guard allocates only on a panic).
 ///
 /// # Safety
 /// `m` must be NULL or a handle from `perfclock_markers_open` not yet closed; `name` NULL or a
@@ -75,8 +80,9 @@ pub unsafe extern "C" fn perfclock_marker(
         // `Markers` is `Sync`, so concurrent calls on one handle are sound.
         let markers = unsafe { &(*m).markers };
         // SAFETY: `name` is non-null and NUL-terminated (the caller's promise).
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        match markers.span(&name, start_ns, end_ns) {
+        let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+        // Bytes, cleaned without allocating: this may run in a signal handler.
+        match markers.span_bytes(name, start_ns, end_ns) {
             Ok(()) => PERFCLOCK_OK,
             Err(e) => marker_error_code(&e),
         }
