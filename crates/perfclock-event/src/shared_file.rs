@@ -82,7 +82,12 @@ pub struct TakenName {
 
 impl fmt::Display for TakenName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} already exists and is {}", self.path.display(), self.kind.describe())?;
+        write!(
+            f,
+            "{} already exists and is {}",
+            self.path.display(),
+            self.kind.describe()
+        )?;
         match &self.owner_name {
             Some(name) => write!(f, " owned by {name} (uid {})", self.owner_uid)?,
             None => write!(f, " owned by uid {}", self.owner_uid)?,
@@ -100,7 +105,6 @@ impl fmt::Display for TakenName {
 
 /// Why [`create_exclusive`] created nothing.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum CreateError {
     /// Something that is not a stale regular file of the caller's user is at the name.
     Taken(TakenName),
@@ -309,9 +313,15 @@ mod tests {
         std::fs::create_dir(dir.join("sub")).unwrap();
         let error = create_exclusive(&dir, "sub", 0o600).unwrap_err();
         assert!(matches!(&error, CreateError::Taken(t) if t.kind == FileKind::Directory));
-        assert!(error.to_string().contains("is a directory owned by"), "{error}");
+        assert!(
+            error.to_string().contains("is a directory owned by"),
+            "{error}"
+        );
         for bad in ["", ".", "..", "x/y"] {
-            assert!(matches!(create_exclusive(&dir, bad, 0o600), Err(CreateError::Io { .. })));
+            assert!(matches!(
+                create_exclusive(&dir, bad, 0o600),
+                Err(CreateError::Io { .. })
+            ));
         }
         assert!(matches!(
             create_exclusive(&dir.join("absent"), "a", 0o600),

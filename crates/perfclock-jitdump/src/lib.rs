@@ -28,8 +28,12 @@
 //! - In calibrated mode the conversion is a fit with an error bound (`error_bound_ns` in the
 //!   timeconv record); a load whose stamp lies within that bound of a sample can be
 //!   misattributed.
-//! - The writer is for the process that created it: a fork child has another pid and must
-//!   create its own dump.
+//! - The writer is for the process that created it: in a fork child every call on an inherited
+//!   handle returns [`JitDumpError::ForkChild`] and writes nothing; the child creates its own
+//!   dump (`jit-<child pid>.dump`).
+//! - The dump and its sidecar are created exclusively
+//!   ([`perfclock_event::shared_file::create_exclusive`]): a link, a FIFO or another user's file
+//!   at either name is [`JitDumpError::NameTaken`] and left alone.
 
 mod error;
 pub mod record;

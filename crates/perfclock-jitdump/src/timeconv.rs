@@ -179,7 +179,9 @@ impl TimeConvRecord {
     /// [`TimeConvError`] for a wrong first line, a line that is not `key=value`, a missing,
     /// duplicate or unparsable key, or a conversion no kernel would publish.
     pub fn parse(text: &str) -> Result<Self, TimeConvError> {
-        let mut lines = text.lines();
+        // Lines end at '\n' only: `str::lines` would also drop a '\r' before it, so a value
+        // ending in '\r' would lose one at every rewrite (found by the fuzz target).
+        let mut lines = text.split('\n');
         let first_line = lines.next().unwrap_or("");
         if first_line != MAGIC_LINE {
             return Err(TimeConvError::NotARecord {
@@ -328,6 +330,17 @@ mod tests {
             ..sample()
         };
         assert_eq!(TimeConvRecord::parse(&short.to_string()).unwrap(), short);
+    }
+
+    #[test]
+    fn values_ending_in_carriage_returns_round_trip() {
+        let record = TimeConvRecord {
+            counter: "tsc\r\r".into(),
+            ..sample()
+        };
+        let parsed = TimeConvRecord::parse(&record.to_string()).unwrap();
+        assert_eq!(parsed, record);
+        assert_eq!(TimeConvRecord::parse(&parsed.to_string()).unwrap(), record);
     }
 
     #[test]

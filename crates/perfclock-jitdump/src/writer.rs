@@ -3,9 +3,9 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -134,7 +134,6 @@ impl Marker {
             len,
         })
     }
-
 }
 
 impl Drop for Marker {
@@ -207,12 +206,6 @@ impl JitDump {
             move |error| match error {
                 CreateError::Taken(taken) => JitDumpError::NameTaken(taken),
                 CreateError::Io { path, source } => JitDumpError::Io { op, path, source },
-                // A kind added later: still about the file.
-                other => JitDumpError::Io {
-                    op,
-                    path: PathBuf::new(),
-                    source: io::Error::other(other.to_string()),
-                },
             }
         };
         let dir_meta = std::fs::metadata(dir).map_err(io_error("create", &path))?;
@@ -239,8 +232,8 @@ impl JitDump {
         // The sidecar's name first: it is renamed over later, so only a stale file of ours may
         // be there; nothing is created if the name is taken.
         shared_file::remove_stale_at(dir, &timeconv_name).map_err(create_error("create"))?;
-        let file = shared_file::create_exclusive(dir, &name, 0o644)
-            .map_err(create_error("create"))?;
+        let file =
+            shared_file::create_exclusive(dir, &name, 0o644).map_err(create_error("create"))?;
         // From here on a failure removes the file again: a dump without its header or marker
         // is of no use to perf.
         let remove = |error| {

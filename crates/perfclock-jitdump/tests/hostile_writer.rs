@@ -59,8 +59,16 @@ fn read_dump(path: &Path, pid: u32) -> (Vec<String>, usize) {
             other => panic!("unexpected record {other:?}"),
         }
     }
-    assert_eq!(end, bytes.len() as u64, "{} does not parse to its end", path.display());
-    assert!(indices.windows(2).all(|w| w[0] < w[1]), "indices not increasing: {indices:?}");
+    assert_eq!(
+        end,
+        bytes.len() as u64,
+        "{} does not parse to its end",
+        path.display()
+    );
+    assert!(
+        indices.windows(2).all(|w| w[0] < w[1]),
+        "indices not increasing: {indices:?}"
+    );
     (names, closes)
 }
 
@@ -88,7 +96,10 @@ fn refused(dir: &Path, name: &str, plant: Plant, writer_uid: u32, foreign_uid: u
 }
 
 fn names(pid: u32) -> [String; 2] {
-    [format!("jit-{pid}.dump"), format!("jit-{pid}.dump.timeconv")]
+    [
+        format!("jit-{pid}.dump"),
+        format!("jit-{pid}.dump.timeconv"),
+    ]
 }
 
 #[test]
@@ -121,7 +132,10 @@ fn own_stale_files_are_replaced() {
     dump.close().unwrap();
     dump_plant.assert_replaced(0);
     timeconv_plant.assert_replaced(0);
-    assert_eq!(read_dump(&dir.join(&dump_name), std::process::id()), (vec!["fresh".into()], 1));
+    assert_eq!(
+        read_dump(&dir.join(&dump_name), std::process::id()),
+        (vec!["fresh".into()], 1)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -144,9 +158,13 @@ fn as_nobody_case() {
     }
     let stale_dir = root_dir.join("stale");
     std::fs::create_dir(&stale_dir).unwrap();
-    std::fs::set_permissions(&stale_dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
-        .unwrap();
-    let stale = shared_dir_common::plant(&stale_dir, &names(pid)[0], Plant::OwnStaleFile, NOBODY, 0);
+    std::fs::set_permissions(
+        &stale_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let stale =
+        shared_dir_common::plant(&stale_dir, &names(pid)[0], Plant::OwnStaleFile, NOBODY, 0);
     shared_dir_common::become_nobody();
     if let Err(error) = perfclock::init() {
         panic!("no clock as nobody: {error}");
@@ -216,7 +234,8 @@ fn fork_case(dir: &Path) {
         if pid == 0 {
             let dump = dump.take().unwrap();
             let mut code = 0;
-            let mut expect_fork_child = |what: &str, result: Result<(), JitDumpError>| match result {
+            let mut expect_fork_child = |what: &str, result: Result<(), JitDumpError>| match result
+            {
                 Err(JitDumpError::ForkChild { opened_by, pid }) => {
                     if opened_by != parent || pid == parent {
                         hostile_common::raw_print(&format!("{what}: wrong pids\n"));
@@ -265,7 +284,11 @@ fn fork_case(dir: &Path) {
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(others.len(), 2, "only the parent's dump and sidecar: {others:?}");
+    assert_eq!(
+        others.len(),
+        2,
+        "only the parent's dump and sidecar: {others:?}"
+    );
     println!("FORK_OK 200 parent loads, children refused");
 }
 
@@ -297,7 +320,9 @@ fn a_second_open_shares_the_first() {
     let dir = tempfile::tempdir().unwrap();
     let first = JitDump::create(dir.path()).unwrap();
     for i in 0..100 {
-        first.code_load(format!("first_{i}").as_bytes(), i, &[0xc3; 20]).unwrap();
+        first
+            .code_load(format!("first_{i}").as_bytes(), i, &[0xc3; 20])
+            .unwrap();
     }
     // The same directory by another name: one dump, not a second file or a truncation.
     let second = JitDump::create(dir.path().join(".")).unwrap();
@@ -306,13 +331,17 @@ fn a_second_open_shares_the_first() {
         std::fs::canonicalize(first.path()).unwrap()
     );
     for i in 0..100 {
-        second.code_load(format!("second_{i}").as_bytes(), i, &[0xc3; 20]).unwrap();
+        second
+            .code_load(format!("second_{i}").as_bytes(), i, &[0xc3; 20])
+            .unwrap();
     }
     let path = first.path().to_owned();
     first.close().unwrap();
     // The first close leaves the dump open for the second handle.
     for i in 100..200 {
-        second.code_load(format!("second_{i}").as_bytes(), i, &[0xc3; 20]).unwrap();
+        second
+            .code_load(format!("second_{i}").as_bytes(), i, &[0xc3; 20])
+            .unwrap();
     }
     let (before, closes) = read_dump(&path, std::process::id());
     assert_eq!((before.len(), closes), (300, 0));

@@ -74,10 +74,6 @@ impl SharedFile {
                 path: path.clone(),
                 source,
             },
-            other => MarkerError::Create {
-                path: path.clone(),
-                source: io::Error::other(other.to_string()),
-            },
         })?;
         // SAFETY: the mapping is never read or written by this process (it exists so that perf
         // records an executable MMAP2 of the file, as perf's jitdump agent does); a private

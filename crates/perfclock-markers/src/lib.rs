@@ -36,6 +36,10 @@
 //! - samply shows every marker of the file on the thread that mapped it (the one that opened the
 //!   first writer for that directory).
 //! - Markers still buffered when the process is killed (or `_exit`s) are lost.
+//! - `marker-<pid>.txt` is created exclusively
+//!   ([`perfclock_event::shared_file::create_exclusive`]): a link, a FIFO or another user's file
+//!   at the name is [`MarkerError::NameTaken`] and left alone.
+//! - Fork children and signal handlers: see [`Markers`].
 
 mod error;
 mod file;

@@ -26,7 +26,12 @@ pub fn push_line(out: &mut Vec<u8>, start_ns: u64, end_ns: u64, name: &str) {
 }
 
 /// Appends `START END ` , then whatever `name` appends (a cleaned name), then `\n`.
-pub fn push_line_with(out: &mut Vec<u8>, start_ns: u64, end_ns: u64, name: impl FnOnce(&mut Vec<u8>)) {
+pub fn push_line_with(
+    out: &mut Vec<u8>,
+    start_ns: u64,
+    end_ns: u64,
+    name: impl FnOnce(&mut Vec<u8>),
+) {
     let mut digits = itoa::Buffer::new();
     out.extend_from_slice(digits.format(start_ns).as_bytes());
     out.push(b' ');
@@ -141,7 +146,10 @@ impl Layout {
         let Some(before) = end.checked_sub(1).map(|e| &self.bytes[..e]) else {
             return;
         };
-        let start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let start = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
         let offset = self.offset + start as u64;
         match last {
             Some(line) => {

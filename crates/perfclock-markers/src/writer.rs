@@ -1,7 +1,7 @@
 //! The marker writer: per-thread buffers in front of the shared marker file.
 
-use std::path::Path;
 use std::cell::Cell;
+use std::path::Path;
 use std::sync::atomic::{compiler_fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once, Weak};
 
@@ -168,7 +168,9 @@ impl Markers {
     /// buffer when it filled (the buffered markers are then lost and counted in
     /// [`Markers::lost`]).
     pub fn span(&self, name: &str, start_ns: u64, end_ns: u64) -> Result<(), MarkerError> {
-        self.push(name.as_bytes(), start_ns, end_ns, |out| clean_name(name, out))
+        self.push(name.as_bytes(), start_ns, end_ns, |out| {
+            clean_name(name, out)
+        })
     }
 
     /// As [`Markers::span`] for a name in bytes that may not be UTF-8 (from C): invalid

@@ -17,17 +17,20 @@ use perfclock_markers::{MarkerError, Markers};
 
 #[path = "../../../tests/hostile_common/mod.rs"]
 mod hostile_common;
-#[path = "../../../tests/shared_dir_common/mod.rs"]
-mod shared_dir_common;
 #[path = "common/samply.rs"]
 mod samply;
+#[path = "../../../tests/shared_dir_common/mod.rs"]
+mod shared_dir_common;
 
 use shared_dir_common::{Plant, NOBODY};
 
 /// The markers of `path` as samply parses them; every line must parse.
 fn read_markers(path: &Path) -> Vec<(u64, u64, String)> {
     let text = std::fs::read_to_string(path).unwrap();
-    assert!(text.is_empty() || text.ends_with('\n'), "a partial last line");
+    assert!(
+        text.is_empty() || text.ends_with('\n'),
+        "a partial last line"
+    );
     text.lines()
         .map(|line| {
             let (s, e, n) = samply::parse_like_samply(line)
@@ -160,14 +163,16 @@ fn fork_case(dir: &Path) {
         if pid == 0 {
             let mut code = 0;
             let mut expect_fork_child = |what: &str, result: Result<(), MarkerError>| match result {
-                Err(MarkerError::ForkChild { opened_by, pid }) if opened_by == parent && pid != parent => {}
+                Err(MarkerError::ForkChild { opened_by, pid })
+                    if opened_by == parent && pid != parent => {}
                 other => {
                     hostile_common::raw_print(&format!("{does:?} {what}: {other:?}\n"));
                     code = 2;
                 }
             };
             for i in 0..500u64 {
-                let result = markers.span(&format!("child_{does:?}_{i}"), 1_000_000 + i, 1_000_000 + i);
+                let result =
+                    markers.span(&format!("child_{does:?}_{i}"), 1_000_000 + i, 1_000_000 + i);
                 expect_fork_child("span", result);
             }
             match does {
@@ -197,7 +202,9 @@ fn fork_case(dir: &Path) {
     assert_eq!(markers.lost(), 0);
     markers.close().unwrap();
     let got = read_markers(&path);
-    let expected: Vec<_> = (0..200).map(|i| (i, i + 1, format!("parent_{i}"))).collect();
+    let expected: Vec<_> = (0..200)
+        .map(|i| (i, i + 1, format!("parent_{i}")))
+        .collect();
     assert_eq!(got, expected, "the parent's file holds something else");
     let files = std::fs::read_dir(dir).unwrap().count();
     assert_eq!(files, 1, "only the parent's marker file");
@@ -258,7 +265,10 @@ fn signal_case(dir: &Path) {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = mark_from_handler as extern "C" fn(libc::c_int) as usize;
         action.sa_flags = libc::SA_RESTART;
-        assert_eq!(libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()), 0);
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()),
+            0
+        );
     }
     // SAFETY: gettid/getpid have no preconditions.
     let (pid, tid) = unsafe { (libc::getpid(), libc::gettid()) };
@@ -271,7 +281,10 @@ fn signal_case(dir: &Path) {
             // the next is sent (a handler that hangs stops this loop; the watchdog ends it).
             let waiting = Instant::now();
             while DELIVERED.load(Ordering::Acquire) <= sent {
-                assert!(waiting.elapsed() < Duration::from_secs(60), "signal {sent} not handled");
+                assert!(
+                    waiting.elapsed() < Duration::from_secs(60),
+                    "signal {sent} not handled"
+                );
                 std::hint::spin_loop();
             }
         }
@@ -280,7 +293,11 @@ fn signal_case(dir: &Path) {
     while !sender.is_finished() {
         // Long names fill the buffer often, so many signals land in its write-out.
         markers
-            .span(&format!("main_{main_markers}_{}", "x".repeat(200)), main_markers, main_markers)
+            .span(
+                &format!("main_{main_markers}_{}", "x".repeat(200)),
+                main_markers,
+                main_markers,
+            )
             .unwrap();
         main_markers += 1;
         if main_markers % 3000 == 0 {
@@ -296,12 +313,22 @@ fn signal_case(dir: &Path) {
     assert_eq!(DELIVERED.load(Ordering::Relaxed), SIGNALS);
     assert_eq!(other, 0, "handler markers failed otherwise");
     assert_eq!(written + refused, SIGNALS);
-    assert_eq!(markers.lost(), refused, "refused markers are counted as lost");
+    assert_eq!(
+        markers.lost(),
+        refused,
+        "refused markers are counted as lost"
+    );
     let path = markers.path().to_owned();
     markers.flush().unwrap();
     let got = read_markers(&path);
-    let from_handler = got.iter().filter(|(_, _, n)| n == "from the handler").count() as u64;
-    assert_eq!(from_handler, written, "every accepted handler marker is in the file");
+    let from_handler = got
+        .iter()
+        .filter(|(_, _, n)| n == "from the handler")
+        .count() as u64;
+    assert_eq!(
+        from_handler, written,
+        "every accepted handler marker is in the file"
+    );
     assert_eq!(got.len() as u64 - from_handler, main_markers);
     println!(
         "SIGNALS_OK {SIGNALS} signals: {written} handler markers written, {refused} refused \
