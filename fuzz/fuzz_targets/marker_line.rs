@@ -70,9 +70,16 @@ fuzz_target!(|data: &[u8]| {
     let mut offset = 0;
     let mut got = Vec::new();
     for line in file.split_inclusive(|&b| b == b'\n') {
-        assert_eq!(offset / BLOCK, (offset + line.len() - 1) / BLOCK, "a line crosses a block");
+        assert_eq!(
+            offset / BLOCK,
+            (offset + line.len() - 1) / BLOCK,
+            "a line crosses a block"
+        );
         offset += line.len();
-        let text = std::str::from_utf8(line).unwrap().strip_suffix('\n').unwrap();
+        let text = std::str::from_utf8(line)
+            .unwrap()
+            .strip_suffix('\n')
+            .unwrap();
         let (s, e, n) = parse_like_samply(text).expect("samply parses every line");
         got.push((s, e, n.to_owned()));
     }

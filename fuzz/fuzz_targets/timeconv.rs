@@ -28,7 +28,11 @@ const KEYS: [&str; 12] = [
 fn check(text: &str) {
     if let Ok(record) = TimeConvRecord::parse(text) {
         let printed = record.to_string();
-        assert_eq!(TimeConvRecord::parse(&printed).as_ref(), Ok(&record), "{printed}");
+        assert_eq!(
+            TimeConvRecord::parse(&printed).as_ref(),
+            Ok(&record),
+            "{printed}"
+        );
     }
 }
 

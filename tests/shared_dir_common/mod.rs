@@ -81,7 +81,13 @@ fn chown(path: &Path, uid: u32) {
     let c = cstring(path);
     // SAFETY: a valid C string; lchown changes the link itself, never its target.
     let rc = unsafe { libc::lchown(c.as_ptr(), uid, uid) };
-    assert_eq!(rc, 0, "lchown {}: {}", path.display(), std::io::Error::last_os_error());
+    assert_eq!(
+        rc,
+        0,
+        "lchown {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
 }
 
 /// Plants `plant` at `dir/name`. The victim lives in `dir` too, owned by `writer_uid` (the user
@@ -146,11 +152,21 @@ impl Planted {
         assert_eq!(meta.uid(), self.owner, "{what}: the plant changed owner");
         match self.plant {
             Plant::Symlink => {
-                assert!(meta.file_type().is_symlink(), "{what}: the link was replaced");
-                assert_eq!(std::fs::read(&self.victim).unwrap(), VICTIM_TEXT, "{what}: victim written");
+                assert!(
+                    meta.file_type().is_symlink(),
+                    "{what}: the link was replaced"
+                );
+                assert_eq!(
+                    std::fs::read(&self.victim).unwrap(),
+                    VICTIM_TEXT,
+                    "{what}: victim written"
+                );
             }
             Plant::DanglingSymlink => {
-                assert!(meta.file_type().is_symlink(), "{what}: the link was replaced");
+                assert!(
+                    meta.file_type().is_symlink(),
+                    "{what}: the link was replaced"
+                );
                 assert!(
                     std::fs::symlink_metadata(&self.victim).is_err(),
                     "{what}: the link's target was created"
@@ -162,9 +178,15 @@ impl Planted {
             }
             Plant::ForeignFile => {
                 assert!(meta.is_file());
-                assert_eq!(std::fs::read(&self.path).unwrap(), PLANTED_TEXT, "{what}: reused");
+                assert_eq!(
+                    std::fs::read(&self.path).unwrap(),
+                    PLANTED_TEXT,
+                    "{what}: reused"
+                );
             }
-            Plant::OwnStaleFile => panic!("{what}: an own stale file must be replaced, not refused"),
+            Plant::OwnStaleFile => {
+                panic!("{what}: an own stale file must be replaced, not refused")
+            }
         }
     }
 
