@@ -64,6 +64,17 @@
 extern "C" {
 #endif
 
+/* Clocks of perfclock_jitdump_open_with_clock() and perfclock_markers_open_with_clock(), by
+ * the tool that reads the file (docs/jit.md, docs/markers.md):
+ *   ARCH (jitdump only): the raw counter with JITDUMP_FLAGS_ARCH_TIMESTAMP, for `perf inject
+ *     --jit` of a default perf record (plus `perfclock inject-time-conv` where perf wrote no
+ *     TIME_CONV);
+ *   PERF: perf-clock ns, flags 0, for `samply import` of a default perf record (no inject);
+ *   MONOTONIC: CLOCK_MONOTONIC ns, flags 0, for `samply record` and `perf record -k monotonic`. */
+#define PERFCLOCK_CLOCK_ARCH 0
+#define PERFCLOCK_CLOCK_PERF 1
+#define PERFCLOCK_CLOCK_MONOTONIC 2
+
 /* Return values of perfclock_mode(). */
 #define PERFCLOCK_MODE_NONE 0
 #define PERFCLOCK_MODE_KERNEL 1
@@ -282,8 +293,19 @@ typedef struct perfclock_jitdump perfclock_jitdump;
  * clock's conversion could not be read), or perfclock_init()'s code if the clock cannot be
  * opened. After success the reading calls (perfclock_now_ns(), ...) work without a separate
  * perfclock_init(). Not async-signal-safe.
+ * The dump's clock is the one the environment variable PERFCLOCK_JITDUMP_CLOCK names: arch
+ * (also when unset or empty), perf or monotonic (see PERFCLOCK_CLOCK_*), so a program switches
+ * without a rebuild; any other value returns PERFCLOCK_E_INVALID_ARGUMENT and creates nothing.
  */
 int perfclock_jitdump_open(const char *dir, perfclock_jitdump **out);
+
+/*
+ * As perfclock_jitdump_open() with the clock given (PERFCLOCK_CLOCK_ARCH, _PERF or _MONOTONIC;
+ * the environment is not read). The .timeconv file says which (clock=arch|perf|monotonic).
+ * Returns PERFCLOCK_E_INVALID_ARGUMENT for another value, or when this process already has a
+ * dump open in DIR in another clock (a dump has one clock). Not async-signal-safe.
+ */
+int perfclock_jitdump_open_with_clock(const char *dir, int clock, perfclock_jitdump **out);
 
 /*
  * Records that `size` bytes of machine code at `code` now sit at address `addr` under `name`
@@ -342,9 +364,27 @@ typedef struct perfclock_markers perfclock_markers;
  * already has the file of DIR open, a handle to it. Returns PERFCLOCK_OK,
  * PERFCLOCK_E_NULL_POINTER (dir or out NULL), PERFCLOCK_E_NAME_TAKEN (a symlink, a FIFO,
  * another user's file ... at the name: left as it was), or PERFCLOCK_E_IO (dir missing or not
- * writable, or on a noexec mount). Does not need perfclock_init(). Not async-signal-safe.
+ * writable, or on a noexec mount). Does not need perfclock_init() (the monotonic clock opens
+ * it). Not async-signal-safe.
+ * The file's clock is the one the environment variable PERFCLOCK_MARKERS_CLOCK names: perf (also
+ * when unset or empty) or monotonic; any other value (arch included) returns
+ * PERFCLOCK_E_INVALID_ARGUMENT and creates nothing.
  */
 int perfclock_markers_open(const char *dir, perfclock_markers **out);
+
+/*
+ * As perfclock_markers_open() with the clock given: PERFCLOCK_CLOCK_PERF (the times as given) or
+ * PERFCLOCK_CLOCK_MONOTONIC (for `samply record`). Callers still pass perf-clock ns
+ * (perfclock_now_ns()); a monotonic writer adds CLOCK_MONOTONIC - perf clock from a pairing of
+ * the two clocks (perfclock_snapshot()'s) taken again whenever the last one is more than 10 ms
+ * old at the marker call. A converted time is within the pairing's monotonic_uncertainty_ns plus
+ * 500 ppm of its distance from the pairing (at most 5 us for a marker ending at its call).
+ * PERFCLOCK_CLOCK_ARCH and other values return PERFCLOCK_E_INVALID_ARGUMENT (samply reads marker
+ * times as ns), as does a directory this process already writes in the other clock. Returns
+ * PERFCLOCK_E_NOT_INITIALIZED if the monotonic clock finds no perf clock. Not
+ * async-signal-safe.
+ */
+int perfclock_markers_open_with_clock(const char *dir, int clock, perfclock_markers **out);
 
 /*
  * Buffers a span [start_ns, end_ns] (perf-clock ns); start_ns == end_ns is an instant.
@@ -352,7 +392,8 @@ int perfclock_markers_open(const char *dir, perfclock_markers **out);
  * by U+FFFD and tab by a space, so a marker is always one valid line; names are cut at 1024
  * bytes. Returns PERFCLOCK_OK; PERFCLOCK_E_NULL_POINTER (m or name NULL);
  * PERFCLOCK_E_INVALID_ARGUMENT (end_ns < start_ns, or an empty name, which samply cannot read);
- * PERFCLOCK_E_FORK_CHILD (a fork child); PERFCLOCK_E_BUSY (see below); PERFCLOCK_E_IO if this
+ * PERFCLOCK_E_FORK_CHILD (a fork child); PERFCLOCK_E_BUSY (see below); PERFCLOCK_E_READ (a
+ * monotonic writer could not pair the clocks: nothing written); PERFCLOCK_E_IO if this
  * call filled the thread's buffer and writing it out failed (those buffered markers are lost).
  * Async-signal-safe in this sense: it never waits for a lock the interrupted code holds and
  * never calls malloc, provided the calling thread has written a marker from ordinary code before

@@ -11,6 +11,11 @@
  *                     writes perf.data and where `perf inject --jit` then writes the
  *                     jitted-<pid>-<n>.so files it needs; DIR must exist and be writable).
  *                     jitdump=off disables it (write jitdump=./off for a directory named off).
+ *   jitdump_clock=arch|perf|monotonic
+ *                     the jitdump's clock (PERFCLOCK_CLOCK_*): arch (raw counter, for `perf inject
+ *                     --jit` of a default perf record), perf (perf-clock ns, for `samply import`
+ *                     of a default perf record) or monotonic (for `samply record`). Default: the
+ *                     environment's PERFCLOCK_JITDUMP_CLOCK, else arch.
  *   perfmap=0|1       also write /tmp/perf-<pid>.map (START SIZE name, hex), where `perf
  *                     report/script` look without `perf inject`. It has no time, so it names the
  *                     wrong method once the code cache reuses an address. Default 0. Created
@@ -83,6 +88,7 @@ struct options {
     char log_path[PATH_LEN];    /* empty: no log */
     int perfmap;
     int allow_no_clock;
+    int jitdump_clock; /* PERFCLOCK_CLOCK_*, or -1: PERFCLOCK_JITDUMP_CLOCK (default arch) */
 };
 
 static uint64_t mono_ns(void) {
@@ -273,11 +279,13 @@ static int parse_path(const char *key, const char *value, char *out) {
 /* Parses "k=v,k=v" into *opt. Returns 0 (after printing why) on an unknown, repeated or
  * malformed option. */
 static int parse_options(const char *text, struct options *opt) {
-    static const char *const keys[] = {"jitdump", "perfmap", "log", "allow_no_clock"};
+    static const char *const keys[] = {"jitdump", "perfmap", "log", "allow_no_clock",
+                                       "jitdump_clock"};
     enum { n_keys = sizeof keys / sizeof keys[0] };
     int seen[n_keys] = {0};
     memset(opt, 0, sizeof *opt);
     strcpy(opt->jitdump_dir, ".");
+    opt->jitdump_clock = -1;
     for (const char *p = text; p && *p;) {
         const char *end = strchr(p, ',');
         size_t n = end ? (size_t)(end - p) : strlen(p);
@@ -295,8 +303,9 @@ static int parse_options(const char *text, struct options *opt) {
         while (k < n_keys && strcmp(item, keys[k]) != 0) k++;
         if (k == n_keys) {
             fprintf(stderr,
-                    "perfclock_agent: unknown option '%s'; known: jitdump=DIR|off, perfmap=0|1, "
-                    "log=PATH, allow_no_clock=0|1 (comma-separated)\n",
+                    "perfclock_agent: unknown option '%s'; known: jitdump=DIR|off, "
+                    "jitdump_clock=arch|perf|monotonic, perfmap=0|1, log=PATH, allow_no_clock=0|1 "
+                    "(comma-separated)\n",
                     item);
             return 0;
         }
@@ -319,8 +328,19 @@ static int parse_options(const char *text, struct options *opt) {
             ok = parse_flag(item, value, &opt->perfmap);
         } else if (k == 2) {
             ok = parse_path(item, value, opt->log_path);
-        } else {
+        } else if (k == 3) {
             ok = parse_flag(item, value, &opt->allow_no_clock);
+        } else {
+            static const char *const clocks[] = {"arch", "perf", "monotonic"};
+            for (int c = 0; c < 3; c++)
+                if (strcmp(value, clocks[c]) == 0) opt->jitdump_clock = c; /* PERFCLOCK_CLOCK_* */
+            if (opt->jitdump_clock < 0) {
+                fprintf(stderr,
+                        "perfclock_agent: jitdump_clock=%s: use arch (perf inject --jit), perf "
+                        "(samply import) or monotonic (samply record)\n",
+                        value);
+                ok = 0;
+            }
         }
         if (!ok) return 0;
     }
@@ -405,12 +425,19 @@ static int open_outputs(const struct options *opt, int clock_ok, int pid) {
             fprintf(stderr, "perfclock_agent: no perf clock, so no jitdump (allow_no_clock=1); "
                             "pass jitdump=off to silence this\n");
         } else {
-            int rc = perfclock_jitdump_open(opt->jitdump_dir, &jitdump);
+            int rc = opt->jitdump_clock < 0
+                         ? perfclock_jitdump_open(opt->jitdump_dir, &jitdump)
+                         : perfclock_jitdump_open_with_clock(opt->jitdump_dir, opt->jitdump_clock,
+                                                             &jitdump);
             if (rc != PERFCLOCK_OK) {
                 fprintf(stderr,
                         "perfclock_agent: cannot write the jitdump in '%s': %d (%s); pass "
-                        "jitdump=DIR with an existing writable directory, or jitdump=off\n",
-                        opt->jitdump_dir, rc, perfclock_strerror(rc));
+                        "jitdump=DIR with an existing writable directory, or jitdump=off%s\n",
+                        opt->jitdump_dir, rc, perfclock_strerror(rc),
+                        rc == PERFCLOCK_E_INVALID_ARGUMENT
+                            ? " (an invalid argument here is the clock: jitdump_clock= or "
+                              "PERFCLOCK_JITDUMP_CLOCK must be arch, perf or monotonic)"
+                            : "");
                 jitdump = NULL;
                 return 0;
             }

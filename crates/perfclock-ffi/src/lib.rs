@@ -65,6 +65,14 @@ pub const PERFCLOCK_E_FORK_CHILD: c_int = -18;
 /// A marker from a signal handler that interrupted the marker writer on its thread.
 pub const PERFCLOCK_E_BUSY: c_int = -19;
 
+/// Clocks of `perfclock_jitdump_open_with_clock` and `perfclock_markers_open_with_clock`: the
+/// raw counter with perf's ARCH_TIMESTAMP flag (jitdump only).
+pub const PERFCLOCK_CLOCK_ARCH: c_int = 0;
+/// perf-clock ns.
+pub const PERFCLOCK_CLOCK_PERF: c_int = 1;
+/// `CLOCK_MONOTONIC` ns.
+pub const PERFCLOCK_CLOCK_MONOTONIC: c_int = 2;
+
 /// `perfclock_mode()` values.
 pub const PERFCLOCK_MODE_NONE: c_int = 0;
 /// Kernel-published conversion.
@@ -463,6 +471,9 @@ mod tests {
             ("PERFCLOCK_E_NAME_TAKEN", PERFCLOCK_E_NAME_TAKEN),
             ("PERFCLOCK_E_FORK_CHILD", PERFCLOCK_E_FORK_CHILD),
             ("PERFCLOCK_E_BUSY", PERFCLOCK_E_BUSY),
+            ("PERFCLOCK_CLOCK_ARCH", PERFCLOCK_CLOCK_ARCH),
+            ("PERFCLOCK_CLOCK_PERF", PERFCLOCK_CLOCK_PERF),
+            ("PERFCLOCK_CLOCK_MONOTONIC", PERFCLOCK_CLOCK_MONOTONIC),
             ("PERFCLOCK_MODE_NONE", PERFCLOCK_MODE_NONE),
             ("PERFCLOCK_MODE_KERNEL", PERFCLOCK_MODE_KERNEL),
             ("PERFCLOCK_MODE_CALIBRATED", PERFCLOCK_MODE_CALIBRATED),

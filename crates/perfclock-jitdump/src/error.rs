@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use perfclock_core::ReadError;
 use perfclock_event::shared_file::TakenName;
 
+use crate::JitClock;
+
 /// Why [`crate::JitDump`] failed.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -35,6 +37,16 @@ pub enum JitDumpError {
         opened_by: u32,
         /// This process.
         pid: u32,
+    },
+    /// This process already has a dump open in the directory, in another clock: one dump per
+    /// process and directory, and one clock per dump.
+    ClockMismatch {
+        /// The open dump.
+        path: PathBuf,
+        /// Its clock.
+        open: JitClock,
+        /// The clock asked for.
+        requested: JitClock,
     },
     /// An earlier failed write left bytes that could not be truncated away, so further records
     /// would follow a torn one; the dump is closed for writing.
@@ -81,6 +93,17 @@ impl fmt::Display for JitDumpError {
                 "this jitdump handle belongs to process {opened_by}, and this is its fork child \
                  {pid}: a child never writes into its parent's dump; create a new dump in the \
                  child (it gets jit-{pid}.dump)"
+            ),
+            JitDumpError::ClockMismatch {
+                path,
+                open,
+                requested,
+            } => write!(
+                f,
+                "{} is open in this process with the {open} clock, and a dump has one clock: \
+                 open it with {open} (PERFCLOCK_JITDUMP_CLOCK={open}) or use another directory \
+                 for the {requested} clock",
+                path.display()
             ),
             JitDumpError::Torn { path } => write!(
                 f,

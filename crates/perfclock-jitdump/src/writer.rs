@@ -15,7 +15,7 @@ use perfclock_event::shared_file::{self, CreateError};
 
 use crate::record::{self, CodeLoad};
 use crate::timeconv::{self, TimeConvRecord};
-use crate::JitDumpError;
+use crate::{JitClock, JitDumpError};
 
 /// Sidecar rewrites from [`JitDump::code_load`] are at least this far apart, so a JIT loading
 /// thousands of functions a second does not rename a file for each.
@@ -53,6 +53,8 @@ pub struct JitDump {
 #[derive(Debug)]
 struct Shared {
     clock: &'static Clock,
+    /// The clock of the dump's timestamps.
+    jit_clock: JitClock,
     path: PathBuf,
     timeconv_path: PathBuf,
     pid: u32,
@@ -167,8 +169,32 @@ fn read_conversion(clock: &Clock) -> Result<TimeConversion, JitDumpError> {
 
 /// A counter read that cannot run ahead of the lock acquisition before it, so timestamps
 /// taken under the lock never decrease in file order.
-fn timestamp() -> u64 {
+fn counter() -> u64 {
     perfclock_core::counter::read_counter_ordered().unwrap_or(0)
+}
+
+/// `CLOCK_MONOTONIC` in ns.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// A timestamp in `jit_clock`, taken after every earlier instruction (under the writer's lock,
+/// so stamps never decrease in file order).
+fn timestamp(clock: &Clock, jit_clock: JitClock) -> Result<u64, JitDumpError> {
+    match jit_clock {
+        JitClock::Arch => Ok(counter()),
+        JitClock::Perf => {
+            let cycles = counter();
+            Ok(read_conversion(clock)?.cycles_to_ns(cycles))
+        }
+        JitClock::Monotonic => Ok(monotonic_ns()),
+    }
 }
 
 impl JitDump {
@@ -191,6 +217,19 @@ impl JitDump {
     /// executable (a `noexec` mount); [`JitDumpError::ClockRead`] if the conversion cannot be
     /// read.
     pub fn create(dir: impl AsRef<Path>) -> Result<JitDump, JitDumpError> {
+        JitDump::create_with_clock(dir, JitClock::Arch)
+    }
+
+    /// As [`JitDump::create`], with the timestamps in `jit_clock` ([`JitClock::Arch`] is what
+    /// [`JitDump::create`] uses). The sidecar records the clock (`clock=`).
+    ///
+    /// # Errors
+    /// As [`JitDump::create`]; [`JitDumpError::ClockMismatch`] if this process already has a
+    /// dump open in `dir` in another clock.
+    pub fn create_with_clock(
+        dir: impl AsRef<Path>,
+        jit_clock: JitClock,
+    ) -> Result<JitDump, JitDumpError> {
         let clock = perfclock::init().map_err(JitDumpError::Clock)?;
         let dir = dir.as_ref();
         let pid = std::process::id();
@@ -221,6 +260,13 @@ impl JitDump {
             .find(|(k, _)| *k == key)
             .and_then(|(_, dump)| dump.upgrade())
         {
+            if shared.jit_clock != jit_clock {
+                return Err(JitDumpError::ClockMismatch {
+                    path: shared.path.clone(),
+                    open: shared.jit_clock,
+                    requested: jit_clock,
+                });
+            }
             return Ok(JitDump {
                 shared: Some(shared),
             });
@@ -240,13 +286,19 @@ impl JitDump {
             let _ = std::fs::remove_file(&path);
             error
         };
-        let header = record::header(pid, timestamp());
+        let flags = match jit_clock {
+            JitClock::Arch => record::FLAGS_ARCH_TIMESTAMP,
+            JitClock::Perf | JitClock::Monotonic => 0,
+        };
+        let stamp = timestamp(clock, jit_clock).map_err(remove)?;
+        let header = record::header(pid, stamp, flags);
         write_once(&file, &header, 0)
             .map_err(io_error("write header", &path))
             .map_err(remove)?;
         let marker = Marker::map(&file, &path).map_err(remove)?;
         let shared = Shared {
             clock,
+            jit_clock,
             path: path.clone(),
             timeconv_path,
             pid,
@@ -286,9 +338,15 @@ impl JitDump {
         &self.shared().timeconv_path
     }
 
-    /// The clock whose counter stamps the records.
+    /// The perfclock clock of the process (its counter stamps `arch` records, its conversion
+    /// the `perf` ones and the sidecar).
     pub fn clock(&self) -> &'static Clock {
         self.shared().clock
+    }
+
+    /// The clock of the dump's timestamps.
+    pub fn jit_clock(&self) -> JitClock {
+        self.shared().jit_clock
     }
 
     /// Records that `code` now sits at `addr` under `name`: a `JIT_CODE_LOAD` stamped with the
@@ -400,7 +458,7 @@ impl Shared {
         let index = {
             let mut state = lock(&self.state);
             let index = state.next_index;
-            bytes[8..16].copy_from_slice(&timestamp().to_ne_bytes());
+            bytes[8..16].copy_from_slice(&timestamp(self.clock, self.jit_clock)?.to_ne_bytes());
             bytes[48..56].copy_from_slice(&index.to_ne_bytes());
             self.append(&mut state, &bytes)?;
             state.next_index += 1;
@@ -420,8 +478,10 @@ impl Shared {
         let close = {
             let mut state = lock(&self.state);
             let mut bytes = Vec::with_capacity(record::PREFIX_SIZE);
-            record::code_close(&mut bytes, timestamp());
-            self.append(&mut state, &bytes)
+            timestamp(self.clock, self.jit_clock).and_then(|stamp| {
+                record::code_close(&mut bytes, stamp);
+                self.append(&mut state, &bytes)
+            })
         };
         let timeconv = self.write_timeconv();
         close.and(timeconv)
@@ -491,7 +551,8 @@ impl Shared {
             counter: perfclock_core::counter::COUNTER_NAME.to_owned(),
             conversion,
             error_bound_ns,
-            written_counter: timestamp(),
+            written_counter: counter(),
+            clock: self.jit_clock,
         };
         record
             .write_atomic(&self.timeconv_path)

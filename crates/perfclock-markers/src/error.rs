@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use perfclock_event::shared_file::TakenName;
 
+use crate::MarkerClock;
+
 /// Error of the marker writer. Each message names what to change.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -69,6 +71,19 @@ pub enum MarkerError {
     EmptyName,
     /// A marker was stamped with the process-wide perf clock, which could not be opened.
     Clock(perfclock::Error),
+    /// A `monotonic` writer could not pair the perf clock with `CLOCK_MONOTONIC` (the clock's
+    /// conversion could not be read); the marker was not written.
+    NoPairing,
+    /// This process already writes the directory's marker file in another clock: one file per
+    /// process and directory, one clock per file.
+    ClockMismatch {
+        /// The open marker file.
+        path: PathBuf,
+        /// Its clock.
+        open: MarkerClock,
+        /// The clock asked for.
+        requested: MarkerClock,
+    },
 }
 
 impl fmt::Display for MarkerError {
@@ -121,6 +136,21 @@ impl fmt::Display for MarkerError {
             ),
             MarkerError::EmptyName => f.write_str("marker name is empty: pass a non-empty name"),
             MarkerError::Clock(e) => write!(f, "no perf clock to stamp markers with: {e}"),
+            MarkerError::NoPairing => f.write_str(
+                "could not pair the perf clock with CLOCK_MONOTONIC for a monotonic marker file \
+                 (the clock's conversion could not be read); the marker was not written",
+            ),
+            MarkerError::ClockMismatch {
+                path,
+                open,
+                requested,
+            } => write!(
+                f,
+                "{} is open in this process with the {open} clock, and a marker file has one \
+                 clock: open it with {open} (PERFCLOCK_MARKERS_CLOCK={open}) or use another \
+                 directory for {requested}",
+                path.display()
+            ),
         }
     }
 }

@@ -12,6 +12,7 @@ use perfclock_event::shared_file::{create_exclusive, CreateError};
 
 use crate::error::MarkerError;
 use crate::line::{layout_in, LastLine, BLOCK, MAX_LAYOUT_BYTES};
+use crate::MarkerClock;
 
 /// Every marker file this process created, kept (with its mapping) until exit: perf attaching
 /// later (`perf record -p`) reads the mapping from `/proc/<pid>/maps`, and samply reads a file
@@ -25,6 +26,8 @@ pub struct SharedFile {
     pub pid: u32,
     /// The file's canonical path, as perf will see it through the mapping.
     pub path: PathBuf,
+    /// The clock of the file's times.
+    pub clock: MarkerClock,
     state: Mutex<AppendState>,
     /// Held only so the mapping lives as long as the process.
     _mapping: Mmap,
@@ -52,7 +55,7 @@ impl SharedFile {
     ///
     /// # Errors
     /// [`MarkerError::Create`], [`MarkerError::NameTaken`] or [`MarkerError::Map`].
-    pub fn open(dir: &Path) -> Result<Arc<SharedFile>, MarkerError> {
+    pub fn open(dir: &Path, clock: MarkerClock) -> Result<Arc<SharedFile>, MarkerError> {
         let pid = std::process::id();
         let name = format!("marker-{pid}.txt");
         // Canonical, so `.` and `/abs/dir` (or a symlink to it) share one file rather than
@@ -65,6 +68,13 @@ impl SharedFile {
             .join(&name);
         let mut files = lock(&FILES);
         if let Some(file) = files.iter().find(|f| f.pid == pid && f.path == path) {
+            if file.clock != clock {
+                return Err(MarkerError::ClockMismatch {
+                    path,
+                    open: file.clock,
+                    requested: clock,
+                });
+            }
             return Ok(Arc::clone(file));
         }
         let dir = path.parent().expect("joined onto a directory");
@@ -88,6 +98,7 @@ impl SharedFile {
         let shared = Arc::new(SharedFile {
             pid,
             path,
+            clock,
             state: Mutex::new(AppendState {
                 file,
                 len: 0,

@@ -41,6 +41,7 @@
 //!   at the name is [`MarkerError::NameTaken`] and left alone.
 //! - Fork children and signal handlers: see [`Markers`].
 
+mod clock;
 mod error;
 mod file;
 pub mod line;
@@ -48,6 +49,7 @@ pub mod line;
 mod tracing_layer;
 mod writer;
 
+pub use clock::{MarkerClock, UnknownMarkerClock, PAIRING_MAX_AGE_NS};
 pub use error::MarkerError;
 pub use line::MAX_NAME_BYTES;
 #[cfg(feature = "tracing")]

@@ -7,9 +7,11 @@ use std::sync::{Arc, Mutex, Once, Weak};
 
 use thread_local::ThreadLocal;
 
+use crate::clock::to_monotonic;
 use crate::error::MarkerError;
 use crate::file::{lock, SharedFile};
 use crate::line::{clean_name, clean_name_bytes, push_line_with};
+use crate::MarkerClock;
 
 /// A thread's buffer is written out once it holds this many bytes (about 400 markers of short
 /// names): one `write(2)` per that many markers on the thread that fills it.
@@ -126,7 +128,25 @@ impl Markers {
     /// a link, a FIFO or another user's file is at the name, [`MarkerError::Map`] if `dir` is on
     /// a `noexec` mount.
     pub fn open(dir: impl AsRef<Path>) -> Result<Markers, MarkerError> {
-        let file = SharedFile::open(dir.as_ref())?;
+        Markers::open_with_clock(dir, MarkerClock::Perf)
+    }
+
+    /// As [`Markers::open`], writing the file in `clock`: callers still pass perf-clock ns,
+    /// which a [`MarkerClock::Monotonic`] writer converts (see [`MarkerClock`]'s module docs
+    /// for the pairing's freshness and uncertainty).
+    ///
+    /// # Errors
+    /// As [`Markers::open`]; [`MarkerError::Clock`] if `clock` is `Monotonic` and the perf
+    /// clock cannot be opened; [`MarkerError::ClockMismatch`] if this process already writes
+    /// `dir`'s marker file in the other clock.
+    pub fn open_with_clock(
+        dir: impl AsRef<Path>,
+        clock: MarkerClock,
+    ) -> Result<Markers, MarkerError> {
+        if clock == MarkerClock::Monotonic {
+            perfclock::init().map_err(MarkerError::Clock)?;
+        }
+        let file = SharedFile::open(dir.as_ref(), clock)?;
         let inner = Arc::new(Inner {
             file,
             buffers: ThreadLocal::new(),
@@ -153,6 +173,11 @@ impl Markers {
     /// The marker file's absolute path.
     pub fn path(&self) -> &Path {
         &self.inner.file.path
+    }
+
+    /// The clock of the file's times.
+    pub fn clock(&self) -> MarkerClock {
+        self.inner.file.clock
     }
 
     /// Buffers a span from `start_ns` to `end_ns` (perf-clock ns, e.g. from
@@ -199,6 +224,10 @@ impl Markers {
             self.inner.lost.fetch_add(1, Ordering::Relaxed);
             return Err(error);
         }
+        let (start_ns, end_ns) = match self.inner.file.clock {
+            MarkerClock::Perf => (start_ns, end_ns),
+            MarkerClock::Monotonic => to_monotonic(start_ns, end_ns)?,
+        };
         let Some(_entered) = Entered::enter() else {
             self.inner.lost.fetch_add(1, Ordering::Relaxed);
             return Err(MarkerError::Busy);
