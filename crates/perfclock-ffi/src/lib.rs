@@ -23,6 +23,16 @@ use perfclock_event::ErrorKind;
 mod jitdump;
 mod markers;
 
+// The writers' entry points, also callable from Rust (the tests run them in child processes).
+pub use jitdump::{
+    perfclock_jitdump, perfclock_jitdump_close, perfclock_jitdump_code_load,
+    perfclock_jitdump_open, perfclock_jitdump_open_with_clock,
+};
+pub use markers::{
+    perfclock_marker, perfclock_markers, perfclock_markers_close, perfclock_markers_flush,
+    perfclock_markers_open, perfclock_markers_open_with_clock,
+};
+
 /// Success.
 pub const PERFCLOCK_OK: c_int = 0;
 /// `perf_event_open(2)` refused (paranoid level, capabilities, seccomp).
