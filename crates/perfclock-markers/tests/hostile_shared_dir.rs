@@ -138,12 +138,12 @@ fn as_nobody_planted_names_are_refused() {
     }
 }
 
-/// How a fork child treats the inherited handle.
+/// What a fork child does after marking on the inherited handle.
 #[derive(Debug, Clone, Copy)]
 enum ChildDoes {
-    MarkAndClose,
-    MarkAndExit,
-    MarkAndExitWithoutFlushing,
+    Closes,
+    Exits,
+    ExitsWithoutFlushing,
 }
 
 fn fork_case(dir: &Path) {
@@ -154,9 +154,9 @@ fn fork_case(dir: &Path) {
         markers.span(&format!("parent_{i}"), i, i + 1).unwrap();
     }
     for does in [
-        ChildDoes::MarkAndClose,
-        ChildDoes::MarkAndExit,
-        ChildDoes::MarkAndExitWithoutFlushing,
+        ChildDoes::Closes,
+        ChildDoes::Exits,
+        ChildDoes::ExitsWithoutFlushing,
     ] {
         // SAFETY: the child only uses the writer and leaves with exit/_exit.
         let pid = unsafe { hostile_common::fork() };
@@ -176,16 +176,16 @@ fn fork_case(dir: &Path) {
                 expect_fork_child("span", result);
             }
             match does {
-                ChildDoes::MarkAndClose => {
+                ChildDoes::Closes => {
                     expect_fork_child("flush", markers.flush());
                     expect_fork_child("close", markers.clone().close());
                     // SAFETY: exit(3) runs the atexit flush, which must not write either.
                     unsafe { libc::exit(code) };
                 }
                 // SAFETY: as above.
-                ChildDoes::MarkAndExit => unsafe { libc::exit(code) },
+                ChildDoes::Exits => unsafe { libc::exit(code) },
                 // SAFETY: ends the child at once.
-                ChildDoes::MarkAndExitWithoutFlushing => unsafe { libc::_exit(code) },
+                ChildDoes::ExitsWithoutFlushing => unsafe { libc::_exit(code) },
             }
         }
         let status = hostile_common::wait(pid);
