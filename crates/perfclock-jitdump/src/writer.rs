@@ -212,7 +212,8 @@ impl JitDump {
     ///
     /// # Errors
     /// [`JitDumpError::Clock`] if the clock cannot be opened; [`JitDumpError::NameTaken`] if a
-    /// link, a FIFO, another user's file (...) is at either name; [`JitDumpError::Io`] if the
+    /// link, a FIFO, a device, a directory or another user's file is at either name (it is left
+    /// as it was); [`JitDumpError::Io`] if the
     /// directory is missing or not writable, the disk is full, or the file cannot be mapped
     /// executable (a `noexec` mount); [`JitDumpError::ClockRead`] if the conversion cannot be
     /// read.
