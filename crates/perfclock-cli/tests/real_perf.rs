@@ -209,6 +209,7 @@ fn jit_end_to_end(test: &str, record_options: &[&str]) {
         conversion: clock.conversion().unwrap(),
         error_bound_ns: clock.error_bound_ns(),
         written_counter: clock.read_counter().unwrap(),
+        clock: perfclock_jitdump::JitClock::Arch,
     };
     let mut sidecar_path = dump.clone().into_os_string();
     sidecar_path.push(".timeconv");

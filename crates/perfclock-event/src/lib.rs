@@ -7,6 +7,8 @@
 //!   `perfclock_core::PageReader`; [`PerfEvent::map_ring`] maps the page and a ring
 //!   ([`RingMapping`]), drained by [`RingReader`].
 //! - [`record`] decodes records: a pure module over byte slices, fuzzed.
+//! - [`shared_file::create_exclusive`] creates the writers' files in directories others can
+//!   write (`/tmp`): never through a link, never into another user's file.
 //! - Every failed system call is one [`SysError`]: which call, the errno, and a [`ErrorKind`]
 //!   whose message names the knob to change.
 //!
@@ -23,8 +25,8 @@
 //!
 //! # Safety
 //! Unsafe code is denied at the root and allowed only in [`event`](PerfEvent) (the system
-//! calls), the mapping module (owned mappings) and the ring reader (loads from kernel-written
-//! memory); each says why at its top.
+//! calls), the mapping module (owned mappings), the ring reader (loads from kernel-written
+//! memory) and [`shared_file`] (`openat`, `fstatat`, `unlinkat`); each says why at its top.
 #![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
@@ -34,6 +36,7 @@ mod event;
 mod mapping;
 pub mod record;
 mod ring;
+pub mod shared_file;
 
 pub use attr::{sample, EventAttr};
 pub use error::{read_paranoid, ErrorKind, Op, SysError};

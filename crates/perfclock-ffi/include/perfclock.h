@@ -30,18 +30,33 @@
  *     mode returns only after a first calibration. Call it once at start-up (JNI_OnLoad, Agent_OnLoad, main), never from a
  *     signal handler. It is thread-safe; once it has succeeded, later calls return PERFCLOCK_OK
  *     at no cost. A failure is not remembered: the next call tries again.
- *   - Every other function is async-signal-safe, thread-safe, makes no syscall, takes no lock
- *     and does not allocate: a seqlock read of a page plus one counter read and integer
- *     arithmetic. They may be called from signal
- *     handlers, JVMTI callbacks in any phase, and fork children (the library re-maps its page
- *     in a child).
+ *   - The clock's reading calls (perfclock_now_ns() to perfclock_strerror() below) are
+ *     async-signal-safe, thread-safe, make no syscall, take no lock and do not allocate: a
+ *     seqlock read of a page plus one counter read and integer arithmetic. They may be called
+ *     from signal handlers, JVMTI callbacks in any phase, and fork children (the library re-maps
+ *     its page in a child).
+ *   - The writers (perfclock_jitdump_*, perfclock_markers_*) create files and allocate: none is
+ *     async-signal-safe except perfclock_marker(), under the conditions stated there.
+ *     perfclock_snapshot() is not documented async-signal-safe. Each function says which it is.
+ *   - Files the writers create in a directory others may write (/tmp, a shared dump directory)
+ *     are created exclusively (O_CREAT|O_EXCL|O_NOFOLLOW through the directory's descriptor):
+ *     never through a symlink, never into a FIFO, a device or another user's file. A stale file
+ *     at the name (an earlier process with the same pid) is replaced only if it is a regular
+ *     file of the caller's effective user; anything else makes the open fail with
+ *     PERFCLOCK_E_NAME_TAKEN and is left as it was.
+ *   - fork(): a writer handle belongs to the process that opened it. In a fork child every call
+ *     on an inherited handle writes nothing and returns PERFCLOCK_E_FORK_CHILD (close still
+ *     frees the child's copy of the handle), and nothing the child does (loading, closing,
+ *     exiting with or without closing) changes the parent's files. A child opens its own
+ *     writer, which writes jit-<child pid>.dump / marker-<child pid>.txt.
  *   - No Rust panic unwinds across this boundary: a panic inside the library (a bug) is caught
  *     and turned into PERFCLOCK_E_INTERNAL or the function's "no clock" value.
  *
  * Error codes are negative ints with a stable mapping; new codes may be added, existing ones
  * keep their value and meaning. perfclock_init() returns -1..-9, -13 or -14; a failed
  * perf_event_open(2) or mmap(2) maps to -1..-4 by its cause, also when it made calibration
- * fail. The reading calls return -10..-13.
+ * fail. The reading calls return -10..-13; the writers -12, -13, -15..-19 and, opening the
+ * clock, perfclock_init()'s codes.
  * perfclock_strerror() names each of them.
  */
 #ifndef PERFCLOCK_H
@@ -52,6 +67,17 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Clocks of perfclock_jitdump_open_with_clock() and perfclock_markers_open_with_clock(), by
+ * the tool that reads the file (docs/jit.md, docs/markers.md):
+ *   ARCH (jitdump only): the raw counter with JITDUMP_FLAGS_ARCH_TIMESTAMP, for `perf inject
+ *     --jit` of a default perf record (plus `perfclock inject-time-conv` where perf wrote no
+ *     TIME_CONV);
+ *   PERF: perf-clock ns, flags 0, for `samply import` of a default perf record (no inject);
+ *   MONOTONIC: CLOCK_MONOTONIC ns, flags 0, for `samply record` and `perf record -k monotonic`. */
+#define PERFCLOCK_CLOCK_ARCH 0
+#define PERFCLOCK_CLOCK_PERF 1
+#define PERFCLOCK_CLOCK_MONOTONIC 2
 
 /* Return values of perfclock_mode(). */
 #define PERFCLOCK_MODE_NONE 0
@@ -99,6 +125,17 @@ extern "C" {
 #define PERFCLOCK_E_IO (-15)
 /* An argument is out of its documented range. */
 #define PERFCLOCK_E_INVALID_ARGUMENT (-16)
+/* A writer's file name is taken by something it may not replace: a symlink, a FIFO, a device, a
+ * directory, or another user's file (planted, or left by another user's process). It was left as
+ * it was; remove it if it is stale, or write into a directory only you can write. */
+#define PERFCLOCK_E_NAME_TAKEN (-17)
+/* A writer handle was used in a fork child of the process that opened it: nothing was written.
+ * Open a new writer in the child. */
+#define PERFCLOCK_E_FORK_CHILD (-18)
+/* perfclock_marker() from a signal handler that interrupted a marker call (or a flush) on the
+ * same thread: refused at once instead of waiting for the interrupted call's lock, counted as a
+ * lost marker. */
+#define PERFCLOCK_E_BUSY (-19)
 
 /*
  * Opens the process-wide clock: kernel mode if the kernel publishes the conversion, else
@@ -235,24 +272,46 @@ const char *perfclock_strerror(int code);
  * jit-<pid>.dump.timeconv next to the dump; `perfclock inject-time-conv` adds it to perf.data.
  *
  * Thread safety: perfclock_jitdump_code_load() may be called from any number of threads at
- * once on the same handle. perfclock_jitdump_close() must be called exactly once, after every
- * code_load on the handle has returned; the handle is freed by it and must not be used again.
- * None of these functions is async-signal-safe (they write files and allocate).
+ * once on the same handle. perfclock_jitdump_close() must be called exactly once per handle,
+ * after every code_load on the handle has returned; the handle is freed by it and must not be
+ * used again. None of these functions is async-signal-safe (they write files and allocate).
+ * One dump per process and directory: a second perfclock_jitdump_open() on a directory this
+ * process already has a dump open in (by any name of it) returns another handle to the same dump
+ * (a JVMTI agent and a JNI library of one process share it); the close record is written when
+ * the last handle is closed. Nothing is ever truncated under a live handle.
+ * fork(): see "Safety and cost" above; code_load and close on an inherited handle return
+ * PERFCLOCK_E_FORK_CHILD and write nothing.
  */
 typedef struct perfclock_jitdump perfclock_jitdump;
 
 /*
- * Calls perfclock_init(), then creates DIR/jit-<pid>.dump (replacing an older one, mode 0644
- * less the umask), writes its header, maps its first page PROT_EXEC (the marker
- * perf record logs so perf inject finds the dump) and writes DIR/jit-<pid>.dump.timeconv.
- * `perf inject --jit` later writes jitted-<pid>-<n>.so files into DIR, so it must stay writable.
+ * Calls perfclock_init(), then creates DIR/jit-<pid>.dump exclusively (mode 0644 less the
+ * umask; a stale regular file of this user at the name is replaced, anything else refused),
+ * writes its header, maps its first page PROT_EXEC (the marker perf record logs so perf inject
+ * finds the dump) and writes DIR/jit-<pid>.dump.timeconv (written to a temporary file and
+ * renamed; the name is checked as the dump's). If this process already has a dump open in DIR,
+ * stores another handle to it instead. `perf inject --jit` later writes jitted-<pid>-<n>.so
+ * files into DIR, so it must stay writable.
  * On success stores the handle in *out and returns PERFCLOCK_OK. Otherwise leaves *out unchanged
- * and returns PERFCLOCK_E_NULL_POINTER (dir or out NULL), PERFCLOCK_E_IO (DIR missing, not a
- * directory, not writable, full, or mounted noexec), PERFCLOCK_E_READ (the clock's conversion
- * could not be read), or perfclock_init()'s code if the clock cannot be opened. After success
- * the reading calls (perfclock_now_ns(), ...) work without a separate perfclock_init().
+ * and returns PERFCLOCK_E_NULL_POINTER (dir or out NULL), PERFCLOCK_E_NAME_TAKEN (a symlink, a
+ * FIFO, another user's file ... at either name: nothing was created or changed), PERFCLOCK_E_IO
+ * (DIR missing, not a directory, not writable, full, or mounted noexec), PERFCLOCK_E_READ (the
+ * clock's conversion could not be read), or perfclock_init()'s code if the clock cannot be
+ * opened. After success the reading calls (perfclock_now_ns(), ...) work without a separate
+ * perfclock_init(). Not async-signal-safe.
+ * The dump's clock is the one the environment variable PERFCLOCK_JITDUMP_CLOCK names: arch
+ * (also when unset or empty), perf or monotonic (see PERFCLOCK_CLOCK_*), so a program switches
+ * without a rebuild; any other value returns PERFCLOCK_E_INVALID_ARGUMENT and creates nothing.
  */
 int perfclock_jitdump_open(const char *dir, perfclock_jitdump **out);
+
+/*
+ * As perfclock_jitdump_open() with the clock given (PERFCLOCK_CLOCK_ARCH, _PERF or _MONOTONIC;
+ * the environment is not read). The .timeconv file says which (clock=arch|perf|monotonic).
+ * Returns PERFCLOCK_E_INVALID_ARGUMENT for another value, or when this process already has a
+ * dump open in DIR in another clock (a dump has one clock). Not async-signal-safe.
+ */
+int perfclock_jitdump_open_with_clock(const char *dir, int clock, perfclock_jitdump **out);
 
 /*
  * Records that `size` bytes of machine code at `code` now sit at address `addr` under `name`
@@ -263,18 +322,22 @@ int perfclock_jitdump_open(const char *dir, perfclock_jitdump **out);
  * `code` may be the executable copy itself or a copy of it; it is only read.
  * Returns PERFCLOCK_OK; PERFCLOCK_E_NULL_POINTER (jd, name or code NULL);
  * PERFCLOCK_E_INVALID_ARGUMENT (size 0: perf cannot attribute samples to empty code; or
- * name and code together over 4 GiB, the format's limit); PERFCLOCK_E_IO if the write failed (e.g. disk full): the file is then
- * cut back to its last complete record, so a failed load leaves no partial record.
+ * name and code together over 4 GiB, the format's limit); PERFCLOCK_E_FORK_CHILD (a fork child
+ * of the process that opened the dump: nothing written); PERFCLOCK_E_IO if the write failed
+ * (e.g. disk full): the file is then cut back to its last complete record, so a failed load
+ * leaves no partial record. Thread-safe; not async-signal-safe.
  */
 int perfclock_jitdump_code_load(perfclock_jitdump *jd, const char *name, uint64_t addr,
                                 const void *code, uint64_t size);
 
 /*
- * Writes the close record, rewrites the .timeconv file, unmaps the marker and frees the handle
- * (also when it reports an error). Returns PERFCLOCK_OK, PERFCLOCK_E_NULL_POINTER (jd NULL),
- * PERFCLOCK_E_IO or PERFCLOCK_E_READ. A process that exits without calling it leaves a dump
- * whose complete records all parse, and the .timeconv file as last refreshed (at open, then by
- * code_load at most once a second when the conversion or its bound changed).
+ * Frees the handle (also when it reports an error). The dump's last handle also writes the close
+ * record, rewrites the .timeconv file and unmaps the marker. Returns PERFCLOCK_OK,
+ * PERFCLOCK_E_NULL_POINTER (jd NULL), PERFCLOCK_E_FORK_CHILD (a fork child: the child's copy is
+ * freed, nothing written), PERFCLOCK_E_IO or PERFCLOCK_E_READ. A process that exits without
+ * calling it leaves a dump whose complete records all parse, and the .timeconv file as last
+ * refreshed (at open, then by code_load at most once a second when the conversion or its bound
+ * changed). Not async-signal-safe.
  */
 int perfclock_jitdump_close(perfclock_jitdump *jd);
 
@@ -294,18 +357,40 @@ int perfclock_jitdump_close(perfclock_jitdump *jd);
  * at exit(3) (returning from main included). Markers still buffered when the process is killed
  * or calls _exit() are lost; the file still ends with a whole line (lines are placed so that a
  * write cut short by a kill or a full disk never leaves a line samply would misread).
- * Thread-safe; not async-signal-safe (do not call from signal handlers).
- * After fork(), a handle inherited by the child writes nothing: open a new one in the child.
+ * Thread-safe. Only perfclock_marker() may be called from a signal handler (see there).
+ * fork(): see "Safety and cost" above; every call on an inherited handle returns
+ * PERFCLOCK_E_FORK_CHILD, the exit-time flush writes nothing in the child, and the markers the
+ * child inherited buffered stay the parent's to write.
  */
 typedef struct perfclock_markers perfclock_markers;
 
 /*
- * Creates (truncating) DIR/marker-<pid>.txt, maps it, and stores a handle in *out.
- * Returns PERFCLOCK_OK, PERFCLOCK_E_NULL_POINTER (dir or out NULL), or PERFCLOCK_E_IO (dir
- * missing or not writable, or on a noexec mount). Does not need perfclock_init(). Not
- * async-signal-safe.
+ * Creates DIR/marker-<pid>.txt exclusively (a stale regular file of this user at the name is
+ * replaced, anything else refused), maps it, and stores a handle in *out; if this process
+ * already has the file of DIR open, a handle to it. Returns PERFCLOCK_OK,
+ * PERFCLOCK_E_NULL_POINTER (dir or out NULL), PERFCLOCK_E_NAME_TAKEN (a symlink, a FIFO,
+ * another user's file ... at the name: left as it was), or PERFCLOCK_E_IO (dir missing or not
+ * writable, or on a noexec mount). Does not need perfclock_init() (the monotonic clock opens
+ * it). Not async-signal-safe.
+ * The file's clock is the one the environment variable PERFCLOCK_MARKERS_CLOCK names: perf (also
+ * when unset or empty) or monotonic; any other value (arch included) returns
+ * PERFCLOCK_E_INVALID_ARGUMENT and creates nothing.
  */
 int perfclock_markers_open(const char *dir, perfclock_markers **out);
+
+/*
+ * As perfclock_markers_open() with the clock given: PERFCLOCK_CLOCK_PERF (the times as given) or
+ * PERFCLOCK_CLOCK_MONOTONIC (for `samply record`). Callers still pass perf-clock ns
+ * (perfclock_now_ns()); a monotonic writer adds CLOCK_MONOTONIC - perf clock from a pairing of
+ * the two clocks (perfclock_snapshot()'s) taken again whenever the last one is more than 10 ms
+ * old at the marker call. A converted time is within the pairing's monotonic_uncertainty_ns plus
+ * 500 ppm of its distance from the pairing (at most 5 us for a marker ending at its call).
+ * PERFCLOCK_CLOCK_ARCH and other values return PERFCLOCK_E_INVALID_ARGUMENT (samply reads marker
+ * times as ns), as does a directory this process already writes in the other clock. Returns
+ * PERFCLOCK_E_NOT_INITIALIZED if the monotonic clock finds no perf clock. Not
+ * async-signal-safe.
+ */
+int perfclock_markers_open_with_clock(const char *dir, int clock, perfclock_markers **out);
 
 /*
  * Buffers a span [start_ns, end_ns] (perf-clock ns); start_ns == end_ns is an instant.
@@ -313,20 +398,31 @@ int perfclock_markers_open(const char *dir, perfclock_markers **out);
  * by U+FFFD and tab by a space, so a marker is always one valid line; names are cut at 1024
  * bytes. Returns PERFCLOCK_OK; PERFCLOCK_E_NULL_POINTER (m or name NULL);
  * PERFCLOCK_E_INVALID_ARGUMENT (end_ns < start_ns, or an empty name, which samply cannot read);
- * PERFCLOCK_E_IO if this call filled the thread's buffer and writing it out failed (those
- * buffered markers are lost).
+ * PERFCLOCK_E_FORK_CHILD (a fork child); PERFCLOCK_E_BUSY (see below); PERFCLOCK_E_READ (a
+ * monotonic writer could not pair the clocks: nothing written); PERFCLOCK_E_IO if this
+ * call filled the thread's buffer and writing it out failed (those buffered markers are lost).
+ * Async-signal-safe in this sense: it never waits for a lock the interrupted code holds and
+ * never calls malloc, provided the calling thread has written a marker from ordinary code before
+ * (a thread's first marker allocates its buffer; thread-local storage of a dlopen()ed library
+ * may be allocated on a thread's first use too). A call from a handler that interrupted a
+ * perfclock_marker*() call on the same thread returns PERFCLOCK_E_BUSY at once (the marker is
+ * counted as lost); otherwise the marker is buffered, after at most waiting for another thread
+ * that is writing this thread's buffer out. A write-out that fails (disk full) allocates its
+ * error report.
  */
 int perfclock_marker(perfclock_markers *m, const char *name, uint64_t start_ns, uint64_t end_ns);
 
 /*
- * Writes out every thread's buffered markers. Returns PERFCLOCK_OK, PERFCLOCK_E_NULL_POINTER or
- * PERFCLOCK_E_IO (disk full: the markers not written are lost, the file ends with a whole line).
+ * Writes out every thread's buffered markers. Returns PERFCLOCK_OK, PERFCLOCK_E_NULL_POINTER,
+ * PERFCLOCK_E_FORK_CHILD or PERFCLOCK_E_IO (disk full: the markers not written are lost, the
+ * file ends with a whole line). Thread-safe; not async-signal-safe.
  */
 int perfclock_markers_flush(perfclock_markers *m);
 
 /*
  * Flushes and frees the handle (always freed, even on error); no other call may use m during or
- * after it. Returns PERFCLOCK_OK, PERFCLOCK_E_NULL_POINTER or PERFCLOCK_E_IO.
+ * after it. Returns PERFCLOCK_OK, PERFCLOCK_E_NULL_POINTER, PERFCLOCK_E_FORK_CHILD (nothing
+ * written) or PERFCLOCK_E_IO. Not async-signal-safe.
  */
 int perfclock_markers_close(perfclock_markers *m);
 
@@ -355,7 +451,7 @@ typedef struct perfclock_clock_snapshot {
  * perfclock_init() succeeded; PERFCLOCK_E_UNSUPPORTED without a user-space counter;
  * PERFCLOCK_E_READ if the perf clock or clock_gettime could not be read (or CLOCK_REALTIME is
  * before 1970). Takes a few microseconds; no system call where clock_gettime is in the vDSO.
- * Thread-safe; not documented async-signal-safe.
+ * Thread-safe; not async-signal-safe (not documented as such: do not call it from a handler).
  */
 int perfclock_snapshot(perfclock_clock_snapshot *out);
 

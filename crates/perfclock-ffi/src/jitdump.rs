@@ -7,12 +7,23 @@ use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::panic::AssertUnwindSafe;
 
-use ::perfclock_jitdump::{JitDump, JitDumpError};
+use ::perfclock_jitdump::{JitClock, JitDump, JitDumpError};
 
 use super::{
-    error_code, guard, perfclock_init, PERFCLOCK_E_INTERNAL, PERFCLOCK_E_INVALID_ARGUMENT,
-    PERFCLOCK_E_IO, PERFCLOCK_E_NULL_POINTER, PERFCLOCK_E_READ, PERFCLOCK_OK,
+    error_code, guard, perfclock_init, PERFCLOCK_E_FORK_CHILD, PERFCLOCK_E_INTERNAL,
+    PERFCLOCK_E_INVALID_ARGUMENT, PERFCLOCK_E_IO, PERFCLOCK_E_NAME_TAKEN, PERFCLOCK_E_NULL_POINTER,
+    PERFCLOCK_E_READ, PERFCLOCK_OK,
 };
+
+/// The environment variable `perfclock_jitdump_open` reads its clock from.
+const CLOCK_ENV: &str = "PERFCLOCK_JITDUMP_CLOCK";
+
+/// The clock of a C constant.
+fn jit_clock(clock: c_int) -> Option<JitClock> {
+    usize::try_from(clock)
+        .ok()
+        .and_then(|i| JitClock::ALL.get(i).copied())
+}
 
 /// Opaque handle (`perfclock_jitdump` in C).
 #[allow(non_camel_case_types)]
@@ -25,12 +36,16 @@ fn code(error: &JitDumpError) -> c_int {
         JitDumpError::NameContainsNul { .. }
         | JitDumpError::EmptyCode
         | JitDumpError::RecordTooLarge { .. } => PERFCLOCK_E_INVALID_ARGUMENT,
+        JitDumpError::NameTaken(_) => PERFCLOCK_E_NAME_TAKEN,
+        JitDumpError::ForkChild { .. } => PERFCLOCK_E_FORK_CHILD,
+        JitDumpError::ClockMismatch { .. } => PERFCLOCK_E_INVALID_ARGUMENT,
         // Io, Torn, and kinds added later: all are about the file.
         _ => PERFCLOCK_E_IO,
     }
 }
 
-/// Creates `dir/jit-<pid>.dump`. See `perfclock.h`.
+/// Creates `dir/jit-<pid>.dump` in the clock `PERFCLOCK_JITDUMP_CLOCK` names (`arch` when unset
+/// or empty). See `perfclock.h`.
 ///
 /// # Safety
 /// `dir` must be NULL or a NUL-terminated string; `out` must be NULL or valid for writing one
@@ -40,6 +55,39 @@ pub unsafe extern "C" fn perfclock_jitdump_open(
     dir: *const c_char,
     out: *mut *mut perfclock_jitdump,
 ) -> c_int {
+    let clock = match std::env::var(CLOCK_ENV) {
+        Err(std::env::VarError::NotPresent) => JitClock::Arch,
+        Ok(name) if name.is_empty() => JitClock::Arch,
+        Ok(name) => match name.parse() {
+            Ok(clock) => clock,
+            Err(_) => return PERFCLOCK_E_INVALID_ARGUMENT,
+        },
+        Err(std::env::VarError::NotUnicode(_)) => return PERFCLOCK_E_INVALID_ARGUMENT,
+    };
+    // SAFETY: the caller's promises, passed on.
+    unsafe { open(dir, clock, out) }
+}
+
+/// Creates `dir/jit-<pid>.dump` in `clock` (`PERFCLOCK_CLOCK_*`). See `perfclock.h`.
+///
+/// # Safety
+/// As [`perfclock_jitdump_open`].
+#[no_mangle]
+pub unsafe extern "C" fn perfclock_jitdump_open_with_clock(
+    dir: *const c_char,
+    clock: c_int,
+    out: *mut *mut perfclock_jitdump,
+) -> c_int {
+    let Some(clock) = jit_clock(clock) else {
+        return PERFCLOCK_E_INVALID_ARGUMENT;
+    };
+    // SAFETY: the caller's promises, passed on.
+    unsafe { open(dir, clock, out) }
+}
+
+/// # Safety
+/// As [`perfclock_jitdump_open`].
+unsafe fn open(dir: *const c_char, clock: JitClock, out: *mut *mut perfclock_jitdump) -> c_int {
     // AssertUnwindSafe: nothing the closure touches outlives a panic in a torn state (the
     // handle is written only on success).
     guard(
@@ -56,7 +104,7 @@ pub unsafe extern "C" fn perfclock_jitdump_open(
             }
             // SAFETY: non-null, and the caller promises a NUL-terminated string.
             let dir = OsStr::from_bytes(unsafe { CStr::from_ptr(dir) }.to_bytes());
-            match JitDump::create(dir) {
+            match JitDump::create_with_clock(dir, clock) {
                 Ok(dump) => {
                     // SAFETY: non-null, and the caller promises it is valid for a write.
                     unsafe { out.write(Box::into_raw(Box::new(dump))) };
@@ -173,6 +221,24 @@ mod tests {
     }
 
     #[test]
+    fn clock_constants_and_bad_clocks() {
+        use crate::{PERFCLOCK_CLOCK_ARCH, PERFCLOCK_CLOCK_MONOTONIC, PERFCLOCK_CLOCK_PERF};
+        assert_eq!(jit_clock(PERFCLOCK_CLOCK_ARCH), Some(JitClock::Arch));
+        assert_eq!(jit_clock(PERFCLOCK_CLOCK_PERF), Some(JitClock::Perf));
+        assert_eq!(
+            jit_clock(PERFCLOCK_CLOCK_MONOTONIC),
+            Some(JitClock::Monotonic)
+        );
+        assert_eq!(jit_clock(3), None);
+        assert_eq!(jit_clock(-1), None);
+        let mut out: *mut perfclock_jitdump = std::ptr::null_mut();
+        // SAFETY: a valid string and out pointer; the clock is checked first.
+        let rc = unsafe { perfclock_jitdump_open_with_clock(c"/tmp".as_ptr(), 7, &mut out) };
+        assert_eq!(rc, PERFCLOCK_E_INVALID_ARGUMENT);
+        assert!(out.is_null());
+    }
+
+    #[test]
     fn codes_of_argument_and_file_errors() {
         assert_eq!(code(&JitDumpError::EmptyCode), PERFCLOCK_E_INVALID_ARGUMENT);
         assert_eq!(
@@ -185,6 +251,11 @@ mod tests {
             source: std::io::Error::other("test"),
         };
         assert_eq!(code(&io), PERFCLOCK_E_IO);
+        let child = JitDumpError::ForkChild {
+            opened_by: 1,
+            pid: 2,
+        };
+        assert_eq!(code(&child), PERFCLOCK_E_FORK_CHILD);
     }
 
     #[test]

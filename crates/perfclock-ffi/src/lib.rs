@@ -23,6 +23,16 @@ use perfclock_event::ErrorKind;
 mod jitdump;
 mod markers;
 
+// The writers' entry points, also callable from Rust (the tests run them in child processes).
+pub use jitdump::{
+    perfclock_jitdump, perfclock_jitdump_close, perfclock_jitdump_code_load,
+    perfclock_jitdump_open, perfclock_jitdump_open_with_clock,
+};
+pub use markers::{
+    perfclock_marker, perfclock_markers, perfclock_markers_close, perfclock_markers_flush,
+    perfclock_markers_open, perfclock_markers_open_with_clock,
+};
+
 /// Success.
 pub const PERFCLOCK_OK: c_int = 0;
 /// `perf_event_open(2)` refused (paranoid level, capabilities, seccomp).
@@ -58,6 +68,20 @@ pub const PERFCLOCK_E_OTHER: c_int = -14;
 pub const PERFCLOCK_E_IO: c_int = -15;
 /// An argument is out of its documented range.
 pub const PERFCLOCK_E_INVALID_ARGUMENT: c_int = -16;
+/// Something else is at a writer's file name (a link, a FIFO, another user's file).
+pub const PERFCLOCK_E_NAME_TAKEN: c_int = -17;
+/// A writer's handle was used in a fork child of the process that opened it.
+pub const PERFCLOCK_E_FORK_CHILD: c_int = -18;
+/// A marker from a signal handler that interrupted the marker writer on its thread.
+pub const PERFCLOCK_E_BUSY: c_int = -19;
+
+/// Clocks of `perfclock_jitdump_open_with_clock` and `perfclock_markers_open_with_clock`: the
+/// raw counter with perf's ARCH_TIMESTAMP flag (jitdump only).
+pub const PERFCLOCK_CLOCK_ARCH: c_int = 0;
+/// perf-clock ns.
+pub const PERFCLOCK_CLOCK_PERF: c_int = 1;
+/// `CLOCK_MONOTONIC` ns.
+pub const PERFCLOCK_CLOCK_MONOTONIC: c_int = 2;
 
 /// `perfclock_mode()` values.
 pub const PERFCLOCK_MODE_NONE: c_int = 0;
@@ -69,7 +93,7 @@ pub const PERFCLOCK_MODE_CALIBRATED: c_int = 2;
 pub const PERFCLOCK_MODE_SHARED: c_int = 3;
 
 /// Every code `perfclock_strerror` knows, with its description (NUL-terminated, static).
-const DESCRIPTIONS: [(c_int, &str); 17] = [
+const DESCRIPTIONS: [(c_int, &str); 20] = [
     (PERFCLOCK_OK, "success\0"),
     (
         PERFCLOCK_E_PERMISSION_DENIED,
@@ -102,6 +126,18 @@ const DESCRIPTIONS: [(c_int, &str); 17] = [
         "a file could not be created, written or mapped (check the directory's permissions and free space)\0",
     ),
     (PERFCLOCK_E_INVALID_ARGUMENT, "an argument is out of its documented range\0"),
+    (
+        PERFCLOCK_E_NAME_TAKEN,
+        "a link, a FIFO or another user's file is at the writer's file name; it was left alone (remove it if stale, or use a directory only you can write)\0",
+    ),
+    (
+        PERFCLOCK_E_FORK_CHILD,
+        "this handle belongs to the parent process (this is a fork child): nothing was written; open a new one in the child\0",
+    ),
+    (
+        PERFCLOCK_E_BUSY,
+        "marker refused: a signal handler interrupted the marker writer on this thread (counted as lost)\0",
+    ),
 ];
 
 const UNKNOWN_CODE: &str = "unknown perfclock error code\0";
@@ -294,7 +330,19 @@ mod tests {
 
     #[test]
     fn strerror_is_static_and_total() {
-        for code in [-1000, -17, -16, -15, -14, -1, 0, 1, c_int::MIN, c_int::MAX] {
+        for code in [
+            -1000,
+            -20,
+            -19,
+            -16,
+            -15,
+            -14,
+            -1,
+            0,
+            1,
+            c_int::MIN,
+            c_int::MAX,
+        ] {
             // SAFETY: `perfclock_strerror` returns a pointer into a static NUL-terminated str.
             let text = unsafe { CStr::from_ptr(perfclock_strerror(code)) };
             assert!(!text.to_bytes().is_empty());
@@ -438,6 +486,12 @@ mod tests {
             ("PERFCLOCK_E_OTHER", PERFCLOCK_E_OTHER),
             ("PERFCLOCK_E_IO", PERFCLOCK_E_IO),
             ("PERFCLOCK_E_INVALID_ARGUMENT", PERFCLOCK_E_INVALID_ARGUMENT),
+            ("PERFCLOCK_E_NAME_TAKEN", PERFCLOCK_E_NAME_TAKEN),
+            ("PERFCLOCK_E_FORK_CHILD", PERFCLOCK_E_FORK_CHILD),
+            ("PERFCLOCK_E_BUSY", PERFCLOCK_E_BUSY),
+            ("PERFCLOCK_CLOCK_ARCH", PERFCLOCK_CLOCK_ARCH),
+            ("PERFCLOCK_CLOCK_PERF", PERFCLOCK_CLOCK_PERF),
+            ("PERFCLOCK_CLOCK_MONOTONIC", PERFCLOCK_CLOCK_MONOTONIC),
             ("PERFCLOCK_MODE_NONE", PERFCLOCK_MODE_NONE),
             ("PERFCLOCK_MODE_KERNEL", PERFCLOCK_MODE_KERNEL),
             ("PERFCLOCK_MODE_CALIBRATED", PERFCLOCK_MODE_CALIBRATED),
@@ -465,7 +519,7 @@ mod tests {
         }
         assert_eq!(defines, expected.len());
         // Every error code in the header has a description.
-        for (name, value) in &expected[..17] {
+        for (name, value) in &expected[..20] {
             assert!(DESCRIPTIONS.iter().any(|(c, _)| c == value), "{name}");
         }
     }

@@ -4,14 +4,18 @@
 use std::ffi::{c_char, c_int, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 
-use ::perfclock_markers::{MarkerError, Markers};
+use ::perfclock_markers::{MarkerClock, MarkerError, Markers};
 use perfclock::{ClockSnapshot, SnapshotError};
 
 use crate::{
-    clock, guard, PERFCLOCK_E_INTERNAL, PERFCLOCK_E_INVALID_ARGUMENT, PERFCLOCK_E_IO,
-    PERFCLOCK_E_NOT_INITIALIZED, PERFCLOCK_E_NULL_POINTER, PERFCLOCK_E_READ,
-    PERFCLOCK_E_UNSUPPORTED, PERFCLOCK_OK,
+    clock, guard, PERFCLOCK_CLOCK_MONOTONIC, PERFCLOCK_CLOCK_PERF, PERFCLOCK_E_BUSY,
+    PERFCLOCK_E_FORK_CHILD, PERFCLOCK_E_INTERNAL, PERFCLOCK_E_INVALID_ARGUMENT, PERFCLOCK_E_IO,
+    PERFCLOCK_E_NAME_TAKEN, PERFCLOCK_E_NOT_INITIALIZED, PERFCLOCK_E_NULL_POINTER,
+    PERFCLOCK_E_READ, PERFCLOCK_E_UNSUPPORTED, PERFCLOCK_OK,
 };
+
+/// The environment variable `perfclock_markers_open` reads its clock from.
+const CLOCK_ENV: &str = "PERFCLOCK_MARKERS_CLOCK";
 
 /// The opaque `perfclock_markers` of the header: a boxed writer.
 #[allow(non_camel_case_types)]
@@ -24,11 +28,17 @@ fn marker_error_code(error: &MarkerError) -> c_int {
     match error {
         MarkerError::EndBeforeStart { .. } | MarkerError::EmptyName => PERFCLOCK_E_INVALID_ARGUMENT,
         MarkerError::Clock(_) => PERFCLOCK_E_NOT_INITIALIZED,
+        MarkerError::NameTaken(_) => PERFCLOCK_E_NAME_TAKEN,
+        MarkerError::ForkChild { .. } => PERFCLOCK_E_FORK_CHILD,
+        MarkerError::Busy => PERFCLOCK_E_BUSY,
+        MarkerError::NoPairing => PERFCLOCK_E_READ,
+        MarkerError::ClockMismatch { .. } => PERFCLOCK_E_INVALID_ARGUMENT,
         _ => PERFCLOCK_E_IO,
     }
 }
 
-/// Opens the marker file `dir/marker-<pid>.txt`. See `perfclock.h`.
+/// Opens the marker file `dir/marker-<pid>.txt` in the clock `PERFCLOCK_MARKERS_CLOCK` names
+/// (`perf` when unset or empty). See `perfclock.h`.
 ///
 /// # Safety
 /// `dir` must be NULL or a NUL-terminated string; `out` NULL or valid for writing a pointer.
@@ -37,13 +47,49 @@ pub unsafe extern "C" fn perfclock_markers_open(
     dir: *const c_char,
     out: *mut *mut perfclock_markers,
 ) -> c_int {
+    let clock = match std::env::var(CLOCK_ENV) {
+        Err(std::env::VarError::NotPresent) => MarkerClock::Perf,
+        Ok(name) if name.is_empty() => MarkerClock::Perf,
+        Ok(name) => match name.parse() {
+            Ok(clock) => clock,
+            Err(_) => return PERFCLOCK_E_INVALID_ARGUMENT,
+        },
+        Err(std::env::VarError::NotUnicode(_)) => return PERFCLOCK_E_INVALID_ARGUMENT,
+    };
+    // SAFETY: the caller's promises, passed on.
+    unsafe { open(dir, clock, out) }
+}
+
+/// Opens the marker file in `clock` (`PERFCLOCK_CLOCK_PERF` or `_MONOTONIC`). See `perfclock.h`.
+///
+/// # Safety
+/// As [`perfclock_markers_open`].
+#[no_mangle]
+pub unsafe extern "C" fn perfclock_markers_open_with_clock(
+    dir: *const c_char,
+    clock: c_int,
+    out: *mut *mut perfclock_markers,
+) -> c_int {
+    let clock = match clock {
+        PERFCLOCK_CLOCK_PERF => MarkerClock::Perf,
+        PERFCLOCK_CLOCK_MONOTONIC => MarkerClock::Monotonic,
+        // PERFCLOCK_CLOCK_ARCH too: samply reads marker times as ns, never as counter values.
+        _ => return PERFCLOCK_E_INVALID_ARGUMENT,
+    };
+    // SAFETY: the caller's promises, passed on.
+    unsafe { open(dir, clock, out) }
+}
+
+/// # Safety
+/// As [`perfclock_markers_open`].
+unsafe fn open(dir: *const c_char, clock: MarkerClock, out: *mut *mut perfclock_markers) -> c_int {
     guard(PERFCLOCK_E_INTERNAL, || {
         if dir.is_null() || out.is_null() {
             return PERFCLOCK_E_NULL_POINTER;
         }
         // SAFETY: `dir` is non-null and the caller promises a NUL-terminated string.
         let dir = OsStr::from_bytes(unsafe { CStr::from_ptr(dir) }.to_bytes());
-        match Markers::open(dir) {
+        match Markers::open_with_clock(dir, clock) {
             Ok(markers) => {
                 let handle = Box::into_raw(Box::new(perfclock_markers { markers }));
                 // SAFETY: `out` is non-null and the caller promises it is valid for a write.
@@ -55,7 +101,8 @@ pub unsafe extern "C" fn perfclock_markers_open(
     })
 }
 
-/// Buffers one marker. See `perfclock.h`.
+/// Buffers one marker. See `perfclock.h`: may run in a signal handler, so nothing on the way
+/// allocates (the name is cleaned in place, the panic guard allocates only on a panic).
 ///
 /// # Safety
 /// `m` must be NULL or a handle from `perfclock_markers_open` not yet closed; `name` NULL or a
@@ -75,8 +122,9 @@ pub unsafe extern "C" fn perfclock_marker(
         // `Markers` is `Sync`, so concurrent calls on one handle are sound.
         let markers = unsafe { &(*m).markers };
         // SAFETY: `name` is non-null and NUL-terminated (the caller's promise).
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        match markers.span(&name, start_ns, end_ns) {
+        let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+        // Bytes, cleaned without allocating: this may run in a signal handler.
+        match markers.span_bytes(name, start_ns, end_ns) {
             Ok(()) => PERFCLOCK_OK,
             Err(e) => marker_error_code(&e),
         }
@@ -239,6 +287,17 @@ mod tests {
             "1000 1010 plain\n2000 2010 two\u{fffd}lines\u{fffd}\n3000 3010 bad \u{fffd}\u{fffd} utf8\n"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn arch_and_unknown_marker_clocks_are_refused() {
+        let mut m = ptr::null_mut();
+        for clock in [crate::PERFCLOCK_CLOCK_ARCH, 3, -1] {
+            // SAFETY: a valid C string and out-pointer; the clock is checked first.
+            let rc = unsafe { perfclock_markers_open_with_clock(c"/tmp".as_ptr(), clock, &mut m) };
+            assert_eq!(rc, PERFCLOCK_E_INVALID_ARGUMENT, "clock {clock}");
+            assert!(m.is_null());
+        }
     }
 
     #[test]

@@ -5,6 +5,9 @@ use std::io;
 use std::path::PathBuf;
 
 use perfclock_core::ReadError;
+use perfclock_event::shared_file::TakenName;
+
+use crate::JitClock;
 
 /// Why [`crate::JitDump`] failed.
 #[derive(Debug)]
@@ -22,6 +25,28 @@ pub enum JitDumpError {
         path: PathBuf,
         /// The system's error.
         source: io::Error,
+    },
+    /// Something else is at the dump's or the sidecar's name (a link, a FIFO, another user's
+    /// file): it was left as it was, and no dump was created.
+    NameTaken(TakenName),
+    /// The handle was opened by another process (this is a fork child of it): a child never
+    /// writes into its parent's dump, nor closes it. Create a dump in the child: it gets its own
+    /// `jit-<pid>.dump`.
+    ForkChild {
+        /// The process that opened the dump.
+        opened_by: u32,
+        /// This process.
+        pid: u32,
+    },
+    /// This process already has a dump open in the directory, in another clock: one dump per
+    /// process and directory, and one clock per dump.
+    ClockMismatch {
+        /// The open dump.
+        path: PathBuf,
+        /// Its clock.
+        open: JitClock,
+        /// The clock asked for.
+        requested: JitClock,
     },
     /// An earlier failed write left bytes that could not be truncated away, so further records
     /// would follow a torn one; the dump is closed for writing.
@@ -56,6 +81,28 @@ impl fmt::Display for JitDumpError {
                 f,
                 "jitdump {op} failed for {}: {source} (the dump directory must exist, be \
                  writable and have free space)",
+                path.display()
+            ),
+            JitDumpError::NameTaken(taken) => write!(
+                f,
+                "cannot create the jitdump: {taken} (JitDump::create's dir, \
+                 perfclock_jitdump_open's dir, the agent's jitdump=DIR)"
+            ),
+            JitDumpError::ForkChild { opened_by, pid } => write!(
+                f,
+                "this jitdump handle belongs to process {opened_by}, and this is its fork child \
+                 {pid}: a child never writes into its parent's dump; create a new dump in the \
+                 child (it gets jit-{pid}.dump)"
+            ),
+            JitDumpError::ClockMismatch {
+                path,
+                open,
+                requested,
+            } => write!(
+                f,
+                "{} is open in this process with the {open} clock, and a dump has one clock: \
+                 open it with {open} (PERFCLOCK_JITDUMP_CLOCK={open}) or use another directory \
+                 for the {requested} clock",
                 path.display()
             ),
             JitDumpError::Torn { path } => write!(

@@ -12,7 +12,9 @@
 //! ```
 //!
 //! # Design
-//! The dump sets `JITDUMP_FLAGS_ARCH_TIMESTAMP`: each record holds the raw counter (TSC,
+//! The dump's clock is a choice ([`JitClock`], [`JitDump::create_with_clock`]): `arch` (the
+//! default, described here), `perf` (perf-clock ns) or `monotonic` (`CLOCK_MONOTONIC` ns).
+//! With `arch` the dump sets `JITDUMP_FLAGS_ARCH_TIMESTAMP`: each record holds the raw counter (TSC,
 //! CNTVCT_EL0) read under the writer's lock, and `perf inject --jit` converts it with the
 //! recording's `PERF_RECORD_TIME_CONV` exactly as it converts the kernel's own conversion.
 //! Where the kernel withholds that conversion, `perf record` writes no `PERF_RECORD_TIME_CONV`;
@@ -28,13 +30,19 @@
 //! - In calibrated mode the conversion is a fit with an error bound (`error_bound_ns` in the
 //!   timeconv record); a load whose stamp lies within that bound of a sample can be
 //!   misattributed.
-//! - The writer is for the process that created it: a fork child has another pid and must
-//!   create its own dump.
+//! - The writer is for the process that created it: in a fork child every call on an inherited
+//!   handle returns [`JitDumpError::ForkChild`] and writes nothing; the child creates its own
+//!   dump (`jit-<child pid>.dump`).
+//! - The dump and its sidecar are created exclusively
+//!   ([`perfclock_event::shared_file::create_exclusive`]): a link, a FIFO or another user's file
+//!   at either name is [`JitDumpError::NameTaken`] and left alone.
 
+mod clock;
 mod error;
 pub mod record;
 pub mod timeconv;
 mod writer;
 
+pub use clock::{JitClock, UnknownClock};
 pub use error::JitDumpError;
 pub use writer::JitDump;

@@ -36,8 +36,8 @@ pub const ELF_MACH: u32 = 183; // EM_AARCH64
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub const ELF_MACH: u32 = 0;
 
-/// The file header.
-pub fn header(pid: u32, timestamp: u64) -> [u8; HEADER_SIZE] {
+/// The file header; `flags` is [`FLAGS_ARCH_TIMESTAMP`] for raw-counter stamps, else 0.
+pub fn header(pid: u32, timestamp: u64, flags: u64) -> [u8; HEADER_SIZE] {
     let mut bytes = [0u8; HEADER_SIZE];
     let fields: [&[u8]; 8] = [
         &MAGIC.to_ne_bytes(),
@@ -47,7 +47,7 @@ pub fn header(pid: u32, timestamp: u64) -> [u8; HEADER_SIZE] {
         &0u32.to_ne_bytes(), // pad1
         &pid.to_ne_bytes(),
         &timestamp.to_ne_bytes(),
-        &FLAGS_ARCH_TIMESTAMP.to_ne_bytes(),
+        &flags.to_ne_bytes(),
     ];
     let mut at = 0;
     for field in fields {
@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn header_layout() {
-        let bytes = header(77, 0x0102_0304_0506_0708);
+        let bytes = header(77, 0x0102_0304_0506_0708, FLAGS_ARCH_TIMESTAMP);
         assert_eq!(&bytes[0..4], &MAGIC.to_ne_bytes());
         assert_eq!(u32::from_ne_bytes(bytes[8..12].try_into().unwrap()), 40);
         assert_eq!(u32::from_ne_bytes(bytes[20..24].try_into().unwrap()), 77);

@@ -20,15 +20,19 @@
 //! cap_user_time_short=0
 //! error_bound_ns=...
 //! written_counter=...
+//! clock=arch
 //! ```
-//! Every key is required once; unknown keys are ignored so later versions can add some.
+//! Every key is required once, except `clock` (the dump's [`JitClock`]; absent in records of
+//! writers that had only `arch`, which it then defaults to); unknown keys are ignored so later
+//! versions can add some.
 
 use std::fmt;
-use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
 
 use perfclock_core::{ParamError, TimeConversion};
+
+use crate::JitClock;
 
 /// The first line of every record.
 pub const MAGIC_LINE: &str = "perfclock-timeconv 1";
@@ -83,6 +87,8 @@ pub struct TimeConvRecord {
     pub error_bound_ns: u64,
     /// The counter value when the record was written.
     pub written_counter: u64,
+    /// The clock of the dump's timestamps: only `arch` dumps need this record's conversion.
+    pub clock: JitClock,
 }
 
 /// Why a record could not be parsed. Each names the key (or line) to fix.
@@ -181,7 +187,9 @@ impl TimeConvRecord {
     /// [`TimeConvError`] for a wrong first line, a line that is not `key=value`, a missing,
     /// duplicate or unparsable key, or a conversion no kernel would publish.
     pub fn parse(text: &str) -> Result<Self, TimeConvError> {
-        let mut lines = text.lines();
+        // Lines end at '\n' only: `str::lines` would also drop a '\r' before it, so a value
+        // ending in '\r' would lose one at every rewrite (found by the fuzz target).
+        let mut lines = text.split('\n');
         let first_line = lines.next().unwrap_or("");
         if first_line != MAGIC_LINE {
             return Err(TimeConvError::NotARecord {
@@ -189,6 +197,7 @@ impl TimeConvRecord {
             });
         }
         let mut values: [Option<&str>; KEYS.len()] = [None; KEYS.len()];
+        let mut clock = None;
         for (index, line) in lines.enumerate() {
             if line.is_empty() {
                 continue;
@@ -196,6 +205,12 @@ impl TimeConvRecord {
             let (key, value) = line
                 .split_once('=')
                 .ok_or(TimeConvError::MalformedLine { line: index + 2 })?;
+            if key == "clock" {
+                if clock.replace(value).is_some() {
+                    return Err(TimeConvError::DuplicateKey("clock"));
+                }
+                continue;
+            }
             let Some(slot) = KEYS.iter().position(|known| *known == key) else {
                 continue;
             };
@@ -242,6 +257,13 @@ impl TimeConvRecord {
             TimeConversion::new(mult, shift, zero)
         }
         .map_err(TimeConvError::InvalidConversion)?;
+        let clock = match clock {
+            None => JitClock::Arch,
+            Some(name) => name.parse().map_err(|_| TimeConvError::InvalidValue {
+                key: "clock",
+                value: name.to_owned(),
+            })?,
+        };
         Ok(TimeConvRecord {
             pid: number("pid", get("pid")?)?,
             boot_id: get("boot_id")?.to_owned(),
@@ -250,6 +272,7 @@ impl TimeConvRecord {
             conversion,
             error_bound_ns: number("error_bound_ns", get("error_bound_ns")?)?,
             written_counter: number("written_counter", get("written_counter")?)?,
+            clock,
         })
     }
 
@@ -268,11 +291,10 @@ impl TimeConvRecord {
             .prefix(".timeconv-")
             .tempfile_in(dir)?;
         file.write_all(self.to_string().as_bytes())?;
-        // Readers (and `perf`) run as other users; the default temp mode would be 0600.
-        fs::set_permissions(
-            file.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o644),
-        )?;
+        // Readers (and `perf`) run as other users; the default temp mode would be 0600. Through
+        // the descriptor: a chmod by name would follow whatever another user put at the name.
+        file.as_file()
+            .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
         file.persist(path).map_err(|error| error.error)?;
         Ok(())
     }
@@ -293,13 +315,15 @@ impl fmt::Display for TimeConvRecord {
         writeln!(f, "time_mask={}", c.mask())?;
         writeln!(f, "cap_user_time_short={}", u8::from(c.is_short()))?;
         writeln!(f, "error_bound_ns={}", self.error_bound_ns)?;
-        writeln!(f, "written_counter={}", self.written_counter)
+        writeln!(f, "written_counter={}", self.written_counter)?;
+        writeln!(f, "clock={}", self.clock)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn sample() -> TimeConvRecord {
         TimeConvRecord {
@@ -310,6 +334,7 @@ mod tests {
             conversion: TimeConversion::new(2_796_202_667, 31, 18_446_743_000_000_000_000).unwrap(),
             error_bound_ns: 612,
             written_counter: 123_456_789_012,
+            clock: JitClock::Arch,
         }
     }
 
@@ -330,6 +355,37 @@ mod tests {
             ..sample()
         };
         assert_eq!(TimeConvRecord::parse(&short.to_string()).unwrap(), short);
+    }
+
+    #[test]
+    fn the_clock_key_is_optional_and_checked() {
+        let text = sample().to_string();
+        let without = text.replace("clock=arch\n", "");
+        assert_eq!(TimeConvRecord::parse(&without).unwrap(), sample());
+        let perf = text.replace("clock=arch", "clock=perf");
+        assert_eq!(TimeConvRecord::parse(&perf).unwrap().clock, JitClock::Perf);
+        assert_eq!(
+            TimeConvRecord::parse(&text.replace("clock=arch", "clock=tsc")),
+            Err(TimeConvError::InvalidValue {
+                key: "clock",
+                value: "tsc".into()
+            })
+        );
+        assert_eq!(
+            TimeConvRecord::parse(&format!("{text}clock=perf\n")),
+            Err(TimeConvError::DuplicateKey("clock"))
+        );
+    }
+
+    #[test]
+    fn values_ending_in_carriage_returns_round_trip() {
+        let record = TimeConvRecord {
+            counter: "tsc\r\r".into(),
+            ..sample()
+        };
+        let parsed = TimeConvRecord::parse(&record.to_string()).unwrap();
+        assert_eq!(parsed, record);
+        assert_eq!(TimeConvRecord::parse(&parsed.to_string()).unwrap(), record);
     }
 
     #[test]
@@ -403,7 +459,7 @@ mod tests {
         ));
         assert_eq!(
             TimeConvRecord::parse(&format!("{text}no equals sign\n")),
-            Err(TimeConvError::MalformedLine { line: 14 })
+            Err(TimeConvError::MalformedLine { line: 15 })
         );
     }
 

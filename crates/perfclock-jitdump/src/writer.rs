@@ -1,19 +1,21 @@
 //! The thread-safe writer of `jit-<pid>.dump` and its timeconv record.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use perfclock::Clock;
 use perfclock_core::{ReadError, TimeConversion};
+use perfclock_event::shared_file::{self, CreateError};
 
 use crate::record::{self, CodeLoad};
 use crate::timeconv::{self, TimeConvRecord};
-use crate::JitDumpError;
+use crate::{JitClock, JitDumpError};
 
 /// Sidecar rewrites from [`JitDump::code_load`] are at least this far apart, so a JIT loading
 /// thousands of functions a second does not rename a file for each.
@@ -30,18 +32,50 @@ const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 /// conversion for recordings that lack that record.
 ///
 /// Thread-safe: [`JitDump::code_load`] may be called from any number of threads at once.
+///
+/// One dump per process and directory: a second [`JitDump::create`] on a directory this process
+/// already writes a dump into (by any name) returns a handle to the same dump, so a JVM agent
+/// and a JNI library of one process both write into it; the close record is written when the
+/// last handle is closed or dropped.
+///
+/// # Fork
+/// A handle is its process's: in a fork child every call on an inherited handle writes nothing
+/// and returns [`JitDumpError::ForkChild`] (closing or dropping it frees the child's copy), so
+/// the parent's dump stays intact whatever the child does. A child that generates code creates
+/// its own dump (`jit-<child pid>.dump`).
 #[derive(Debug)]
 pub struct JitDump {
+    /// `None` only while closing or dropping.
+    shared: Option<Arc<Shared>>,
+}
+
+/// The dump behind every handle of one process and directory.
+#[derive(Debug)]
+struct Shared {
     clock: &'static Clock,
+    /// The clock of the dump's timestamps.
+    jit_clock: JitClock,
     path: PathBuf,
     timeconv_path: PathBuf,
     pid: u32,
     boot_id: String,
+    key: DumpKey,
     state: Mutex<State>,
     timeconv: Mutex<Option<Published>>,
-    marker: Marker,
-    closed: bool,
+    /// Held so the mapping lives as long as the dump (dropped last, after the close record).
+    _marker: Marker,
 }
+
+/// Which dump: the directory (device and inode, whatever name reached it) and the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DumpKey {
+    dev: u64,
+    ino: u64,
+    pid: u32,
+}
+
+/// Every dump this process has open, for [`JitDump::create`] to share.
+static OPEN: Mutex<Vec<(DumpKey, Weak<Shared>)>> = Mutex::new(Vec::new());
 
 /// What the lock serialises: the file's end and the next index.
 #[derive(Debug)]
@@ -66,7 +100,7 @@ struct Published {
 /// `jit-<pid>.dump`, which is how `perf inject --jit` finds the dump.
 #[derive(Debug)]
 struct Marker {
-    /// Invariant: the address `mmap` returned for `len` bytes, until [`Marker::unmap`].
+    /// Invariant: the address `mmap` returned for `len` bytes, until the marker is dropped.
     addr: usize,
     len: usize,
 }
@@ -102,15 +136,13 @@ impl Marker {
             len,
         })
     }
+}
 
-    fn unmap(&mut self) {
-        if self.addr == 0 {
-            return;
-        }
+impl Drop for Marker {
+    fn drop(&mut self) {
         // SAFETY: by the invariant, `addr`/`len` are a live mapping this marker owns and no
-        // reference into it exists; it is unmapped once (addr is cleared below).
+        // reference into it exists; it is unmapped once, here.
         unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
-        self.addr = 0;
     }
 }
 
@@ -137,62 +169,142 @@ fn read_conversion(clock: &Clock) -> Result<TimeConversion, JitDumpError> {
 
 /// A counter read that cannot run ahead of the lock acquisition before it, so timestamps
 /// taken under the lock never decrease in file order.
-fn timestamp() -> u64 {
+fn counter() -> u64 {
     perfclock_core::counter::read_counter_ordered().unwrap_or(0)
 }
 
+/// `CLOCK_MONOTONIC` in ns.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// A timestamp in `jit_clock`, taken after every earlier instruction (under the writer's lock,
+/// so stamps never decrease in file order).
+fn timestamp(clock: &Clock, jit_clock: JitClock) -> Result<u64, JitDumpError> {
+    match jit_clock {
+        JitClock::Arch => Ok(counter()),
+        JitClock::Perf => {
+            let cycles = counter();
+            Ok(read_conversion(clock)?.cycles_to_ns(cycles))
+        }
+        JitClock::Monotonic => Ok(monotonic_ns()),
+    }
+}
+
 impl JitDump {
-    /// Opens the process clock ([`perfclock::init`]), creates `dir/jit-<pid>.dump` (replacing
-    /// an older one), writes its header, maps its first page executable (perf's marker) and
-    /// writes `dir/jit-<pid>.dump.timeconv`.
+    /// Opens the process clock ([`perfclock::init`]), creates `dir/jit-<pid>.dump`, writes its
+    /// header, maps its first page executable (perf's marker) and writes
+    /// `dir/jit-<pid>.dump.timeconv`. If this process already has a dump open in `dir`, returns
+    /// a handle to it instead (see [`JitDump`]).
+    ///
+    /// Both files are created exclusively ([`shared_file::create_exclusive`]): never through a
+    /// link, never into a file another user could have prepared; a stale file of an earlier
+    /// process with this pid is replaced only if it is a regular file of this user.
     ///
     /// The dump is created with mode 0644 (less the umask): `perf inject` may run as another
     /// user and must read it, and only this process should write it.
     ///
     /// # Errors
-    /// [`JitDumpError::Clock`] if the clock cannot be opened; [`JitDumpError::Io`] if the
+    /// [`JitDumpError::Clock`] if the clock cannot be opened; [`JitDumpError::NameTaken`] if a
+    /// link, a FIFO, a device, a directory or another user's file is at either name (it is left
+    /// as it was); [`JitDumpError::Io`] if the
     /// directory is missing or not writable, the disk is full, or the file cannot be mapped
     /// executable (a `noexec` mount); [`JitDumpError::ClockRead`] if the conversion cannot be
     /// read.
     pub fn create(dir: impl AsRef<Path>) -> Result<JitDump, JitDumpError> {
+        JitDump::create_with_clock(dir, JitClock::Arch)
+    }
+
+    /// As [`JitDump::create`], with the timestamps in `jit_clock` ([`JitClock::Arch`] is what
+    /// [`JitDump::create`] uses). The sidecar records the clock (`clock=`).
+    ///
+    /// # Errors
+    /// As [`JitDump::create`]; [`JitDumpError::ClockMismatch`] if this process already has a
+    /// dump open in `dir` in another clock.
+    pub fn create_with_clock(
+        dir: impl AsRef<Path>,
+        jit_clock: JitClock,
+    ) -> Result<JitDump, JitDumpError> {
         let clock = perfclock::init().map_err(JitDumpError::Clock)?;
+        let dir = dir.as_ref();
         let pid = std::process::id();
-        let path = dir.as_ref().join(format!("jit-{pid}.dump"));
-        let mut timeconv_path = path.clone().into_os_string();
-        timeconv_path.push(timeconv::SUFFIX);
+        let name = format!("jit-{pid}.dump");
+        let path = dir.join(&name);
+        let timeconv_name = format!("{name}{}", timeconv::SUFFIX);
+        let timeconv_path = dir.join(&timeconv_name);
         let io_error = |op, path: &Path| {
             let path = path.to_owned();
             move |source| JitDumpError::Io { op, path, source }
         };
+        let create_error = |op| {
+            move |error| match error {
+                CreateError::Taken(taken) => JitDumpError::NameTaken(taken),
+                CreateError::Io { path, source } => JitDumpError::Io { op, path, source },
+            }
+        };
+        let dir_meta = std::fs::metadata(dir).map_err(io_error("create", &path))?;
+        let key = DumpKey {
+            dev: dir_meta.dev(),
+            ino: dir_meta.ino(),
+            pid,
+        };
+        let mut open = lock(&OPEN);
+        open.retain(|(_, dump)| dump.strong_count() > 0);
+        if let Some(shared) = open
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, dump)| dump.upgrade())
+        {
+            if shared.jit_clock != jit_clock {
+                return Err(JitDumpError::ClockMismatch {
+                    path: shared.path.clone(),
+                    open: shared.jit_clock,
+                    requested: jit_clock,
+                });
+            }
+            return Ok(JitDump {
+                shared: Some(shared),
+            });
+        }
         let boot_id = std::fs::read_to_string(BOOT_ID_PATH)
             .map_err(io_error("read", Path::new(BOOT_ID_PATH)))?
             .trim()
             .to_owned();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&path)
-            .map_err(io_error("create", &path))?;
+        // The sidecar's name first: it is renamed over later, so only a stale file of ours may
+        // be there; nothing is created if the name is taken.
+        shared_file::remove_stale_at(dir, &timeconv_name).map_err(create_error("create"))?;
+        let file =
+            shared_file::create_exclusive(dir, &name, 0o644).map_err(create_error("create"))?;
         // From here on a failure removes the file again: a dump without its header or marker
         // is of no use to perf.
         let remove = |error| {
             let _ = std::fs::remove_file(&path);
             error
         };
-        let header = record::header(pid, timestamp());
+        let flags = match jit_clock {
+            JitClock::Arch => record::FLAGS_ARCH_TIMESTAMP,
+            JitClock::Perf | JitClock::Monotonic => 0,
+        };
+        let stamp = timestamp(clock, jit_clock).map_err(remove)?;
+        let header = record::header(pid, stamp, flags);
         write_once(&file, &header, 0)
             .map_err(io_error("write header", &path))
             .map_err(remove)?;
         let marker = Marker::map(&file, &path).map_err(remove)?;
-        let mut dump = JitDump {
+        let shared = Shared {
             clock,
-            path,
-            timeconv_path: timeconv_path.into(),
+            jit_clock,
+            path: path.clone(),
+            timeconv_path,
             pid,
             boot_id,
+            key,
             state: Mutex::new(State {
                 file,
                 end: header.len() as u64,
@@ -200,32 +312,42 @@ impl JitDump {
                 torn: false,
             }),
             timeconv: Mutex::new(None),
-            marker,
-            closed: false,
+            _marker: marker,
         };
-        if let Err(error) = dump.write_timeconv() {
-            // Not `finish`: no close record for a dump that never opened.
-            dump.closed = true;
-            dump.marker.unmap();
-            let _ = std::fs::remove_file(&dump.path);
-            return Err(error);
-        }
-        Ok(dump)
+        // Not `finish` on failure: no close record for a dump that never opened.
+        shared.write_timeconv().map_err(remove)?;
+        let shared = Arc::new(shared);
+        open.push((key, Arc::downgrade(&shared)));
+        Ok(JitDump {
+            shared: Some(shared),
+        })
+    }
+
+    fn shared(&self) -> &Shared {
+        self.shared
+            .as_deref()
+            .expect("only close and drop take the dump, and both consume the handle")
     }
 
     /// The dump file, `dir/jit-<pid>.dump`.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.shared().path
     }
 
     /// The conversion record, `dir/jit-<pid>.dump.timeconv`.
     pub fn timeconv_path(&self) -> &Path {
-        &self.timeconv_path
+        &self.shared().timeconv_path
     }
 
-    /// The clock whose counter stamps the records.
+    /// The perfclock clock of the process (its counter stamps `arch` records, its conversion
+    /// the `perf` ones and the sidecar).
     pub fn clock(&self) -> &'static Clock {
-        self.clock
+        self.shared().clock
+    }
+
+    /// The clock of the dump's timestamps.
+    pub fn jit_clock(&self) -> JitClock {
+        self.shared().jit_clock
     }
 
     /// Records that `code` now sits at `addr` under `name`: a `JIT_CODE_LOAD` stamped with the
@@ -243,9 +365,79 @@ impl JitDump {
     /// # Errors
     /// [`JitDumpError::NameContainsNul`], [`JitDumpError::EmptyCode`],
     /// [`JitDumpError::RecordTooLarge`] for arguments perf cannot represent (nothing is
-    /// written); [`JitDumpError::Io`] when the write fails (e.g. `ENOSPC`);
+    /// written); [`JitDumpError::ForkChild`] in a fork child of the process that created the
+    /// dump (nothing is written); [`JitDumpError::Io`] when the write fails (e.g. `ENOSPC`);
     /// [`JitDumpError::Torn`] after a failure that could not be cleaned up.
     pub fn code_load(&self, name: &[u8], addr: u64, code: &[u8]) -> Result<u64, JitDumpError> {
+        let shared = self.shared();
+        shared.check_process()?;
+        shared.code_load(name, addr, code)
+    }
+
+    /// Rewrites the timeconv record now, with the clock's current conversion and bound.
+    ///
+    /// # Errors
+    /// [`JitDumpError::ClockRead`] if the conversion cannot be read; [`JitDumpError::Io`] if the
+    /// record cannot be written; [`JitDumpError::ForkChild`] in a fork child.
+    pub fn write_timeconv(&self) -> Result<(), JitDumpError> {
+        let shared = self.shared();
+        shared.check_process()?;
+        shared.write_timeconv()
+    }
+
+    /// Closes this handle. The last handle of the dump writes `JIT_CODE_CLOSE`, rewrites the
+    /// timeconv record and unmaps the marker. Call it once every `code_load` has returned;
+    /// dropping the handle does the same, ignoring errors.
+    ///
+    /// # Errors
+    /// As [`JitDump::code_load`] for the close record and [`JitDump::write_timeconv`] for the
+    /// timeconv record; the marker is unmapped either way. [`JitDumpError::ForkChild`] in a
+    /// fork child, where nothing is written (the child's copy is freed).
+    pub fn close(mut self) -> Result<(), JitDumpError> {
+        self.release()
+    }
+
+    /// Gives up this handle's share of the dump; the last one finishes it.
+    fn release(&mut self) -> Result<(), JitDumpError> {
+        let Some(shared) = self.shared.take() else {
+            return Ok(());
+        };
+        if let Err(error) = shared.check_process() {
+            // A fork child: its registry may be locked by a thread that no longer exists, and
+            // the dump is not its to finish. Dropping the Arc frees the child's copy (the last
+            // one unmaps the child's copy of the marker).
+            drop(shared);
+            return Err(error);
+        }
+        let last = {
+            let mut open = lock(&OPEN);
+            let last = Arc::into_inner(shared);
+            if let Some(last) = &last {
+                open.retain(|(key, _)| *key != last.key);
+            }
+            last
+        };
+        match last {
+            Some(shared) => shared.finish(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Shared {
+    fn check_process(&self) -> Result<(), JitDumpError> {
+        let pid = std::process::id();
+        if pid == self.pid {
+            Ok(())
+        } else {
+            Err(JitDumpError::ForkChild {
+                opened_by: self.pid,
+                pid,
+            })
+        }
+    }
+
+    fn code_load(&self, name: &[u8], addr: u64, code: &[u8]) -> Result<u64, JitDumpError> {
         let size = record::check_load(name, code)?;
         // SAFETY: gettid has no preconditions and cannot fail.
         let tid = unsafe { libc::gettid() } as u32;
@@ -267,7 +459,7 @@ impl JitDump {
         let index = {
             let mut state = lock(&self.state);
             let index = state.next_index;
-            bytes[8..16].copy_from_slice(&timestamp().to_ne_bytes());
+            bytes[8..16].copy_from_slice(&timestamp(self.clock, self.jit_clock)?.to_ne_bytes());
             bytes[48..56].copy_from_slice(&index.to_ne_bytes());
             self.append(&mut state, &bytes)?;
             state.next_index += 1;
@@ -277,39 +469,22 @@ impl JitDump {
         Ok(index)
     }
 
-    /// Rewrites the timeconv record now, with the clock's current conversion and bound.
-    ///
-    /// # Errors
-    /// [`JitDumpError::ClockRead`] if the conversion cannot be read; [`JitDumpError::Io`] if the
-    /// record cannot be written.
-    pub fn write_timeconv(&self) -> Result<(), JitDumpError> {
+    fn write_timeconv(&self) -> Result<(), JitDumpError> {
         let mut published = lock(&self.timeconv);
         self.publish(&mut published)
     }
 
-    /// Writes `JIT_CODE_CLOSE`, rewrites the timeconv record and unmaps the marker. Call it
-    /// once every `code_load` has returned; dropping the writer does the same, ignoring errors.
-    ///
-    /// # Errors
-    /// As [`JitDump::code_load`] for the close record and [`JitDump::write_timeconv`] for the
-    /// timeconv record; the marker is unmapped either way.
-    pub fn close(mut self) -> Result<(), JitDumpError> {
-        self.finish()
-    }
-
-    fn finish(&mut self) -> Result<(), JitDumpError> {
-        if self.closed {
-            return Ok(());
-        }
-        self.closed = true;
+    /// The close record and the last timeconv record; the marker is unmapped when `self` drops.
+    fn finish(self) -> Result<(), JitDumpError> {
         let close = {
             let mut state = lock(&self.state);
             let mut bytes = Vec::with_capacity(record::PREFIX_SIZE);
-            record::code_close(&mut bytes, timestamp());
-            self.append(&mut state, &bytes)
+            timestamp(self.clock, self.jit_clock).and_then(|stamp| {
+                record::code_close(&mut bytes, stamp);
+                self.append(&mut state, &bytes)
+            })
         };
         let timeconv = self.write_timeconv();
-        self.marker.unmap();
         close.and(timeconv)
     }
 
@@ -377,7 +552,8 @@ impl JitDump {
             counter: perfclock_core::counter::COUNTER_NAME.to_owned(),
             conversion,
             error_bound_ns,
-            written_counter: timestamp(),
+            written_counter: counter(),
+            clock: self.jit_clock,
         };
         record
             .write_atomic(&self.timeconv_path)
@@ -398,7 +574,7 @@ impl JitDump {
 impl Drop for JitDump {
     fn drop(&mut self) {
         // Best effort: `close` is the way to learn about failures.
-        let _ = self.finish();
+        let _ = self.release();
     }
 }
 

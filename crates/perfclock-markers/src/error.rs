@@ -4,6 +4,10 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use perfclock_event::shared_file::TakenName;
+
+use crate::MarkerClock;
+
 /// Error of the marker writer. Each message names what to change.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -15,6 +19,22 @@ pub enum MarkerError {
         /// The `open(2)` error.
         source: io::Error,
     },
+    /// Something else is at the marker file's name (a link, a FIFO, another user's file): it was
+    /// left as it was, and no file was created.
+    NameTaken(TakenName),
+    /// The handle was opened by another process (this is a fork child of it): a child never
+    /// writes into its parent's file. Open a writer in the child: it gets its own
+    /// `marker-<pid>.txt`. The marker is counted in [`crate::Markers::lost`].
+    ForkChild {
+        /// The process that opened the writer.
+        opened_by: u32,
+        /// This process.
+        pid: u32,
+    },
+    /// The calling thread is already inside this writer: a signal handler interrupted a marker
+    /// call (or a flush) on the thread it runs on. Nothing was written (waiting would deadlock
+    /// on the interrupted call's lock); the marker is counted in [`crate::Markers::lost`].
+    Busy,
     /// The marker file could not be mapped executable (a `noexec` mount, or a seccomp policy).
     Map {
         /// The file that was to be mapped.
@@ -51,6 +71,19 @@ pub enum MarkerError {
     EmptyName,
     /// A marker was stamped with the process-wide perf clock, which could not be opened.
     Clock(perfclock::Error),
+    /// A `monotonic` writer could not pair the perf clock with `CLOCK_MONOTONIC` (the clock's
+    /// conversion could not be read); the marker was not written.
+    NoPairing,
+    /// This process already writes the directory's marker file in another clock: one file per
+    /// process and directory, one clock per file.
+    ClockMismatch {
+        /// The open marker file.
+        path: PathBuf,
+        /// Its clock.
+        open: MarkerClock,
+        /// The clock asked for.
+        requested: MarkerClock,
+    },
 }
 
 impl fmt::Display for MarkerError {
@@ -61,6 +94,22 @@ impl fmt::Display for MarkerError {
                 "cannot create the marker file {}: {source}; pass an existing, writable directory \
                  to Markers::open (perfclock_markers_open's `dir`)",
                 path.display()
+            ),
+            MarkerError::NameTaken(taken) => write!(
+                f,
+                "cannot create the marker file: {taken} (Markers::open's dir, \
+                 perfclock_markers_open's dir)"
+            ),
+            MarkerError::ForkChild { opened_by, pid } => write!(
+                f,
+                "this marker writer belongs to process {opened_by}, and this is its fork child \
+                 {pid}: a child never writes into its parent's marker file; open a new writer \
+                 in the child (it gets marker-{pid}.txt)"
+            ),
+            MarkerError::Busy => f.write_str(
+                "marker refused: this thread is already inside the marker writer (a signal \
+                 handler interrupted a marker call or a flush on its thread); it was counted as \
+                 lost",
             ),
             MarkerError::Map { path, source } => write!(
                 f,
@@ -87,6 +136,21 @@ impl fmt::Display for MarkerError {
             ),
             MarkerError::EmptyName => f.write_str("marker name is empty: pass a non-empty name"),
             MarkerError::Clock(e) => write!(f, "no perf clock to stamp markers with: {e}"),
+            MarkerError::NoPairing => f.write_str(
+                "could not pair the perf clock with CLOCK_MONOTONIC for a monotonic marker file \
+                 (the clock's conversion could not be read); the marker was not written",
+            ),
+            MarkerError::ClockMismatch {
+                path,
+                open,
+                requested,
+            } => write!(
+                f,
+                "{} is open in this process with the {open} clock, and a marker file has one \
+                 clock: open it with {open} (PERFCLOCK_MARKERS_CLOCK={open}) or use another \
+                 directory for {requested}",
+                path.display()
+            ),
         }
     }
 }

@@ -1,16 +1,18 @@
 //! The marker file of one process and directory: created once, mapped executable so perf records
 //! it, appended to in whole, block-aligned lines (see [`crate::line`]).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use memmap2::{Mmap, MmapOptions};
+use perfclock_event::shared_file::{create_exclusive, CreateError};
 
 use crate::error::MarkerError;
-use crate::line::{layout, LastLine, BLOCK};
+use crate::line::{layout_in, LastLine, BLOCK, MAX_LAYOUT_BYTES};
+use crate::MarkerClock;
 
 /// Every marker file this process created, kept (with its mapping) until exit: perf attaching
 /// later (`perf record -p`) reads the mapping from `/proc/<pid>/maps`, and samply reads a file
@@ -24,6 +26,8 @@ pub struct SharedFile {
     pub pid: u32,
     /// The file's canonical path, as perf will see it through the mapping.
     pub path: PathBuf,
+    /// The clock of the file's times.
+    pub clock: MarkerClock,
     state: Mutex<AppendState>,
     /// Held only so the mapping lives as long as the process.
     _mapping: Mmap,
@@ -38,14 +42,20 @@ struct AppendState {
     last: Option<LastLine>,
     /// Set when a failed write could not be undone: appending more could glue onto a partial line.
     broken: bool,
+    /// Where each flush lays its bytes out: allocated once, so a flush allocates nothing (a
+    /// marker from a signal handler may be the one that fills its buffer).
+    scratch: Vec<u8>,
 }
 
 impl SharedFile {
-    /// The marker file of this process in `dir`, created (or truncated) and mapped on first use.
+    /// The marker file of this process in `dir`, created and mapped on first use: exclusively
+    /// ([`create_exclusive`]), never through a link or into a file another user prepared; a
+    /// stale file of an earlier process with this pid is replaced only if it is a regular file
+    /// of this user.
     ///
     /// # Errors
-    /// [`MarkerError::Create`] or [`MarkerError::Map`].
-    pub fn open(dir: &Path) -> Result<Arc<SharedFile>, MarkerError> {
+    /// [`MarkerError::Create`], [`MarkerError::NameTaken`] or [`MarkerError::Map`].
+    pub fn open(dir: &Path, clock: MarkerClock) -> Result<Arc<SharedFile>, MarkerError> {
         let pid = std::process::id();
         let name = format!("marker-{pid}.txt");
         // Canonical, so `.` and `/abs/dir` (or a symlink to it) share one file rather than
@@ -55,23 +65,26 @@ impl SharedFile {
                 path: dir.join(&name),
                 source,
             })?
-            .join(name);
+            .join(&name);
         let mut files = lock(&FILES);
         if let Some(file) = files.iter().find(|f| f.pid == pid && f.path == path) {
+            if file.clock != clock {
+                return Err(MarkerError::ClockMismatch {
+                    path,
+                    open: file.clock,
+                    requested: clock,
+                });
+            }
             return Ok(Arc::clone(file));
         }
-        let file = OpenOptions::new()
-            .read(true) // mmap needs a readable descriptor
-            .write(true)
-            .create(true)
-            .truncate(true) // a file left by an earlier process with this pid is not ours
-            .mode(0o644)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|source| MarkerError::Create {
+        let dir = path.parent().expect("joined onto a directory");
+        let file = create_exclusive(dir, &name, 0o644).map_err(|error| match error {
+            CreateError::Taken(taken) => MarkerError::NameTaken(taken),
+            CreateError::Io { source, .. } => MarkerError::Create {
                 path: path.clone(),
                 source,
-            })?;
+            },
+        })?;
         // SAFETY: the mapping is never read or written by this process (it exists so that perf
         // records an executable MMAP2 of the file, as perf's jitdump agent does); a private
         // mapping of a file being appended to cannot make safe code misbehave.
@@ -85,11 +98,13 @@ impl SharedFile {
         let shared = Arc::new(SharedFile {
             pid,
             path,
+            clock,
             state: Mutex::new(AppendState {
                 file,
                 len: 0,
                 last: None,
                 broken: false,
+                scratch: Vec::with_capacity(MAX_LAYOUT_BYTES),
             }),
             _mapping: mapping,
         });
@@ -114,10 +129,13 @@ impl SharedFile {
                 lost: lines.iter().filter(|&&b| b == b'\n').count() as u64,
             });
         }
-        let plan = layout(state.len, state.last.as_ref(), lines);
-        let Err((written, source)) = write_all_at(&state.file, &plan.bytes, plan.offset) else {
+        let scratch = std::mem::take(&mut state.scratch);
+        let mut plan = layout_in(scratch, state.len, state.last.as_ref(), lines);
+        let result = write_all_at(&state.file, &plan.bytes, plan.offset);
+        let Err((written, source)) = result else {
             state.len = plan.offset + plan.bytes.len() as u64;
-            state.last = plan.last_line();
+            plan.update_last_line(&mut state.last);
+            state.scratch = std::mem::take(&mut plan.bytes);
             return Ok(());
         };
         let (whole, last_whole) = plan.whole_prefix(written);
@@ -143,6 +161,7 @@ impl SharedFile {
             }
             Err(_) => state.broken = true,
         }
+        state.scratch = plan.bytes;
         Err(MarkerError::Write {
             path: self.path.clone(),
             lost,

@@ -36,14 +36,20 @@
 //! - samply shows every marker of the file on the thread that mapped it (the one that opened the
 //!   first writer for that directory).
 //! - Markers still buffered when the process is killed (or `_exit`s) are lost.
+//! - `marker-<pid>.txt` is created exclusively
+//!   ([`perfclock_event::shared_file::create_exclusive`]): a link, a FIFO or another user's file
+//!   at the name is [`MarkerError::NameTaken`] and left alone.
+//! - Fork children and signal handlers: see [`Markers`].
 
+mod clock;
 mod error;
 mod file;
-mod line;
+pub mod line;
 #[cfg(feature = "tracing")]
 mod tracing_layer;
 mod writer;
 
+pub use clock::{MarkerClock, UnknownMarkerClock, PAIRING_MAX_AGE_NS};
 pub use error::MarkerError;
 pub use line::MAX_NAME_BYTES;
 #[cfg(feature = "tracing")]

@@ -22,40 +22,82 @@ pub const MAX_NAME_BYTES: usize = 1024;
 
 /// Appends `START END NAME\n` to `out`, the name cleaned by [`clean_name`].
 pub fn push_line(out: &mut Vec<u8>, start_ns: u64, end_ns: u64, name: &str) {
+    push_line_with(out, start_ns, end_ns, |out| clean_name(name, out));
+}
+
+/// Appends `START END ` , then whatever `name` appends (a cleaned name), then `\n`.
+pub fn push_line_with(
+    out: &mut Vec<u8>,
+    start_ns: u64,
+    end_ns: u64,
+    name: impl FnOnce(&mut Vec<u8>),
+) {
     let mut digits = itoa::Buffer::new();
     out.extend_from_slice(digits.format(start_ns).as_bytes());
     out.push(b' ');
     out.extend_from_slice(digits.format(end_ns).as_bytes());
     out.push(b' ');
-    clean_name(name, out);
+    name(out);
     out.push(b'\n');
 }
 
 /// Appends `name` with every control character replaced, so a marker stays one line: tab becomes
 /// a space, any other control character (newline, carriage return, NUL, DEL, C1) becomes U+FFFD.
-/// At most [`MAX_NAME_BYTES`] bytes are appended.
+/// At most [`MAX_NAME_BYTES`] bytes are appended, cut at a character boundary.
 pub fn clean_name(name: &str, out: &mut Vec<u8>) {
+    let limit = out.len() + MAX_NAME_BYTES;
+    clean_str(name, out, limit);
+}
+
+/// As [`clean_name`] for bytes that may not be UTF-8: each invalid sequence becomes one U+FFFD
+/// (as [`String::from_utf8_lossy`] does), without allocating.
+pub fn clean_name_bytes(name: &[u8], out: &mut Vec<u8>) {
+    let limit = out.len() + MAX_NAME_BYTES;
+    for chunk in name.utf8_chunks() {
+        if !clean_str(chunk.valid(), out, limit) {
+            return;
+        }
+        if !chunk.invalid().is_empty() && !push_char(char::REPLACEMENT_CHARACTER, out, limit) {
+            return;
+        }
+    }
+}
+
+/// Appends `name` cleaned, up to `out.len() == limit`; false if it had to stop short.
+fn clean_str(name: &str, out: &mut Vec<u8>, limit: usize) -> bool {
     // Fast path: every control character's UTF-8 holds a byte below 0x20, 0x7f (DEL) or 0xc2
     // (the lead byte of C1 controls, U+0080..U+009F); a name without them is copied as is.
     let plain = |b: &u8| *b >= 0x20 && *b != 0x7f && *b != 0xc2;
-    if name.len() <= MAX_NAME_BYTES && name.as_bytes().iter().all(plain) {
+    if out.len() + name.len() <= limit && name.as_bytes().iter().all(plain) {
         out.extend_from_slice(name.as_bytes());
-        return;
+        return true;
     }
-    let limit = out.len() + MAX_NAME_BYTES;
     for c in name.chars() {
         let c = match c {
             '\t' => ' ',
             c if c.is_control() => char::REPLACEMENT_CHARACTER,
             c => c,
         };
-        if out.len() + c.len_utf8() > limit {
-            break;
+        if !push_char(c, out, limit) {
+            return false;
         }
-        let mut utf8 = [0u8; 4];
-        out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
     }
+    true
 }
+
+fn push_char(c: char, out: &mut Vec<u8>, limit: usize) -> bool {
+    if out.len() + c.len_utf8() > limit {
+        return false;
+    }
+    let mut utf8 = [0u8; 4];
+    out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+    true
+}
+
+/// Room that [`layout_in`] needs for the lines of one thread's buffer (under 20 KiB: the
+/// threshold plus one line), their padding (less than one line per block boundary crossed) and
+/// a rewritten last line (under one block).
+pub const MAX_LAYOUT_BYTES: usize = 64 * 1024;
 
 /// A line already in the file that a flush may rewrite, lengthened, to pad the block it ends in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +139,32 @@ impl Layout {
         self.line_ending_at(self.bytes.len())
     }
 
+    /// Makes `last` the layout's last line if it has one, reusing `last`'s buffer: no
+    /// allocation once that buffer has held a line of [`BLOCK`] bytes (a line is shorter).
+    pub fn update_last_line(&self, last: &mut Option<LastLine>) {
+        let end = self.bytes.len();
+        let Some(before) = end.checked_sub(1).map(|e| &self.bytes[..e]) else {
+            return;
+        };
+        let start = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        let offset = self.offset + start as u64;
+        match last {
+            Some(line) => {
+                line.offset = offset;
+                line.bytes.clear();
+                line.bytes.extend_from_slice(&self.bytes[start..end]);
+            }
+            None => {
+                let mut bytes = Vec::with_capacity(BLOCK);
+                bytes.extend_from_slice(&self.bytes[start..end]);
+                *last = Some(LastLine { offset, bytes });
+            }
+        }
+    }
+
     /// After a write that stopped after `written` bytes: how many bytes of whole lines made it,
     /// and the last of them.
     pub fn whole_prefix(&self, written: usize) -> (usize, Option<LastLine>) {
@@ -119,7 +187,14 @@ impl Layout {
 /// line before a boundary; if that line is already in the file it is rewritten. Only the lines
 /// around block boundaries are looked at; the rest is copied in runs.
 pub fn layout(file_len: u64, last: Option<&LastLine>, lines: &[u8]) -> Layout {
-    let mut out: Vec<u8> = Vec::with_capacity(lines.len() + lines.len() / 16 + 64);
+    layout_in(Vec::new(), file_len, last, lines)
+}
+
+/// As [`layout`], building the layout's bytes in `out` (emptied first): with room for
+/// [`MAX_LAYOUT_BYTES`] it never allocates.
+pub fn layout_in(mut out: Vec<u8>, file_len: u64, last: Option<&LastLine>, lines: &[u8]) -> Layout {
+    out.clear();
+    out.reserve(lines.len() + lines.len() / 16 + 64);
     let mut offset = file_len;
     let mut rewritten_len = 0;
     let mut pos = file_len; // file offset just past `out`
@@ -210,6 +285,24 @@ mod tests {
             parse_like_samply(text.trim_end_matches('\n')),
             Some((5, 7, "a\u{fffd}b\u{fffd}c d\u{fffd}e\u{fffd}f\u{fffd}g"))
         );
+    }
+
+    #[test]
+    fn bytes_are_cleaned_as_their_lossy_text() {
+        let cases: [&[u8]; 5] = [
+            b"bad \xff\xfe utf8",
+            b"\xe2\x82 cut sequence\n",
+            b"plain",
+            &[0xc2, 0x85, b'a', 0xf0, 0x9f, 0x98],
+            &[b'x'; 2000],
+        ];
+        for bytes in cases {
+            let mut from_bytes = Vec::new();
+            clean_name_bytes(bytes, &mut from_bytes);
+            let mut from_text = Vec::new();
+            clean_name(&String::from_utf8_lossy(bytes), &mut from_text);
+            assert_eq!(from_bytes, from_text, "{bytes:?}");
+        }
     }
 
     #[test]

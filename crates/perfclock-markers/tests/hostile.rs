@@ -273,7 +273,18 @@ fn killed_mid_write_leaves_only_whole_lines() {
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        // Not a timing assertion: a varying delay only varies where the kill lands.
+        // The kill must land after the file exists (a loaded machine can take longer than the
+        // delay below to start the child); not a timing assertion: the delay only varies where
+        // the kill lands.
+        let started = std::time::Instant::now();
+        while std::fs::read_dir(&dir).unwrap().next().is_none() {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the child created no marker file in 60 s"
+            );
+            assert!(child.try_wait().unwrap().is_none(), "the child exited");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         std::thread::sleep(Duration::from_millis(40 + 17 * round));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();

@@ -766,7 +766,7 @@ mod tests {
 
     /// A dump built with the writer's encoder, read back by the independent reader.
     fn encoded_dump(pid: u32, loads: &[DumpLoad], close: Option<u64>) -> Vec<u8> {
-        let mut bytes = record::header(pid, 5).to_vec();
+        let mut bytes = record::header(pid, 5, record::FLAGS_ARCH_TIMESTAMP).to_vec();
         for l in loads {
             record::code_load(
                 &mut bytes,
@@ -831,6 +831,7 @@ mod tests {
             conversion: page,
             error_bound_ns: 0,
             written_counter: 1,
+            clock: perfclock_jitdump::JitClock::Arch,
         };
         assert!(timeconv_problems(&record, &page, WRITER.pid).is_empty());
         let calibrated = TimeConvRecord {

@@ -65,6 +65,9 @@ static const int all_codes[] = {
     PERFCLOCK_E_OTHER,
     PERFCLOCK_E_IO,
     PERFCLOCK_E_INVALID_ARGUMENT,
+    PERFCLOCK_E_NAME_TAKEN,
+    PERFCLOCK_E_FORK_CHILD,
+    PERFCLOCK_E_BUSY,
 };
 #define N_CODES (sizeof all_codes / sizeof all_codes[0])
 
@@ -72,8 +75,8 @@ static void check_strerror(void) {
     const char *unknown = perfclock_strerror(1);
     CHECK(unknown && strcmp(unknown, "unknown perfclock error code") == 0,
           "strerror(1) is the unknown-code text: \"%s\"", unknown ? unknown : "(null)");
-    CHECK(perfclock_strerror(INT_MIN) == unknown && perfclock_strerror(-17) == unknown,
-          "strerror(INT_MIN) and strerror(-17) are the same static unknown-code string");
+    CHECK(perfclock_strerror(INT_MIN) == unknown && perfclock_strerror(-20) == unknown,
+          "strerror(INT_MIN) and strerror(-20) are the same static unknown-code string");
     int distinct = 1;
     for (size_t i = 0; i < N_CODES; i++) {
         const char *a = perfclock_strerror(all_codes[i]);
@@ -82,7 +85,7 @@ static void check_strerror(void) {
         for (size_t j = 0; a && j < i; j++)
             if (strcmp(a, perfclock_strerror(all_codes[j])) == 0) distinct = 0;
     }
-    CHECK(distinct, "strerror gives %zu distinct, stable, non-empty strings for codes 0..-16",
+    CHECK(distinct, "strerror gives %zu distinct, stable, non-empty strings for codes 0..-19",
           N_CODES);
 }
 

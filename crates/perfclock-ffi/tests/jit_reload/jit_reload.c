@@ -18,6 +18,12 @@
  *       new one only after after_ns.
  *   end <ns>                              after the last function last returned
  *   dump <path>
+ * With JIT_RELOAD_MARKERS=1 in the environment it also writes a marker per function, "phase
+ * jit_fn_<k>" from after_ns to the moment the function last returned, to DIR/marker-<pid>.txt
+ * (perfclock_markers_open: the clock PERFCLOCK_MARKERS_CLOCK names), so a profiler that shows
+ * both (samply) can be checked against them on its own time axis. JIT_RELOAD_MARKER_SHIFT_NS=N
+ * moves every marker N ns later (a negative control). The jitdump's clock is the one
+ * PERFCLOCK_JITDUMP_CLOCK names (perfclock_jitdump_open).
  * Exit status 0 only if every check and call succeeded.
  *
  * x86_64 only: the functions are hand-assembled x86-64 machine code.
@@ -124,6 +130,8 @@ int main(int argc, char **argv)
     const char *dir;
     long reloads = 12, period_ms = 200;
     perfclock_jitdump *jd = NULL;
+    perfclock_markers *markers = NULL;
+    uint64_t marker_shift = 0;
     unsigned char *region;
     unsigned char code[128];
     char name[32];
@@ -160,6 +168,16 @@ int main(int argc, char **argv)
         return 1;
     }
     abi_checks(jd);
+    if (getenv("JIT_RELOAD_MARKER_SHIFT_NS"))
+        marker_shift = strtoull(getenv("JIT_RELOAD_MARKER_SHIFT_NS"), NULL, 10);
+    if (getenv("JIT_RELOAD_MARKERS")) {
+        rc = perfclock_markers_open(dir, &markers);
+        if (rc != PERFCLOCK_OK) {
+            fprintf(stderr, "perfclock_markers_open(%s): %s\n", dir, perfclock_strerror(rc));
+            perfclock_jitdump_close(jd);
+            return 1;
+        }
+    }
 
     /*
      * One RWX mapping for the whole run: changing its protection per reload (W^X) would make
@@ -196,7 +214,19 @@ int main(int argc, char **argv)
         until = monotonic_ns() + (uint64_t)period_ms * 1000000u;
         while (monotonic_ns() < until)
             sink += fn(CALL_ITERATIONS);
+        if (markers) {
+            char phase[48];
+            snprintf(phase, sizeof phase, "phase %s", name);
+            rc = perfclock_marker(markers, phase, after + marker_shift,
+                                  perfclock_now_ns() + marker_shift);
+            if (rc != PERFCLOCK_OK) {
+                fprintf(stderr, "marker %s: %s\n", phase, perfclock_strerror(rc));
+                failures++;
+            }
+        }
     }
+    if (markers)
+        check(perfclock_markers_close(markers) == PERFCLOCK_OK, "markers close");
     printf("end %" PRIu64 "\n", perfclock_now_ns());
 
     rc = perfclock_jitdump_close(jd);

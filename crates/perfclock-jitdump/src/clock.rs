@@ -1,0 +1,86 @@
+//! Which clock a jitdump's timestamps are in: a choice, because the tools that read jitdumps
+//! disagree (docs/jit.md has the table).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The clock of a jitdump's timestamps (the header's and every record's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum JitClock {
+    /// The raw counter (TSC, CNTVCT_EL0) with `JITDUMP_FLAGS_ARCH_TIMESTAMP`: `perf inject
+    /// --jit` converts it with the recording's `PERF_RECORD_TIME_CONV` (added by `perfclock
+    /// inject-time-conv` where perf wrote none). For `perf report` of a default `perf record`.
+    #[default]
+    Arch,
+    /// perf-clock nanoseconds (the default `perf record`'s sample time), flags 0: `samply import`
+    /// of a default `perf record` reads it directly, without `perf inject`.
+    Perf,
+    /// `CLOCK_MONOTONIC` nanoseconds, flags 0: for `samply record` (which stamps samples with
+    /// `CLOCK_MONOTONIC`) and `perf record -k monotonic`, as every other JIT writes.
+    Monotonic,
+}
+
+impl JitClock {
+    /// Every clock, in the order of the C constants (`PERFCLOCK_CLOCK_ARCH` = 0, ...).
+    pub const ALL: [JitClock; 3] = [JitClock::Arch, JitClock::Perf, JitClock::Monotonic];
+
+    /// The name used by the environment variables, the sidecar and the agent's option.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JitClock::Arch => "arch",
+            JitClock::Perf => "perf",
+            JitClock::Monotonic => "monotonic",
+        }
+    }
+}
+
+impl fmt::Display for JitClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A clock name that is none of `arch`, `perf`, `monotonic`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownClock(pub String);
+
+impl fmt::Display for UnknownClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown jitdump clock {:?}: use arch (perf inject --jit of a default perf record), \
+             perf (samply import of a default perf record) or monotonic (samply record, perf \
+             record -k monotonic)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownClock {}
+
+impl FromStr for JitClock {
+    type Err = UnknownClock;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        JitClock::ALL
+            .into_iter()
+            .find(|clock| clock.as_str() == name)
+            .ok_or_else(|| UnknownClock(name.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_others_are_refused() {
+        for clock in JitClock::ALL {
+            assert_eq!(clock.as_str().parse::<JitClock>(), Ok(clock));
+        }
+        for bad in ["", "Arch", "mono", "perf ", "tsc"] {
+            assert_eq!(bad.parse::<JitClock>(), Err(UnknownClock(bad.into())));
+        }
+        assert_eq!(JitClock::default(), JitClock::Arch);
+    }
+}

@@ -1,0 +1,102 @@
+//! The jitdump's clock choice (issue 21): `perf` and `monotonic` dumps carry flags 0 and stamps
+//! in that clock, taken between readings of it around each load; the sidecar names the clock; a
+//! second open of the same directory in another clock is refused.
+//!
+//! Needs the perfclock clock (`SKIPPED` without it, fatal under `PERFCLOCK_REQUIRE_PERF=1`).
+
+use std::io::Cursor;
+
+use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
+use perfclock_jitdump::timeconv::TimeConvRecord;
+use perfclock_jitdump::{JitClock, JitDump, JitDumpError};
+
+fn clock_available(test: &str) -> bool {
+    match perfclock::init() {
+        Ok(_) => true,
+        Err(error) => {
+            assert!(
+                std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none(),
+                "{test}: PERFCLOCK_REQUIRE_PERF is set but the clock cannot be opened: {error}"
+            );
+            println!("SKIPPED {test}: no perfclock clock here: {error}");
+            false
+        }
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[test]
+fn perf_and_monotonic_dumps_are_stamped_in_their_clock() {
+    if !clock_available("perf_and_monotonic_dumps_are_stamped_in_their_clock") {
+        return;
+    }
+    let now = |clock: JitClock| match clock {
+        JitClock::Perf => perfclock::now_ns_ordered(),
+        JitClock::Monotonic => monotonic_ns(),
+        JitClock::Arch => unreachable!(),
+    };
+    for clock in [JitClock::Perf, JitClock::Monotonic] {
+        let dir = tempfile::tempdir().unwrap();
+        let dump = JitDump::create_with_clock(dir.path(), clock).unwrap();
+        assert_eq!(dump.jit_clock(), clock);
+        let mut brackets = Vec::new();
+        for i in 0..50u64 {
+            let before = now(clock);
+            dump.code_load(format!("f{i}").as_bytes(), 0x1000 + i, &[0xc3])
+                .unwrap();
+            brackets.push((before, now(clock)));
+        }
+        let path = dump.path().to_owned();
+        let sidecar = dump.timeconv_path().to_owned();
+        // The bound the perf clock's readings have (0 in kernel mode).
+        let slack = 2 * dump.clock().error_bound_ns();
+        dump.close().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let mut reader = JitDumpReader::new(Cursor::new(&bytes[..])).unwrap();
+        assert_eq!(reader.header().flags, 0, "{clock}: flags");
+        let mut stamps = Vec::new();
+        while let Some(raw) = reader.next_record().unwrap() {
+            if let JitDumpRecord::CodeLoad(_) = raw.parse().unwrap() {
+                stamps.push(raw.timestamp);
+            }
+        }
+        assert_eq!(stamps.len(), brackets.len());
+        for (stamp, (before, after)) in stamps.iter().zip(&brackets) {
+            assert!(
+                before.saturating_sub(slack) <= *stamp && *stamp <= after + slack,
+                "{clock}: {before} <= {stamp} <= {after} (slack {slack})"
+            );
+        }
+        let record = TimeConvRecord::parse(&std::fs::read_to_string(&sidecar).unwrap()).unwrap();
+        assert_eq!(record.clock, clock);
+    }
+}
+
+#[test]
+fn one_clock_per_dump() {
+    if !clock_available("one_clock_per_dump") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let arch = JitDump::create(dir.path()).unwrap();
+    match JitDump::create_with_clock(dir.path(), JitClock::Monotonic) {
+        Err(JitDumpError::ClockMismatch {
+            open: JitClock::Arch,
+            requested: JitClock::Monotonic,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    let again = JitDump::create_with_clock(dir.path(), JitClock::Arch).unwrap();
+    again.close().unwrap();
+    arch.close().unwrap();
+}

@@ -1,0 +1,61 @@
+//! The `.timeconv` sidecar parser (`jit-<pid>.dump.timeconv`, read by `perfclock
+//! inject-time-conv` from a directory others may write) on arbitrary text: it never panics, and
+//! whatever it accepts prints back to a record that parses to the same value.
+//!
+//! Half the inputs are raw text; the other half keep the record's shape (the magic line and the
+//! keys, in an order and with values taken from the input) so the value parsers and the
+//! conversion's checks are reached, not only the magic line.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use perfclock_jitdump::timeconv::{TimeConvRecord, MAGIC_LINE};
+
+const KEYS: [&str; 12] = [
+    "pid",
+    "boot_id",
+    "mode",
+    "counter",
+    "time_mult",
+    "time_shift",
+    "time_zero",
+    "time_cycles",
+    "time_mask",
+    "cap_user_time_short",
+    "error_bound_ns",
+    "written_counter",
+];
+
+fn check(text: &str) {
+    if let Ok(record) = TimeConvRecord::parse(text) {
+        let printed = record.to_string();
+        assert_eq!(
+            TimeConvRecord::parse(&printed).as_ref(),
+            Ok(&record),
+            "{printed}"
+        );
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&shape, rest)) = data.split_first() else {
+        return;
+    };
+    if shape & 1 == 0 {
+        if let Ok(text) = std::str::from_utf8(rest) {
+            check(text);
+        }
+        return;
+    }
+    // Structured: the values are the input's ';'-separated fields, the key order rotates.
+    let values: Vec<String> = rest
+        .split(|&b| b == b';')
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect();
+    let mut text = format!("{MAGIC_LINE}\n");
+    for i in 0..KEYS.len() {
+        let key = KEYS[(i + usize::from(shape >> 1)) % KEYS.len()];
+        let value = values.get(i).map_or("0", String::as_str);
+        text.push_str(&format!("{key}={value}\n"));
+    }
+    check(&text);
+});
