@@ -371,7 +371,27 @@ impl JitDump {
     pub fn code_load(&self, name: &[u8], addr: u64, code: &[u8]) -> Result<u64, JitDumpError> {
         let shared = self.shared();
         shared.check_process()?;
-        shared.code_load(name, addr, code)
+        shared.code_load(name, addr, code, &[])
+    }
+
+    /// [`JitDump::code_load`] preceded by a `JIT_CODE_DEBUG_INFO` record of `entries` (source
+    /// lines of `code`), both stamped with one clock read and written under one lock
+    /// acquisition: `perf inject --jit` gives a debug record to the next load in the file, so no
+    /// other thread's load may come between them. With no entries it is `code_load`.
+    ///
+    /// # Errors
+    /// As [`JitDump::code_load`], and as [`record::check_debug_info`] for the entries (nothing
+    /// is written then).
+    pub fn code_load_with_debug_info(
+        &self,
+        name: &[u8],
+        addr: u64,
+        code: &[u8],
+        entries: &[record::DebugEntry<'_>],
+    ) -> Result<u64, JitDumpError> {
+        let shared = self.shared();
+        shared.check_process()?;
+        shared.code_load(name, addr, code, entries)
     }
 
     /// Rewrites the timeconv record now, with the clock's current conversion and bound.
@@ -437,13 +457,32 @@ impl Shared {
         }
     }
 
-    fn code_load(&self, name: &[u8], addr: u64, code: &[u8]) -> Result<u64, JitDumpError> {
-        let size = record::check_load(name, code)?;
+    /// A `JIT_CODE_LOAD`, preceded by a `JIT_CODE_DEBUG_INFO` of `entries` unless there are
+    /// none, both stamped with one clock read and written in one locked write: `perf inject
+    /// --jit` gives a debug record to the next load in the file, so no other thread's load may
+    /// come between them.
+    fn code_load(
+        &self,
+        name: &[u8],
+        addr: u64,
+        code: &[u8],
+        entries: &[record::DebugEntry<'_>],
+    ) -> Result<u64, JitDumpError> {
+        let load_size = record::check_load(name, code)?;
+        let debug_size = if entries.is_empty() {
+            0
+        } else {
+            record::check_debug_info(entries)?
+        };
         // SAFETY: gettid has no preconditions and cannot fail.
         let tid = unsafe { libc::gettid() } as u32;
-        // Built outside the lock with placeholder stamp and index, patched under it: copying a
+        // Built outside the lock with placeholder stamps and index, patched under it: copying a
         // large code blob must not hold up the other threads.
-        let mut bytes = Vec::with_capacity(size);
+        let mut bytes = Vec::with_capacity(debug_size + load_size);
+        if !entries.is_empty() {
+            record::code_debug_info(&mut bytes, 0, addr, entries)?;
+        }
+        let load_at = bytes.len();
         record::code_load(
             &mut bytes,
             &CodeLoad {
@@ -459,8 +498,12 @@ impl Shared {
         let index = {
             let mut state = lock(&self.state);
             let index = state.next_index;
-            bytes[8..16].copy_from_slice(&timestamp(self.clock, self.jit_clock)?.to_ne_bytes());
-            bytes[48..56].copy_from_slice(&index.to_ne_bytes());
+            let stamp = timestamp(self.clock, self.jit_clock)?.to_ne_bytes();
+            if load_at > 0 {
+                bytes[8..16].copy_from_slice(&stamp);
+            }
+            bytes[load_at + 8..load_at + 16].copy_from_slice(&stamp);
+            bytes[load_at + 48..load_at + 56].copy_from_slice(&index.to_ne_bytes());
             self.append(&mut state, &bytes)?;
             state.next_index += 1;
             index
@@ -593,58 +636,5 @@ fn write_once(file: &File, bytes: &[u8], at: u64) -> io::Result<()> {
             Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
             Err(error) => return Err(error),
         }
-    }
-}
-
-impl JitDump {
-    /// [`JitDump::code_load`] preceded by a `JIT_CODE_DEBUG_INFO` record of `entries` (source
-    /// lines of `code`), both stamped with one counter read and written under one lock
-    /// acquisition: `perf inject --jit` gives a debug record to the next load in the file, so no
-    /// other thread's load may come between them. With no entries it is `code_load`.
-    ///
-    /// # Errors
-    /// As [`JitDump::code_load`], and as [`record::check_debug_info`] for the entries (nothing
-    /// is written then).
-    pub fn code_load_with_debug_info(
-        &self,
-        name: &[u8],
-        addr: u64,
-        code: &[u8],
-        entries: &[record::DebugEntry<'_>],
-    ) -> Result<u64, JitDumpError> {
-        if entries.is_empty() {
-            return self.code_load(name, addr, code);
-        }
-        let load_size = record::check_load(name, code)?;
-        // SAFETY: gettid has no preconditions and cannot fail.
-        let tid = unsafe { libc::gettid() } as u32;
-        let mut bytes = Vec::with_capacity(record::check_debug_info(entries)? + load_size);
-        record::code_debug_info(&mut bytes, 0, addr, entries)?;
-        let load_at = bytes.len();
-        record::code_load(
-            &mut bytes,
-            &CodeLoad {
-                timestamp: 0,
-                pid: self.pid,
-                tid,
-                addr,
-                code_index: 0,
-                name,
-                code,
-            },
-        )?;
-        let index = {
-            let mut state = lock(&self.state);
-            let index = state.next_index;
-            let stamp = timestamp().to_ne_bytes();
-            bytes[8..16].copy_from_slice(&stamp);
-            bytes[load_at + 8..load_at + 16].copy_from_slice(&stamp);
-            bytes[load_at + 48..load_at + 56].copy_from_slice(&index.to_ne_bytes());
-            self.append(&mut state, &bytes)?;
-            state.next_index += 1;
-            index
-        };
-        self.refresh_timeconv();
-        Ok(index)
     }
 }
