@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{OnceLock, PoisonError, RwLock};
 
 use perfclock_jitdump::record::DebugEntry;
-use perfclock_jitdump::JitDump;
-use perfclock_markers::Markers;
+use perfclock_jitdump::{JitClock, JitDump};
+use perfclock_markers::{MarkerClock, Markers};
 
 use crate::code::{self, LineAt, Region};
 use crate::jvmti::{
@@ -150,14 +150,24 @@ unsafe fn initialise(vm: JavaVmPtr, text: &str, how: Start) -> Result<(), String
             ))
         }
     };
+    let jitdump_clock = match options.jitdump_clock {
+        Some(clock) => clock,
+        None => clock_from_env::<JitClock>("PERFCLOCK_JITDUMP_CLOCK", "jitdump_clock")?,
+    };
+    let markers_clock = match options.markers_clock {
+        Some(clock) => clock,
+        None => clock_from_env::<MarkerClock>("PERFCLOCK_MARKERS_CLOCK", "markers_clock")?,
+    };
     let jitdump = match &options.jitdump {
-        Some(dir) if clock_ok => Some(JitDump::create(dir).map_err(|e| {
-            format!(
-                "cannot write the jitdump in '{}': {e}; pass jitdump=DIR with an existing \
+        Some(dir) if clock_ok => {
+            Some(JitDump::create_with_clock(dir, jitdump_clock).map_err(|e| {
+                format!(
+                    "cannot write the jitdump in '{}': {e}; pass jitdump=DIR with an existing \
                  writable directory, or jitdump=off",
-                dir.display()
-            )
-        })?),
+                    dir.display()
+                )
+            })?)
+        }
         _ => None,
     };
     let perfmap = if options.perfmap {
@@ -166,13 +176,15 @@ unsafe fn initialise(vm: JavaVmPtr, text: &str, how: Start) -> Result<(), String
         None
     };
     let markers = match &options.markers {
-        Some(dir) if clock_ok => Some(Markers::open(dir).map_err(|e| {
-            format!(
+        Some(dir) if clock_ok => {
+            Some(Markers::open_with_clock(dir, markers_clock).map_err(|e| {
+                format!(
                 "cannot write markers in '{}': {e}; pass markers=DIR with an existing writable \
                  directory",
                 dir.display()
             )
-        })?),
+            })?)
+        }
         _ => None,
     };
     let status = describe(
@@ -242,14 +254,22 @@ fn describe(
     markers: Option<&Markers>,
 ) -> String {
     let mut parts = vec![match jitdump {
-        Some(dump) => format!("jitdump {}", dump.path().display()),
+        Some(dump) => format!(
+            "jitdump {} (clock {})",
+            dump.path().display(),
+            dump.jit_clock()
+        ),
         None => "no jitdump".to_owned(),
     }];
     if let Some(map) = perfmap {
         parts.push(format!("perf map {}", map.path().display()));
     }
     if let Some(markers) = markers {
-        parts.push(format!("GC markers {}", markers.path().display()));
+        parts.push(format!(
+            "GC markers {} (clock {})",
+            markers.path().display(),
+            markers.clock()
+        ));
     }
     parts.push(format!(
         "lines={} inline={} dottedclass={} sig={}",
@@ -521,4 +541,22 @@ unsafe extern "C" fn on_gc_finish(_env: JvmtiEnvPtr) {
             agent.failed(&format!("writing a GC marker failed: {e}"));
         }
     });
+}
+
+/// The clock `var` names, the default clock when it is unset; a name that is no clock is an
+/// error (a silent default would put every timestamp in the wrong clock).
+fn clock_from_env<C>(var: &str, option: &str) -> Result<C, String>
+where
+    C: std::str::FromStr + Default,
+    C::Err: std::fmt::Display,
+{
+    match std::env::var(var) {
+        Err(std::env::VarError::NotPresent) => Ok(C::default()),
+        Ok(name) => name
+            .parse()
+            .map_err(|e| format!("{var}: {e}; or pass {option}= to the agent")),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+            "{var} is not UTF-8; unset it or pass {option}= to the agent"
+        )),
+    }
 }

@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 
+use perfclock_jitdump::JitClock;
+use perfclock_markers::MarkerClock;
+
 /// What the agent writes, and how it names code. Defaults are those of [`Options::default`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
@@ -22,6 +25,12 @@ pub struct Options {
     pub signature: bool,
     /// `allow_no_clock=0|1`: start without the perf clock (no jitdump, no markers) (default 0).
     pub allow_no_clock: bool,
+    /// `jitdump_clock=arch|perf|monotonic`: the dump's clock; `None` (not given): the one
+    /// `PERFCLOCK_JITDUMP_CLOCK` names, else `arch`.
+    pub jitdump_clock: Option<JitClock>,
+    /// `markers_clock=perf|monotonic`: the marker file's clock; `None` (not given): the one
+    /// `PERFCLOCK_MARKERS_CLOCK` names, else `perf`.
+    pub markers_clock: Option<MarkerClock>,
 }
 
 impl Default for Options {
@@ -35,15 +44,19 @@ impl Default for Options {
             dotted_class: false,
             signature: true,
             allow_no_clock: false,
+            jitdump_clock: None,
+            markers_clock: None,
         }
     }
 }
 
 /// The keys, as listed in the refusal of an unknown one.
 pub const KNOWN: &str = "jitdump=DIR|off, perfmap=0|1, markers=DIR, lines=0|1, inline=0|1, \
-                         dottedclass=0|1, sig=0|1, allow_no_clock=0|1 (comma-separated)";
+                         dottedclass=0|1, sig=0|1, allow_no_clock=0|1, \
+                         jitdump_clock=arch|perf|monotonic, markers_clock=perf|monotonic \
+                         (comma-separated)";
 
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 10] = [
     "jitdump",
     "perfmap",
     "markers",
@@ -52,6 +65,8 @@ const KEYS: [&str; 8] = [
     "dottedclass",
     "sig",
     "allow_no_clock",
+    "jitdump_clock",
+    "markers_clock",
 ];
 
 impl Options {
@@ -90,6 +105,12 @@ impl Options {
                 "inline" => options.inline = flag(key, value)?,
                 "dottedclass" => options.dotted_class = flag(key, value)?,
                 "sig" => options.signature = flag(key, value)?,
+                "jitdump_clock" => {
+                    options.jitdump_clock = Some(value.parse().map_err(|e| format!("{e}"))?)
+                }
+                "markers_clock" => {
+                    options.markers_clock = Some(value.parse().map_err(|e| format!("{e}"))?)
+                }
                 _ => options.allow_no_clock = flag(key, value)?,
             }
         }
@@ -129,7 +150,8 @@ mod tests {
     #[test]
     fn every_key() {
         let o = Options::parse(Some(
-            "jitdump=off,perfmap=1,markers=/m,lines=0,inline=0,dottedclass=1,sig=0,allow_no_clock=1",
+            "jitdump=off,perfmap=1,markers=/m,lines=0,inline=0,dottedclass=1,sig=0,allow_no_clock=1,\
+             jitdump_clock=monotonic,markers_clock=monotonic",
         ))
         .unwrap();
         assert_eq!(
@@ -143,6 +165,8 @@ mod tests {
                 dotted_class: true,
                 signature: false,
                 allow_no_clock: true,
+                jitdump_clock: Some(JitClock::Monotonic),
+                markers_clock: Some(MarkerClock::Monotonic),
             }
         );
         let o = Options::parse(Some("jitdump=./off")).unwrap();
@@ -163,5 +187,7 @@ mod tests {
             "option inline=yes: expected inline=0 or inline=1"
         );
         assert_eq!(err("markers="), "option markers= needs a path");
+        assert!(err("jitdump_clock=tsc").starts_with("unknown jitdump clock \"tsc\": use arch"));
+        assert!(err("markers_clock=arch").contains("arch"));
     }
 }

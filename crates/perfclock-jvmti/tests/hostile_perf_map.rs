@@ -4,60 +4,45 @@
 //! and another user's file must make the JVM refuse to start with a message naming the path and
 //! the owner, and be left as they were; a stale regular file of the JVM's own user is replaced.
 //!
-//! Needs a JDK (its `jvmti.h` and `java`) and root (to plant another user's file): `SKIPPED` on
-//! stderr without them, fatal under `PERFCLOCK_REQUIRE_JAVA=1` / `PERFCLOCK_REQUIRE_ROOT=1`.
+//! Needs `java` and root (to plant another user's file): skipped on stderr without them, fatal
+//! under `PERFCLOCK_REQUIRE_TOOLS=1` / `PERFCLOCK_REQUIRE_ROOT=1`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod common;
+use perfclock_testutil::{skip, Need};
 
-#[path = "../../../tests/shared_dir_common/mod.rs"]
-mod shared_dir_common;
-
-use common::{libraries, CRATE_DIR, NATIVE_LIBS};
-
-/// A JDK home with `include/jvmti.h` and `bin/java`: `JAVA_HOME`, else that of `javac` on PATH.
-fn jdk() -> Option<PathBuf> {
-    let home = std::env::var_os("JAVA_HOME")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let javac = Command::new("sh")
-                .args(["-c", "readlink -f \"$(command -v javac)\""])
+/// `java` of a JDK or JRE: `JAVA_HOME`'s, else the one on `PATH`.
+fn java() -> Option<PathBuf> {
+    let java = match std::env::var_os("JAVA_HOME") {
+        Some(home) => PathBuf::from(home).join("bin/java"),
+        None => {
+            let out = Command::new("sh")
+                .args(["-c", "command -v java"])
                 .output()
                 .ok()?;
-            let javac = PathBuf::from(String::from_utf8(javac.stdout).ok()?.trim());
-            Some(javac.parent()?.parent()?.to_owned())
-        })?;
-    (home.join("include/jvmti.h").is_file() && home.join("bin/java").is_file()).then_some(home)
+            PathBuf::from(String::from_utf8(out.stdout).ok()?.trim())
+        }
+    };
+    java.is_file().then_some(java)
 }
 
-fn build_agent(jdk: &Path, out: &Path) {
-    let libs = libraries();
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let output = Command::new(cc)
-        .args([
-            "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-        ])
-        .arg("-I")
-        .arg(jdk.join("include"))
-        .arg("-I")
-        .arg(jdk.join("include/linux"))
-        .arg("-I")
-        .arg(Path::new(CRATE_DIR).join("include"))
-        .arg(Path::new(CRATE_DIR).join("jvmti/perfclock_agent.c"))
-        .arg(&libs.archive)
-        .args(["-Wl,--exclude-libs,ALL", "-Wl,--no-undefined"])
-        .args(NATIVE_LIBS)
-        .arg("-o")
-        .arg(out)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "building the agent failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+/// This crate's `libperfclock_agent.so`, brought up to date by cargo (the test binary lives in
+/// `<target>/<profile>/deps/`, the library in `<target>/<profile>/`).
+fn agent() -> PathBuf {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-p", "perfclock-jvmti"])
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "cargo build -p perfclock-jvmti failed");
+    let exe = std::env::current_exe().unwrap();
+    let agent = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("libperfclock_agent.so");
+    assert!(agent.is_file(), "{} was not built", agent.display());
+    agent
 }
 
 /// What the shell puts at `/tmp/perf-$$.map` before it becomes the JVM.
@@ -70,22 +55,19 @@ struct Case {
 #[test]
 fn planted_perf_maps_are_refused_and_left_alone() {
     let test = "planted_perf_maps_are_refused_and_left_alone";
-    let Some(jdk) = jdk() else {
-        assert!(
-            std::env::var_os("PERFCLOCK_REQUIRE_JAVA").is_none(),
-            "{test}: PERFCLOCK_REQUIRE_JAVA is set but no JDK (jvmti.h, java) was found"
-        );
-        eprintln!("SKIPPED {test}: no JDK with include/jvmti.h (set JAVA_HOME)");
+    let Some(java) = java() else {
+        skip(test, Need::Tool("java"), "no java on PATH (set JAVA_HOME)");
         return;
     };
-    if !shared_dir_common::is_root(test) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip(test, Need::Root, "planting another user's file takes chown");
         return;
     }
     let work = std::env::temp_dir().join(format!("perfclock-perfmap-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir(&work).unwrap();
-    let agent = work.join("libperfclock_agent.so");
-    build_agent(&jdk, &agent);
+    let agent = agent();
     let victim = work.join("victim");
     let cases = [
         Case {
@@ -126,7 +108,7 @@ fn planted_perf_maps_are_refused_and_left_alone() {
             .args(["-c", &script])
             .env("VICTIM", &victim)
             .env("AGENT", &agent)
-            .env("JAVA", jdk.join("bin/java"))
+            .env("JAVA", &java)
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
