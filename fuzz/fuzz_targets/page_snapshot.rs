@@ -8,7 +8,7 @@ use core::ptr::NonNull;
 
 use libfuzzer_sys::fuzz_target;
 use perfclock_core::page::{caps, PerfEventMmapPage, PAGE_LAYOUT_BYTES};
-use perfclock_core::seqlock::RawTimeFields;
+use perfclock_core::RawTimeFields;
 use perfclock_core::{PageReader, PageWriter, ParamError, ReadError};
 
 fn u64_at(bytes: &[u8], offset: usize) -> u64 {

@@ -21,7 +21,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use perfclock_core::conversion::TimeConversion;
+use perfclock_core::TimeConversion;
 use perfclock_core::{ParamError, SeqLock};
 
 use crate::fit::Fit;

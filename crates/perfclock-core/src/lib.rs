@@ -4,10 +4,10 @@
 //! # Design
 //! The kernel publishes the counter-to-perf-time conversion in the first page of any perf event's
 //! mapping (`struct perf_event_mmap_page`) under a seqlock. This crate knows that page's layout
-//! ([`page`]), reads it consistently together with the counter ([`seqlock::PageReader`]), applies
-//! the kernel's formula exactly ([`conversion::TimeConversion`]) and reads the counter of each
+//! ([`page`]), reads it consistently together with the counter ([`PageReader`]), applies
+//! the kernel's formula exactly ([`TimeConversion`]) and reads the counter of each
 //! architecture ([`counter`]). A calibrated clock publishes its own parameters in a page of
-//! ordinary memory with [`seqlock::PageWriter`], so both modes share one read path. One
+//! ordinary memory with [`PageWriter`], so both modes share one read path. One
 //! [`SeqLock`] type is the protocol under all of them.
 //!
 //! Nothing here allocates, makes a system call or takes a lock: every function is usable from a
@@ -23,16 +23,20 @@
 #[cfg(test)]
 extern crate std;
 
-pub mod conversion;
+mod conversion;
 pub mod counter;
 mod error;
+mod fast_path;
 pub mod page;
-pub mod seq_lock;
-pub mod seqlock;
+mod page_fields;
+mod reader;
+mod seq_lock;
 pub mod shared_page;
+mod writer;
 
 pub use conversion::TimeConversion;
 pub use error::{ParamError, ReadError};
 pub use page::PerfEventMmapPage;
+pub use reader::{PageReader, RawTimeFields, Reading, MAX_RETRIES};
 pub use seq_lock::{SeqLock, SeqLockWriteGuard};
-pub use seqlock::{PageReader, PageWriter, Reading};
+pub use writer::PageWriter;

@@ -34,7 +34,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::page::{PerfEventMmapPage, PAGE_LAYOUT_BYTES};
 use crate::seq_lock::SeqLock;
-use crate::seqlock::{PageReader, PageWriter, RawTimeFields};
+use crate::{PageReader, PageWriter, RawTimeFields};
 use crate::{ReadError, TimeConversion};
 
 /// `SharedHeader::magic`: "perfclk1" read as a native-endian word.

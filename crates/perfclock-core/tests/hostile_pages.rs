@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use perfclock_core::page::{caps, PerfEventMmapPage, PAGE_LAYOUT_BYTES};
-use perfclock_core::seqlock::{RawTimeFields, MAX_RETRIES};
 use perfclock_core::{PageReader, PageWriter, ParamError, ReadError, TimeConversion};
+use perfclock_core::{RawTimeFields, MAX_RETRIES};
 use proptest::prelude::*;
 
 /// How long any single read may take before the test calls it unbounded. A read is at most

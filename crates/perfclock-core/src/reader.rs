@@ -1,5 +1,4 @@
-//! The page's seqlock: a lock-free reader for kernel-written (or our own) pages, and the writer
-//! side of the same protocol for pages of ordinary memory.
+//! [`PageReader`]: the lock-free reader of a kernel-written (or our own) page and its counter.
 //!
 //! The protocol is [`SeqLock`]'s, over the page's `lock` word: a reader rejects an odd `lock`
 //! (update in progress), loads the fields and the counter, and accepts them only if `lock` is
@@ -30,11 +29,12 @@
 #![allow(unsafe_code)]
 
 use core::hint::spin_loop;
-use core::ptr::{addr_of_mut, NonNull};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering;
 
+use crate::fast_path::{fast_ns, is_low_bits_mask};
 use crate::page::{caps, PerfEventMmapPage};
-use crate::seq_lock::SeqLock;
+use crate::page_fields::{unpack_scale, PageFields};
 use crate::{counter, ReadError, TimeConversion};
 
 /// Attempts before a read gives up with [`ReadError::Contended`]; `tools/perf/util/tsc.c` uses
@@ -130,11 +130,11 @@ impl PageReader {
     /// # Safety
     /// `page` must point to 8-aligned memory of at least `size_of::<PerfEventMmapPage>()` bytes
     /// that stays mapped and readable for as long as the reader or any copy of it is used, and
-    /// that is written only by the kernel's protocol or a [`PageWriter`] (never by plain,
+    /// that is written only by the kernel's protocol or a [`PageWriter`](crate::PageWriter) (never by plain,
     /// non-atomic stores from Rust code).
     ///
     /// # Example
-    /// A page of our own memory, published by a [`PageWriter`] and read back:
+    /// A page of our own memory, published by a [`PageWriter`](crate::PageWriter) and read back:
     /// ```
     /// use core::ptr::NonNull;
     /// use perfclock_core::{PageReader, PageWriter, PerfEventMmapPage, TimeConversion};
@@ -151,7 +151,7 @@ impl PageReader {
         PageReader { page, mirror: page }
     }
 
-    /// A reader of a page written by a user-space [`PageWriter::new_mirrored`]: each attempt that
+    /// A reader of a page written by a user-space [`PageWriter::new_mirrored`](crate::PageWriter::new_mirrored): each attempt that
     /// finds `page` busy tries `mirror`. The writer finishes the mirror before it touches the
     /// page, so at most one of them is ever mid-update, and a writer preempted in the middle of
     /// an update (for as long as the scheduler likes) never makes readers fail.
@@ -319,49 +319,6 @@ impl PageReader {
     }
 }
 
-/// The conversion of the fast path, from fields one seqlock section read (with
-/// `cap_user_time_zero` set): `None` unless they form a conversion [`RawTimeFields::conversion`]
-/// accepts (the same checks, so a declined read gets its typed error from the slow path).
-/// `cycles` is already widened if short.
-#[inline(always)]
-fn fast_ns(scale: u64, time_zero: u64, cycles: u64) -> Option<u64> {
-    let (time_shift, time_mult) = unpack_scale(scale);
-    if time_mult == 0 {
-        return None;
-    }
-    let mult = u64::from(time_mult);
-    let scaled = if time_shift == 31 {
-        // The shift an x86 kernel publishes for any TSC above 0.5 GHz (it lowers 32 to 31 for
-        // the page's sake) and the calibrated writer's: constant shifts of the counter's 32-bit
-        // halves, cheaper than the 128-bit product and its variable-count `shrd`.
-        scaled_by_halves::<31>(cycles, mult)
-    } else if time_shift <= 63 {
-        // `& 63` changes nothing (this branch's condition) but tells the compiler the shift is
-        // below 64, so the 128-bit shift is one `shrd` (as `TimeConversion::cycles_to_ns` does).
-        ((u128::from(cycles) * u128::from(mult)) >> (time_shift & 63)) as u64
-    } else {
-        return None;
-    };
-    Some(time_zero.wrapping_add(scaled))
-}
-
-/// `(cycles * mult) >> SHIFT` modulo 2^64, for `mult < 2^32` and `SHIFT <= 32`, from the
-/// counter's halves: `cycles * mult = high * mult * 2^32 + low * mult`, and `2^SHIFT` divides the
-/// first term, so the quotient is `high * mult * 2^(32 - SHIFT) + (low * mult >> SHIFT)` exactly
-/// (each product fits 64 bits). This is the uapi header's quot/rem form with a constant shift.
-#[inline(always)]
-fn scaled_by_halves<const SHIFT: u32>(cycles: u64, mult: u64) -> u64 {
-    const { assert!(SHIFT <= 32) };
-    let (high, low) = (cycles >> 32, cycles & 0xffff_ffff);
-    ((high * mult) << (32 - SHIFT)).wrapping_add((low * mult) >> SHIFT)
-}
-
-/// `2^k - 1` with `k >= 1`, as [`TimeConversion::new_short`] requires of `time_mask`.
-#[inline(always)]
-const fn is_low_bits_mask(mask: u64) -> bool {
-    mask != 0 && mask & mask.wrapping_add(1) == 0
-}
-
 /// Which fields an attempt loads.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Fields {
@@ -411,170 +368,14 @@ fn attempt(
     Some((raw, cycles))
 }
 
-/// `time_shift` and `time_mult` out of the word at offset 48 (`pmc_width`, `time_shift`,
-/// `time_mult`, each in native byte order, as `repr(C)` lays them out).
-#[inline(always)]
-const fn unpack_scale(word: u64) -> (u16, u32) {
-    let bytes = word.to_ne_bytes();
-    (
-        u16::from_ne_bytes([bytes[2], bytes[3]]),
-        u32::from_ne_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]),
-    )
-}
-
-/// The word at offset 48 from its three fields (the inverse of [`unpack_scale`]).
-const fn pack_scale(pmc_width: u16, time_shift: u16, time_mult: u32) -> u64 {
-    let [w0, w1] = pmc_width.to_ne_bytes();
-    let [s0, s1] = time_shift.to_ne_bytes();
-    let [m0, m1, m2, m3] = time_mult.to_ne_bytes();
-    u64::from_ne_bytes([w0, w1, s0, s1, m0, m1, m2, m3])
-}
-
-/// Publishes a conversion into a page of ordinary memory (and its mirror) with the kernel's
-/// protocol.
-#[derive(Debug)]
-pub struct PageWriter {
-    /// Invariant: both point to writable, 8-aligned `PerfEventMmapPage`s that outlive this
-    /// writer, and this is their only writer. `mirror` equals `page` unless mirrored.
-    page: NonNull<PerfEventMmapPage>,
-    mirror: NonNull<PerfEventMmapPage>,
-}
-
-// SAFETY: the writer performs only atomic stores through the pointer; moving it to another thread
-// keeps the single-writer invariant.
-unsafe impl Send for PageWriter {}
-
-impl PageWriter {
-    /// A writer of `page` (see [`PageReader::new`] for an example).
-    ///
-    /// # Safety
-    /// `page` must point to 8-aligned, writable memory of at least
-    /// `size_of::<PerfEventMmapPage>()` bytes that outlives the writer, that no other writer
-    /// updates, and that nothing accesses except through atomic loads ([`PageReader`]).
-    pub const unsafe fn new(page: NonNull<PerfEventMmapPage>) -> Self {
-        PageWriter { page, mirror: page }
-    }
-
-    /// A writer that updates `mirror` completely, then `page`: read both with
-    /// [`PageReader::new_mirrored`] and no reader ever waits for this writer.
-    ///
-    /// # Safety
-    /// As [`PageWriter::new`], for both pages, which must not overlap.
-    pub const unsafe fn new_mirrored(
-        page: NonNull<PerfEventMmapPage>,
-        mirror: NonNull<PerfEventMmapPage>,
-    ) -> Self {
-        PageWriter { page, mirror }
-    }
-
-    /// Publishes `conversion` with `cap_user_time` and `cap_user_time_zero` set (and
-    /// `cap_user_time_short` for a narrow counter).
-    pub fn publish(&self, conversion: &TimeConversion) {
-        let short = if conversion.is_short() {
-            caps::USER_TIME_SHORT
-        } else {
-            0
-        };
-        self.write(&RawTimeFields {
-            capabilities: caps::BIT0_IS_DEPRECATED | caps::USER_TIME | caps::USER_TIME_ZERO | short,
-            time_mult: conversion.mult(),
-            time_shift: conversion.shift(),
-            time_zero: conversion.zero(),
-            time_cycles: conversion.cycles(),
-            time_mask: if conversion.is_short() {
-                conversion.mask()
-            } else {
-                0
-            },
-        });
-    }
-
-    /// Clears the capabilities: readers report [`ReadError::TimeZeroUnavailable`] from now on.
-    pub fn withdraw(&self) {
-        self.write(&RawTimeFields {
-            capabilities: caps::BIT0_IS_DEPRECATED,
-            time_mult: 0,
-            time_shift: 0,
-            time_zero: 0,
-            time_cycles: 0,
-            time_mask: 0,
-        });
-    }
-
-    /// Writes arbitrary field values, valid or not (tests use it to publish garbage): the
-    /// mirror first, if any, then the page.
-    pub fn write(&self, raw: &RawTimeFields) {
-        if self.mirror != self.page {
-            write_page(self.mirror, raw);
-        }
-        write_page(self.page, raw);
-    }
-}
-
-fn write_page(page: NonNull<PerfEventMmapPage>, raw: &RawTimeFields) {
-    // SAFETY: the writer's contract: the page is ours to write, aligned, and accessed by
-    // others only through atomic loads.
-    let fields = unsafe { PageFields::of(page.as_ptr()) };
-    // The reader loads `time_shift` and `time_mult` as one word, so they are stored as one
-    // (same-size accesses); `pmc_width`, the word's other field, is kept. This is the word's
-    // only writer, so loading it before the update and storing it within is not a lost update;
-    // packing before the update keeps the window in which readers fail short.
-    let pmc_width = u16::from_ne_bytes({
-        let bytes = fields.scale.load(Ordering::Relaxed).to_ne_bytes();
-        [bytes[0], bytes[1]]
-    });
-    let scale = pack_scale(pmc_width, raw.time_shift, raw.time_mult);
-    let update = fields.lock.write();
-    fields
-        .capabilities
-        .store(raw.capabilities, Ordering::Relaxed);
-    fields.scale.store(scale, Ordering::Relaxed);
-    fields.time_zero.store(raw.time_zero, Ordering::Relaxed);
-    fields.time_cycles.store(raw.time_cycles, Ordering::Relaxed);
-    fields.time_mask.store(raw.time_mask, Ordering::Relaxed);
-    drop(update);
-}
-
-/// Atomic views of the fields the seqlock protects.
-struct PageFields<'a> {
-    lock: &'a SeqLock,
-    capabilities: &'a AtomicU64,
-    /// `pmc_width`, `time_shift` and `time_mult` (offsets 48, 50, 52), one 8-aligned word.
-    scale: &'a AtomicU64,
-    time_zero: &'a AtomicU64,
-    time_cycles: &'a AtomicU64,
-    time_mask: &'a AtomicU64,
-}
-
-impl PageFields<'_> {
-    /// # Safety
-    /// `page` must be valid, 8-aligned, and accessed concurrently only atomically (or by the
-    /// kernel) for the returned lifetime.
-    #[inline(always)]
-    unsafe fn of<'a>(page: *mut PerfEventMmapPage) -> PageFields<'a> {
-        // SAFETY: the caller's contract; every field is naturally aligned in the `repr(C)`
-        // layout (checked at compile time in `page`), as `from_ptr` requires, and the 8-byte
-        // view at `pmc_width` lies inside the page and overlaps only `time_shift`/`time_mult`,
-        // which are accessed through it alone.
-        unsafe {
-            PageFields {
-                lock: SeqLock::from_ptr(addr_of_mut!((*page).lock)),
-                capabilities: AtomicU64::from_ptr(addr_of_mut!((*page).capabilities)),
-                // `pmc_width` starts the 8-byte word (offset 48, checked in `page`); the
-                // page is 8-aligned, so the word is too.
-                scale: AtomicU64::from_ptr(addr_of_mut!((*page).pmc_width).cast::<u64>()),
-                time_zero: AtomicU64::from_ptr(addr_of_mut!((*page).time_zero)),
-                time_cycles: AtomicU64::from_ptr(addr_of_mut!((*page).time_cycles)),
-                time_mask: AtomicU64::from_ptr(addr_of_mut!((*page).time_mask)),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::page_fields::pack_scale;
+    use crate::writer::write_page;
+    use crate::PageWriter;
     use crate::ParamError;
+    use core::sync::atomic::AtomicU64;
     use std::boxed::Box;
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
