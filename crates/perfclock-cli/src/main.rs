@@ -2,7 +2,7 @@
 
 mod doctor;
 mod inject;
-mod perf_data_patch;
+mod signals;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,7 +61,14 @@ fn main() -> ExitCode {
 
 fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
     const NAME: &str = "perfclock inject-time-conv";
-    match inject::run(&options) {
+    let cleanup = match signals::TempCleanup::install() {
+        Ok(cleanup) => cleanup,
+        Err(error) => {
+            eprintln!("{NAME}: error: cannot install signal handlers: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match inject::run(&options, &cleanup) {
         Ok(inject::Outcome::Copied) => {
             eprintln!(
                 "{NAME}: {} holds a PERF_RECORD_TIME_CONV already (perf record writes one where \
