@@ -76,9 +76,7 @@ fn build(
         match record {
             Record::Comm(pid, name) => bytes.push(synth::comm(pid, &name)),
             Record::Mmap(pid, variant) => bytes.push(synth::mmap(pid, &dump_name(pid, variant))),
-            Record::Mmap2(pid, variant) => {
-                bytes.push(synth::mmap2(pid, &dump_name(pid, variant)))
-            }
+            Record::Mmap2(pid, variant) => bytes.push(synth::mmap2(pid, &dump_name(pid, variant))),
             Record::TimeConv => bytes.push(synth::record(RecordType::TIME_CONV, &[1; 48])),
             Record::Compressed {
                 inner,
