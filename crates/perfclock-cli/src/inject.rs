@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 
 use perfclock_jitdump::timeconv::{TimeConvError, TimeConvMode, TimeConvRecord, SUFFIX};
 use perfclock_perfdata::{
-    check_output_path, read_layout, scan_records, time_conv_record, OutputFile, Patch,
-    PerfDataError,
+    check_output_path, read_layout, scan_records, time_conv_record, ClockData, Feature, OutputFile,
+    Patch, PerfDataError,
 };
 
+use crate::clock_data::{self, ClockDataError};
 use crate::signals::TempCleanup;
 
 /// A sidecar is a dozen short lines; anything longer is not one.
@@ -32,13 +33,18 @@ pub struct InjectOptions {
     pub output: PathBuf,
     /// Directories to look for `jit-<pid>.dump.timeconv` in, instead of the dump's own.
     pub dump_dirs: Vec<PathBuf>,
+    /// Add HEADER_CLOCK_DATA from a snapshot taken now (the recording was made on this boot).
+    pub clock_data_now: bool,
 }
 
 /// What was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// IN held a TIME_CONV already (perf record wrote it in kernel mode): OUT is a byte copy.
+    /// IN held a TIME_CONV already (perf record wrote it in kernel mode): OUT is a byte copy
+    /// (with the clock data, if asked for).
     Copied,
+    /// IN maps no jitdump and has no TIME_CONV: only the clock data was added.
+    ClockDataOnly,
     /// A TIME_CONV record was inserted.
     Inserted {
         /// The sidecar whose conversion was used.
@@ -61,6 +67,8 @@ pub enum InjectError {
     InputNotFile(PathBuf, bool),
     /// IN is not a perf.data this tool can patch.
     PerfData(PerfDataError),
+    /// `--clock-data-now` cannot be honoured.
+    ClockData(ClockDataError),
     /// IN maps no `jit-<pid>.dump`.
     NoJitMarker,
     /// IN's events were opened with another clock (`perf record -k`).
@@ -129,6 +137,7 @@ impl fmt::Display for InjectError {
                 path.display()
             ),
             Self::PerfData(error) => write!(f, "{error}"),
+            Self::ClockData(error) => write!(f, "{error}"),
             Self::NoJitMarker => write!(
                 f,
                 "no MMAP2 of a jit-<pid>.dump in IN: was the JIT running with perfclock's \
@@ -216,7 +225,19 @@ impl From<PerfDataError> for InjectError {
 ///
 /// # Errors
 /// [`InjectError`], naming what is wrong and what to pass or change.
-pub fn run(options: &InjectOptions, cleanup: &TempCleanup) -> Result<Outcome, InjectError> {
+pub fn run(
+    options: &InjectOptions,
+    cleanup: &TempCleanup,
+) -> Result<(Outcome, Option<ClockData>), InjectError> {
+    // First, to be as close as possible to the recording.
+    let snapshot =
+        if options.clock_data_now {
+            Some(perfclock::snapshot().map_err(|error| {
+                InjectError::ClockData(ClockDataError::Snapshot(error.to_string()))
+            })?)
+        } else {
+            None
+        };
     let input = &options.input;
     let mut file = File::open(input).map_err(|error| InjectError::Input(input.clone(), error))?;
     let metadata = file
@@ -234,13 +255,33 @@ pub fn run(options: &InjectOptions, cleanup: &TempCleanup) -> Result<Outcome, In
     let layout = read_layout(&mut file)?;
     let scan = scan_records(&mut file, &layout)?;
     let mode = metadata.permissions().mode();
-    if scan.has_time_conv {
+    let clock_data = match &snapshot {
+        Some(snapshot) => Some(
+            clock_data::from_snapshot(&mut file, &layout, snapshot)
+                .map_err(InjectError::ClockData)?,
+        ),
+        None => None,
+    };
+    let mut patch = Patch::new(&layout);
+    if let Some(clock_data) = &clock_data {
+        patch.add_feature(Feature::CLOCK_DATA, clock_data.to_bytes().to_vec())?;
+    }
+    if scan.has_time_conv || (scan.jit_dumps.is_empty() && clock_data.is_some()) {
         write_output(&options.output, mode, cleanup, |out| {
-            file.seek(SeekFrom::Start(0))?;
-            io::copy(&mut Read::by_ref(&mut file).take(layout.file_len), out)?;
-            Ok(())
+            if clock_data.is_some() {
+                patch.write(&mut file, out)
+            } else {
+                file.seek(SeekFrom::Start(0))?;
+                io::copy(&mut Read::by_ref(&mut file).take(layout.file_len), out)?;
+                Ok(())
+            }
         })?;
-        return Ok(Outcome::Copied);
+        let outcome = if scan.has_time_conv {
+            Outcome::Copied
+        } else {
+            Outcome::ClockDataOnly
+        };
+        return Ok((outcome, clock_data));
     }
     if scan.jit_dumps.is_empty() {
         return Err(InjectError::NoJitMarker);
@@ -271,16 +312,16 @@ pub fn run(options: &InjectOptions, cleanup: &TempCleanup) -> Result<Outcome, In
         .iter()
         .min_by_key(|(_, record)| (record.error_bound_ns, u64::MAX - record.written_counter))
         .ok_or(InjectError::NoJitMarker)?;
-    let mut patch = Patch::new(&layout);
     patch.insert_record(&time_conv_record(&record.conversion))?;
     write_output(&options.output, mode, cleanup, |out| {
         patch.write(&mut file, out)
     })?;
-    Ok(Outcome::Inserted {
+    let outcome = Outcome::Inserted {
         sidecar: sidecar.clone(),
         record: Box::new(record.clone()),
         sidecars: sidecars.len(),
-    })
+    };
+    Ok((outcome, clock_data))
 }
 
 /// Whether `output` is `input` (`input_metadata`'s file) under any name: the same inode.

@@ -1,5 +1,6 @@
 //! The `perfclock` command: `perfclock doctor` and `perfclock inject-time-conv`.
 
+mod clock_data;
 mod doctor;
 mod inject;
 mod signals;
@@ -41,6 +42,12 @@ enum Command {
         /// names (a dump moved since); may be repeated, searched in order.
         #[arg(long = "dump-dir", value_name = "DIR")]
         dump_dirs: Vec<PathBuf>,
+        /// Also add HEADER_CLOCK_DATA, so that `perf script -F+tod` prints wall-clock time,
+        /// from a perf-clock/CLOCK_REALTIME snapshot taken now. Only for a recording made on
+        /// this boot; refused if CLOCK_REALTIME was stepped back since (see docs/cli.md for how
+        /// far off it can be).
+        #[arg(long)]
+        clock_data_now: bool,
     },
 }
 
@@ -51,10 +58,12 @@ fn main() -> ExitCode {
             input,
             output,
             dump_dirs,
+            clock_data_now,
         } => inject_time_conv(inject::InjectOptions {
             input,
             output,
             dump_dirs,
+            clock_data_now,
         }),
     }
 }
@@ -68,7 +77,24 @@ fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match inject::run(&options, &cleanup) {
+    let result = inject::run(&options, &cleanup);
+    if let Ok((_, Some(clock_data))) = &result {
+        eprintln!(
+            "{NAME}: added HEADER_CLOCK_DATA: wall clock {} ns at perf clock {} ns (perf script \
+             -F+tod prints wall-clock time)",
+            clock_data.wall_clock_ns, clock_data.clockid_time_ns
+        );
+    }
+    match result.map(|(outcome, _)| outcome) {
+        Ok(inject::Outcome::ClockDataOnly) => {
+            eprintln!(
+                "{NAME}: {} maps no jitdump and needs no PERF_RECORD_TIME_CONV; wrote {} with \
+                 the clock data only",
+                options.input.display(),
+                options.output.display()
+            );
+            ExitCode::SUCCESS
+        }
         Ok(inject::Outcome::Copied) => {
             eprintln!(
                 "{NAME}: {} holds a PERF_RECORD_TIME_CONV already (perf record writes one where \

@@ -657,3 +657,90 @@ fn sigterm_mid_copy_leaves_no_temporary_file() {
         "no run was interrupted mid-copy in 5 attempts"
     );
 }
+
+/// A recording with no jitdump whose HEADER_SAMPLE_TIME ends `last_sample_ago_ns` before now,
+/// written (mtime) `written_after_ns` after that sample by the current wall clock.
+fn recording_ended(dir: &Path, last_sample_ago_ns: u64, written_after_ns: i64) -> PathBuf {
+    let snapshot = perfclock::snapshot().expect("a clock snapshot");
+    let last = snapshot.perf_ns - last_sample_ago_ns;
+    let mut sample_time = (last - 1_000_000).to_le_bytes().to_vec();
+    sample_time.extend_from_slice(&last.to_le_bytes());
+    let built = Synth {
+        records: vec![synth::comm(1, "x")],
+        features: vec![
+            (Feature::HOSTNAME, b"\x08\0\0\0host\0\0\0\0".to_vec()),
+            (Feature::SAMPLE_TIME, sample_time),
+        ],
+        attrs_after_data: false,
+    }
+    .build();
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    let wall_at_last = snapshot.realtime.ns - last_sample_ago_ns;
+    let mtime = (wall_at_last as i64 + written_after_ns) as u64;
+    let file = fs::File::options().write(true).open(&input).unwrap();
+    file.set_modified(std::time::UNIX_EPOCH + Duration::from_nanos(mtime))
+        .unwrap();
+    input
+}
+
+fn inject_clock_data_now(input: &Path, out: &Path) -> Output {
+    perfclock(&[
+        "inject-time-conv".as_ref(),
+        input.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--clock-data-now".as_ref(),
+    ])
+}
+
+/// `--clock-data-now` on a recording without jitdumps adds only HEADER_CLOCK_DATA, pairing the
+/// perf clock with CLOCK_REALTIME as a fresh snapshot does; a CLOCK_REALTIME stepped back since
+/// the recording, and a recording from before this boot, are refused.
+#[test]
+fn clock_data_now_adds_a_fresh_pairing_and_refuses_a_step_back_or_another_boot() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let out = dir.join("out.data");
+    // Written 200 ms after its last sample, 1 s ago: consistent.
+    let input = recording_ended(dir, 1_000_000_000, 200_000_000);
+    let output = inject_clock_data_now(&input, &out);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("with the clock data only"),
+        "{}",
+        stderr(&output)
+    );
+    let bytes = fs::read(&out).unwrap();
+    let layout = perfclock_perfdata::read_layout(&mut std::io::Cursor::new(&bytes)).unwrap();
+    let section = layout.feature_section(Feature::CLOCK_DATA).unwrap();
+    let at = section.offset as usize;
+    let clock_data =
+        perfclock_perfdata::ClockData::parse(&bytes[at..at + section.size as usize]).unwrap();
+    let now = perfclock::snapshot().unwrap();
+    let offset = |wall: u64, perf: u64| wall as i64 - perf as i64;
+    let apart = offset(clock_data.wall_clock_ns, clock_data.clockid_time_ns)
+        - offset(now.realtime.ns, now.perf_ns);
+    assert!(
+        apart.abs() < 1_000_000,
+        "{apart} ns from a fresh snapshot's pairing"
+    );
+    fs::remove_file(&out).unwrap();
+
+    // Written "5 s before" its own last sample by today's wall clock: stepped back since.
+    let input = recording_ended(dir, 1_000_000_000, -5_000_000_000);
+    assert_refused(
+        &inject_clock_data_now(&input, &out),
+        &out,
+        "stepped back since the recording",
+    );
+    // Written before this boot.
+    let file = fs::File::options().write(true).open(&input).unwrap();
+    file.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000))
+        .unwrap();
+    assert_refused(
+        &inject_clock_data_now(&input, &out),
+        &out,
+        "before this boot",
+    );
+}

@@ -73,6 +73,42 @@ impl ClockData {
     }
 }
 
+/// NTP slews CLOCK_REALTIME by at most 500 ppm against a free-running clock.
+pub const MAX_REALTIME_SLEW_PPM: u64 = 500;
+
+/// CLOCK_REALTIME and the perf clock read at one instant (for example from a
+/// `perfclock::ClockSnapshot`: `realtime.ns`, `perf_ns`, `realtime.uncertainty_ns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WallClockPair {
+    /// The perf clock, ns.
+    pub perf_ns: u64,
+    /// CLOCK_REALTIME, ns since the Unix epoch.
+    pub wall_ns: u64,
+    /// Bound on the pairing's error, ns.
+    pub uncertainty_ns: u64,
+}
+
+impl WallClockPair {
+    /// How far CLOCK_REALTIME moved against the perf clock from `earlier` to `self` beyond
+    /// what slew ([`MAX_REALTIME_SLEW_PPM`] of the time between) and the two uncertainties
+    /// allow: `Some(ns)` (negative: stepped back) when it was stepped, `None` when not. A
+    /// recorder takes one pair at the start and one at the end and refuses or warns on `Some`.
+    pub fn step_since(&self, earlier: &WallClockPair) -> Option<i64> {
+        let offset = |pair: &WallClockPair| i128::from(pair.wall_ns) - i128::from(pair.perf_ns);
+        let moved = offset(self) - offset(earlier);
+        let elapsed = self.perf_ns.abs_diff(earlier.perf_ns);
+        let allowed = i128::from(elapsed / 1_000_000 * MAX_REALTIME_SLEW_PPM)
+            + i128::from(self.uncertainty_ns)
+            + i128::from(earlier.uncertainty_ns);
+        (moved.abs() > allowed).then(|| moved.clamp(i64::MIN.into(), i64::MAX.into()) as i64)
+    }
+
+    /// The CLOCK_DATA of this pair.
+    pub fn clock_data(&self) -> ClockData {
+        ClockData::perf_clock(self.wall_ns, self.perf_ns)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +134,29 @@ mod tests {
             data.wall_clock_of(41_999_999_999),
             1_700_000_000_123_456_788
         );
+    }
+
+    #[test]
+    fn a_step_is_what_slew_and_uncertainty_cannot_explain() {
+        let start = WallClockPair {
+            perf_ns: 10_000_000_000,
+            wall_ns: 1_700_000_000_000_000_000,
+            uncertainty_ns: 1_000,
+        };
+        let after = |seconds: u64, moved_ns: i64| WallClockPair {
+            perf_ns: start.perf_ns + seconds * 1_000_000_000,
+            wall_ns: (start.wall_ns + seconds * 1_000_000_000).wrapping_add_signed(moved_ns),
+            uncertainty_ns: 1_000,
+        };
+        // 10 s allow 5 ms of slew plus 2 us of uncertainty.
+        assert_eq!(after(10, 5_002_000).step_since(&start), None);
+        assert_eq!(after(10, -5_002_000).step_since(&start), None);
+        assert_eq!(after(10, 5_002_001).step_since(&start), Some(5_002_001));
+        assert_eq!(
+            after(10, -1_000_000_000).step_since(&start),
+            Some(-1_000_000_000)
+        );
+        assert_eq!(after(0, 2_001).step_since(&start), Some(2_001));
+        assert_eq!(after(1, 0).clock_data().clockid_time_ns, 11_000_000_000);
     }
 }

@@ -14,6 +14,8 @@ impl Feature {
     pub const CMDLINE: Self = Self(11);
     /// `HEADER_AUXTRACE`: an index of absolute offsets into the data section.
     pub const AUXTRACE: Self = Self(18);
+    /// `HEADER_SAMPLE_TIME`: the first and the last sample's time (two u64).
+    pub const SAMPLE_TIME: Self = Self(21);
     /// `HEADER_CLOCKID`: the clock's resolution (`perf record -k`).
     pub const CLOCKID: Self = Self(23);
     /// `HEADER_DIR_FORMAT`: the data lives in other files (`perf record --threads`).
@@ -32,6 +34,7 @@ impl fmt::Display for Feature {
             Self::HOSTNAME => f.write_str("HEADER_HOSTNAME"),
             Self::CMDLINE => f.write_str("HEADER_CMDLINE"),
             Self::AUXTRACE => f.write_str("HEADER_AUXTRACE"),
+            Self::SAMPLE_TIME => f.write_str("HEADER_SAMPLE_TIME"),
             Self::CLOCKID => f.write_str("HEADER_CLOCKID"),
             Self::DIR_FORMAT => f.write_str("HEADER_DIR_FORMAT"),
             Self::COMPRESSED => f.write_str("HEADER_COMPRESSED"),

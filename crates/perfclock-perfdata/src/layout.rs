@@ -55,6 +55,14 @@ impl Layout {
     pub fn features(&self) -> FeatureSet {
         self.header.features
     }
+
+    /// `feature`'s section, if the file has it.
+    pub fn feature_section(&self, feature: Feature) -> Option<Section> {
+        self.feature_sections
+            .iter()
+            .find(|(present, _)| *present == feature)
+            .map(|(_, section)| *section)
+    }
 }
 
 /// Checks `reader`'s header and sections. Reads the header, the attribute entries and the

@@ -44,7 +44,7 @@ mod section;
 pub mod synth;
 mod time_conv;
 
-pub use clock_data::{ClockData, PERF_CLOCK_CLOCKID};
+pub use clock_data::{ClockData, WallClockPair, MAX_REALTIME_SLEW_PPM, PERF_CLOCK_CLOCKID};
 pub use error::PerfDataError;
 pub use features::{Feature, FeatureSet};
 pub use header::{FileHeader, FILE_HEADER_SIZE, MAX_ATTRS};
