@@ -9,13 +9,14 @@ use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use perfclock_core::TimeConversion;
 use perfclock_jitdump::timeconv::{TimeConvError, TimeConvMode, TimeConvRecord, SUFFIX};
+use perfclock_perfdata::{
+    check_output_path, read_layout, scan_records, time_conv_record, ClockData, Feature, OutputFile,
+    Patch, PerfDataError,
+};
 
-use crate::perf_data_patch::{self, PerfDataError, RECORD_TIME_CONV};
-
-/// The extended `struct perf_record_time_conv`: header, five u64, two u8 flags, 6 bytes padding.
-pub const TIME_CONV_RECORD_SIZE: usize = 56;
+use crate::clock_data::{self, ClockDataError};
+use crate::signals::TempCleanup;
 
 /// A sidecar is a dozen short lines; anything longer is not one.
 const MAX_SIDECAR_BYTES: u64 = 64 * 1024;
@@ -32,13 +33,18 @@ pub struct InjectOptions {
     pub output: PathBuf,
     /// Directories to look for `jit-<pid>.dump.timeconv` in, instead of the dump's own.
     pub dump_dirs: Vec<PathBuf>,
+    /// Add HEADER_CLOCK_DATA from a snapshot taken now (the recording was made on this boot).
+    pub clock_data_now: bool,
 }
 
 /// What was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// IN held a TIME_CONV already (perf record wrote it in kernel mode): OUT is a byte copy.
+    /// IN held a TIME_CONV already (perf record wrote it in kernel mode): OUT is a byte copy
+    /// (with the clock data, if asked for).
     Copied,
+    /// IN maps no jitdump and has no TIME_CONV: only the clock data was added.
+    ClockDataOnly,
     /// A TIME_CONV record was inserted.
     Inserted {
         /// The sidecar whose conversion was used.
@@ -61,6 +67,8 @@ pub enum InjectError {
     InputNotFile(PathBuf, bool),
     /// IN is not a perf.data this tool can patch.
     PerfData(PerfDataError),
+    /// `--clock-data-now` cannot be honoured.
+    ClockData(ClockDataError),
     /// IN maps no `jit-<pid>.dump`.
     NoJitMarker,
     /// IN's events were opened with another clock (`perf record -k`).
@@ -107,8 +115,6 @@ pub enum InjectError {
         /// The sum of their bounds.
         allowed_ns: u64,
     },
-    /// OUT could not be written.
-    Output(PathBuf, io::Error),
 }
 
 impl fmt::Display for InjectError {
@@ -131,6 +137,7 @@ impl fmt::Display for InjectError {
                 path.display()
             ),
             Self::PerfData(error) => write!(f, "{error}"),
+            Self::ClockData(error) => write!(f, "{error}"),
             Self::NoJitMarker => write!(
                 f,
                 "no MMAP2 of a jit-<pid>.dump in IN: was the JIT running with perfclock's \
@@ -201,11 +208,6 @@ impl fmt::Display for InjectError {
                 first.display(),
                 second.display()
             ),
-            Self::Output(path, error) => write!(
-                f,
-                "cannot write OUT {}: {error} (nothing was left there)",
-                path.display()
-            ),
         }
     }
 }
@@ -218,29 +220,24 @@ impl From<PerfDataError> for InjectError {
     }
 }
 
-/// `PERF_RECORD_TIME_CONV` in its 56-byte extended form, as perf's `perf_event__synth_time_conv`
-/// writes it, little-endian. `cap_user_time_zero` is 1: with the extended form perf reads it and
-/// converts every timestamp to 0 when it is clear.
-pub fn time_conv_record(conversion: &TimeConversion) -> [u8; TIME_CONV_RECORD_SIZE] {
-    let mut record = [0u8; TIME_CONV_RECORD_SIZE];
-    record[0..4].copy_from_slice(&RECORD_TIME_CONV.to_le_bytes());
-    // misc (2 bytes) stays 0.
-    record[6..8].copy_from_slice(&(TIME_CONV_RECORD_SIZE as u16).to_le_bytes());
-    record[8..16].copy_from_slice(&u64::from(conversion.shift()).to_le_bytes());
-    record[16..24].copy_from_slice(&u64::from(conversion.mult()).to_le_bytes());
-    record[24..32].copy_from_slice(&conversion.zero().to_le_bytes());
-    record[32..40].copy_from_slice(&conversion.cycles().to_le_bytes());
-    record[40..48].copy_from_slice(&conversion.mask().to_le_bytes());
-    record[48] = 1;
-    record[49] = u8::from(conversion.is_short());
-    record
-}
-
-/// Runs the subcommand; warnings go to stderr.
+/// Runs the subcommand; warnings go to stderr. `cleanup` learns OUT's temporary file, so a
+/// signal removes it.
 ///
 /// # Errors
 /// [`InjectError`], naming what is wrong and what to pass or change.
-pub fn run(options: &InjectOptions) -> Result<Outcome, InjectError> {
+pub fn run(
+    options: &InjectOptions,
+    cleanup: &TempCleanup,
+) -> Result<(Outcome, Option<ClockData>), InjectError> {
+    // First, to be as close as possible to the recording.
+    let snapshot =
+        if options.clock_data_now {
+            Some(perfclock::snapshot().map_err(|error| {
+                InjectError::ClockData(ClockDataError::Snapshot(error.to_string()))
+            })?)
+        } else {
+            None
+        };
     let input = &options.input;
     let mut file = File::open(input).map_err(|error| InjectError::Input(input.clone(), error))?;
     let metadata = file
@@ -252,15 +249,39 @@ pub fn run(options: &InjectOptions) -> Result<Outcome, InjectError> {
     if names_same_file(&metadata, &options.output) {
         return Err(InjectError::SameFile);
     }
-    let layout = perf_data_patch::read_layout(&mut file)?;
-    let scan = perf_data_patch::scan_records(&mut file, &layout)?;
-    if scan.has_time_conv {
-        write_output(&options.output, &metadata, |out| {
-            file.seek(SeekFrom::Start(0))?;
-            io::copy(&mut file, out)?;
-            Ok(())
+    // Before anything is read or written: a device, FIFO, socket or directory is never
+    // replaced.
+    check_output_path(&options.output)?;
+    let layout = read_layout(&mut file)?;
+    let scan = scan_records(&mut file, &layout)?;
+    let mode = metadata.permissions().mode();
+    let clock_data = match &snapshot {
+        Some(snapshot) => Some(
+            clock_data::from_snapshot(&mut file, &layout, snapshot)
+                .map_err(InjectError::ClockData)?,
+        ),
+        None => None,
+    };
+    let mut patch = Patch::new(&layout);
+    if let Some(clock_data) = &clock_data {
+        patch.add_feature(Feature::CLOCK_DATA, clock_data.to_bytes().to_vec())?;
+    }
+    if scan.has_time_conv || (scan.jit_dumps.is_empty() && clock_data.is_some()) {
+        write_output(&options.output, mode, cleanup, |out| {
+            if clock_data.is_some() {
+                patch.write(&mut file, out)
+            } else {
+                file.seek(SeekFrom::Start(0))?;
+                io::copy(&mut Read::by_ref(&mut file).take(layout.file_len), out)?;
+                Ok(())
+            }
         })?;
-        return Ok(Outcome::Copied);
+        let outcome = if scan.has_time_conv {
+            Outcome::Copied
+        } else {
+            Outcome::ClockDataOnly
+        };
+        return Ok((outcome, clock_data));
     }
     if scan.jit_dumps.is_empty() {
         return Err(InjectError::NoJitMarker);
@@ -280,7 +301,7 @@ pub fn run(options: &InjectOptions) -> Result<Outcome, InjectError> {
     let sidecars = scan
         .jit_dumps
         .iter()
-        .map(|(pid, dump)| read_sidecar(*pid, dump, &options.dump_dirs))
+        .map(|map| read_sidecar(map.pid, &map.path, &options.dump_dirs))
         .collect::<Result<Vec<_>, _>>()?;
     check_consistent(&sidecars)?;
     warn_if_other_boot(&sidecars);
@@ -291,15 +312,16 @@ pub fn run(options: &InjectOptions) -> Result<Outcome, InjectError> {
         .iter()
         .min_by_key(|(_, record)| (record.error_bound_ns, u64::MAX - record.written_counter))
         .ok_or(InjectError::NoJitMarker)?;
-    let bytes = time_conv_record(&record.conversion);
-    write_output(&options.output, &metadata, |out| {
-        perf_data_patch::write_with_record(&mut file, out, &layout, &bytes)
+    patch.insert_record(&time_conv_record(&record.conversion))?;
+    write_output(&options.output, mode, cleanup, |out| {
+        patch.write(&mut file, out)
     })?;
-    Ok(Outcome::Inserted {
+    let outcome = Outcome::Inserted {
         sidecar: sidecar.clone(),
         record: Box::new(record.clone()),
         sidecars: sidecars.len(),
-    })
+    };
+    Ok((outcome, clock_data))
 }
 
 /// Whether `output` is `input` (`input_metadata`'s file) under any name: the same inode.
@@ -308,36 +330,37 @@ fn names_same_file(input_metadata: &fs::Metadata, output: &Path) -> bool {
         .is_ok_and(|out| out.dev() == input_metadata.dev() && out.ino() == input_metadata.ino())
 }
 
-/// Writes OUT through a temporary file in its directory, renamed over OUT when complete; the
-/// temporary file is removed on any error. OUT gets IN's permission bits.
+/// Writes OUT through a temporary file in its directory (removed on any error or signal),
+/// renamed over OUT when complete, with IN's permission bits and at least 0600.
 fn write_output(
     output: &Path,
-    input_metadata: &fs::Metadata,
+    mode: u32,
+    cleanup: &TempCleanup,
     fill: impl FnOnce(&mut BufWriter<&mut File>) -> Result<(), PerfDataError>,
 ) -> Result<(), InjectError> {
-    let out_error = |error| InjectError::Output(output.to_path_buf(), error);
-    let dir = match output.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
+    let mut out = OutputFile::create(output, mode)?;
+    cleanup.register(out.temp_path());
+    let filled = {
+        let mut writer = BufWriter::new(out.file());
+        fill(&mut writer).and_then(|()| writer.flush().map_err(PerfDataError::Io))
     };
-    let mut temp = tempfile::Builder::new()
-        .prefix(".perfclock-inject-")
-        .tempfile_in(dir)
-        .map_err(out_error)?;
-    {
-        let mut writer = BufWriter::new(temp.as_file_mut());
-        match fill(&mut writer) {
-            Ok(()) => {}
-            Err(PerfDataError::Io(error)) => return Err(out_error(error)),
-            Err(other) => return Err(InjectError::PerfData(other)),
+    let result = match filled {
+        Ok(()) => cleanup.commit(|| out.commit()),
+        // IN's layout was read and checked, so an I/O error now is OUT's (a full disk).
+        Err(PerfDataError::Io(error)) => {
+            drop(out);
+            Err(PerfDataError::Output {
+                path: output.to_path_buf(),
+                error,
+            })
         }
-        writer.flush().map_err(out_error)?;
-    }
-    let mode = input_metadata.permissions().mode() & 0o777;
-    fs::set_permissions(temp.path(), fs::Permissions::from_mode(mode)).map_err(out_error)?;
-    temp.persist(output)
-        .map_err(|error| out_error(error.error))?;
-    Ok(())
+        Err(other) => {
+            drop(out);
+            Err(other)
+        }
+    };
+    cleanup.forget();
+    Ok(result?)
 }
 
 /// Finds and parses the sidecar of `dump` (pid `pid`).

@@ -2,10 +2,11 @@
 
 mod agent_path;
 mod attach;
+mod clock_data;
 mod doctor;
 mod inject;
-mod perf_data_patch;
 mod serve;
+mod signals;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -46,6 +47,12 @@ enum Command {
         /// names (a dump moved since); may be repeated, searched in order.
         #[arg(long = "dump-dir", value_name = "DIR")]
         dump_dirs: Vec<PathBuf>,
+        /// Also add HEADER_CLOCK_DATA, so that `perf script -F+tod` prints wall-clock time,
+        /// from a perf-clock/CLOCK_REALTIME snapshot taken now. Only for a recording made on
+        /// this boot; refused if CLOCK_REALTIME was stepped back since (see docs/cli.md for how
+        /// far off it can be).
+        #[arg(long)]
+        clock_data_now: bool,
     },
     /// Load perfclock's JVMTI agent into a running HotSpot JVM (HotSpot's dynamic attach, as
     /// `jcmd PID JVMTI.agent_load` does; no JDK needed). As root it acts as the JVM's user; a
@@ -91,10 +98,12 @@ fn main() -> ExitCode {
             input,
             output,
             dump_dirs,
+            clock_data_now,
         } => inject_time_conv(inject::InjectOptions {
             input,
             output,
             dump_dirs,
+            clock_data_now,
         }),
         Command::Attach {
             pid,
@@ -122,7 +131,31 @@ fn main() -> ExitCode {
 
 fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
     const NAME: &str = "perfclock inject-time-conv";
-    match inject::run(&options) {
+    let cleanup = match signals::TempCleanup::install() {
+        Ok(cleanup) => cleanup,
+        Err(error) => {
+            eprintln!("{NAME}: error: cannot install signal handlers: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = inject::run(&options, &cleanup);
+    if let Ok((_, Some(clock_data))) = &result {
+        eprintln!(
+            "{NAME}: added HEADER_CLOCK_DATA: wall clock {} ns at perf clock {} ns (perf script \
+             -F+tod prints wall-clock time)",
+            clock_data.wall_clock_ns, clock_data.clockid_time_ns
+        );
+    }
+    match result.map(|(outcome, _)| outcome) {
+        Ok(inject::Outcome::ClockDataOnly) => {
+            eprintln!(
+                "{NAME}: {} maps no jitdump and needs no PERF_RECORD_TIME_CONV; wrote {} with \
+                 the clock data only",
+                options.input.display(),
+                options.output.display()
+            );
+            ExitCode::SUCCESS
+        }
         Ok(inject::Outcome::Copied) => {
             eprintln!(
                 "{NAME}: {} holds a PERF_RECORD_TIME_CONV already (perf record writes one where \

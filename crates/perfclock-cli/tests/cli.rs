@@ -1,17 +1,19 @@
 //! The `perfclock` binary on synthetic perf.data files: what it writes, what it refuses, and
 //! that a refusal leaves no OUT and no temporary file behind, never a panic.
 
-#[path = "common/synth.rs"]
-mod synth;
-
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
-use synth::Synth;
+use perfclock_perfdata::synth::{self, Synth};
+use perfclock_perfdata::{Feature, RecordType};
 
 const TIME_CONV_SIZE: usize = 56;
+const SIGTERM: i32 = 15;
 
 fn perfclock(args: &[&std::ffi::OsStr]) -> Output {
     let output = Command::new(env!("CARGO_BIN_EXE_perfclock"))
@@ -63,7 +65,7 @@ fn assert_no_temporary(dir: &Path) {
         for entry in entries {
             let name = entry.unwrap().file_name();
             assert!(
-                !name.to_string_lossy().starts_with(".perfclock-inject-"),
+                !name.to_string_lossy().starts_with(".perfclock-"),
                 "temporary file left: {name:?}"
             );
         }
@@ -91,7 +93,7 @@ fn recording_with_dumps(dir: &Path, pids: &[u32]) -> synth::Built {
     }
     Synth {
         records,
-        features: vec![(3, b"\x08\0\0\0host\0\0\0\0".to_vec())],
+        features: vec![(Feature::HOSTNAME, b"\x08\0\0\0host\0\0\0\0".to_vec())],
         attrs_after_data: false,
     }
     .build()
@@ -441,16 +443,6 @@ fn out_must_be_another_file_in_a_writable_directory() {
         "{}",
         stderr(&output)
     );
-    let existing_dir = dir.join("a-directory");
-    fs::create_dir(&existing_dir).unwrap();
-    let output = inject(&input, &existing_dir, &[]);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stderr(&output).contains("cannot write OUT"),
-        "{}",
-        stderr(&output)
-    );
-    assert_no_temporary(dir);
     let proc_out = Path::new("/proc/self/perfclock-out.data");
     let output = inject(&input, proc_out, &[]);
     assert_eq!(output.status.code(), Some(1));
@@ -460,4 +452,296 @@ fn out_must_be_another_file_in_a_writable_directory() {
         stderr(&output)
     );
     assert!(!proc_out.exists());
+}
+
+/// A recording inject-time-conv accepts (one dump, its sidecar in `dir`), at `dir/perf.data`.
+fn accepted_input(dir: &Path) -> (PathBuf, synth::Built) {
+    let built = recording_with_dumps(dir, &[3]);
+    write(
+        &dir.join("jit-3.dump.timeconv"),
+        sidecar_text(3, "calibrated", 1_000_000_000, 1, 1, 1).as_bytes(),
+    );
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    (input, built)
+}
+
+/// Issue 18 finding 4: OUT that exists and is no regular file is refused before anything is
+/// written, by name and kind, and left as it was.
+fn assert_out_kind_refused(input: &Path, out: &Path, kind: &str) {
+    let before = fs::symlink_metadata(out).unwrap().file_type();
+    let output = inject(input, out, &[]);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains(&format!("OUT {} is {kind}", out.display())),
+        "{message}"
+    );
+    assert!(
+        message.contains("pass -o a new path or an existing regular file"),
+        "{message}"
+    );
+    assert_eq!(
+        fs::symlink_metadata(out).unwrap().file_type(),
+        before,
+        "OUT was replaced"
+    );
+    assert_no_temporary(out.parent().unwrap());
+}
+
+#[test]
+fn out_as_a_fifo_socket_directory_or_symlink_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (input, _) = accepted_input(dir);
+    let fifo = dir.join("out.fifo");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success());
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert_out_kind_refused(&input, &fifo, "a FIFO");
+    let socket_path = dir.join("out.sock");
+    let _socket = std::os::unix::net::UnixListener::bind(&socket_path).unwrap();
+    assert_out_kind_refused(&input, &socket_path, "a socket");
+    let existing_dir = dir.join("a-directory");
+    fs::create_dir(&existing_dir).unwrap();
+    assert_out_kind_refused(&input, &existing_dir, "a directory");
+    let link = dir.join("out-link.data");
+    std::os::unix::fs::symlink(dir.join("elsewhere.data"), &link).unwrap();
+    assert_out_kind_refused(&input, &link, "a symbolic link");
+}
+
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find(|line| line.starts_with("Uid:"))
+            .and_then(|line| line.split_whitespace().nth(2))
+            == Some("0")
+    })
+}
+
+/// `mknod` needs root: without it the test says so, and fails where CI requires root.
+#[test]
+fn out_as_a_device_node_is_refused_and_left_alone() {
+    if !is_root() {
+        let required = ["PERFCLOCK_REQUIRE_ROOT", "PERFCLOCK_REQUIRE_PERF"]
+            .iter()
+            .any(|name| std::env::var_os(name).is_some_and(|value| value == "1"));
+        eprintln!("SKIPPED out_as_a_device_node_is_refused_and_left_alone: mknod needs root");
+        assert!(!required, "not root with PERFCLOCK_REQUIRE_ROOT/PERF=1");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (input, _) = accepted_input(dir);
+    // The null device's numbers (1, 3), a node of our own: nothing system-wide is at risk.
+    let device = dir.join("null");
+    let made = Command::new("mknod")
+        .arg(&device)
+        .args(["c", "1", "3"])
+        .status()
+        .expect("run mknod");
+    assert!(made.success(), "mknod failed as root");
+    assert!(fs::symlink_metadata(&device)
+        .unwrap()
+        .file_type()
+        .is_char_device());
+    assert_out_kind_refused(&input, &device, "a character device");
+}
+
+/// OUT gets IN's permission bits, but never less than read and write for its owner.
+#[test]
+fn out_is_always_readable_and_writable_by_its_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (input, _) = accepted_input(dir);
+    for (in_mode, out_mode) in [
+        (0o644, 0o644),
+        (0o040, 0o640),
+        (0o000, 0o600),
+        (0o755, 0o755),
+    ] {
+        fs::set_permissions(&input, fs::Permissions::from_mode(in_mode)).unwrap();
+        let out = dir.join(format!("out-{in_mode:o}.data"));
+        let output = inject(&input, &out, &[]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let mode = fs::metadata(&out).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, out_mode, "IN {in_mode:o}");
+    }
+}
+
+/// Issue 18 finding 6: SIGTERM while OUT's temporary file is being written removes it, and the
+/// process dies of the signal; OUT is absent (or, had the rename won the race, complete).
+#[test]
+fn sigterm_mid_copy_leaves_no_temporary_file() {
+    const PAD_RECORDS: usize = 6_000; // about 390 MB: the copy takes a while
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = dir.path();
+    let mut records = vec![
+        synth::record(RecordType::TIME_CONV, &[1; 48]),
+        synth::comm(1, "x"),
+    ];
+    let pad = synth::record(RecordType::SAMPLE, &[0x5a; synth::MAX_BODY]);
+    records.extend(std::iter::repeat_n(pad, PAD_RECORDS));
+    let built = Synth {
+        records,
+        ..Synth::default()
+    }
+    .build();
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    drop(built);
+    let out = dir.join("out.data");
+    let mut interrupted = 0;
+    for attempt in 0..5 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_perfclock"))
+            .arg("inject-time-conv")
+            .arg(&input)
+            .arg("-o")
+            .arg(&out)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait until the temporary file exists and has bytes: the copy is under way.
+        let started = Instant::now();
+        let temporary = loop {
+            let found = fs::read_dir(dir).unwrap().find_map(|entry| {
+                let entry = entry.unwrap();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                (name.starts_with(".perfclock-") && size > 0).then_some(name)
+            });
+            if found.is_some() || child.try_wait().unwrap().is_some() {
+                break found;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "no copy started"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        // The child is not reaped yet, so its pid is still its own (kill fails if it has
+        // exited already: then the run below checks the complete OUT).
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        let status = child.wait().unwrap();
+        let mut message = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut message).unwrap();
+        println!("attempt {attempt}: temporary {temporary:?}, {status:?}, stderr: {message}");
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        if status.signal() == Some(SIGTERM) && temporary.is_some() {
+            interrupted += 1;
+            assert_eq!(names, ["perf.data"], "left behind after SIGTERM");
+        } else {
+            // The copy finished before the signal: OUT complete, nothing else.
+            assert!(status.success(), "{status:?}");
+            assert_eq!(names, ["out.data", "perf.data"]);
+            assert_eq!(fs::read(&out).unwrap(), fs::read(&input).unwrap());
+            fs::remove_file(&out).unwrap();
+        }
+        if interrupted > 0 {
+            break;
+        }
+    }
+    assert!(
+        interrupted > 0,
+        "no run was interrupted mid-copy in 5 attempts"
+    );
+}
+
+/// A recording with no jitdump whose HEADER_SAMPLE_TIME ends `last_sample_ago_ns` before now,
+/// written (mtime) `written_after_ns` after that sample by the current wall clock.
+fn recording_ended(dir: &Path, last_sample_ago_ns: u64, written_after_ns: i64) -> PathBuf {
+    let snapshot = perfclock::snapshot().expect("a clock snapshot");
+    let last = snapshot.perf_ns - last_sample_ago_ns;
+    let mut sample_time = (last - 1_000_000).to_le_bytes().to_vec();
+    sample_time.extend_from_slice(&last.to_le_bytes());
+    let built = Synth {
+        records: vec![synth::comm(1, "x")],
+        features: vec![
+            (Feature::HOSTNAME, b"\x08\0\0\0host\0\0\0\0".to_vec()),
+            (Feature::SAMPLE_TIME, sample_time),
+        ],
+        attrs_after_data: false,
+    }
+    .build();
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    let wall_at_last = snapshot.realtime.ns - last_sample_ago_ns;
+    let mtime = (wall_at_last as i64 + written_after_ns) as u64;
+    let file = fs::File::options().write(true).open(&input).unwrap();
+    file.set_modified(std::time::UNIX_EPOCH + Duration::from_nanos(mtime))
+        .unwrap();
+    input
+}
+
+fn inject_clock_data_now(input: &Path, out: &Path) -> Output {
+    perfclock(&[
+        "inject-time-conv".as_ref(),
+        input.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--clock-data-now".as_ref(),
+    ])
+}
+
+/// `--clock-data-now` on a recording without jitdumps adds only HEADER_CLOCK_DATA, pairing the
+/// perf clock with CLOCK_REALTIME as a fresh snapshot does; a CLOCK_REALTIME stepped back since
+/// the recording, and a recording from before this boot, are refused.
+#[test]
+fn clock_data_now_adds_a_fresh_pairing_and_refuses_a_step_back_or_another_boot() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let out = dir.join("out.data");
+    // Written 200 ms after its last sample, 1 s ago: consistent.
+    let input = recording_ended(dir, 1_000_000_000, 200_000_000);
+    let output = inject_clock_data_now(&input, &out);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("with the clock data only"),
+        "{}",
+        stderr(&output)
+    );
+    let bytes = fs::read(&out).unwrap();
+    let layout = perfclock_perfdata::read_layout(&mut std::io::Cursor::new(&bytes)).unwrap();
+    let section = layout.feature_section(Feature::CLOCK_DATA).unwrap();
+    let at = section.offset as usize;
+    let clock_data =
+        perfclock_perfdata::ClockData::parse(&bytes[at..at + section.size as usize]).unwrap();
+    let now = perfclock::snapshot().unwrap();
+    let offset = |wall: u64, perf: u64| wall as i64 - perf as i64;
+    let apart = offset(clock_data.wall_clock_ns, clock_data.clockid_time_ns)
+        - offset(now.realtime.ns, now.perf_ns);
+    assert!(
+        apart.abs() < 1_000_000,
+        "{apart} ns from a fresh snapshot's pairing"
+    );
+    fs::remove_file(&out).unwrap();
+
+    // Written "5 s before" its own last sample by today's wall clock: stepped back since.
+    let input = recording_ended(dir, 1_000_000_000, -5_000_000_000);
+    assert_refused(
+        &inject_clock_data_now(&input, &out),
+        &out,
+        "stepped back since the recording",
+    );
+    // Written before this boot.
+    let file = fs::File::options().write(true).open(&input).unwrap();
+    file.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000))
+        .unwrap();
+    assert_refused(
+        &inject_clock_data_now(&input, &out),
+        &out,
+        "before this boot",
+    );
 }

@@ -341,3 +341,141 @@ fn a_real_recording_without_a_jitdump_is_refused_with_a_hint() {
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
 }
+
+/// Spins 300 ms, sleeps 300 ms, spins 300 ms, and prints CLOCK_REALTIME at the four edges.
+const GAP_PY: &str = r#"
+import time
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+a = time.time_ns(); spin(0.3); b = time.time_ns()
+time.sleep(0.3)
+c = time.time_ns(); spin(0.3); d = time.time_ns()
+print(a, b, c, d)
+"#;
+
+/// `2026-12-03 20:09:22.464579` (UTC) as ns since the epoch.
+fn tod_ns(tod: &str) -> Option<u64> {
+    let (date, time) = tod.split_once(' ')?;
+    let mut ymd = date.split('-').map(|part| part.parse::<i64>().ok());
+    let (y, m, d) = (ymd.next()??, ymd.next()??, ymd.next()??);
+    let (hms, micros) = time.split_once('.')?;
+    let mut hms = hms.split(':').map(|part| part.parse::<i64>().ok());
+    let (h, min, s) = (hms.next()??, hms.next()??, hms.next()??);
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3_600 + min * 60 + s;
+    Some(secs as u64 * 1_000_000_000 + micros.parse::<u64>().ok()? * 1_000)
+}
+
+/// The python3 samples' wall-clock times as `perf script -F+tod` prints them (in UTC).
+fn sample_wall_times(dir: &Path, data: &Path) -> Vec<u64> {
+    succeed(
+        perf(dir)
+            .env("TZ", "UTC")
+            .args(["script", "-F", "comm,tod", "-i"])
+            .arg(data),
+    )
+    .lines()
+    .filter_map(|line| line.trim().strip_prefix("python3"))
+    .filter_map(|tod| tod_ns(tod.trim()))
+    .collect()
+}
+
+/// Issue 21 item 4: `--clock-data-now` gives a default recording the HEADER_CLOCK_DATA perf
+/// needs for `-F+tod`, and the wall times perf prints put the samples inside the program's
+/// own CLOCK_REALTIME stamps: in its two spins, none in its sleep between them. Control: the
+/// same file with the wall clock moved 150 ms puts samples in the sleep.
+#[test]
+fn perf_script_tod_prints_wall_times_within_the_programs_own_stamps() {
+    const TEST: &str = "perf_script_tod_prints_wall_times_within_the_programs_own_stamps";
+    /// The tod field's resolution (1 us), the snapshot's uncertainty and slew since.
+    const TOLERANCE_NS: u64 = 2_000_000;
+    if !tool_or_skip(TEST, "perf") || !tool_or_skip(TEST, "python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let script = dir.join("gap.py");
+    fs::write(&script, GAP_PY).unwrap();
+    let recorded = dir.join("perf.data");
+    let output = run(perf(dir)
+        .args(["record", "-e", "cpu-clock", "-o"])
+        .arg(&recorded)
+        .args(["--", "python3"])
+        .arg(&script));
+    if !output.status.success() {
+        skip(
+            TEST,
+            Need::Perf,
+            format_args!(
+                "perf record refused: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            ),
+        );
+        return;
+    }
+    let stamps: Vec<u64> = String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .map(|stamp| stamp.parse().unwrap())
+        .collect();
+    let [a, b, c, d] = stamps[..] else {
+        panic!("the program printed {stamps:?}");
+    };
+    let refused = run(perf(dir).args(["script", "-F+tod", "-i"]).arg(&recorded));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("missing clock data"),
+        "perf accepted -F+tod without clock data"
+    );
+    let with_tod = dir.join("tod.data");
+    let output = run(perfclock()
+        .arg("inject-time-conv")
+        .arg(&recorded)
+        .arg("-o")
+        .arg(&with_tod)
+        .arg("--clock-data-now"));
+    assert!(output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("added HEADER_CLOCK_DATA"));
+
+    let count = |times: &[u64], from: u64, to: u64| {
+        times.iter().filter(|t| (from..=to).contains(*t)).count()
+    };
+    let times = sample_wall_times(dir, &with_tod);
+    let (first, gap, second) = (
+        count(&times, a, b),
+        count(&times, b + TOLERANCE_NS, c - TOLERANCE_NS),
+        count(&times, c, d),
+    );
+    println!(
+        "{TEST}: {} samples; first spin {first}, sleep {gap}, second spin {second}",
+        times.len()
+    );
+    // 300 ms at perf's default 4000 Hz is at most 1,200 samples; fewer on a busy machine.
+    assert!(
+        first > 100 && second > 100,
+        "samples missing from the spins"
+    );
+    assert_eq!(gap, 0, "samples placed in the program's sleep");
+
+    // Control: the wall clock 150 ms early puts the second spin's samples into the sleep.
+    let mut bytes = fs::read(&with_tod).unwrap();
+    let layout = perfclock_perfdata::read_layout(&mut std::io::Cursor::new(&bytes)).unwrap();
+    let section = layout
+        .feature_section(perfclock_perfdata::Feature::CLOCK_DATA)
+        .unwrap();
+    let at = section.offset as usize + 8;
+    let wall = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    bytes[at..at + 8].copy_from_slice(&(wall - 150_000_000).to_le_bytes());
+    let shifted = dir.join("shifted.data");
+    fs::write(&shifted, &bytes).unwrap();
+    let times = sample_wall_times(dir, &shifted);
+    let gap = count(&times, b + TOLERANCE_NS, c - TOLERANCE_NS);
+    println!("{TEST}: control 150 ms early: {gap} samples in the sleep");
+    assert!(gap > 100, "the control did not move samples into the sleep");
+}

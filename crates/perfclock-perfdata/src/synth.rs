@@ -1,20 +1,27 @@
-//! Synthetic perf.data files for the tests: a header, one event attribute with one ID, records,
-//! and feature sections, laid out as `perf record` writes them or with the attribute and ID
-//! sections after the data.
+//! Synthetic perf.data files, for tests, fuzzing and scaling runs (the `synth` feature): a
+//! header, one event attribute with one ID, records, and feature sections, laid out as `perf
+//! record` writes them or with the attribute and ID sections after the data. Written from the
+//! layout perf documents, independently of the reader's code.
+
+use crate::{Feature, RecordType};
 
 /// `sizeof(struct perf_event_attr)` (version 8) plus the ID section.
 pub const ATTR_SIZE: usize = 136;
 /// Offset of the data section's size in the header.
 pub const DATA_SIZE_AT: usize = 48;
 
-/// A record: 8-byte header (`type`, `misc` 0, `size`) and `body` padded to 8 bytes.
-pub fn record(kind: u32, body: &[u8]) -> Vec<u8> {
-    let mut body = body.to_vec();
+/// The longest body a record can have (its size is a u16, header included, 8-byte aligned).
+pub const MAX_BODY: usize = 65_520;
+
+/// A record: 8-byte header (`type`, `misc` 0, `size`) and `body` padded to 8 bytes (cut to
+/// [`MAX_BODY`]).
+pub fn record(kind: RecordType, body: &[u8]) -> Vec<u8> {
+    let mut body = body[..body.len().min(MAX_BODY)].to_vec();
     body.resize(body.len().div_ceil(8) * 8, 0);
     let mut out = Vec::new();
-    out.extend_from_slice(&kind.to_le_bytes());
+    out.extend_from_slice(&kind.0.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&u16::try_from(8 + body.len()).unwrap().to_le_bytes());
+    out.extend_from_slice(&((8 + body.len()) as u16).to_le_bytes());
     out.extend_from_slice(&body);
     out
 }
@@ -32,7 +39,7 @@ pub fn mmap2(pid: u32, filename: &str) -> Vec<u8> {
     body.extend_from_slice(&2u32.to_le_bytes()); // MAP_PRIVATE
     body.extend_from_slice(filename.as_bytes());
     body.push(0);
-    record(10, &body)
+    record(RecordType::MMAP2, &body)
 }
 
 /// `PERF_RECORD_MMAP` of `filename` by `pid`.
@@ -45,7 +52,7 @@ pub fn mmap(pid: u32, filename: &str) -> Vec<u8> {
     body.extend_from_slice(&0u64.to_le_bytes());
     body.extend_from_slice(filename.as_bytes());
     body.push(0);
-    record(1, &body)
+    record(RecordType::MMAP, &body)
 }
 
 /// `PERF_RECORD_COMM` of `pid`.
@@ -55,7 +62,7 @@ pub fn comm(pid: u32, name: &str) -> Vec<u8> {
     body.extend_from_slice(&pid.to_le_bytes());
     body.extend_from_slice(name.as_bytes());
     body.push(0);
-    record(3, &body)
+    record(RecordType::COMM, &body)
 }
 
 /// A perf.data to build.
@@ -64,7 +71,7 @@ pub struct Synth {
     /// The data section's records, in order.
     pub records: Vec<Vec<u8>>,
     /// Feature bits and their sections' contents, in bit order.
-    pub features: Vec<(u32, Vec<u8>)>,
+    pub features: Vec<(Feature, Vec<u8>)>,
     /// Write the ID and attribute sections after the features instead of before the data.
     pub attrs_after_data: bool,
 }
@@ -95,6 +102,9 @@ fn attr_entry(ids_offset: usize) -> Vec<u8> {
 
 impl Synth {
     /// Lays the file out.
+    ///
+    /// # Panics
+    /// If a feature bit is 256 or more.
     pub fn build(&self) -> Built {
         let data: Vec<u8> = self.records.concat();
         let mut built = Built::default();
@@ -132,7 +142,7 @@ impl Synth {
         out[32..40].copy_from_slice(&(ATTR_SIZE as u64).to_le_bytes());
         out[40..48].copy_from_slice(&(built.data.0 as u64).to_le_bytes());
         out[48..56].copy_from_slice(&(built.data.1 as u64).to_le_bytes());
-        for (bit, _) in &self.features {
+        for (Feature(bit), _) in &self.features {
             let word = 72 + 8 * (*bit as usize / 64);
             let mut value = u64::from_le_bytes(out[word..word + 8].try_into().unwrap());
             value |= 1 << (bit % 64);
@@ -144,6 +154,9 @@ impl Synth {
 }
 
 /// u64 at `at`, little-endian.
+///
+/// # Panics
+/// If `bytes` is shorter than `at + 8`.
 pub fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
 }

@@ -1,0 +1,273 @@
+//! The crate's one error type.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use crate::features::Feature;
+use crate::header::{FILE_HEADER_SIZE, MAX_ATTRS};
+use crate::scan::MAX_JIT_DUMPS;
+
+/// Why a perf.data cannot be read, scanned, patched or written. Each message names the input
+/// as `IN` and the output as `OUT` (the names `perfclock inject-time-conv` uses) and says what
+/// to do.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PerfDataError {
+    /// Reading failed.
+    Io(io::Error),
+    /// The file holds fewer bytes than a perf.data header.
+    TooShort {
+        /// The file's length.
+        len: u64,
+    },
+    /// The first 8 bytes are no perf.data magic.
+    NotPerfData {
+        /// The first bytes found.
+        magic: [u8; 8],
+    },
+    /// A perf.data written to a pipe (`perf record -o -`): it has no sections to patch.
+    PipeMode,
+    /// A perf.data from a machine of the other byte order.
+    ByteSwapped,
+    /// perf's first file format.
+    VersionOne,
+    /// The header's size field is not the 104 bytes of `perf_file_header`.
+    HeaderSize(u64),
+    /// The attribute entry size is no `perf_file_attr`.
+    AttrSize(u64),
+    /// A section reaches past the end of the file.
+    OutOfFile {
+        /// Which section.
+        what: String,
+        /// Its offset.
+        offset: u64,
+        /// Its size.
+        size: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+    /// A metadata section lies inside the data section or the feature table, or straddles a
+    /// point where bytes are inserted.
+    InsideData {
+        /// Which section.
+        what: String,
+    },
+    /// More attributes than any recording has.
+    TooManyAttrs(u64),
+    /// An attribute's own size disagrees with the header's entry size.
+    AttrLayout {
+        /// Which attribute.
+        index: u64,
+    },
+    /// `HEADER_AUXTRACE` is present: its index holds absolute offsets into the data.
+    Auxtrace,
+    /// `HEADER_DIR_FORMAT` is present: the data lives in other files.
+    DirFormat,
+    /// A record's size is below its 8-byte header.
+    RecordTooSmall {
+        /// The record's file offset.
+        offset: u64,
+        /// The size it claims.
+        size: u64,
+    },
+    /// A record runs past the end of the data section.
+    RecordPastData {
+        /// The record's file offset.
+        offset: u64,
+    },
+    /// A zstd-compressed record (`perf record -z`) does not decompress to whole records.
+    Compressed {
+        /// The compressed record's file offset.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A compressed record was found but the crate was built without its `zstd` feature.
+    CompressedUnsupported {
+        /// The compressed record's file offset.
+        offset: u64,
+    },
+    /// More distinct `jit-<pid>.dump` maps than [`MAX_JIT_DUMPS`].
+    TooManyJitDumps {
+        /// The record's file offset where the limit was passed.
+        offset: u64,
+    },
+    /// A section would end past 2^64 once moved.
+    OffsetOverflow,
+    /// Two offset fields of the file overlap (sections written over each other).
+    OverlappingFields,
+    /// The header's data size is 0 though records follow it: perf record never finished.
+    Unfinished {
+        /// Bytes after the data section's start.
+        trailing: u64,
+    },
+    /// A feature section is to be added that the file has already.
+    FeaturePresent(Feature),
+    /// A record or feature section to insert is malformed (size not a multiple of 8, or its
+    /// header disagrees with its length).
+    BadInsertion(String),
+    /// OUT exists and is not a regular file (a device, FIFO, socket, directory or symlink).
+    OutputKind {
+        /// OUT.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// OUT could not be written.
+    Output {
+        /// OUT.
+        path: PathBuf,
+        /// Why.
+        error: io::Error,
+    },
+}
+
+impl fmt::Display for PerfDataError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io(error) => write!(f, "reading IN failed: {error}"),
+            Self::TooShort { len: 0 } => write!(f, "IN is empty: not a perf.data"),
+            Self::TooShort { len } => write!(
+                f,
+                "IN has {len} bytes, fewer than a perf.data header ({FILE_HEADER_SIZE}): not a \
+                 perf.data, or truncated"
+            ),
+            Self::NotPerfData { magic } => write!(
+                f,
+                "IN is not a perf.data: it starts with {:?}, not \"PERFILE2\"",
+                String::from_utf8_lossy(magic)
+            ),
+            Self::PipeMode => write!(
+                f,
+                "IN is a pipe-mode perf.data (perf record -o - | ...), which has no header to \
+                 patch: record to a file instead, or convert it first with `perf inject -i IN -o \
+                 FILE`"
+            ),
+            Self::ByteSwapped => write!(
+                f,
+                "IN is a perf.data of the other byte order (recorded on a big-endian machine): \
+                 not supported; run inject-time-conv on a machine of the recording's byte order"
+            ),
+            Self::VersionOne => write!(
+                f,
+                "IN is in perf's first file format (PERFFILE): not supported; re-record with a \
+                 current perf"
+            ),
+            Self::HeaderSize(size) => write!(
+                f,
+                "IN's header says it is {size} bytes, not {FILE_HEADER_SIZE}: a perf.data format \
+                 this tool does not know, or a corrupt file"
+            ),
+            Self::AttrSize(size) => write!(
+                f,
+                "IN's attribute entries are {size} bytes, no perf_file_attr size: corrupt perf.data"
+            ),
+            Self::OutOfFile {
+                what,
+                offset,
+                size,
+                file_len,
+            } => write!(
+                f,
+                "IN's {what} ({size} bytes at offset {offset}) reaches past the end of the file \
+                 ({file_len} bytes): IN is truncated (was perf record stopped before it finished \
+                 writing?)"
+            ),
+            Self::InsideData { what } => write!(
+                f,
+                "IN's {what} lies inside the data section or the feature table: a layout perf \
+                 does not write, refused rather than guessed at"
+            ),
+            Self::TooManyAttrs(count) => write!(
+                f,
+                "IN claims {count} event attributes, more than the {MAX_ATTRS} this tool accepts: \
+                 corrupt perf.data"
+            ),
+            Self::AttrLayout { index } => write!(
+                f,
+                "IN's event attribute {index} has a size that disagrees with the header's \
+                 attr_size: corrupt perf.data"
+            ),
+            Self::Auxtrace => write!(
+                f,
+                "IN has an AUX area trace index (HEADER_AUXTRACE, e.g. intel_pt), whose absolute \
+                 offsets into the data this tool does not rewrite: record without AUX tracing"
+            ),
+            Self::DirFormat => write!(
+                f,
+                "IN is a directory-format perf.data (perf record --threads): not supported; \
+                 record without --threads"
+            ),
+            Self::RecordTooSmall { offset, size } => write!(
+                f,
+                "IN's record at offset {offset} claims {size} bytes, less than its own header: \
+                 the data section is corrupt or truncated"
+            ),
+            Self::RecordPastData { offset } => write!(
+                f,
+                "IN's record at offset {offset} runs past the end of the data section: IN is \
+                 truncated or corrupt"
+            ),
+            Self::Compressed { offset, reason } => write!(
+                f,
+                "IN's compressed record at offset {offset} (perf record -z) is corrupt: {reason}"
+            ),
+            Self::CompressedUnsupported { offset } => write!(
+                f,
+                "IN holds a compressed record at offset {offset} (perf record -z), and this build \
+                 has no zstd: enable perfclock-perfdata's `zstd` feature, or record without -z"
+            ),
+            Self::TooManyJitDumps { offset } => write!(
+                f,
+                "IN maps more than {MAX_JIT_DUMPS} distinct jit-<pid>.dump files (the limit was \
+                 passed at the record at offset {offset}): no recording of ordinary JIT \
+                 processes has that many; split the recording (perf record with a shorter run), \
+                 or report the workload if it is real"
+            ),
+            Self::OffsetOverflow => write!(f, "IN's sections would end past 2^64 bytes once moved"),
+            Self::Unfinished { trailing } => write!(
+                f,
+                "IN's header says its data section is empty, but {trailing} bytes follow it: perf \
+                 record did not finish writing IN (killed?); re-record and stop perf record with \
+                 Ctrl-C or by ending the command"
+            ),
+            Self::OverlappingFields => write!(
+                f,
+                "IN's header, attribute and feature tables overlap each other: corrupt perf.data"
+            ),
+            Self::FeaturePresent(feature) => write!(
+                f,
+                "IN has a {feature} section already: it is kept, not replaced (was IN recorded \
+                 with -k/--clockid, or patched before?)"
+            ),
+            Self::BadInsertion(reason) => write!(f, "cannot insert into IN: {reason}"),
+            Self::OutputKind { path, kind } => write!(
+                f,
+                "OUT {} is {kind}, not a regular file: it would be replaced by a regular file; \
+                 pass -o a new path or an existing regular file",
+                path.display()
+            ),
+            Self::Output { path, error } => write!(
+                f,
+                "cannot write OUT {}: {error} (nothing was left there)",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PerfDataError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io(error) | Self::Output { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for PerfDataError {
+    fn from(error: io::Error) -> Self {
+        Self::Io(error)
+    }
+}

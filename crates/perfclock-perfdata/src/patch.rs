@@ -1,0 +1,244 @@
+//! Insertion of records at the start of the data section and of new feature sections, in one
+//! streaming copy.
+//!
+//! Nothing in the ecosystem writes perf.data, so the insertion is done here against the layout
+//! perf's `tools/perf/util/header.c` reads (`perf_file_header`, `perf_file_attr`, the feature
+//! table right after the data). Inserting `n` bytes at a point moves every section that starts
+//! at or after it by `n`: records go at the data's start (the data size grows), a new feature's
+//! table entry goes into the table at its bit's place, and its contents at the end of the file.
+//! [`read_layout`](crate::read_layout) has checked that no section straddles these points.
+
+use std::borrow::Cow;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+
+use crate::error::PerfDataError;
+use crate::features::Feature;
+use crate::header::at;
+use crate::layout::Layout;
+use crate::record::{RecordHeader, RECORD_HEADER_SIZE};
+use crate::section::SECTION_SIZE;
+
+/// Records and feature sections to insert into a file laid out as a [`Layout`].
+#[derive(Debug, Clone)]
+pub struct Patch<'a> {
+    layout: &'a Layout,
+    records: Vec<u8>,
+    features: Vec<(Feature, Vec<u8>)>,
+}
+
+/// What is done at one position of the input.
+#[derive(Debug)]
+enum Edit<'a> {
+    /// Bytes written before the input byte at this position.
+    Insert(Cow<'a, [u8]>),
+    /// The input's bytes at this position replaced by these (same length).
+    Overwrite(Vec<u8>),
+}
+
+impl<'a> Patch<'a> {
+    /// Nothing inserted yet.
+    pub fn new(layout: &'a Layout) -> Self {
+        Self {
+            layout,
+            records: Vec::new(),
+            features: Vec::new(),
+        }
+    }
+
+    /// Inserts `record` (header included, its size field equal to its length, a multiple of 8)
+    /// at the start of the data section, after records inserted before it.
+    ///
+    /// # Errors
+    /// [`PerfDataError::BadInsertion`] if `record` is not one whole record.
+    pub fn insert_record(&mut self, record: &[u8]) -> Result<&mut Self, PerfDataError> {
+        let header = record
+            .first_chunk::<RECORD_HEADER_SIZE>()
+            .map(|header| RecordHeader::parse(*header));
+        match header {
+            Some(header) if usize::from(header.size) == record.len() && record.len() % 8 == 0 => {
+                self.records.extend_from_slice(record);
+                Ok(self)
+            }
+            _ => Err(PerfDataError::BadInsertion(format!(
+                "a record to insert must be whole and 8-byte aligned ({} bytes given)",
+                record.len()
+            ))),
+        }
+    }
+
+    /// Adds a feature section with `contents`; the file must not have `feature` yet.
+    ///
+    /// # Errors
+    /// [`PerfDataError::FeaturePresent`] if the file (or this patch) has it already,
+    /// [`PerfDataError::BadInsertion`] for a bit past 255.
+    pub fn add_feature(
+        &mut self,
+        feature: Feature,
+        contents: Vec<u8>,
+    ) -> Result<&mut Self, PerfDataError> {
+        if feature.0 >= Feature::BITS {
+            return Err(PerfDataError::BadInsertion(format!(
+                "{feature} is past the header's 256 feature bits"
+            )));
+        }
+        if self.layout.features().contains(feature)
+            || self.features.iter().any(|(added, _)| *added == feature)
+        {
+            return Err(PerfDataError::FeaturePresent(feature));
+        }
+        self.features.push((feature, contents));
+        self.features.sort_by_key(|(feature, _)| *feature);
+        Ok(self)
+    }
+
+    /// How many bytes the output has more than the input.
+    pub fn grown_by(&self) -> u64 {
+        self.records.len() as u64
+            + self
+                .features
+                .iter()
+                .map(|(_, contents)| SECTION_SIZE + contents.len() as u64)
+                .sum::<u64>()
+    }
+
+    /// The edits, by input position: inserted records, new table entries, appended contents,
+    /// then the header and offset fields rewritten.
+    fn edits(&self) -> Result<Vec<(u64, u8, Edit<'_>)>, PerfDataError> {
+        let layout = self.layout;
+        let mut edits = Vec::new();
+        if !self.records.is_empty() {
+            edits.push((
+                layout.data.offset,
+                0,
+                Edit::Insert(Cow::Borrowed(&self.records[..])),
+            ));
+        }
+        // Every insertion point with its length, to move the sections after it.
+        let mut insertions: Vec<(u64, u64)> = vec![(layout.data.offset, self.records.len() as u64)];
+        for (feature, _) in &self.features {
+            let index = layout.features().table_index(*feature) as u64;
+            insertions.push((
+                layout.feature_table.offset + SECTION_SIZE * index,
+                SECTION_SIZE,
+            ));
+        }
+        let moved = |offset: u64| -> Result<u64, PerfDataError> {
+            insertions
+                .iter()
+                .filter(|(at, _)| *at <= offset)
+                .try_fold(offset, |moved, (_, len)| moved.checked_add(*len))
+                .ok_or(PerfDataError::OffsetOverflow)
+        };
+        // New contents go after everything, in bit order.
+        let mut contents_at = moved(layout.file_len)?;
+        let mut entries = Vec::new();
+        for (feature, contents) in &self.features {
+            let index = layout.features().table_index(*feature) as u64;
+            let mut entry = contents_at.to_le_bytes().to_vec();
+            entry.extend_from_slice(&(contents.len() as u64).to_le_bytes());
+            entries.push((layout.feature_table.offset + SECTION_SIZE * index, entry));
+            contents_at = contents_at
+                .checked_add(contents.len() as u64)
+                .ok_or(PerfDataError::OffsetOverflow)?;
+        }
+        for (at, entry) in entries {
+            edits.push((at, 1, Edit::Insert(Cow::Owned(entry))));
+        }
+        for (_, contents) in &self.features {
+            edits.push((
+                layout.file_len,
+                2,
+                Edit::Insert(Cow::Borrowed(&contents[..])),
+            ));
+        }
+        let data_size = layout
+            .data
+            .size
+            .checked_add(self.records.len() as u64)
+            .ok_or(PerfDataError::OffsetOverflow)?;
+        edits.push((
+            at::DATA_SIZE as u64,
+            3,
+            Edit::Overwrite(data_size.to_le_bytes().to_vec()),
+        ));
+        if !self.features.is_empty() {
+            let mut features = layout.features();
+            for (feature, _) in &self.features {
+                features.insert(*feature);
+            }
+            let words = features
+                .0
+                .iter()
+                .flat_map(|word| word.to_le_bytes())
+                .collect();
+            edits.push((at::FEATURES as u64, 3, Edit::Overwrite(words)));
+        }
+        for field in &layout.offset_fields {
+            let offset = moved(field.section.offset)?;
+            if offset != field.section.offset {
+                edits.push((
+                    field.position,
+                    3,
+                    Edit::Overwrite(offset.to_le_bytes().to_vec()),
+                ));
+            }
+        }
+        edits.sort_by_key(|(at, rank, _)| (*at, *rank));
+        Ok(edits)
+    }
+
+    /// Copies `reader` (the file `layout` was read from) to `writer` with the insertions, the
+    /// data size and feature bits updated, and every section offset after an insertion point
+    /// moved.
+    ///
+    /// # Errors
+    /// A read or write error; [`PerfDataError::OffsetOverflow`] if a moved offset would
+    /// overflow; [`PerfDataError::OverlappingFields`] if rewritten fields overlap;
+    /// [`PerfDataError::TooShort`] if the input shrank since the layout was read.
+    pub fn write<R: Read + Seek, W: Write>(
+        &self,
+        reader: &mut R,
+        writer: &mut W,
+    ) -> Result<(), PerfDataError> {
+        let edits = self.edits()?;
+        reader.seek(SeekFrom::Start(0))?;
+        let mut position = 0u64;
+        for (at, _, edit) in edits {
+            copy_to(reader, writer, &mut position, at)?;
+            match edit {
+                Edit::Insert(bytes) => writer.write_all(&bytes)?,
+                Edit::Overwrite(bytes) => {
+                    let replaced = bytes.len() as u64;
+                    let skipped = io::copy(&mut reader.by_ref().take(replaced), &mut io::sink())?;
+                    if skipped != replaced {
+                        return Err(PerfDataError::TooShort {
+                            len: position + skipped,
+                        });
+                    }
+                    position += replaced;
+                    writer.write_all(&bytes)?;
+                }
+            }
+        }
+        copy_to(reader, writer, &mut position, self.layout.file_len)
+    }
+}
+
+/// Copies the input from `position` up to `end`.
+fn copy_to<R: Read, W: Write>(
+    reader: &mut R,
+    writer: &mut W,
+    position: &mut u64,
+    end: u64,
+) -> Result<(), PerfDataError> {
+    let wanted = end
+        .checked_sub(*position)
+        .ok_or(PerfDataError::OverlappingFields)?;
+    let copied = io::copy(&mut reader.by_ref().take(wanted), writer)?;
+    *position += copied;
+    if copied == wanted {
+        Ok(())
+    } else {
+        Err(PerfDataError::TooShort { len: *position })
+    }
+}

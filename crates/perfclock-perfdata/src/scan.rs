@@ -1,0 +1,197 @@
+//! The record scan: walks the data section's 8-byte record headers, reads only the bodies it
+//! needs (MMAP/MMAP2 file names, compressed records), and reports whether a TIME_CONV is there
+//! and which jitdumps were mapped. Linear in the records, bounded in memory.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::PerfDataError;
+use crate::jitdump_name::jitdump_pid;
+use crate::layout::Layout;
+use crate::record::{
+    RecordHeader, RecordType, MMAP2_FILENAME_AT, MMAP_FILENAME_AT, RECORD_HEADER_SIZE,
+};
+use crate::section::u64_at;
+
+/// The most distinct `jit-<pid>.dump` names a scan keeps; one more is
+/// [`PerfDataError::TooManyJitDumps`]. One per JIT process of the recording.
+pub const MAX_JIT_DUMPS: usize = 131_072;
+/// The most bytes of distinct jitdump names a scan keeps (each name is stored twice: in file
+/// order and in the set that finds repeats); more is [`PerfDataError::TooManyJitDumps`].
+pub const MAX_JIT_DUMP_NAME_BYTES: usize = 32 << 20;
+
+/// A jitdump the recording mapped (perf's marker that the JIT wrote one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JitDumpMap {
+    /// The pid in the name.
+    pub pid: u32,
+    /// The path as the MMAP record names it.
+    pub path: PathBuf,
+}
+
+/// What [`scan_records`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Scan {
+    /// Whether a `PERF_RECORD_TIME_CONV` is present (perf record wrote one: kernel mode).
+    pub has_time_conv: bool,
+    /// The MMAP/MMAP2 records whose file name is `jit-<pid>.dump`, in file order, each path
+    /// once.
+    pub jit_dumps: Vec<JitDumpMap>,
+    /// How many records the data section holds (compressed ones count once, and so does each
+    /// record inside them).
+    pub records: u64,
+    /// Whether a jitdump's map was found inside a compressed record (`perf record -z`).
+    pub compressed_markers: bool,
+}
+
+/// Accumulates a scan: the result and the set that finds repeated names in O(1).
+#[derive(Debug, Default)]
+pub(crate) struct Inspector {
+    pub scan: Scan,
+    seen: HashSet<PathBuf>,
+    name_bytes: usize,
+}
+
+impl Inspector {
+    /// Notes what one record tells: a TIME_CONV, or the map of a jitdump; `offset` is the
+    /// record's (or its compressed record's) file offset, for errors.
+    pub fn inspect(
+        &mut self,
+        kind: RecordType,
+        body: &[u8],
+        offset: u64,
+    ) -> Result<(), PerfDataError> {
+        self.scan.records += 1;
+        let name_at = match kind {
+            RecordType::TIME_CONV => {
+                self.scan.has_time_conv = true;
+                return Ok(());
+            }
+            RecordType::MMAP => MMAP_FILENAME_AT,
+            RecordType::MMAP2 => MMAP2_FILENAME_AT,
+            _ => return Ok(()),
+        };
+        let Some(name) = body.get(name_at..) else {
+            return Ok(());
+        };
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        let path = Path::new(OsStr::from_bytes(name));
+        let Some(pid) = jitdump_pid(path) else {
+            return Ok(());
+        };
+        if self.seen.contains(path) {
+            return Ok(());
+        }
+        self.name_bytes += 2 * name.len();
+        if self.seen.len() >= MAX_JIT_DUMPS || self.name_bytes > MAX_JIT_DUMP_NAME_BYTES {
+            return Err(PerfDataError::TooManyJitDumps { offset });
+        }
+        self.seen.insert(path.to_path_buf());
+        self.scan.jit_dumps.push(JitDumpMap {
+            pid,
+            path: path.to_path_buf(),
+        });
+        Ok(())
+    }
+}
+
+/// Walks the data section's records of a file laid out as `layout`: whether a TIME_CONV is
+/// there, and which jitdumps were mapped. Reads record headers, MMAP bodies and compressed
+/// records only; memory is bounded by one record (64 KiB), the decompressor's window, and
+/// [`MAX_JIT_DUMP_NAME_BYTES`].
+///
+/// # Errors
+/// [`PerfDataError`]: a record smaller than its header or running past the data, a corrupt
+/// compressed record (or one without the `zstd` feature), too many distinct jitdumps, or a
+/// read error.
+pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, PerfDataError> {
+    let mut reader = BufReader::with_capacity(1 << 16, reader);
+    reader.seek(SeekFrom::Start(layout.data.offset))?;
+    let data_end = layout.data.offset + layout.data.size;
+    let mut inspector = Inspector::default();
+    let mut offset = layout.data.offset;
+    let mut body = Vec::new();
+    let mut decompressed: Option<crate::decompress::Decompressed> = None;
+    while offset < data_end {
+        if data_end - offset < RECORD_HEADER_SIZE as u64 {
+            return Err(PerfDataError::RecordPastData { offset });
+        }
+        let mut header = [0u8; RECORD_HEADER_SIZE];
+        reader.read_exact(&mut header)?;
+        let RecordHeader { kind, size, .. } = RecordHeader::parse(header);
+        let size = u64::from(size);
+        if size < RECORD_HEADER_SIZE as u64 {
+            return Err(PerfDataError::RecordTooSmall { offset, size });
+        }
+        if size > data_end - offset {
+            return Err(PerfDataError::RecordPastData { offset });
+        }
+        let body_len = (size - RECORD_HEADER_SIZE as u64) as usize;
+        let mut extra = 0u64;
+        match kind {
+            RecordType::MMAP | RecordType::MMAP2 => {
+                body.resize(body_len, 0);
+                reader.read_exact(&mut body)?;
+                inspector.inspect(kind, &body, offset)?;
+            }
+            RecordType::COMPRESSED | RecordType::COMPRESSED2 => {
+                body.resize(body_len, 0);
+                reader.read_exact(&mut body)?;
+                // COMPRESSED2 says how much of its body is data (the rest is padding).
+                let compressed = if kind == RecordType::COMPRESSED {
+                    &body[..]
+                } else {
+                    match body.get(..8).map(|field| u64_at(field, 0)) {
+                        Some(data_size) if data_size <= body_len as u64 - 8 => {
+                            &body[8..8 + data_size as usize]
+                        }
+                        _ => {
+                            return Err(PerfDataError::Compressed {
+                                offset,
+                                reason: "its data size exceeds the record".to_owned(),
+                            })
+                        }
+                    }
+                };
+                let decompressor = match &mut decompressed {
+                    Some(decompressor) => decompressor,
+                    empty => empty.insert(crate::decompress::Decompressed::new(offset)?),
+                };
+                decompressor.feed(&mut inspector, compressed, offset)?;
+                inspector.scan.records += 1;
+            }
+            RecordType::AUXTRACE => {
+                // The AUX data follows the record, outside its size: its length is the body's
+                // first field.
+                let mut aux_size = [0u8; 8];
+                if body_len < 8 {
+                    return Err(PerfDataError::RecordTooSmall { offset, size });
+                }
+                reader.read_exact(&mut aux_size)?;
+                reader.seek_relative(body_len as i64 - 8)?;
+                extra = u64::from_le_bytes(aux_size);
+                inspector.scan.records += 1;
+            }
+            _ => {
+                inspector.inspect(kind, &[], offset)?;
+                reader.seek_relative(body_len as i64)?;
+            }
+        }
+        offset += size;
+        if extra > data_end - offset {
+            return Err(PerfDataError::RecordPastData { offset });
+        }
+        if extra > 0 {
+            reader.seek(SeekFrom::Start(offset + extra))?;
+            offset += extra;
+        }
+    }
+    if let Some(decompressor) = decompressed {
+        decompressor.finish(offset)?;
+    }
+    Ok(inspector.scan)
+}
