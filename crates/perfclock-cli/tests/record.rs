@@ -135,7 +135,17 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// (samples of the `java` threads, of which in Hot.alpha or Hot.beta), from `perf script`.
+/// Whether a `perf script` sample line's symbol is a hot method: demangled (`Hot.alpha(long)`)
+/// or, where the agent named the inlining chain, as the JVM spells it
+/// (`LHot;alpha(J)J <- LHot;main(...)`, which perf leaves as it is).
+fn in_hot_method(line: &str) -> bool {
+    ["Hot.alpha(", "Hot.beta(", "Hot;alpha(", "Hot;beta("]
+        .iter()
+        .any(|name| line.contains(name))
+}
+
+/// (samples of the workload's main thread, of which in Hot.alpha or Hot.beta), from `perf
+/// script`. The main thread is the `java` thread with the most samples (it runs the loop).
 fn hot_share(work: &Path, data: &str) -> (usize, usize) {
     let output = Command::new("perf")
         .args(["script", "-G", "-F", "comm,tid,ip,sym", "-i", data])
@@ -149,15 +159,16 @@ fn hot_share(work: &Path, data: &str) -> (usize, usize) {
         text(&output.stderr)
     );
     let script = text(&output.stdout);
-    let java: Vec<&str> = script
-        .lines()
-        .filter(|line| line.split_whitespace().next() == Some("java"))
-        .collect();
-    let hot = java
-        .iter()
-        .filter(|line| line.contains("Hot.alpha") || line.contains("Hot.beta"))
-        .count();
-    (java.len(), hot)
+    let mut threads: std::collections::HashMap<&str, (usize, usize)> = Default::default();
+    for line in script.lines() {
+        let mut fields = line.split_whitespace();
+        if let (Some("java"), Some(tid)) = (fields.next(), fields.next()) {
+            let counts = threads.entry(tid).or_default();
+            counts.0 += 1;
+            counts.1 += usize::from(in_hot_method(line));
+        }
+    }
+    threads.into_values().max().unwrap_or_default()
 }
 
 fn assert_hot(work: &Path, data: &str, what: &str) {
@@ -417,4 +428,39 @@ fn sigint_mid_run_still_post_processes() {
         text(&output.stderr)
     );
     assert_hot(work.path(), "out.data", "SIGINT");
+}
+
+/// The control: with `--no-java-agent` no jitdump is written, and not one sample of the same
+/// workload is named after the hot methods (so the shares above come from the agent's dumps).
+#[test]
+fn without_the_agent_no_java_method_is_named() {
+    let Some(work) = setup("without_the_agent_no_java_method_is_named") else {
+        return;
+    };
+    let _lock = jvm_lock();
+    let output = record(
+        work.path(),
+        &[
+            "--no-java-agent",
+            "-o",
+            "out.data",
+            "--",
+            "java",
+            "-cp",
+            ".",
+            "Hot",
+            "3000",
+            "0",
+        ],
+    )
+    .output()
+    .unwrap();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("no jitdump was mapped"), "{stderr}");
+    assert!(!work.path().join("out.data.raw").exists(), "{stderr}");
+    let (samples, hot) = hot_share(work.path(), "out.data");
+    eprintln!("control: {hot} of {samples} main-thread samples named Hot.alpha/Hot.beta");
+    assert!(samples >= 100, "control: only {samples} samples");
+    assert_eq!(hot, 0, "control: named without a jitdump");
 }
