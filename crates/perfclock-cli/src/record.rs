@@ -443,6 +443,10 @@ fn record(options: &RecordOptions) -> Result<u8, Failure> {
         ))
     })?;
     fs::remove_file(&raw).map_err(|e| fail(format!("removing {}: {e}", raw.display())))?;
+    // A jitdump directory no JVM wrote into goes (remove_dir refuses a full one).
+    for dir in &dump_dirs {
+        let _ = fs::remove_dir(dir);
+    }
     let out = output.display();
     eprintln!(
         "{NAME}: wrote {out}; next:\n  perf report -i {out}\n  perf script -i {out}\n  samply \
