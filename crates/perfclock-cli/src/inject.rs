@@ -33,8 +33,21 @@ pub struct InjectOptions {
     pub output: PathBuf,
     /// Directories to look for `jit-<pid>.dump.timeconv` in, instead of the dump's own.
     pub dump_dirs: Vec<PathBuf>,
-    /// Add HEADER_CLOCK_DATA from a snapshot taken now (the recording was made on this boot).
-    pub clock_data_now: bool,
+    /// Whether to add HEADER_CLOCK_DATA, and from which snapshot.
+    pub clock_data: ClockDataSource,
+}
+
+/// Where HEADER_CLOCK_DATA's pairing of wall-clock and perf-clock time comes from.
+#[derive(Debug, Clone)]
+pub enum ClockDataSource {
+    /// No HEADER_CLOCK_DATA.
+    None,
+    /// A snapshot taken now, for a recording made earlier on this boot (`--clock-data-now`:
+    /// checked against IN's modification time for a CLOCK_REALTIME step since).
+    Now,
+    /// A snapshot taken during the recording (`perfclock record`, which checks for a step
+    /// itself).
+    Recorded(perfclock::ClockSnapshot),
 }
 
 /// What was written.
@@ -230,14 +243,12 @@ pub fn run(
     cleanup: &TempCleanup,
 ) -> Result<(Outcome, Option<ClockData>), InjectError> {
     // First, to be as close as possible to the recording.
-    let snapshot =
-        if options.clock_data_now {
-            Some(perfclock::snapshot().map_err(|error| {
-                InjectError::ClockData(ClockDataError::Snapshot(error.to_string()))
-            })?)
-        } else {
-            None
-        };
+    let snapshot = match &options.clock_data {
+        ClockDataSource::None | ClockDataSource::Recorded(_) => None,
+        ClockDataSource::Now => Some(perfclock::snapshot().map_err(|error| {
+            InjectError::ClockData(ClockDataError::Snapshot(error.to_string()))
+        })?),
+    };
     let input = &options.input;
     let mut file = File::open(input).map_err(|error| InjectError::Input(input.clone(), error))?;
     let metadata = file
@@ -255,12 +266,16 @@ pub fn run(
     let layout = read_layout(&mut file)?;
     let scan = scan_records(&mut file, &layout)?;
     let mode = metadata.permissions().mode();
-    let clock_data = match &snapshot {
-        Some(snapshot) => Some(
+    let clock_data = match (&snapshot, &options.clock_data) {
+        (Some(snapshot), _) => Some(
             clock_data::from_snapshot(&mut file, &layout, snapshot)
                 .map_err(InjectError::ClockData)?,
         ),
-        None => None,
+        (None, ClockDataSource::Recorded(recorded)) => Some(ClockData::perf_clock(
+            recorded.realtime.ns,
+            recorded.perf_ns,
+        )),
+        (None, _) => None,
     };
     let mut patch = Patch::new(&layout);
     if let Some(clock_data) = &clock_data {

@@ -1,10 +1,11 @@
-//! The `perfclock` command: `doctor`, `inject-time-conv`, `attach`, `agent-path`, `serve`.
+//! The `perfclock` command: `doctor`, `inject-time-conv`, `attach`, `agent-path`, `record`, `serve`.
 
 mod agent_path;
 mod attach;
 mod clock_data;
 mod doctor;
 mod inject;
+mod record;
 mod serve;
 mod signals;
 
@@ -84,6 +85,39 @@ enum Command {
         #[arg(long, value_name = "P")]
         path: Option<PathBuf>,
     },
+    /// Profile CMD with `perf record -g` (perf's default clock), every JVM in it writing a
+    /// jitdump through perfclock's agent, then add the TIME_CONV record and run `perf inject
+    /// --jit`: one OUT for `perf report`, `perf script` and `samply import`. SIGINT/SIGTERM stop
+    /// perf and the command as they stop `perf record`. Exits with CMD's status when it failed
+    /// (128 + signal when a signal ended it or perfclock), 1 when recording or post-processing
+    /// failed (the raw recording OUT.raw is then kept), else 0.
+    #[command(override_usage = "perfclock record [OPTIONS] [PERF-OPTIONS]... -- CMD [ARGS]...")]
+    Record {
+        /// The recording to write (replaced atomically if it exists).
+        #[arg(short, long, value_name = "OUT", default_value = "perf.data")]
+        output: PathBuf,
+        /// The JVMTI agent [default: libperfclock_agent.so next to the perfclock executable].
+        #[arg(long, value_name = "PATH")]
+        agent: Option<PathBuf>,
+        /// Leave JAVA_TOOL_OPTIONS alone: no agent, no jitdump from JVMs.
+        #[arg(long)]
+        no_java_agent: bool,
+        /// Options for `perf record` (after its `-g`), e.g. `-F 999 --call-graph dwarf`;
+        /// `-k`/`--clockid` and `-z`/`--compression-level` are refused.
+        #[arg(
+            value_name = "PERF-OPTIONS",
+            allow_hyphen_values = true,
+            value_terminator = "--"
+        )]
+        perf_args: Vec<OsString>,
+        /// The command to profile, after `--`.
+        #[arg(
+            value_name = "CMD",
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        command: Vec<OsString>,
+    },
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {
@@ -103,7 +137,11 @@ fn main() -> ExitCode {
             input,
             output,
             dump_dirs,
-            clock_data_now,
+            clock_data: if clock_data_now {
+                inject::ClockDataSource::Now
+            } else {
+                inject::ClockDataSource::None
+            },
         }),
         Command::Attach {
             pid,
@@ -116,6 +154,19 @@ fn main() -> ExitCode {
             agent,
             Duration::from_secs_f64(timeout),
         ),
+        Command::Record {
+            output,
+            agent,
+            no_java_agent,
+            perf_args,
+            command,
+        } => record::run(record::RecordOptions {
+            output,
+            agent,
+            no_java_agent,
+            perf_args,
+            command,
+        }),
         Command::AgentPath => match agent_path::find() {
             Ok(path) => {
                 println!("{}", path.display());
