@@ -22,7 +22,8 @@
 # Needs: perf, a JDK under /usr/lib/jvm (java, javac), python3, cargo, unshare; root (the
 # namespace run, perf -p). Exits non-zero on any failure.
 # Environment: CARGO_TARGET_DIR (default <repo>/target), PERFCLOCK_E2E_DIR (work directory,
-# default a fresh <target>/e2e-attach.*: not under /tmp, which the namespace run hides),
+# default a fresh /var/tmp/perfclock-e2e-attach.*: not under /tmp, which the namespace run
+# hides; the agent is copied into it, so the JVM in the namespace sees the same file),
 # PERFCLOCK_E2E_SECONDS (sampling before the attach is 1.5 s; after it, default 4).
 set -euo pipefail
 
@@ -31,7 +32,9 @@ root=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 case $target in /*) ;; *) target="$root/$target" ;; esac
 mkdir -p "$target"
-out=${PERFCLOCK_E2E_DIR:-$(mktemp -d "$target/e2e-attach.XXXXXX")}
+# Outside /tmp (the namespace run mounts its own) and outside the checkout (which may itself
+# lie under /tmp, or under a home directory nobody else can enter): mktemp's fresh directory.
+out=${PERFCLOCK_E2E_DIR:-$(mktemp -d /var/tmp/perfclock-e2e-attach.XXXXXX)}
 seconds=${PERFCLOCK_E2E_SECONDS:-4}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -64,6 +67,10 @@ else
     agent="$target/release/libperfclock_agent.so"
 fi
 [ -f "$agent" ] || fail "no agent at $agent: pass its path (cargo build --release -p perfclock-jvmti builds it)"
+# The JVM in its own mount namespace must see the agent at the same path: the checkout (and so
+# the agent) may lie under /tmp, which that namespace hides.
+cp "$agent" "$out/libperfclock_agent.so"
+agent="$out/libperfclock_agent.so"
 echo "attach e2e: agent $agent; work dir $out; $(perf --version)"
 
 # Starts the workload in the background (plain or in a namespace), waits for "ready" and
@@ -156,5 +163,9 @@ for jdk in "${jdks[@]}"; do
             --label "$name $mode" || status=1
     done
 done
-echo "attach e2e: artifacts in $out (per JDK and mode: perf.data, jitted.data, jitted.report, dump/, *.script, attach*.err)"
+if [ "$status" = 0 ] && [ -z "${PERFCLOCK_E2E_DIR:-}" ]; then
+    rm -rf "$out"
+else
+    echo "attach e2e: artifacts in $out (per JDK and mode: perf.data, jitted.data, jitted.report, dump/, *.script, attach*.err)"
+fi
 exit "$status"

@@ -115,8 +115,15 @@ fn fixture(test: &str) -> Option<&'static Fixture> {
             .map(|java| java.with_file_name("javac"))
             .find(|javac| javac.is_file())
             .ok_or("no javac in any JDK under /usr/lib/jvm")?;
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("attach-fixture");
-        let _ = fs::remove_dir_all(&dir);
+        // Outside /tmp, which the namespace test hides (the checkout, and so cargo's tmp
+        // directory, may lie under it), and outside the checkout, whose directories nobody may
+        // not enter: a fresh directory of ours (mkdtemp) under /var/tmp, kept for the process.
+        let dir = tempfile::Builder::new()
+            .prefix("perfclock-attach-fixture.")
+            .tempdir_in("/var/tmp")
+            .map_err(|e| format!("a directory in /var/tmp: {e}"))?
+            .keep();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
         fs::create_dir_all(dir.join("classes")).unwrap();
         fs::write(dir.join("Idle.java"), IDLE_JAVA).unwrap();
         let status = Command::new(&javac)
@@ -137,11 +144,7 @@ fn fixture(test: &str) -> Option<&'static Fixture> {
                 .map_err(|e| format!("cc: {e} (Debian: apt-get install -y gcc libc6-dev)"))?;
             assert!(status.success(), "cc {name}.c failed");
         }
-        // The JVM runs as nobody in one test: it must reach the classes and the agent (cargo
-        // creates its tmp directory; the directories above it are the checkout's).
-        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let mode = fs::metadata(tmp).unwrap().permissions().mode();
-        fs::set_permissions(tmp, fs::Permissions::from_mode(mode | 0o055)).unwrap();
+        // The JVM runs as nobody in one test: it must reach the classes and the agent.
         Command::new("chmod")
             .args(["-R", "a+rX"])
             .arg(&dir)
