@@ -242,7 +242,7 @@ fn add_time_conv(
         output: out_tmp.to_path_buf(),
         dump_dirs: dump_dirs.to_vec(),
         clock_data: match snapshot {
-            Some(snapshot) => inject::ClockDataSource::Recorded(snapshot.clone()),
+            Some(snapshot) => inject::ClockDataSource::Recorded(*snapshot),
             None => inject::ClockDataSource::None,
         },
     };

@@ -12,6 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use perfclock_testutil::perf_script::tod_ns;
 use perfclock_testutil::skip::{skip, Need};
 
 /// Two hot methods on the main thread; arguments: milliseconds to run, exit status.
@@ -40,6 +41,49 @@ public final class Hot {
     }
 }
 "#;
+
+/// Two phases, each running one hot method, stamped with `Instant.now()` (CLOCK_REALTIME) at
+/// their edges; argument: milliseconds per phase. Prints `phases A0 A1 B0 B1` (ns since the
+/// epoch) at the end.
+const PHASES_JAVA: &str = r#"
+import java.time.Instant;
+
+public final class Phases {
+    static volatile long sink;
+    static long alpha(long x) {
+        for (int i = 0; i < 5000; i++) { x ^= x << 13; x ^= x >>> 7; x ^= x << 17; x += i; }
+        return x;
+    }
+    static long beta(long x) {
+        for (int i = 0; i < 5000; i++) {
+            x = x * 6364136223846793005L + 1442695040888963407L;
+            x ^= x >>> 29;
+        }
+        return x;
+    }
+    static long wallNs() {
+        Instant now = Instant.now();
+        return now.getEpochSecond() * 1_000_000_000L + now.getNano();
+    }
+    public static void main(String[] args) throws Exception {
+        long ms = Long.parseLong(args[0]);
+        long x = 1;
+        long a0 = wallNs();
+        long end = System.nanoTime() + ms * 1_000_000L;
+        while (System.nanoTime() < end) { x = alpha(x); sink = x; }
+        long a1 = wallNs();
+        Thread.sleep(300);
+        long b0 = wallNs();
+        end = System.nanoTime() + ms * 1_000_000L;
+        while (System.nanoTime() < end) { x = beta(x); sink = x; }
+        long b1 = wallNs();
+        System.out.println("phases " + a0 + " " + a1 + " " + b0 + " " + b1);
+    }
+}
+"#;
+
+/// How far a sample's wall-clock time may lie outside the phase the workload stamped.
+const PHASE_TOLERANCE_NS: u64 = 1_000_000;
 
 /// The share of the main thread's samples that must fall in Hot.alpha or Hot.beta.
 const MIN_HOT_SHARE: f64 = 0.80;
@@ -105,10 +149,12 @@ fn setup(test: &str) -> Option<tempfile::TempDir> {
     let work = tempfile::tempdir().unwrap();
     fs::create_dir(work.path().join("home")).unwrap();
     fs::write(work.path().join("Hot.java"), HOT_JAVA).unwrap();
+    fs::write(work.path().join("Phases.java"), PHASES_JAVA).unwrap();
     let javac = Command::new("javac")
         .arg("-d")
         .arg(work.path())
         .arg(work.path().join("Hot.java"))
+        .arg(work.path().join("Phases.java"))
         .output()
         .unwrap();
     assert!(
@@ -463,4 +509,115 @@ fn without_the_agent_no_java_method_is_named() {
     eprintln!("control: {hot} of {samples} main-thread samples named Hot.alpha/Hot.beta");
     assert!(samples >= 100, "control: only {samples} samples");
     assert_eq!(hot, 0, "control: named without a jitdump");
+}
+
+/// Per phase method (alpha, beta): the wall-clock times `perf script -F+tod` prints for the
+/// samples named after it.
+fn phase_sample_times(work: &Path, data: &str) -> [Vec<u64>; 2] {
+    let output = Command::new("perf")
+        .args(["script", "-G", "-F", "tid,tod,ip,sym", "-i", data])
+        .current_dir(work)
+        .env("HOME", work.join("home"))
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "perf script -F tod: {}",
+        text(&output.stderr)
+    );
+    let mut times = [Vec::new(), Vec::new()];
+    for line in text(&output.stdout).lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let Some(tod) = fields.get(1..3).and_then(|tod| tod_ns(&tod.join(" "))) else {
+            continue;
+        };
+        for (phase, names) in [
+            ["Phases.alpha(", "Phases;alpha("],
+            ["Phases.beta(", "Phases;beta("],
+        ]
+        .iter()
+        .enumerate()
+        {
+            if names.iter().any(|name| line.contains(name)) {
+                times[phase].push(tod);
+            }
+        }
+    }
+    times
+}
+
+/// How many of each phase's samples lie outside `[start - tolerance, end + tolerance]`.
+fn outside(times: &[Vec<u64>; 2], stamps: [u64; 4]) -> [usize; 2] {
+    let count = |times: &[u64], start: u64, end: u64| {
+        times
+            .iter()
+            .filter(|t| !(start - PHASE_TOLERANCE_NS..=end + PHASE_TOLERANCE_NS).contains(*t))
+            .count()
+    };
+    [
+        count(&times[0], stamps[0], stamps[1]),
+        count(&times[1], stamps[2], stamps[3]),
+    ]
+}
+
+/// Issue 21: `perf script -F+tod` works on `perfclock record`'s output (HEADER_CLOCK_DATA from
+/// the snapshot taken at the start), and every sample of each phase's method has a wall-clock
+/// time inside that phase as the JVM stamped it with `Instant.now()`, within 1 ms. Control: the
+/// same file with the wall clock moved 5 ms late puts samples outside.
+#[test]
+fn wall_clock_times_fall_within_the_phases_the_workload_stamped() {
+    const TEST: &str = "wall_clock_times_fall_within_the_phases_the_workload_stamped";
+    let Some(work) = setup(TEST) else {
+        return;
+    };
+    let _lock = jvm_lock();
+    let output = record(
+        work.path(),
+        &["-o", "out.data", "--", "java", "-cp", ".", "Phases", "1500"],
+    )
+    .output()
+    .unwrap();
+    assert_ok_output(work.path(), &output, 0);
+    let stdout = text(&output.stdout);
+    let stamps: Vec<u64> = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("phases "))
+        .unwrap_or_else(|| panic!("the workload printed no phases: {stdout}"))
+        .split_whitespace()
+        .map(|stamp| stamp.parse().unwrap())
+        .collect();
+    let stamps: [u64; 4] = stamps.try_into().unwrap();
+    let times = phase_sample_times(work.path(), "out.data");
+    let outside_phase = outside(&times, stamps);
+    eprintln!(
+        "{TEST}: alpha {} samples, {} outside its phase; beta {} samples, {} outside",
+        times[0].len(),
+        outside_phase[0],
+        times[1].len(),
+        outside_phase[1]
+    );
+    assert!(
+        times[0].len() >= 100 && times[1].len() >= 100,
+        "too few samples named after the phases' methods"
+    );
+    assert_eq!(outside_phase, [0, 0], "samples outside their phase");
+
+    // Control: the wall clock 5 ms late moves the last 4 ms of each phase's samples out of it.
+    let data = work.path().join("out.data");
+    let mut bytes = fs::read(&data).unwrap();
+    let layout = perfclock_perfdata::read_layout(&mut std::io::Cursor::new(&bytes)).unwrap();
+    let section = layout
+        .feature_section(perfclock_perfdata::Feature::CLOCK_DATA)
+        .expect("HEADER_CLOCK_DATA in perfclock record's output");
+    let at = section.offset as usize + 8;
+    let wall = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    bytes[at..at + 8].copy_from_slice(&(wall + 5_000_000).to_le_bytes());
+    fs::write(work.path().join("late.data"), &bytes).unwrap();
+    let late = outside(&phase_sample_times(work.path(), "late.data"), stamps);
+    eprintln!("{TEST}: control 5 ms late: {late:?} samples outside");
+    assert!(
+        late[0] > 0 && late[1] > 0,
+        "the control moved no sample out of its phase"
+    );
 }
