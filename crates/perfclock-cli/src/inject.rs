@@ -10,6 +10,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use perfclock_jitdump::timeconv::{TimeConvError, TimeConvMode, TimeConvRecord, SUFFIX};
+use perfclock_jitdump::JitClock;
 use perfclock_perfdata::{
     check_output_path, read_layout, scan_records, time_conv_record, ClockData, Feature, OutputFile,
     Patch, PerfDataError,
@@ -97,6 +98,13 @@ pub enum InjectError {
     SidecarRead(PathBuf, io::Error),
     /// A sidecar is not a valid record.
     SidecarInvalid(PathBuf, String),
+    /// A dump's timestamps are not raw counter values: nothing for a TIME_CONV to convert.
+    NotArchClock {
+        /// The sidecar that says so.
+        path: PathBuf,
+        /// The dump's clock.
+        clock: JitClock,
+    },
     /// A sidecar's pid is not its dump's.
     SidecarPid {
         /// The sidecar.
@@ -196,6 +204,23 @@ impl fmt::Display for InjectError {
                  another dump; pass --dump-dir with the directory of the right one",
                 path.display()
             ),
+            Self::NotArchClock { path, clock } => {
+                write!(
+                f,
+                "{} says its dump's timestamps are {clock}, not raw counter values: a TIME_CONV \
+                 record would not apply to them. {}",
+                path.display(),
+                match clock {
+                    JitClock::Perf => "A perf-clock dump needs no conversion: open the \
+                         recording with `samply import` as it is, or write the dump with \
+                         jitdump_clock=arch (PERFCLOCK_JITDUMP_CLOCK=arch) for perf inject --jit",
+                    _ => "A CLOCK_MONOTONIC dump goes with a recording stamped in \
+                         CLOCK_MONOTONIC: `samply record`, or `perf record -k monotonic` followed \
+                         by `perf inject --jit` directly; for a default perf record write the dump \
+                         with jitdump_clock=arch (PERFCLOCK_JITDUMP_CLOCK=arch)",
+                }
+            )
+            }
             Self::Inconsistent {
                 what,
                 first,
@@ -419,6 +444,12 @@ fn read_sidecar(
     let record = TimeConvRecord::parse(&text).map_err(|error: TimeConvError| {
         InjectError::SidecarInvalid(path.clone(), error.to_string())
     })?;
+    if record.clock != JitClock::Arch {
+        return Err(InjectError::NotArchClock {
+            path: path.clone(),
+            clock: record.clock,
+        });
+    }
     if record.pid != pid {
         return Err(InjectError::SidecarPid {
             path: path.clone(),

@@ -161,6 +161,35 @@ fn inserts_the_sidecar_conversion_and_replaces_an_existing_out() {
     assert_eq!(fs::read(&again).unwrap(), written);
 }
 
+/// Issue 21: a dump written in the perf or the monotonic clock has nothing for a TIME_CONV to
+/// convert; inject-time-conv refuses it and says what to do instead.
+#[test]
+fn dumps_in_another_clock_than_arch_are_refused_with_what_to_do() {
+    for (clock, advice) in [
+        ("perf", "samply import"),
+        ("monotonic", "perf record -k monotonic"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        let built = recording_with_dumps(dir, &[43]);
+        let input = dir.join("perf.data");
+        write(&input, &built.bytes);
+        let sidecar = sidecar_text(43, "calibrated", 2_796_202_667, 1, 700, 5_000);
+        write(
+            &dir.join("jit-43.dump.timeconv"),
+            format!("{sidecar}clock={clock}\n").as_bytes(),
+        );
+        let out = dir.join("out.data");
+        let output = inject(&input, &out, &[]);
+        assert_refused(&output, &out, advice);
+        assert!(
+            stderr(&output).contains(&format!("timestamps are {clock}")),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
+
 #[test]
 fn another_boot_is_a_warning_not_an_error() {
     let dir = tempfile::tempdir().unwrap();
