@@ -3,7 +3,7 @@
 use std::fmt::{self, Write as _};
 
 use tracing_core::field::{Field, Visit};
-use tracing_core::span::{Attributes, Id};
+use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::Subscriber;
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
@@ -70,6 +70,18 @@ where
         span.extensions_mut().insert(Started { name, start_ns });
     }
 
+    /// Fields recorded after creation (`span.record("key", value)`, fields declared `Empty`)
+    /// are appended to the marker's name, as at creation.
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(id) else {
+            return;
+        };
+        let mut extensions = span.extensions_mut();
+        if let Some(started) = extensions.get_mut::<Started>() {
+            values.record(&mut FieldsToName(&mut started.name));
+        }
+    }
+
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         let end_ns = perfclock::now_ns();
         let Some(span) = ctx.span(&id) else {
@@ -112,7 +124,8 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             let outer = tracing::info_span!("outer", phase = 3, file = "a\nb");
             let _entered = outer.enter();
-            let inner = tracing::info_span!("inner");
+            let inner = tracing::info_span!("inner", late = tracing::field::Empty);
+            inner.record("late", 7);
             drop(inner.enter());
         });
         markers.flush().unwrap();
@@ -128,7 +141,7 @@ mod tests {
         };
         let (is, ie, iname) = parse(lines[0]);
         let (os, oe, oname) = parse(lines[1]);
-        assert_eq!(iname, "inner");
+        assert_eq!(iname, "inner late=7");
         assert_eq!(oname, "outer phase=3 file=a\u{fffd}b");
         assert!(os <= is && is <= ie && ie <= oe, "{text:?}");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -373,6 +373,7 @@ extern "C" fn flush_all_at_exit() {
 
 /// A span that ends when dropped. See [`Markers::start`].
 #[derive(Debug)]
+#[must_use = "the span ends when the guard is dropped: `markers.start(name)?;` records an empty span; bind it (`let _span = ...`)"]
 pub struct SpanGuard {
     markers: Markers,
     name: String,
