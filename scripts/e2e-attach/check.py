@@ -21,9 +21,14 @@ the figures are printed either way.
 """
 import argparse
 import bisect
+import os
 import re
-import struct
 import sys
+
+# The jitdump, .timeconv and conversion readers of the JVM end-to-end check, one copy.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "crates", "perfclock-ffi", "jvmti"))
+from check_e2e import counter_to_perf_ns, names_class, parse_jitdump, parse_timeconv  # noqa: E402
 
 WORKLOAD = "AttachWorkload"
 PHASE_THREADS = {f"phase{p}": f"{WORKLOAD}$Phase{p}" for p in "ABC"}
@@ -33,62 +38,6 @@ MIN_SAMPLES = 1000
 MIN_RIGHT = 0.90
 MIN_BEFORE = 100
 MAX_BEFORE_NAMED = 0.10
-
-JITDUMP_MAGIC = 0x4A695444
-JIT_CODE_LOAD = 0
-JIT_CODE_CLOSE = 3
-
-
-def parse_jitdump(path):
-    """[(start, end, raw_timestamp, name)] of the dump's CODE_LOAD records."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 40:
-        raise ValueError(f"{path}: shorter than a jitdump header")
-    magic, _version, header_size, _mach, _pad, _pid, _ts, flags = struct.unpack_from("<IIIIIIQQ", data)
-    if magic != JITDUMP_MAGIC:
-        raise ValueError(f"{path}: not a little-endian jitdump (magic {magic:#x})")
-    if not flags & 1:
-        raise ValueError(f"{path}: JITDUMP_FLAGS_ARCH_TIMESTAMP is not set")
-    loads, pos = [], header_size
-    while pos + 16 <= len(data):
-        rec_id, size, ts = struct.unpack_from("<IIQ", data, pos)
-        if size < 16 or pos + size > len(data):
-            break  # a record cut short by the end of the run
-        if rec_id == JIT_CODE_LOAD:
-            _pid, _tid, vma, _code_addr, code_size, _index = struct.unpack_from("<IIQQQQ", data, pos + 16)
-            name_end = data.index(b"\0", pos + 56, pos + size)
-            loads.append((vma, vma + code_size, ts, data[pos + 56:name_end].decode("utf-8", "replace")))
-        elif rec_id == JIT_CODE_CLOSE:
-            break
-        pos += size
-    return loads
-
-
-def parse_timeconv(path):
-    with open(path) as f:
-        lines = f.read().splitlines()
-    if not lines or lines[0] != "perfclock-timeconv 1":
-        raise ValueError(f"{path}: first line is not 'perfclock-timeconv 1'")
-    conv = {}
-    for line in lines[1:]:
-        key, _, value = line.partition("=")
-        conv[key] = int(value) if value.isdigit() else value
-    return conv
-
-
-def counter_to_perf_ns(conv, cyc):
-    """perf's tools/perf/util/tsc.c tsc_to_perf_time: the conversion perf inject applies."""
-    if conv.get("cap_user_time_short"):
-        cyc = conv["time_cycles"] + ((cyc - conv["time_cycles"]) & conv["time_mask"])
-    shift, mult = conv["time_shift"], conv["time_mult"]
-    quot, rem = cyc >> shift, cyc & ((1 << shift) - 1)
-    return (conv["time_zero"] + quot * mult + ((rem * mult) >> shift)) & (2**64 - 1)
-
-
-def names_class(sym, cls):
-    return sym.startswith(f"L{cls};") or sym.startswith(f"{cls}.")
-
 
 def names_any_phase(name):
     return any(names_class(name, c) for c in PHASE_THREADS.values())
