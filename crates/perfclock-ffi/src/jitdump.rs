@@ -55,14 +55,8 @@ pub unsafe extern "C" fn perfclock_jitdump_open(
     dir: *const c_char,
     out: *mut *mut perfclock_jitdump,
 ) -> c_int {
-    let clock = match std::env::var(CLOCK_ENV) {
-        Err(std::env::VarError::NotPresent) => JitClock::Arch,
-        Ok(name) if name.is_empty() => JitClock::Arch,
-        Ok(name) => match name.parse() {
-            Ok(clock) => clock,
-            Err(_) => return PERFCLOCK_E_INVALID_ARGUMENT,
-        },
-        Err(std::env::VarError::NotUnicode(_)) => return PERFCLOCK_E_INVALID_ARGUMENT,
+    let Some(clock) = crate::clock_from_env(CLOCK_ENV) else {
+        return PERFCLOCK_E_INVALID_ARGUMENT;
     };
     // SAFETY: the caller's promises, passed on.
     unsafe { open(dir, clock, out) }

@@ -23,6 +23,18 @@ use perfclock_event::ErrorKind;
 mod jitdump;
 mod markers;
 
+/// The clock `var` names for a writer opened without one: the default clock when it is unset or
+/// empty, `None` when it names no clock (an error for the caller: a silent default would put
+/// every timestamp in the wrong clock).
+fn clock_from_env<C: std::str::FromStr + Default>(var: &str) -> Option<C> {
+    match std::env::var(var) {
+        Err(std::env::VarError::NotPresent) => Some(C::default()),
+        Ok(name) if name.is_empty() => Some(C::default()),
+        Ok(name) => name.parse().ok(),
+        Err(std::env::VarError::NotUnicode(_)) => None,
+    }
+}
+
 // The writers' entry points, also callable from Rust (the tests run them in child processes).
 pub use jitdump::{
     perfclock_jitdump, perfclock_jitdump_close, perfclock_jitdump_code_load,

@@ -543,8 +543,9 @@ unsafe extern "C" fn on_gc_finish(_env: JvmtiEnvPtr) {
     });
 }
 
-/// The clock `var` names, the default clock when it is unset; a name that is no clock is an
-/// error (a silent default would put every timestamp in the wrong clock).
+/// The clock `var` names, the default clock when it is unset or empty (as the C ABI reads it); a
+/// name that is no clock is an error (a silent default would put every timestamp in the wrong
+/// clock).
 fn clock_from_env<C>(var: &str, option: &str) -> Result<C, String>
 where
     C: std::str::FromStr + Default,
@@ -552,6 +553,7 @@ where
 {
     match std::env::var(var) {
         Err(std::env::VarError::NotPresent) => Ok(C::default()),
+        Ok(name) if name.is_empty() => Ok(C::default()),
         Ok(name) => name
             .parse()
             .map_err(|e| format!("{var}: {e}; or pass {option}= to the agent")),
