@@ -234,7 +234,7 @@ impl JitDump {
         let clock = perfclock::init().map_err(JitDumpError::Clock)?;
         let dir = dir.as_ref();
         let pid = std::process::id();
-        let name = format!("jit-{pid}.dump");
+        let name = perfclock_perfdata::jitdump_file_name(pid);
         let path = dir.join(&name);
         let timeconv_name = format!("{name}{}", timeconv::SUFFIX);
         let timeconv_path = dir.join(&timeconv_name);
