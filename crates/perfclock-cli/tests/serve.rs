@@ -530,10 +530,9 @@ fn serve_end_to_end() {
     assert_eq!(field(&consumed, "CONSUME", "mode"), "Shared");
     assert!(number(&consumed, "HANDOFF", "handoffs") >= HANDOFFS);
     // KNOWN DEFECT (issue 22 stays open for it): readings handed from one client process to
-    // another across this run's server kill and restart have gone back, by at most a few ns
-    // (CI on the AMD EPYC guest, 2026-12-03: 2,056 of 1,736,933, worst 3 ns), while the same
-    // client's own ordered readings across the restart never did (asserted above). Reported
-    // here, loudly, instead of asserted, until the cause is found; docs/serve.md says so.
+    // another in a run that includes a server kill and restart have gone back by a few ns
+    // (docs/serve.md, docs/measurements.md), while each client's own ordered readings never did
+    // (asserted above). Reported here, loudly, instead of asserted, until the cause is found.
     let backs = number(&consumed, "HANDOFF", "backs");
     if backs > 0 {
         eprintln!(
