@@ -55,8 +55,8 @@ mapfile -t jdks < <(for java in /usr/lib/jvm/*/bin/java; do
 done | sort -u)
 [ "${#jdks[@]}" -gt 0 ] || fail "no JDK (bin/java and bin/javac) under /usr/lib/jvm (Debian: apt-get install -y openjdk-17-jdk-headless)"
 
-echo "attach e2e: cargo build --release -p perfclock-cli"
-(cd "$root" && cargo build --release -p perfclock-cli)
+echo "attach e2e: cargo build --release -p perfclock-cli -p perfclock-jvmti"
+(cd "$root" && cargo build --release -p perfclock-cli -p perfclock-jvmti)
 perfclock="$target/release/perfclock"
 [ -x "$perfclock" ] || fail "$perfclock was not built"
 if [ $# -gt 0 ]; then
