@@ -180,7 +180,7 @@ pub fn solve(fit: &Fit, at_counter: u64) -> Result<Solution, PublishError> {
 pub const CONTINUITY_MARGIN_NS: u64 = 2;
 
 /// `target`, or, if publishing it would step the clock back (the old line is ahead of it at
-/// `at`), a line that continues the old one at `at` (plus [`CONTINUITY_MARGIN_NS`]) and slews
+/// `at`, or less than [`CONTINUITY_MARGIN_NS`] behind), a line that continues the old one at `at` (plus [`CONTINUITY_MARGIN_NS`]) and slews
 /// into `target` over `horizon_ticks`: lower slope, same shift rules. The bound grows by exactly
 /// the distance between the two lines (`d` at `at`, plus the slope difference per tick), so it
 /// stays honest. Forward steps are published as they are: they never make time go back.
@@ -195,11 +195,12 @@ pub fn continue_from(
 ) -> Result<Solution, PublishError> {
     let old_ns = old.cycles_to_ns(at);
     let target_ns = target.conversion.cycles_to_ns(at);
-    let ahead = old_ns.wrapping_sub(target_ns) as i64;
-    if ahead < 0 || horizon_ticks == 0 {
+    // How far the target must rise to lie the margin above the old line at `at`.
+    let d = (old_ns.wrapping_sub(target_ns) as i64).saturating_add(CONTINUITY_MARGIN_NS as i64);
+    if d <= 0 || horizon_ticks == 0 {
         return Ok(*target);
     }
-    let d = ahead as u64 + CONTINUITY_MARGIN_NS;
+    let d = d as u64;
     let t = &target.conversion;
     let slope_target = f64::from(t.mult()) / (1u64 << t.shift()) as f64;
     let slope = slope_target - d as f64 / horizon_ticks as f64;
@@ -225,6 +226,48 @@ pub fn continue_from(
             counter_ref: at,
         },
     })
+}
+
+/// How far ahead of "now" a continuation is checked to lie above the old line, ns: the new line
+/// must be written before the counter gets there (see [`continue_within`]). A writer preempted
+/// for longer between choosing a line and writing it drops the line and tries again later.
+pub const PUBLISH_MARGIN_NS: f64 = 50e6;
+
+/// The line to publish after `old` for `target`, chosen at counter value `now`, and the counter
+/// value before which it must be written (`now` plus [`PUBLISH_MARGIN_NS`] in ticks of
+/// `target`'s slope); `None` if none can be published safely now (the caller keeps `old`, whose
+/// bound keeps growing honestly, and tries again later).
+///
+/// Readers keep using `old` until the page is written. The line returned lies at least
+/// [`CONTINUITY_MARGIN_NS`] above `old` at `now` and at the deadline, hence (both being lines)
+/// everywhere in between, floors included: a reading taken with it is never below one taken
+/// with `old` at the same or an earlier counter value, as long as it is written before the
+/// deadline. It is [`continue_from`]'s line anchored at `now` (above `old` from there on when it
+/// is steeper) or at the deadline (above `old` up to there when it is flatter), over
+/// `horizon_ticks` or longer horizons for a larger step back, so that the slope stays
+/// expressible; `target` itself where that is ahead.
+pub fn continue_within(
+    old: &TimeConversion,
+    target: &Solution,
+    now: u64,
+    horizon_ticks: u64,
+) -> Option<(Solution, u64)> {
+    let t = &target.conversion;
+    let slope = f64::from(t.mult()) / (1u64 << t.shift()) as f64;
+    let deadline = now.saturating_add((PUBLISH_MARGIN_NS / slope) as u64);
+    let above = |next: &Solution, c: u64| {
+        next.conversion.cycles_to_ns(c) >= old.cycles_to_ns(c).saturating_add(CONTINUITY_MARGIN_NS)
+    };
+    [now, deadline]
+        .into_iter()
+        .flat_map(|anchor| {
+            [1, 10, 100, 1000, 10_000]
+                .into_iter()
+                .map(move |factor| (anchor, horizon_ticks.saturating_mul(factor)))
+        })
+        .filter_map(|(anchor, horizon)| continue_from(old, target, anchor, horizon).ok())
+        .find(|next| above(next, now) && above(next, deadline))
+        .map(|next| (next, deadline))
 }
 
 /// The published [`BoundModel`], readable lock-free from any thread (and from signal handlers:
@@ -486,5 +529,50 @@ mod tests {
         // A forward step is published as it is.
         let behind = TimeConversion::new(1_654_000_000, 32, 0).expect("behind");
         assert_eq!(continue_from(&behind, &target, at, horizon), Ok(target));
+    }
+
+    /// `continue_within`'s line, whatever the target's slope and side, is at least the margin
+    /// above the old line over the whole window it must be written in, and its bound covers the
+    /// target.
+    #[test]
+    fn a_continuation_stays_above_the_old_line_until_its_deadline() {
+        let old = TimeConversion::new(1_654_000_000, 32, 1_000_000).expect("old");
+        let now = 5_000_000_000u64;
+        let bound = BoundModel {
+            base_ns: 400,
+            growth_q48: 1000,
+            counter_ref: now,
+        };
+        // Below and flatter, below and steeper, 1 ns above (less than the margin), far above.
+        let targets = [
+            (1_653_990_000, 999_000),
+            (1_654_010_000, 987_000),
+            (1_654_000_000, 1_000_001),
+            (1_654_000_000, 2_000_000),
+        ];
+        let horizon = 2_600_000_000;
+        for (mult, zero) in targets {
+            let target = Solution {
+                conversion: TimeConversion::new(mult, 32, zero).expect("target"),
+                bound,
+            };
+            let (next, deadline) =
+                continue_within(&old, &target, now, horizon).expect("a continuation");
+            assert!(deadline > now, "{mult} {zero}");
+            for c in (now..deadline).step_by(997_123).chain([deadline]) {
+                assert!(
+                    next.conversion.cycles_to_ns(c) >= old.cycles_to_ns(c) + CONTINUITY_MARGIN_NS,
+                    "{mult} {zero}: below the old line at {c}"
+                );
+                let gap = next
+                    .conversion
+                    .cycles_to_ns(c)
+                    .abs_diff(target.conversion.cycles_to_ns(c));
+                assert!(
+                    gap + target.bound.at(c) <= next.bound.at(c),
+                    "{mult} {zero} at {c}"
+                );
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@ use crate::fit::{Constraint, Fit, FitOptions, Rel};
 use crate::fork_gate;
 use crate::options::{CalibrationOptions, MIN_REFINE_BATCH};
 use crate::prune::{prune_hull_into, prune_into, HullScratch, PruneScratch};
-use crate::published::{continue_from, solve, union_bound, Solution};
+use crate::published::{continue_within, solve, union_bound, Solution};
 use crate::source::Probe;
 use crate::{BracketError, RecordKind};
 
@@ -116,15 +116,22 @@ impl Buffers {
 
 impl Calibrator {
     /// Publish `fit`. `continuous`: never step the clock back (refinements); off after a jump,
-    /// where the old line is simply wrong.
+    /// where the old line is simply wrong. A continuation that cannot be written safely now
+    /// (see [`continue_within`]) is dropped: the old line stays, its bound growing honestly,
+    /// and the next refinement tries again.
     fn publish(&mut self, fit: &Fit, continuous: bool) -> Result<(), CalibError> {
         let now =
             counter::read_counter().ok_or(CalibError::Bracket(BracketError::CounterUnsupported))?;
         let mut sol = solve(fit, now)?;
+        let mut publish_before = u64::MAX;
         if let (true, Some((old, _))) = (continuous, &self.current) {
             let horizon_ns = self.options.max_refine_interval.as_nanos() as f64;
             let horizon_ticks = (horizon_ns / fit.slope_best.max(f64::MIN_POSITIVE)) as u64;
-            sol = continue_from(&old.conversion, &sol, now, horizon_ticks)?;
+            let Some((next, before)) = continue_within(&old.conversion, &sol, now, horizon_ticks)
+            else {
+                return Ok(());
+            };
+            (sol, publish_before) = (next, before);
         }
         // No fork may copy the page or the bound mid-update (see `fork_gate`).
         let gate = fork_gate::hold();
@@ -133,6 +140,12 @@ impl Calibrator {
             self.shared
                 .bound
                 .store(&union_bound(&old.bound, &sol.bound, now));
+            // The new line lies above the old one only up to `publish_before`: preempted past
+            // it (a loaded machine), this refiner must not write it any more.
+            if counter::read_counter().is_none_or(|late| late >= publish_before) {
+                self.shared.bound.store(&old.bound);
+                return Ok(());
+            }
         }
         self.writer.publish(&sol.conversion);
         self.shared.bound.store(&sol.bound);

@@ -21,7 +21,7 @@
 //! # What is published
 //! Every [`POLL_INTERVAL`] the server takes the in-process conversion and bound; when they
 //! changed, it publishes a line that continues the one in the file (perfclock-calib's
-//! `continue_from`: the same slewing the in-process refiner does between its own fits), with
+//! `continue_within`: the same slewing the in-process refiner does between its own fits), with
 //! the union of both bounds while the two switch; every poll refreshes the heartbeat. After a
 //! clock jump the in-process refiner detected, the new line is published as it is.
 //!
@@ -41,13 +41,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use perfclock::{Clock, Error};
-use perfclock_calib::published::{continue_from, union_bound, BoundModel, Solution};
+use perfclock_calib::published::{continue_within, union_bound, BoundModel, Solution};
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::counter;
 use perfclock_core::shared_page::{
     parse, SharedBound, SharedPageWriter, FILE_BYTES, HEARTBEAT_INTERVAL_NS,
 };
-use perfclock_core::TimeConversion;
 
 const NAME: &str = "perfclock serve";
 /// How often the server looks for a new in-process publication and refreshes the heartbeat
@@ -223,7 +222,7 @@ impl Server {
 
     /// Publishes `target` at counter value `now`, continuing the line in the file unless the
     /// refiner saw a clock jump; refreshes the heartbeat. A continuation that cannot be
-    /// published safely now (see [`continued`]) waits for the next poll: the line in the file
+    /// published safely now (see `continue_within`) waits for the next poll: the line in the file
     /// stays, its bound growing honestly.
     fn publish(&mut self, writer: &SharedPageWriter, target: Solution, now: u64) {
         let jumps = self.clock.stats().jumps;
@@ -247,7 +246,10 @@ impl Server {
             );
             (target, u64::MAX)
         } else {
-            match continued(&old.conversion, &target, now) {
+            let slope =
+                f64::from(target.conversion.mult()) / (1u64 << target.conversion.shift()) as f64;
+            let horizon = (SLEW_HORIZON_NS / slope) as u64;
+            match continue_within(&old.conversion, &target, now, horizon) {
                 Some(continued) => continued,
                 None => {
                     writer.store_bound(&shared_of(&old.bound), now);
@@ -270,30 +272,6 @@ impl Server {
         self.published = Some(next);
         self.jumps = jumps;
     }
-}
-
-/// Readers keep using the old line from `now` until the page is written; the new line is
-/// made to lie above it over [`PUBLISH_MARGIN_NS`] from `now`, so that a reading taken with
-/// the new line is never below one taken with the old, as long as the page is written within
-/// the margin.
-const PUBLISH_MARGIN_NS: f64 = 50e6;
-
-/// The line to publish after `old` for the refiner's `target`, and the counter value before
-/// which it must be written; `None` if none can be published safely now (the next poll tries
-/// again). The line continues `old` (plus 2 ns) at `now` + the margin and slews into `target`
-/// (perfclock-calib's `continue_from`; longer horizons for a larger step back, so that the
-/// slope stays expressible), or is `target` itself where that is ahead; either way it must lie
-/// at least 2 ns above `old` at both ends of the margin, hence (both being lines) everywhere in
-/// between, floors included.
-fn continued(old: &TimeConversion, target: &Solution, now: u64) -> Option<(Solution, u64)> {
-    let slope = f64::from(target.conversion.mult()) / (1u64 << target.conversion.shift()) as f64;
-    let horizon = (SLEW_HORIZON_NS / slope) as u64;
-    let at = now.saturating_add((PUBLISH_MARGIN_NS / slope) as u64);
-    let next = [1, 10, 100, 1000, 10_000]
-        .into_iter()
-        .find_map(|factor| continue_from(old, target, at, horizon.saturating_mul(factor)).ok())?;
-    let above = |c: u64| next.conversion.cycles_to_ns(c) >= old.cycles_to_ns(c).saturating_add(2);
-    (above(now) && above(at)).then_some((next, at))
 }
 
 fn shared_of(model: &BoundModel) -> SharedBound {
@@ -502,6 +480,7 @@ fn create_new(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use perfclock_core::TimeConversion;
 
     #[test]
     fn the_shared_bound_is_calibs_bound() {
@@ -529,7 +508,8 @@ mod tests {
             },
         };
         let now = 5_000_000_000;
-        let (next, before) = continued(&old, &target, now).expect("a continuation");
+        let horizon = (SLEW_HORIZON_NS / 1.0) as u64;
+        let (next, before) = continue_within(&old, &target, now, horizon).expect("a continuation");
         assert!(before > now);
         // Never below the old line from `now` to the end of the margin.
         for c in (now..before).step_by(1_000_000).chain([before]) {
