@@ -4,10 +4,13 @@
 //! - [`mod@skip`]: the one way a test says it cannot run here. It names what is missing, says so on
 //!   stderr past libtest's capture (and in the file `PERFCLOCK_SKIP_LOG` names), and fails
 //!   instead when CI's require variable for that need is set.
+//! - [`handoff`]: readings handed between threads or processes, and the verdict that tells the
+//!   clock's steps back from the counter's.
 //! - [`perf_script`]: parsing the fields `perf script` prints (the wall-clock `tod`).
 //!
 //! The shell and Python end-to-end scripts have the same helper in `scripts/lib/skip.sh`.
 
+pub mod handoff;
 pub mod perf_script;
 pub mod skip;
 
