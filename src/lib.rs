@@ -46,7 +46,7 @@
 //! Unsafe code is denied at the root and allowed only in the modules that map the kernel's page
 //! and handle `fork`; each says why at its top.
 #![deny(unsafe_code)]
-#![warn(missing_docs, unreachable_pub)]
+#![warn(unreachable_pub)]
 
 #[cfg_attr(not(target_os = "linux"), path = "stub.rs")]
 mod clock;

@@ -1,4 +1,4 @@
-//! What the doctor and the tests use to judge a perf-domain clock (not published).
+//! What `perfclock doctor` and the tests use to judge a perf-domain clock.
 //!
 //! - [`verify()`] brackets fresh kernel-stamped records with a clock's readings: every stamp
 //!   must fall inside them, widened by the clock's own error bound.

@@ -18,7 +18,7 @@
 //! return `None` and the reader returns [`ReadError::CounterUnsupported`].
 #![no_std]
 #![deny(unsafe_code)]
-#![warn(missing_docs, unreachable_pub)]
+#![warn(unreachable_pub)]
 
 #[cfg(test)]
 extern crate std;
