@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use perfclock::{Clock, CounterStamp, Options};
-use perfclock_check::monotonic_ns;
 use perfclock_core::{counter, PageReader, PageWriter, PerfEventMmapPage, TimeConversion};
+use perfclock_testutil::time::monotonic_ns;
 use perfclock_testutil::{skip, Need};
 
 /// Non-short parameters (`cap_user_time_zero` set, `cap_user_time_short` clear, shift 31), the

@@ -276,52 +276,6 @@ mod tests {
         }
     }
 
-    /// The doctor's measurement (`monotonic_offset`: plain reads, the clock's bound on top) and
-    /// the snapshot's must agree within their stated uncertainties.
-    #[test]
-    fn monotonic_pairing_agrees_with_the_doctors_distance() {
-        let Some(clock) = clock_or_skip("snapshot vs monotonic_offset") else {
-            return;
-        };
-        /// perfclock-check reads clocks through its trait; this test crate's `Clock` is not the
-        /// one perfclock-check was built against, so it is adapted here.
-        struct Doctor<'a>(&'a Clock);
-        impl perfclock_check::PerfTimeSource for Doctor<'_> {
-            fn now_ns(&self) -> Result<u64, ReadError> {
-                self.0.now_ns()
-            }
-            fn error_bound_ns(&self) -> u64 {
-                self.0.error_bound_ns()
-            }
-            fn read_counter(&self) -> Option<u64> {
-                self.0.read_counter()
-            }
-            fn cycles_to_ns(&self, cycles: u64) -> Result<u64, ReadError> {
-                self.0.cycles_to_ns(cycles)
-            }
-        }
-        for _ in 0..20 {
-            let snap = ClockSnapshot::take(clock).expect("snapshot");
-            let doctor =
-                perfclock_check::monotonic_offset(&Doctor(clock)).expect("monotonic_offset");
-            let difference = (snap.monotonic.offset_ns - doctor.offset_ns).unsigned_abs();
-            let allowed =
-                snap.monotonic.uncertainty_ns + doctor.uncertainty_ns + clock.error_bound_ns();
-            println!(
-                "snapshot {} +- {} ns, doctor {} +- {} ns (+ bound {}): difference {difference} ns",
-                snap.monotonic.offset_ns,
-                snap.monotonic.uncertainty_ns,
-                doctor.offset_ns,
-                doctor.uncertainty_ns,
-                clock.error_bound_ns()
-            );
-            assert!(
-                difference <= allowed,
-                "{difference} > {allowed}: {snap:?} {doctor:?}"
-            );
-        }
-    }
-
     /// Kernel-stamped ground truth, independent of the clock's calibration: around each
     /// `prctl(PR_SET_NAME)` the test reads the three system clocks; the kernel's COMM stamp
     /// (perf clock), moved into each clock by the snapshot's offset, must fall between the

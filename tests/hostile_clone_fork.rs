@@ -19,12 +19,11 @@
 //! Each run is a child process with a watchdog; each clone child has its own `alarm`, and a
 //! child that dies of it is counted as a hang.
 
-mod hostile_common;
-
 use std::time::Duration;
 
-use hostile_common::{child_case, run_child, watchdog};
+use hostile::{child_case, run_child, watchdog};
 use perfclock::Options;
+use perfclock_testutil::hostile;
 
 const CI_CLONES: u32 = 2_000;
 /// With the refiner: more clones, since the hazard it guards against was a few in 20,000.
@@ -97,7 +96,7 @@ fn clone_fork_case(refine: bool, clones: u32) {
             clone_child();
         }
         assert!(pid > 0, "clone: {}", std::io::Error::last_os_error());
-        let status = hostile_common::wait(pid as libc::pid_t);
+        let status = hostile::wait(pid as libc::pid_t);
         if libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGALRM {
             hung += 1;
         } else if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {

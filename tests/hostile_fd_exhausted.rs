@@ -5,13 +5,12 @@
 //! ground-truth events, or not at all. Each must end in a working clock or a typed error: no
 //! panic, no hang, no clock that reads garbage.
 
-mod hostile_common;
-
 use std::time::Duration;
 
-use hostile_common::{child_case, run_child, watchdog};
+use hostile::{child_case, run_child, watchdog};
 use perfclock::{Clock, Error};
 use perfclock_event::ErrorKind;
+use perfclock_testutil::hostile;
 
 const TEST: &str = "fd_exhaustion_is_a_typed_error";
 /// Descriptors allowed above the lowest free one, in the sweep.

@@ -10,13 +10,12 @@
 //! itself is covered by `src/kernel.rs`'s test against this machine's page and by the qemu test
 //! bed.
 
-mod hostile_common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hostile_common::{child_case, describe_status, fork, run_child, wait, watchdog};
+use hostile::{child_case, describe_status, fork, run_child, wait, watchdog};
 use perfclock::Mode;
+use perfclock_testutil::hostile;
 use perfclock_testutil::{skip, Need};
 
 const TEST: &str = "fork_children_and_grandchildren_read_the_same_clock";

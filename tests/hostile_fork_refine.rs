@@ -15,13 +15,12 @@
 //!
 //! Calibrated mode only: where the kernel publishes the parameters the test says `SKIPPED`.
 
-mod hostile_common;
-
 use std::time::Duration;
 
-use hostile_common::{child_case, describe_status, fork, run_child, wait, watchdog};
+use hostile::{child_case, describe_status, fork, run_child, wait, watchdog};
 use perfclock::{Clock, Mode, Options};
 use perfclock_calib::CalibrationOptions;
+use perfclock_testutil::hostile;
 use perfclock_testutil::{child_skipped, skip_child, Need};
 
 const TEST: &str = "fork_child_clock_is_bounded_then_refined_again";

@@ -6,13 +6,12 @@
 //! report which kinds failed in the calibrator's statistics, and keep refining; with every
 //! kind refused it must fail with a typed calibration error that names the refused call.
 
-mod hostile_common;
-
 use std::time::{Duration, Instant};
 
-use hostile_common::{child_case, install_filter, run_child, watchdog};
+use hostile::{child_case, install_filter, run_child, watchdog};
 use perfclock::{Error, Mode};
 use perfclock_calib::{CalibError, RecordKind};
+use perfclock_testutil::hostile;
 use perfclock_testutil::{child_skipped, skip_child, Need};
 
 const TEST: &str = "refused_record_kinds_degrade_calibration";

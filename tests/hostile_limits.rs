@@ -10,14 +10,13 @@
 //! Needs root (to become `nobody`), `perf_event_paranoid` <= 2 and calibrated mode; otherwise
 //! it skips (perfclock-testutil: a failure under the need's require variable).
 
-mod hostile_common;
-
 use std::time::Duration;
 
-use hostile_common::{child_case, run_child, watchdog};
+use hostile::{child_case, run_child, watchdog};
 use perfclock::{Error, Mode, Options};
 use perfclock_calib::CalibError;
 use perfclock_event::{ErrorKind, Op};
+use perfclock_testutil::hostile;
 use perfclock_testutil::{child_skipped, skip, skip_child, Need};
 
 const TEST: &str = "per_user_limits_name_their_knob";

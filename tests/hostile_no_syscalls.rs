@@ -12,15 +12,12 @@
 //! A negative control makes one `getpid` under the same filter and must die of SIGSYS, so the
 //! test fails if the filter were not in force.
 
-mod hostile_common;
-
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use hostile_common::{
-    allow_only, child_case, install_filter, raw_print, run_child, watchdog, StackText,
-};
+use hostile::{allow_only, child_case, install_filter, raw_print, run_child, watchdog, StackText};
 use perfclock::Options;
+use perfclock_testutil::hostile;
 
 const TEST: &str = "a_million_reads_make_no_system_call";
 const READS: u64 = 1_000_000;

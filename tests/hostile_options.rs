@@ -8,13 +8,12 @@
 //! On a kernel that publishes `cap_user_time_zero` the clock opens in kernel mode and never
 //! looks at calibration options: the test says so (`SKIPPED`).
 
-mod hostile_common;
-
 use std::time::Duration;
 
-use hostile_common::{child_case, run_child, watchdog};
+use hostile::{child_case, run_child, watchdog};
 use perfclock::{Error, Mode, Options};
 use perfclock_calib::{CalibError, CalibrationOptions};
+use perfclock_testutil::hostile;
 use perfclock_testutil::{child_skipped, skip_child, Need};
 
 const TEST: &str = "options_that_panicked_or_aborted_are_typed_errors";

@@ -3,13 +3,12 @@
 //! the matching typed error with a message that says what to change, the signal-safe calls must
 //! answer "no clock", and nothing may panic.
 
-mod hostile_common;
-
 use std::time::Duration;
 
-use hostile_common::{child_case, fail_with_errno, install_filter, run_child, watchdog};
+use hostile::{child_case, fail_with_errno, install_filter, run_child, watchdog};
 use perfclock::{Clock, Error};
 use perfclock_event::{ErrorKind, EventAttr};
+use perfclock_testutil::hostile;
 
 const TEST: &str = "perf_event_open_refused_is_a_typed_error";
 

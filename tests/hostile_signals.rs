@@ -11,13 +11,12 @@
 //! read that finished on the thread before it began; each handler read against the interrupted
 //! thread's last stored loop read and the previous handler read on the thread.
 
-mod hostile_common;
-
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hostile_common::{child_case, run_child, watchdog};
+use hostile::{child_case, run_child, watchdog};
+use perfclock_testutil::hostile;
 
 const TEST: &str = "sigprof_handler_reads_while_threads_read";
 /// The readers run at least this long, and on until [`TARGET_HANDLER_READS`] or [`RUN_AT_MOST`].

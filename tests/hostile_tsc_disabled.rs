@@ -5,12 +5,11 @@
 //! when no clock is open (`try_now_ns`, and `now_ns`, whose first call opens the clock).
 //! x86_64 only: elsewhere the prctl does not exist.
 
-mod hostile_common;
-
 use std::time::Duration;
 
-use hostile_common::{child_case, run_child, watchdog};
+use hostile::{child_case, run_child, watchdog};
 use perfclock::{Clock, Error};
+use perfclock_testutil::hostile;
 use perfclock_testutil::{skip, Need};
 
 const TEST: &str = "tsc_disabled_by_prctl_is_unsupported";

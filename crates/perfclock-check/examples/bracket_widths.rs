@@ -3,13 +3,23 @@
 //! through all brackets of all kinds.
 //!
 //! `cargo run --release -p perfclock-check --example bracket_widths [brackets-per-kind]`
-#[path = "../../perfclock-calib/tests/common/mod.rs"]
-mod common;
-
 use std::time::Instant;
 
-use common::{best_line, percentile, sorted};
 use perfclock_calib::{Bracket, GroundTruth};
+use perfclock_testutil::bracket_line::{best_line, percentile, sorted, Line, Stamp};
+
+/// The line with the most slack through `bs`.
+fn line_through<'a>(bs: impl IntoIterator<Item = &'a Bracket>) -> Line {
+    let stamps: Vec<Stamp> = bs
+        .into_iter()
+        .map(|b| Stamp {
+            before: b.before,
+            after: b.after,
+            kernel_ns: b.kernel_ns,
+        })
+        .collect();
+    best_line(&stamps)
+}
 
 fn main() {
     let n: usize = std::env::args()
@@ -42,7 +52,7 @@ fn main() {
         }
     }
     all.sort_by_key(|b| b.before);
-    let line = best_line(&all);
+    let line = line_through(&all);
     println!(
         "{} brackets over {:.3} s; joint line: {:.6} ns/cycle ({:.1} MHz), slack {:.1} ns",
         all.len(),
@@ -85,7 +95,7 @@ fn main() {
                 .map(|b| b.after as f64 - line.cycles_at(b.kernel_ns))
                 .collect(),
         );
-        let own = best_line(&bs.iter().map(|b| **b).collect::<Vec<_>>());
+        let own = line_through(bs.iter().copied());
         per_kind.push((k, own.slack_ns()));
         println!(
             "{:<11} {:>6} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.2} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.3}",

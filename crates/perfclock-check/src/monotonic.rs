@@ -5,8 +5,8 @@ use perfclock_core::ReadError;
 use crate::PerfTimeSource;
 
 /// `CLOCK_MONOTONIC` in ns (0 if the call failed, which Linux does not do for this clock): the
-/// read that the doctor and the read benchmark time against the perf clock. Inlined, so a timing
-/// loop measures the vDSO call, not a call to this function.
+/// read that the doctor times against the perf clock. Inlined, so a timing loop measures the vDSO
+/// call, not a call to this function.
 #[inline]
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {

@@ -1,26 +1,56 @@
 //! verify() against a line fitted to fresh brackets: it passes the line and catches the line
 //! shifted by 2 ms.
-#[path = "../../perfclock-calib/tests/common/mod.rs"]
-mod common;
 
-use common::{best_line, interleaved, skip_perf_refused};
-use perfclock_calib::{GroundTruth, RecordKind};
+use perfclock_calib::{Bracket, CalibError, GroundTruth, RecordKind};
 use perfclock_check::{verify_with, PerfTimeSource, VerifyOptions};
 use perfclock_core::ReadError;
+use perfclock_event::ErrorKind;
+use perfclock_testutil::bracket_line::{best_line, Line, Stamp};
+use perfclock_testutil::{skip, Need};
 
-/// Opens every kind, or prints `SKIPPED` and returns None when this environment refuses perf
-/// events. With PERFCLOCK_REQUIRE_PERF=1 (CI on the project's machines) a refusal fails instead.
+/// Opens every kind, or says `SKIPPED` and returns None when this environment refuses perf
+/// events (paranoid level, seccomp, no CONFIG_PERF_EVENTS). With PERFCLOCK_REQUIRE_PERF=1 (CI on
+/// the project's machines) a refusal fails instead.
 fn open_or_skip(test: &str) -> Option<GroundTruth> {
     match GroundTruth::open(&RecordKind::ALL) {
         Ok(gt) => Some(gt),
-        Err(e) if skip_perf_refused(test, &e) => None,
+        Err(CalibError::Open(e))
+            if matches!(
+                e.kind(),
+                ErrorKind::PermissionDenied | ErrorKind::NoPerfSupport
+            ) =>
+        {
+            skip(test, Need::Perf, e);
+            None
+        }
         Err(e) => panic!("{test}: cannot open ground truth: {e}"),
     }
 }
 
+/// Brackets of all kinds, interleaved in rounds of 50 on this thread.
+fn interleaved(gt: &mut GroundTruth, per_kind: usize) -> Vec<Bracket> {
+    let mut out = Vec::new();
+    for _ in 0..per_kind / 50 {
+        for k in RecordKind::ALL {
+            gt.collect(k, 50, &mut out).expect("collect");
+        }
+    }
+    out
+}
+
+fn stamps(bs: &[Bracket]) -> Vec<Stamp> {
+    bs.iter()
+        .map(|b| Stamp {
+            before: b.before,
+            after: b.after,
+            kernel_ns: b.kernel_ns,
+        })
+        .collect()
+}
+
 /// A clock from the affine fit of a bracket set, shifted by `shift_ns`.
 struct LineClock {
-    line: common::Line,
+    line: Line,
     shift_ns: f64,
     bound_ns: u64,
 }
@@ -48,7 +78,7 @@ fn verify_passes_a_fitted_clock_and_catches_a_shifted_one() {
     };
     let bs = interleaved(&mut gt, 1000);
     drop(gt);
-    let line = best_line(&bs);
+    let line = best_line(&stamps(&bs));
     let options = VerifyOptions {
         per_kind: 200,
         kinds: Vec::new(),

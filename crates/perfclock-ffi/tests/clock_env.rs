@@ -15,9 +15,7 @@ use perfclock_ffi::{
     perfclock_jitdump_close, perfclock_jitdump_open, perfclock_markers_close,
     perfclock_markers_open, PERFCLOCK_E_INVALID_ARGUMENT, PERFCLOCK_OK,
 };
-
-#[path = "../../../tests/hostile_common/mod.rs"]
-mod hostile_common;
+use perfclock_testutil::hostile;
 
 const DIR_ENV: &str = "PERFCLOCK_TEST_DIR";
 
@@ -64,7 +62,7 @@ fn child(test: &str, var: &str, value: &str) -> (i32, Option<String>, usize) {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir(&dir).unwrap();
-    let run = hostile_common::run_child_with(
+    let run = hostile::run_child_with(
         test,
         test,
         Duration::from_secs(60),
@@ -84,7 +82,7 @@ fn child(test: &str, var: &str, value: &str) -> (i32, Option<String>, usize) {
 #[test]
 fn jitdump_clock_from_the_environment() {
     let test = "jitdump_clock_from_the_environment";
-    if hostile_common::child_case().as_deref() == Some(test) {
+    if hostile::child_case().as_deref() == Some(test) {
         return open_jitdump();
     }
     if let Err(error) = perfclock::init() {
@@ -118,7 +116,7 @@ fn jitdump_clock_from_the_environment() {
 #[test]
 fn markers_clock_from_the_environment() {
     let test = "markers_clock_from_the_environment";
-    if hostile_common::child_case().as_deref() == Some(test) {
+    if hostile::child_case().as_deref() == Some(test) {
         return open_markers();
     }
     let var = "PERFCLOCK_MARKERS_CLOCK";

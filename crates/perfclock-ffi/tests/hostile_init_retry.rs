@@ -3,15 +3,13 @@
 //! (`PERFCLOCK_E_FD_EXHAUSTED`), raises it again, and the next `perfclock_init()` must open the
 //! clock, after which the reading calls work.
 
-#[path = "../../../tests/hostile_common/mod.rs"]
-mod hostile_common;
-
 use std::time::Duration;
 
-use hostile_common::{child_case, run_child, watchdog};
+use hostile::{child_case, run_child, watchdog};
 use perfclock_ffi::{
     perfclock_init, perfclock_mode, perfclock_now_ns, PERFCLOCK_E_FD_EXHAUSTED, PERFCLOCK_OK,
 };
+use perfclock_testutil::hostile;
 
 const TEST: &str = "init_retries_after_a_transient_failure";
 

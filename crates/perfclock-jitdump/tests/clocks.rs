@@ -9,34 +9,18 @@ use std::io::Cursor;
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
 use perfclock_jitdump::timeconv::TimeConvRecord;
 use perfclock_jitdump::{JitClock, JitDump, JitDumpError};
-
-fn clock_available(test: &str) -> bool {
-    match perfclock::init() {
-        Ok(_) => true,
-        Err(error) => {
-            assert!(
-                std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none(),
-                "{test}: PERFCLOCK_REQUIRE_PERF is set but the clock cannot be opened: {error}"
-            );
-            println!("SKIPPED {test}: no perfclock clock here: {error}");
-            false
-        }
-    }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use perfclock_testutil::time::monotonic_ns;
+use perfclock_testutil::{ok_or_skip, Need};
 
 #[test]
 fn perf_and_monotonic_dumps_are_stamped_in_their_clock() {
-    if !clock_available("perf_and_monotonic_dumps_are_stamped_in_their_clock") {
+    if ok_or_skip(
+        "perf_and_monotonic_dumps_are_stamped_in_their_clock",
+        Need::Perf,
+        perfclock::init(),
+    )
+    .is_none()
+    {
         return;
     }
     let now = |clock: JitClock| match clock {
@@ -83,7 +67,7 @@ fn perf_and_monotonic_dumps_are_stamped_in_their_clock() {
 
 #[test]
 fn one_clock_per_dump() {
-    if !clock_available("one_clock_per_dump") {
+    if ok_or_skip("one_clock_per_dump", Need::Perf, perfclock::init()).is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

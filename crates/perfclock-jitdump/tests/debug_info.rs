@@ -10,24 +10,17 @@ use std::sync::Arc;
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
 use perfclock_jitdump::record::DebugEntry;
 use perfclock_jitdump::JitDump;
-
-fn clock_available(test: &str) -> bool {
-    match perfclock::init() {
-        Ok(_) => true,
-        Err(error) => {
-            assert!(
-                std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none(),
-                "{test}: PERFCLOCK_REQUIRE_PERF is set but the clock cannot be opened: {error}"
-            );
-            println!("SKIPPED {test}: no perfclock clock here: {error}");
-            false
-        }
-    }
-}
+use perfclock_testutil::{ok_or_skip, Need};
 
 #[test]
 fn debug_record_precedes_its_load_under_concurrent_loads() {
-    if !clock_available("debug_record_precedes_its_load_under_concurrent_loads") {
+    if ok_or_skip(
+        "debug_record_precedes_its_load_under_concurrent_loads",
+        Need::Perf,
+        perfclock::init(),
+    )
+    .is_none()
+    {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

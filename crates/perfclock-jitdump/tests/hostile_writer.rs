@@ -14,27 +14,11 @@ use std::time::Duration;
 
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
 use perfclock_jitdump::{JitDump, JitDumpError};
+use perfclock_testutil::hostile;
+use perfclock_testutil::shared_dir;
+use perfclock_testutil::{ok_or_skip, Need};
 
-#[path = "../../../tests/hostile_common/mod.rs"]
-mod hostile_common;
-#[path = "../../../tests/shared_dir_common/mod.rs"]
-mod shared_dir_common;
-
-use shared_dir_common::{Plant, NOBODY};
-
-fn clock_available(test: &str) -> bool {
-    match perfclock::init() {
-        Ok(_) => true,
-        Err(error) => {
-            assert!(
-                std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none(),
-                "{test}: PERFCLOCK_REQUIRE_PERF is set but the clock cannot be opened: {error}"
-            );
-            println!("SKIPPED {test}: no perfclock clock here: {error}");
-            false
-        }
-    }
-}
+use shared_dir::{Plant, NOBODY};
 
 /// The loads' names in file order and whether a close record ends the file (which must parse
 /// to its last byte).
@@ -74,7 +58,7 @@ fn read_dump(path: &Path, pid: u32) -> (Vec<String>, usize) {
 
 /// `JitDump::create` in `dir` with `plant` at `name`: refused as `NameTaken`, plant untouched.
 fn refused(dir: &Path, name: &str, plant: Plant, writer_uid: u32, foreign_uid: u32) {
-    let planted = shared_dir_common::plant(dir, name, plant, writer_uid, foreign_uid);
+    let planted = shared_dir::plant(dir, name, plant, writer_uid, foreign_uid);
     match JitDump::create(dir) {
         Err(error @ JitDumpError::NameTaken(_)) => {
             planted.assert_refused_untouched(&error.to_string());
@@ -105,12 +89,12 @@ fn names(pid: u32) -> [String; 2] {
 #[test]
 fn planted_names_are_refused_and_left_alone() {
     let test = "planted_names_are_refused_and_left_alone";
-    if !clock_available(test) || !shared_dir_common::is_root(test) {
+    if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() || !shared_dir::is_root(test) {
         return;
     }
     for name in names(std::process::id()) {
         for plant in Plant::REFUSED {
-            let dir = shared_dir_common::open_dir("jit-plant");
+            let dir = shared_dir::open_dir("jit-plant");
             refused(&dir, &name, plant, 0, NOBODY);
             std::fs::remove_dir_all(&dir).unwrap();
         }
@@ -120,13 +104,13 @@ fn planted_names_are_refused_and_left_alone() {
 #[test]
 fn own_stale_files_are_replaced() {
     let test = "own_stale_files_are_replaced";
-    if !clock_available(test) || !shared_dir_common::is_root(test) {
+    if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() || !shared_dir::is_root(test) {
         return;
     }
-    let dir = shared_dir_common::open_dir("jit-stale");
+    let dir = shared_dir::open_dir("jit-stale");
     let [dump_name, timeconv_name] = names(std::process::id());
-    let dump_plant = shared_dir_common::plant(&dir, &dump_name, Plant::OwnStaleFile, 0, 0);
-    let timeconv_plant = shared_dir_common::plant(&dir, &timeconv_name, Plant::OwnStaleFile, 0, 0);
+    let dump_plant = shared_dir::plant(&dir, &dump_name, Plant::OwnStaleFile, 0, 0);
+    let timeconv_plant = shared_dir::plant(&dir, &timeconv_name, Plant::OwnStaleFile, 0, 0);
     let dump = JitDump::create(&dir).unwrap();
     dump.code_load(b"fresh", 0x1000, &[0xc3]).unwrap();
     dump.close().unwrap();
@@ -141,9 +125,9 @@ fn own_stale_files_are_replaced() {
 
 /// Child of `as_nobody_planted_names_are_refused`: plants as root, drops to `nobody`, creates.
 fn as_nobody_case() {
-    hostile_common::watchdog(60);
+    hostile::watchdog(60);
     let pid = std::process::id();
-    let root_dir = shared_dir_common::open_dir("jit-nobody");
+    let root_dir = shared_dir::open_dir("jit-nobody");
     let mut dirs = Vec::new();
     for name in names(pid) {
         for plant in Plant::REFUSED {
@@ -152,7 +136,7 @@ fn as_nobody_case() {
             std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
                 .unwrap();
             // Planted by root, aimed at nobody's own files.
-            let planted = shared_dir_common::plant(&dir, &name, plant, NOBODY, 0);
+            let planted = shared_dir::plant(&dir, &name, plant, NOBODY, 0);
             dirs.push((dir, name.clone(), planted));
         }
     }
@@ -163,9 +147,8 @@ fn as_nobody_case() {
         std::os::unix::fs::PermissionsExt::from_mode(0o777),
     )
     .unwrap();
-    let stale =
-        shared_dir_common::plant(&stale_dir, &names(pid)[0], Plant::OwnStaleFile, NOBODY, 0);
-    shared_dir_common::become_nobody();
+    let stale = shared_dir::plant(&stale_dir, &names(pid)[0], Plant::OwnStaleFile, NOBODY, 0);
+    shared_dir::become_nobody();
     if let Err(error) = perfclock::init() {
         panic!("no clock as nobody: {error}");
     }
@@ -187,13 +170,13 @@ fn as_nobody_case() {
 #[test]
 fn as_nobody_planted_names_are_refused() {
     let test = "as_nobody_planted_names_are_refused";
-    if hostile_common::child_case().as_deref() == Some(test) {
+    if hostile::child_case().as_deref() == Some(test) {
         return as_nobody_case();
     }
-    if !clock_available(test) || !shared_dir_common::is_root(test) {
+    if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() || !shared_dir::is_root(test) {
         return;
     }
-    let run = hostile_common::run_child(test, test, Duration::from_secs(90));
+    let run = hostile::run_child(test, test, Duration::from_secs(90));
     run.expect_success("AS_NOBODY_OK 8 refused");
     if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
         for entry in entries.flatten() {
@@ -215,7 +198,7 @@ enum ChildDoes {
 
 /// Child of `fork_children_never_write_into_the_parent_dump`.
 fn fork_case(dir: &Path) {
-    hostile_common::watchdog(60);
+    hostile::watchdog(60);
     let dump = JitDump::create(dir).unwrap();
     let parent = std::process::id();
     for i in 0..100 {
@@ -230,7 +213,7 @@ fn fork_case(dir: &Path) {
     ] {
         // SAFETY: the child only uses the writer (which allocates: glibc's malloc is reset for
         // a fork child) and leaves with _exit.
-        let pid = unsafe { hostile_common::fork() };
+        let pid = unsafe { hostile::fork() };
         if pid == 0 {
             let dump = dump.take().unwrap();
             let mut code = 0;
@@ -238,12 +221,12 @@ fn fork_case(dir: &Path) {
             {
                 Err(JitDumpError::ForkChild { opened_by, pid }) => {
                     if opened_by != parent || pid == parent {
-                        hostile_common::raw_print(&format!("{what}: wrong pids\n"));
+                        hostile::raw_print(&format!("{what}: wrong pids\n"));
                         code = 3;
                     }
                 }
                 other => {
-                    hostile_common::raw_print(&format!("{does:?} {what}: {other:?}\n"));
+                    hostile::raw_print(&format!("{does:?} {what}: {other:?}\n"));
                     code = 2;
                 }
             };
@@ -262,11 +245,11 @@ fn fork_case(dir: &Path) {
             // SAFETY: as above.
             unsafe { libc::_exit(code) };
         }
-        let status = hostile_common::wait(pid);
+        let status = hostile::wait(pid);
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
             "child {does:?}: {}",
-            hostile_common::describe_status(status)
+            hostile::describe_status(status)
         );
     }
     let dump = dump.unwrap();
@@ -295,15 +278,15 @@ fn fork_case(dir: &Path) {
 #[test]
 fn fork_children_never_write_into_the_parent_dump() {
     let test = "fork_children_never_write_into_the_parent_dump";
-    if hostile_common::child_case().as_deref() == Some(test) {
+    if hostile::child_case().as_deref() == Some(test) {
         let dir = std::env::var_os("PERFCLOCK_TEST_DIR").unwrap();
         return fork_case(Path::new(&dir));
     }
-    if !clock_available(test) {
+    if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let run = hostile_common::run_child_with(
+    let run = hostile::run_child_with(
         test,
         test,
         Duration::from_secs(90),
@@ -314,7 +297,13 @@ fn fork_children_never_write_into_the_parent_dump() {
 
 #[test]
 fn a_second_open_shares_the_first() {
-    if !clock_available("a_second_open_shares_the_first") {
+    if ok_or_skip(
+        "a_second_open_shares_the_first",
+        Need::Perf,
+        perfclock::init(),
+    )
+    .is_none()
+    {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -15,19 +15,9 @@ use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
 use perfclock_jitdump::record::{FLAGS_ARCH_TIMESTAMP, HEADER_SIZE, JIT_CODE_CLOSE};
 use perfclock_jitdump::timeconv::TimeConvRecord;
 use perfclock_jitdump::{JitDump, JitDumpError};
-use perfclock_testutil::{skip, Need};
+use perfclock_testutil::{ok_or_skip, skip, Need};
 
 /// Whether the clock can be had; prints why not.
-fn clock_available(test: &str) -> bool {
-    match perfclock::init() {
-        Ok(_) => true,
-        Err(error) => {
-            skip(test, Need::Perf, error);
-            false
-        }
-    }
-}
-
 /// One parsed `JIT_CODE_LOAD`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Load {
@@ -106,7 +96,7 @@ fn read_timeconv(dump: &JitDump) -> TimeConvRecord {
 
 #[test]
 fn round_trip_with_odd_names() {
-    if !clock_available("round_trip_with_odd_names") {
+    if ok_or_skip("round_trip_with_odd_names", Need::Perf, perfclock::init()).is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -173,7 +163,13 @@ fn round_trip_with_odd_names() {
 
 #[test]
 fn rejects_nul_in_name_and_empty_code_without_writing() {
-    if !clock_available("rejects_nul_in_name_and_empty_code_without_writing") {
+    if ok_or_skip(
+        "rejects_nul_in_name_and_empty_code_without_writing",
+        Need::Perf,
+        perfclock::init(),
+    )
+    .is_none()
+    {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -194,7 +190,7 @@ fn rejects_nul_in_name_and_empty_code_without_writing() {
 
 #[test]
 fn many_threads() {
-    if !clock_available("many_threads") {
+    if ok_or_skip("many_threads", Need::Perf, perfclock::init()).is_none() {
         return;
     }
     const THREADS: usize = 8;
@@ -244,7 +240,13 @@ fn many_threads() {
 
 #[test]
 fn truncated_at_every_offset_parses_to_a_prefix() {
-    if !clock_available("truncated_at_every_offset_parses_to_a_prefix") {
+    if ok_or_skip(
+        "truncated_at_every_offset_parses_to_a_prefix",
+        Need::Perf,
+        perfclock::init(),
+    )
+    .is_none()
+    {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -284,7 +286,13 @@ fn truncated_at_every_offset_parses_to_a_prefix() {
 
 #[test]
 fn unwritable_directory_is_a_typed_error() {
-    if !clock_available("unwritable_directory_is_a_typed_error") {
+    if ok_or_skip(
+        "unwritable_directory_is_a_typed_error",
+        Need::Perf,
+        perfclock::init(),
+    )
+    .is_none()
+    {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -327,7 +335,13 @@ impl Drop for Tmpfs<'_> {
 
 #[test]
 fn full_disk_leaves_only_complete_records() {
-    if !clock_available("full_disk_leaves_only_complete_records") {
+    if ok_or_skip(
+        "full_disk_leaves_only_complete_records",
+        Need::Perf,
+        perfclock::init(),
+    )
+    .is_none()
+    {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -395,7 +409,13 @@ fn killed_writer_child() {
 
 #[test]
 fn killed_writer_leaves_complete_records() {
-    if !clock_available("killed_writer_leaves_complete_records") {
+    if ok_or_skip(
+        "killed_writer_leaves_complete_records",
+        Need::Perf,
+        perfclock::init(),
+    )
+    .is_none()
+    {
         return;
     }
     for round in 0..5 {

@@ -261,13 +261,9 @@ fn block_offset(pos: u64) -> usize {
 }
 
 #[cfg(test)]
-#[path = "../tests/common/samply.rs"]
-mod samply;
-
-#[cfg(test)]
 mod tests {
-    use super::samply::parse_like_samply;
     use super::*;
+    use perfclock_testutil::samply::parse_like_samply;
 
     fn line(start: u64, end: u64, name: &str) -> Vec<u8> {
         let mut out = Vec::new();

@@ -5,30 +5,8 @@
 //! Needs the perfclock clock (`SKIPPED` without it, fatal under `PERFCLOCK_REQUIRE_PERF=1`).
 
 use perfclock_markers::{MarkerClock, MarkerError, Markers};
-
-fn clock_available(test: &str) -> bool {
-    match perfclock::init() {
-        Ok(_) => true,
-        Err(error) => {
-            assert!(
-                std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_none(),
-                "{test}: PERFCLOCK_REQUIRE_PERF is set but the clock cannot be opened: {error}"
-            );
-            println!("SKIPPED {test}: no perfclock clock here: {error}");
-            false
-        }
-    }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use perfclock_testutil::time::monotonic_ns;
+use perfclock_testutil::{ok_or_skip, Need};
 
 fn fresh_dir(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("pcm-clock-{tag}-{}", std::process::id()));
@@ -39,7 +17,13 @@ fn fresh_dir(tag: &str) -> std::path::PathBuf {
 
 #[test]
 fn monotonic_files_hold_monotonic_times() {
-    if !clock_available("monotonic_files_hold_monotonic_times") {
+    if ok_or_skip(
+        "monotonic_files_hold_monotonic_times",
+        Need::Perf,
+        perfclock::init(),
+    )
+    .is_none()
+    {
         return;
     }
     let dir = fresh_dir("mono");
@@ -87,7 +71,7 @@ fn monotonic_files_hold_monotonic_times() {
 
 #[test]
 fn one_clock_per_file() {
-    if !clock_available("one_clock_per_file") {
+    if ok_or_skip("one_clock_per_file", Need::Perf, perfclock::init()).is_none() {
         return;
     }
     let dir = fresh_dir("mismatch");

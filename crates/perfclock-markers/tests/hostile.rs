@@ -14,9 +14,7 @@ use std::time::Duration;
 use perfclock_markers::{MarkerError, Markers, MAX_NAME_BYTES};
 use perfclock_testutil::{skip, Need};
 
-#[path = "common/samply.rs"]
-mod samply;
-use samply::parse_like_samply;
+use perfclock_testutil::samply::parse_like_samply;
 
 /// Every line of `path`, parsed as samply would; fails on a partial or unparsable line, on
 /// invalid UTF-8, and on a line crossing a 4 KiB boundary.

@@ -14,15 +14,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use perfclock_markers::{MarkerError, Markers};
+use perfclock_testutil::hostile;
+use perfclock_testutil::samply;
+use perfclock_testutil::shared_dir;
 
-#[path = "../../../tests/hostile_common/mod.rs"]
-mod hostile_common;
-#[path = "common/samply.rs"]
-mod samply;
-#[path = "../../../tests/shared_dir_common/mod.rs"]
-mod shared_dir_common;
-
-use shared_dir_common::{Plant, NOBODY};
+use shared_dir::{Plant, NOBODY};
 
 /// The markers of `path` as samply parses them; every line must parse.
 fn read_markers(path: &Path) -> Vec<(u64, u64, String)> {
@@ -44,7 +40,7 @@ fn marker_name(pid: u32) -> String {
     format!("marker-{pid}.txt")
 }
 
-fn expect_refused(dir: &Path, planted: &shared_dir_common::Planted) {
+fn expect_refused(dir: &Path, planted: &shared_dir::Planted) {
     match Markers::open(dir) {
         Err(error @ MarkerError::NameTaken(_)) => {
             planted.assert_refused_untouched(&error.to_string());
@@ -58,13 +54,12 @@ fn expect_refused(dir: &Path, planted: &shared_dir_common::Planted) {
 #[test]
 fn planted_names_are_refused_and_left_alone() {
     let test = "planted_names_are_refused_and_left_alone";
-    if !shared_dir_common::is_root(test) {
+    if !shared_dir::is_root(test) {
         return;
     }
     for plant in Plant::REFUSED {
-        let dir = shared_dir_common::open_dir("markers-plant");
-        let planted =
-            shared_dir_common::plant(&dir, &marker_name(std::process::id()), plant, 0, NOBODY);
+        let dir = shared_dir::open_dir("markers-plant");
+        let planted = shared_dir::plant(&dir, &marker_name(std::process::id()), plant, 0, NOBODY);
         expect_refused(&dir, &planted);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -73,11 +68,11 @@ fn planted_names_are_refused_and_left_alone() {
 #[test]
 fn an_own_stale_file_is_replaced() {
     let test = "an_own_stale_file_is_replaced";
-    if !shared_dir_common::is_root(test) {
+    if !shared_dir::is_root(test) {
         return;
     }
-    let dir = shared_dir_common::open_dir("markers-stale");
-    let planted = shared_dir_common::plant(
+    let dir = shared_dir::open_dir("markers-stale");
+    let planted = shared_dir::plant(
         &dir,
         &marker_name(std::process::id()),
         Plant::OwnStaleFile,
@@ -93,19 +88,19 @@ fn an_own_stale_file_is_replaced() {
 }
 
 fn as_nobody_case() {
-    hostile_common::watchdog(60);
+    hostile::watchdog(60);
     let pid = std::process::id();
-    let root_dir = shared_dir_common::open_dir("markers-nobody");
+    let root_dir = shared_dir::open_dir("markers-nobody");
     let mut cases = Vec::new();
     for plant in Plant::REFUSED.into_iter().chain([Plant::OwnStaleFile]) {
         let dir = root_dir.join(format!("{plant:?}"));
         std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
             .unwrap();
-        let planted = shared_dir_common::plant(&dir, &marker_name(pid), plant, NOBODY, 0);
+        let planted = shared_dir::plant(&dir, &marker_name(pid), plant, NOBODY, 0);
         cases.push((dir, planted));
     }
-    shared_dir_common::become_nobody();
+    shared_dir::become_nobody();
     for (dir, planted) in &cases {
         if planted.plant == Plant::OwnStaleFile {
             let markers = Markers::open(dir).unwrap();
@@ -122,13 +117,13 @@ fn as_nobody_case() {
 #[test]
 fn as_nobody_planted_names_are_refused() {
     let test = "as_nobody_planted_names_are_refused";
-    if hostile_common::child_case().as_deref() == Some(test) {
+    if hostile::child_case().as_deref() == Some(test) {
         return as_nobody_case();
     }
-    if !shared_dir_common::is_root(test) {
+    if !shared_dir::is_root(test) {
         return;
     }
-    let run = hostile_common::run_child(test, test, Duration::from_secs(90));
+    let run = hostile::run_child(test, test, Duration::from_secs(90));
     run.expect_success("AS_NOBODY_OK 5 cases");
     for entry in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
         let name = entry.file_name().into_string().unwrap_or_default();
@@ -147,7 +142,7 @@ enum ChildDoes {
 }
 
 fn fork_case(dir: &Path) {
-    hostile_common::watchdog(60);
+    hostile::watchdog(60);
     let markers = Markers::open(dir).unwrap();
     let parent = std::process::id();
     for i in 0..100 {
@@ -159,14 +154,14 @@ fn fork_case(dir: &Path) {
         ChildDoes::ExitsWithoutFlushing,
     ] {
         // SAFETY: the child only uses the writer and leaves with exit/_exit.
-        let pid = unsafe { hostile_common::fork() };
+        let pid = unsafe { hostile::fork() };
         if pid == 0 {
             let mut code = 0;
             let mut expect_fork_child = |what: &str, result: Result<(), MarkerError>| match result {
                 Err(MarkerError::ForkChild { opened_by, pid })
                     if opened_by == parent && pid != parent => {}
                 other => {
-                    hostile_common::raw_print(&format!("{does:?} {what}: {other:?}\n"));
+                    hostile::raw_print(&format!("{does:?} {what}: {other:?}\n"));
                     code = 2;
                 }
             };
@@ -188,11 +183,11 @@ fn fork_case(dir: &Path) {
                 ChildDoes::ExitsWithoutFlushing => unsafe { libc::_exit(code) },
             }
         }
-        let status = hostile_common::wait(pid);
+        let status = hostile::wait(pid);
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
             "child {does:?}: {}",
-            hostile_common::describe_status(status)
+            hostile::describe_status(status)
         );
     }
     for i in 100..200 {
@@ -214,12 +209,12 @@ fn fork_case(dir: &Path) {
 #[test]
 fn fork_children_never_write_into_the_parent_file() {
     let test = "fork_children_never_write_into_the_parent_file";
-    if hostile_common::child_case().as_deref() == Some(test) {
+    if hostile::child_case().as_deref() == Some(test) {
         let dir = std::env::var_os("PERFCLOCK_TEST_DIR").unwrap();
         return fork_case(Path::new(&dir));
     }
     let dir = fresh_dir("fork");
-    let run = hostile_common::run_child_with(
+    let run = hostile::run_child_with(
         test,
         test,
         Duration::from_secs(90),
@@ -256,7 +251,7 @@ extern "C" fn mark_from_handler(_: libc::c_int) {
 }
 
 fn signal_case(dir: &Path) {
-    hostile_common::watchdog(100);
+    hostile::watchdog(100);
     let markers = Markers::open(dir).unwrap();
     HANDLER_MARKERS.set(markers.clone()).unwrap();
     // SAFETY: installs a handler that only touches atomics and the marker writer, whose
@@ -339,12 +334,12 @@ fn signal_case(dir: &Path) {
 #[test]
 fn markers_from_a_signal_handler_never_hang() {
     let test = "markers_from_a_signal_handler_never_hang";
-    if hostile_common::child_case().as_deref() == Some(test) {
+    if hostile::child_case().as_deref() == Some(test) {
         let dir = std::env::var_os("PERFCLOCK_TEST_DIR").unwrap();
         return signal_case(Path::new(&dir));
     }
     let dir = fresh_dir("signals");
-    let run = hostile_common::run_child_with(
+    let run = hostile::run_child_with(
         test,
         test,
         Duration::from_secs(120),

@@ -6,12 +6,31 @@
 //!   instead when CI's require variable for that need is set.
 //! - [`handoff`]: readings handed between threads or processes, and the verdict that tells the
 //!   clock's steps back from the counter's.
+//! - [`hostile`]: a case run in a fresh child process (the test binary re-executed), a watchdog,
+//!   seccomp filters and output without allocation, for the `hostile_*` tests.
+//! - [`shared_dir`]: what is planted at a writer's name in a directory others can write, and the
+//!   checks that the writer neither followed nor reused it.
+//! - [`bracket_line`]: the one affine line through kernel-stamped brackets, and where each stamp
+//!   sits in its bracket (the calibration's tests and the `bracket_widths` example).
+//! - [`samply`]: samply's reading of a marker line.
 //! - [`perf_script`]: parsing the fields `perf script` prints (the wall-clock `tod`).
+//! - [`time`]: `CLOCK_MONOTONIC`, the clock tests compare the perf clock with.
 //!
-//! The shell and Python end-to-end scripts have the same helper in `scripts/lib/skip.sh`.
+//! It depends on std and libc only: a crate that dev-depends on it never gets a second copy of
+//! itself or of another perfclock crate in its tests. A helper that needs a perfclock crate's
+//! types stays in that crate's `tests/`, or takes plain values (as [`bracket_line`] does).
+//!
+//! The shell and Python end-to-end scripts have the same skip helper in `scripts/lib/skip.sh`.
 
+pub mod bracket_line;
 pub mod handoff;
+pub mod hostile;
 pub mod perf_script;
+pub mod samply;
+pub mod shared_dir;
 pub mod skip;
+pub mod time;
 
-pub use skip::{child_skipped, skip, skip_child, Need, SKIPPED_EXIT_STATUS, SKIP_LOG_ENV};
+pub use skip::{
+    child_skipped, ok_or_skip, skip, skip_child, Need, SKIPPED_EXIT_STATUS, SKIP_LOG_ENV,
+};

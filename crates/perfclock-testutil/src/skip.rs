@@ -122,6 +122,22 @@ pub fn skip(test: &str, need: Need, why: impl fmt::Display) {
     report(test, need, &why.to_string(), &mut std::io::stderr());
 }
 
+/// `result`'s value, or `None` after a [`skip`] that names its error: for a test whose first
+/// step opens what it needs (`ok_or_skip(test, Need::Perf, perfclock::init())`).
+///
+/// # Panics
+/// As [`skip`], when the error is the result and `need` is required.
+#[track_caller]
+pub fn ok_or_skip<T, E: fmt::Display>(test: &str, need: Need, result: Result<T, E>) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(error) => {
+            skip(test, need, error);
+            None
+        }
+    }
+}
+
 /// [`skip`], writing the line to `stderr` (tests pass a buffer).
 #[track_caller]
 fn report(test: &str, need: Need, why: &str, stderr: &mut dyn std::io::Write) {

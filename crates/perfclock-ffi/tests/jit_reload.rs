@@ -2,7 +2,7 @@
 //! no perf), and checks its jitdump with an independent reader (`linux-perf-data`): one load
 //! per reload, all at the same address with distinct code, stamps in file order, and each
 //! stamp, converted with the `.timeconv` record, between the program's clock readings around
-//! the load. The full check under `perf record` is `run.sh` next to this file.
+//! the load. The full check under `perf record` is `tests/jit_reload/run.sh`.
 //!
 //! Needs the perfclock clock; without it the test skips (perfclock-testutil) unless
 //! `PERFCLOCK_REQUIRE_PERF=1` (or the older `PERFCLOCK_FFI_REQUIRE_CLOCK=1`; CI), which makes it fail.
@@ -14,7 +14,6 @@ use std::process::Command;
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
 use perfclock_jitdump::timeconv::TimeConvRecord;
 
-#[path = "../common/mod.rs"]
 mod common;
 
 use common::{libraries, CRATE_DIR, NATIVE_LIBS};

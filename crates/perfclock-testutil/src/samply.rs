@@ -1,5 +1,5 @@
-//! samply 0.13's reading of a marker line (`process_marker_span_line`), for the unit tests of
-//! `src/line.rs` and the hostile tests alike.
+//! samply 0.13's reading of a marker line (`process_marker_span_line`), for the markers crate's
+//! unit tests (`src/line.rs`) and hostile tests alike.
 
 /// `start end name` as samply parses it, `None` where samply stops reading the file.
 pub fn parse_like_samply(line: &str) -> Option<(u64, u64, &str)> {

@@ -1,14 +1,12 @@
-//! Shared by the writers' hostile tests (jitdump, markers, the C agent's perf map): what an
-//! attacker or a careless user leaves at the name a writer is about to create in a directory
-//! others can write, and the checks that the writer neither followed it nor reused it.
+//! For the writers' hostile tests (jitdump, markers): what an attacker or a careless user leaves
+//! at the name a writer is about to create in a directory others can write, and the checks that
+//! the writer neither followed it nor reused it.
 //!
 //! The directories are not sticky, so `fs.protected_symlinks` (which only guards sticky
 //! world-writable directories) plays no part: the writer alone must refuse the link.
 //!
-//! Cases that need root (chown to another user, dropping to `nobody`) print `SKIPPED` on stderr
-//! when not root, and fail instead when `PERFCLOCK_REQUIRE_ROOT` is set (CI).
-
-#![allow(dead_code)] // each test binary uses a different part of this module
+//! Cases that need root (chown to another user, dropping to `nobody`) skip when not root
+//! ([`skip`](fn@crate::skip)), and fail instead when `PERFCLOCK_REQUIRE_ROOT` is set (CI).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -25,11 +23,11 @@ pub fn is_root(test: &str) -> bool {
     if unsafe { libc::geteuid() } == 0 {
         return true;
     }
-    assert!(
-        std::env::var_os("PERFCLOCK_REQUIRE_ROOT").is_none(),
-        "{test}: PERFCLOCK_REQUIRE_ROOT is set but this test does not run as root"
+    crate::skip(
+        test,
+        crate::Need::Root,
+        "the case chowns to another user or calls setresuid",
     );
-    eprintln!("SKIPPED {test}: needs root (chown to another user, setresuid)");
     false
 }
 

@@ -1,13 +1,12 @@
-//! Shared by the `hostile_*` test binaries: run a case in a fresh child process (the test binary
-//! re-executed with an environment variable naming the case), a watchdog, seccomp BPF filters,
-//! and a formatter that needs no allocation (for code that runs where no system call is allowed).
+//! For the `hostile_*` test binaries of every crate: run a case in a fresh child process (the
+//! test binary re-executed with an environment variable naming the case), a watchdog, seccomp
+//! BPF filters, and a formatter that needs no allocation (for code that runs where no system
+//! call is allowed).
 //!
 //! Each hostile case forks, installs seccomp filters, lowers limits or installs signal handlers:
 //! things that must not touch the test harness's own process. So the `#[test]` function, run
 //! normally, re-executes this test binary with `--exact <its own name>` and
 //! [`CASE_ENV`]` = <case>`; the same function, seeing the variable, runs the case instead.
-
-#![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::fmt::Write as _;
 use std::io::Read as _;
@@ -267,6 +266,7 @@ pub fn install_filter(program: &[libc::sock_filter]) {
 // --- output without allocation --------------------------------------------------------------
 
 /// A fixed buffer that `write!` formats into without allocating.
+#[derive(Debug)]
 pub struct StackText {
     buffer: [u8; 1024],
     len: usize,
