@@ -9,8 +9,9 @@ use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use perfclock_jitdump::timeconv::{TimeConvError, TimeConvMode, TimeConvRecord, SUFFIX};
+use perfclock_jitdump::timeconv::{TimeConvMode, TimeConvRecord, SUFFIX};
 use perfclock_jitdump::JitClock;
+use perfclock_jitdump::TimeConvError;
 use perfclock_perfdata::{
     check_output_path, read_layout, scan_records, time_conv_record, ClockData, Feature, OutputFile,
     Patch, PerfDataError,
