@@ -68,11 +68,13 @@ use perfclock_core::counter;
 pub use clock::{Clock, Mode, Options};
 pub use diagnosis::Withheld;
 pub use error::Error;
+#[cfg(target_os = "linux")]
+pub use error::SnapshotError;
 pub use perfclock_core::{ReadError, TimeConversion};
 #[cfg(target_os = "linux")]
 pub use shared_page::{Refusal, SharedPageInfo};
 #[cfg(target_os = "linux")]
-pub use snapshot::{snapshot, ClockSnapshot, PairedClock, SnapshotError, SNAPSHOT_TRIES};
+pub use snapshot::{snapshot, ClockSnapshot, PairedClock, SNAPSHOT_TRIES};
 
 static GLOBAL: OnceLock<Result<Clock, Error>> = OnceLock::new();
 
