@@ -1,20 +1,26 @@
 //! [`Clock`]: one perf-domain clock, in kernel mode or calibrated mode, behind one read path.
 //!
-//! # Safety
-//! A [`Clock`] keeps the page its [`PageReader`] reads (the kernel's mapping or the
-//! calibrator's memory) alive next to the reader: the one unsafe call makes that reader.
-#![allow(unsafe_code)]
+//! The public types are declared here once, for every platform; the platform's module (`os`:
+//! `linux.rs`, or `unsupported.rs` elsewhere, where every constructor fails with
+//! [`Error::Unsupported`]) opens a clock and keeps its page alive.
 
-#[cfg(feature = "calibrated")]
+#[cfg(all(feature = "calibrated", target_os = "linux"))]
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::{counter, PageReader, ReadError, TimeConversion};
 
-use std::sync::OnceLock;
-
 use crate::diagnosis::Withheld;
 use crate::error::Error;
-use crate::kernel::{KernelPage, MapError};
-use crate::shared_page::{SharedMapping, SharedPageInfo};
+#[cfg(target_os = "linux")]
+use crate::shared_page::SharedPageInfo;
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as os;
+#[cfg(not(target_os = "linux"))]
+mod unsupported;
+#[cfg(not(target_os = "linux"))]
+use unsupported as os;
 
 /// Where a clock's parameters come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,7 +31,7 @@ pub enum Mode {
     /// Fitted by perfclock against timestamps the kernel stamped, with a measured error bound.
     Calibrated,
     /// Fitted by a `perfclock serve` of this machine and read from its shared page (see
-    /// [`Clock::shared_page`]): calibrated, with the server's bound, and no thread, perf event
+    /// [`Options::shared_page`]): calibrated, with the server's bound, and no thread, perf event
     /// or ring in this process.
     Shared,
 }
@@ -39,9 +45,9 @@ pub struct Options {
     /// Whether to read a `perfclock serve` page before calibrating in-process.
     no_shared_page: bool,
     /// Set by [`Options::refine`]; wins over `calibration`'s own setting, whichever came first.
-    #[cfg(feature = "calibrated")]
+    #[cfg(all(feature = "calibrated", target_os = "linux"))]
     refine: Option<bool>,
-    #[cfg(feature = "calibrated")]
+    #[cfg(all(feature = "calibrated", target_os = "linux"))]
     calibration: CalibrationOptions,
 }
 
@@ -63,7 +69,7 @@ impl Options {
 
     /// Keep refining a calibrated clock in a background thread (the default), or calibrate
     /// once: the bound then grows with the time since calibration.
-    #[cfg(feature = "calibrated")]
+    #[cfg(all(feature = "calibrated", target_os = "linux"))]
     pub fn refine(mut self, refine: bool) -> Self {
         self.refine = Some(refine);
         self
@@ -71,7 +77,7 @@ impl Options {
 
     /// Every calibration setting (see `perfclock_calib::CalibrationOptions`). A choice made
     /// with [`Options::refine`] stands, before or after this call.
-    #[cfg(feature = "calibrated")]
+    #[cfg(all(feature = "calibrated", target_os = "linux"))]
     pub fn calibration(mut self, calibration: CalibrationOptions) -> Self {
         self.calibration = calibration;
         self
@@ -94,100 +100,8 @@ impl Options {
     /// # Ok::<(), perfclock::Error>(())
     /// ```
     pub fn open(self) -> Result<Clock, Error> {
-        if !counter::SUPPORTED {
-            return Err(Error::Unsupported);
-        }
-        crate::diagnosis::counter_readable()?;
-        let page = KernelPage::map().map_err(|error| match error {
-            MapError::Open(open) => Error::PerfEvent(open),
-            MapError::TooManyClocks => Error::TooManyClocks,
-        })?;
-        // SAFETY: `page` is a live read-only mapping written only by the kernel; the reader is
-        // stored next to it in the returned clock and never outlives it.
-        let reader = unsafe { PageReader::new(page.page()) };
-        match reader.conversion() {
-            Ok(_) => Ok(Clock {
-                reader,
-                source: Source::Kernel(page),
-            }),
-            Err(ReadError::TimeZeroUnavailable { capabilities }) => {
-                if self.kernel_only {
-                    return Err(Error::KernelWithholdsTime(Withheld::observe(capabilities)));
-                }
-                // The kernel page is of no further use: the shared and calibrated modes read
-                // pages of their own.
-                drop(page);
-                if !self.no_shared_page {
-                    if let (Some(shared), _) = crate::shared_page::open_first() {
-                        return Ok(Clock {
-                            reader: shared.page_reader(),
-                            // What the kernel withholds is read when asked: reading
-                            // /proc/cpuinfo would cost more than mapping the page.
-                            source: Source::Shared {
-                                shared,
-                                capabilities,
-                                withheld: OnceLock::new(),
-                            },
-                        });
-                    }
-                }
-                self.open_calibrated(Withheld::observe(capabilities))
-            }
-            Err(other) => Err(Error::Page(other)),
-        }
+        os::open(self)
     }
-}
-
-impl Options {
-    #[cfg(feature = "calibrated")]
-    fn open_calibrated(&self, withheld: Withheld) -> Result<Clock, Error> {
-        match CalibratedClock::start(self.calibration_options()) {
-            Ok(calibrated) => Ok(Clock {
-                reader: calibrated.reader(),
-                source: Source::Calibrated {
-                    calibrated,
-                    withheld,
-                },
-            }),
-            Err(reason) => Err(Error::Calibration {
-                withheld: Box::new(withheld),
-                reason,
-            }),
-        }
-    }
-
-    /// Built without calibration: kernel mode is the only mode.
-    #[cfg(not(feature = "calibrated"))]
-    fn open_calibrated(&self, withheld: Withheld) -> Result<Clock, Error> {
-        Err(Error::KernelWithholdsTime(withheld))
-    }
-
-    /// The calibration settings with [`Options::refine`]'s choice applied.
-    #[cfg(feature = "calibrated")]
-    fn calibration_options(&self) -> CalibrationOptions {
-        match self.refine {
-            Some(refine) => self.calibration.clone().refine(refine),
-            None => self.calibration.clone(),
-        }
-    }
-}
-
-#[derive(Debug)]
-enum Source {
-    /// Keeps the kernel's page mapped.
-    Kernel(#[allow(dead_code)] KernelPage),
-    /// Keeps the server's page mapped.
-    Shared {
-        shared: SharedMapping,
-        /// The kernel page's capability word, for `withheld`.
-        capabilities: u64,
-        withheld: OnceLock<Withheld>,
-    },
-    #[cfg(feature = "calibrated")]
-    Calibrated {
-        calibrated: CalibratedClock,
-        withheld: Withheld,
-    },
 }
 
 /// A perf-domain clock. Reads make no system call, take no lock, allocate nothing and are
@@ -197,7 +111,7 @@ enum Source {
 pub struct Clock {
     /// Invariant: reads the page that `source` keeps alive.
     reader: PageReader,
-    source: Source,
+    source: os::Source,
 }
 
 impl Clock {
@@ -270,12 +184,7 @@ impl Clock {
 
     /// Where the parameters come from.
     pub fn mode(&self) -> Mode {
-        match self.source {
-            Source::Kernel(_) => Mode::Kernel,
-            Source::Shared { .. } => Mode::Shared,
-            #[cfg(feature = "calibrated")]
-            Source::Calibrated { .. } => Mode::Calibrated,
-        }
+        self.source.mode()
     }
 
     /// The most a reading taken now can be off the kernel's perf clock, in nanoseconds: 0 in
@@ -284,15 +193,7 @@ impl Clock {
     /// whose refiner was not started again once the parent's jump-detection latency has passed
     /// (see [`Clock::resume_after_fork`]). Signal-safe.
     pub fn error_bound_ns(&self) -> u64 {
-        match &self.source {
-            Source::Kernel(_) => 0,
-            Source::Shared { shared, .. } => match counter::read_counter() {
-                Some(now) => shared.error_bound_at(now),
-                None => u64::MAX,
-            },
-            #[cfg(feature = "calibrated")]
-            Source::Calibrated { calibrated, .. } => calibrated.error_bound_ns(),
-        }
+        self.source.error_bound_ns()
     }
 
     /// In a fork child, starts the calibrated clock's refiner again (the child inherits the
@@ -307,94 +208,32 @@ impl Clock {
     /// of a multi-threaded process, as glibc and musl do. One attempt per process.
     ///
     /// # Errors
-    /// [`Error::Calibration`] if the refiner could not be started; the clock stays readable,
-    /// with the bound described above.
+    /// `Error::Calibration` (a calibrated clock's error) if the refiner could not be started;
+    /// the clock stays readable, with the bound described above.
     pub fn resume_after_fork(&self) -> Result<bool, Error> {
-        match &self.source {
-            // The file mapping is inherited, and the server keeps it up to date.
-            Source::Kernel(_) | Source::Shared { .. } => Ok(false),
-            #[cfg(feature = "calibrated")]
-            Source::Calibrated {
-                calibrated,
-                withheld,
-            } => calibrated
-                .resume_after_fork()
-                .map_err(|reason| Error::Calibration {
-                    withheld: Box::new(withheld.clone()),
-                    reason,
-                }),
-        }
+        self.source.resume_after_fork()
     }
 
     /// The calibrator, in calibrated mode (for its statistics and bound model).
-    #[cfg(feature = "calibrated")]
+    #[cfg(all(feature = "calibrated", target_os = "linux"))]
     pub fn calibrated(&self) -> Option<&CalibratedClock> {
-        match &self.source {
-            Source::Kernel(_) | Source::Shared { .. } => None,
-            Source::Calibrated { calibrated, .. } => Some(calibrated),
-        }
+        self.source.calibrated()
     }
 
     /// In calibrated mode, what the kernel's page showed and why it withholds the parameters.
     pub fn withheld(&self) -> Option<&Withheld> {
-        match &self.source {
-            Source::Kernel(_) => None,
-            Source::Shared {
-                capabilities,
-                withheld,
-                ..
-            } => Some(withheld.get_or_init(|| Withheld::observe(*capabilities))),
-            #[cfg(feature = "calibrated")]
-            Source::Calibrated { withheld, .. } => Some(withheld),
-        }
+        self.source.withheld()
     }
 
     /// In shared mode, the page read: its path, the server's pid, the heartbeat's age and the
     /// bound now.
+    #[cfg(target_os = "linux")]
     pub fn shared_page(&self) -> Option<SharedPageInfo> {
-        match &self.source {
-            Source::Shared { shared, .. } => Some(shared.info()),
-            _ => None,
-        }
+        self.source.shared_page()
     }
 
     /// The page this clock reads, for diagnostics.
     pub fn reader(&self) -> PageReader {
         self.reader
-    }
-}
-
-#[cfg(all(test, feature = "calibrated"))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn refine_stands_whatever_the_order() {
-        let off = CalibrationOptions::default().refine(false);
-        let cases = [
-            (Options::default(), true),
-            (Options::default().refine(false), false),
-            (
-                Options::default()
-                    .refine(false)
-                    .calibration(CalibrationOptions::default()),
-                false,
-            ),
-            (
-                Options::default()
-                    .calibration(CalibrationOptions::default())
-                    .refine(false),
-                false,
-            ),
-            (Options::default().calibration(off.clone()), false),
-            (Options::default().calibration(off).refine(true), true),
-        ];
-        for (options, refines) in cases {
-            assert_eq!(
-                options.calibration_options().refines(),
-                refines,
-                "{options:?}"
-            );
-        }
     }
 }

@@ -1,4 +1,10 @@
-//! Why a clock could not be opened; each message says what to change.
+//! Why a clock could not be opened ([`Error`]) or a snapshot taken ([`SnapshotError`], Linux);
+//! each message says what to change.
+//!
+//! Policy (the same in every crate of the workspace): a public error enum is
+//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
+//! fields are plain data to match on. Each implements `Display`, saying what failed and which
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
 
 use std::fmt;
 
@@ -105,6 +111,59 @@ impl std::error::Error for Error {
             Error::TooManyClocks => None,
             #[cfg(all(feature = "calibrated", target_os = "linux"))]
             Error::Calibration { reason, .. } => Some(reason),
+        }
+    }
+}
+
+/// Why a snapshot could not be taken.
+#[cfg(target_os = "linux")]
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// The process-wide clock could not be opened ([`snapshot`](crate::snapshot) only).
+    Clock(Error),
+    /// The perf clock could not be read.
+    Read(ReadError),
+    /// No user-space counter to bracket with on this platform.
+    NoCounter,
+    /// `clock_gettime` failed for one of the clocks (a seccomp policy can refuse it).
+    ClockGettime {
+        /// `"CLOCK_MONOTONIC"`, `"CLOCK_BOOTTIME"` or `"CLOCK_REALTIME"`.
+        clock: &'static str,
+        /// The `errno` it set.
+        errno: i32,
+    },
+    /// `CLOCK_REALTIME` is set before 1970 and has no nanosecond value in a `u64`.
+    RealtimeBeforeEpoch,
+}
+
+#[cfg(target_os = "linux")]
+impl fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SnapshotError::Clock(e) => write!(f, "no perf clock to snapshot: {e}"),
+            SnapshotError::Read(e) => write!(f, "reading the perf clock failed: {e}"),
+            SnapshotError::NoCounter => {
+                f.write_str("no user-space counter on this platform to bracket the clocks with")
+            }
+            SnapshotError::ClockGettime { clock, errno } => write!(
+                f,
+                "clock_gettime({clock}) failed with errno {errno}: allow clock_gettime in the \
+                 process's seccomp policy"
+            ),
+            SnapshotError::RealtimeBeforeEpoch => {
+                f.write_str("CLOCK_REALTIME is before 1970: set the system time")
+            }
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl std::error::Error for SnapshotError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SnapshotError::Clock(e) => Some(e),
+            _ => None,
         }
     }
 }

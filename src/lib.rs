@@ -37,7 +37,7 @@
 //!   then (see its trade-off).
 //!
 //! # Platform support and features
-//! Linux on x86_64 and aarch64. Elsewhere the crate compiles to a stub whose [`Clock::open`]
+//! Linux on x86_64 and aarch64. Elsewhere the same API compiles and every [`Clock`] constructor
 //! returns [`Error::Unsupported`], so cross-platform programs can depend on it unconditionally.
 //! The default feature `calibrated` adds calibrated mode (and the `perfclock-calib` crate);
 //! without it, a kernel that withholds the parameters gives [`Error::KernelWithholdsTime`].
@@ -48,7 +48,6 @@
 #![deny(unsafe_code)]
 #![warn(unreachable_pub)]
 
-#[cfg_attr(not(target_os = "linux"), path = "stub.rs")]
 mod clock;
 mod diagnosis;
 mod error;
@@ -69,11 +68,13 @@ use perfclock_core::counter;
 pub use clock::{Clock, Mode, Options};
 pub use diagnosis::Withheld;
 pub use error::Error;
+#[cfg(target_os = "linux")]
+pub use error::SnapshotError;
 pub use perfclock_core::{ReadError, TimeConversion};
 #[cfg(target_os = "linux")]
 pub use shared_page::{Refusal, SharedPageInfo};
 #[cfg(target_os = "linux")]
-pub use snapshot::{snapshot, ClockSnapshot, PairedClock, SnapshotError, SNAPSHOT_TRIES};
+pub use snapshot::{snapshot, ClockSnapshot, PairedClock, SNAPSHOT_TRIES};
 
 static GLOBAL: OnceLock<Result<Clock, Error>> = OnceLock::new();
 
@@ -99,7 +100,6 @@ pub fn init_with(options: Options) -> Result<&'static Clock, Error> {
     fast::publish(clock);
     // In a fork child, start the calibrated clock's refiner again (a no-op elsewhere). A failure
     // leaves the clock readable, its bound saying how far it can be trusted.
-    #[cfg(target_os = "linux")]
     let _ = clock.resume_after_fork();
     Ok(clock)
 }

@@ -23,12 +23,11 @@
 //! The only unsafe call is `clock_gettime` into a local `timespec`.
 #![allow(unsafe_code)]
 
-use std::fmt;
-
 use perfclock_core::counter::read_counter_ordered;
 use perfclock_core::ReadError;
 
-use crate::{Clock, Error};
+use crate::error::SnapshotError;
+use crate::Clock;
 
 /// Brackets taken per clock; the narrowest is kept. A bracket is two ordered counter reads
 /// around one vDSO `clock_gettime` (a few tens of ns), and a few tries skip one that a preemption
@@ -67,56 +66,6 @@ pub struct PairedClock {
     /// Bound on the error of `ns` (and `offset_ns`): half the narrowest bracket, plus the perf
     /// clock's error bound, plus the rate allowance for moving the pairing to `perf_ns`.
     pub uncertainty_ns: u64,
-}
-
-/// Why a snapshot could not be taken.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum SnapshotError {
-    /// The process-wide clock could not be opened ([`snapshot`] only).
-    Clock(Error),
-    /// The perf clock could not be read.
-    Read(ReadError),
-    /// No user-space counter to bracket with on this platform.
-    NoCounter,
-    /// `clock_gettime` failed for one of the clocks (a seccomp policy can refuse it).
-    ClockGettime {
-        /// `"CLOCK_MONOTONIC"`, `"CLOCK_BOOTTIME"` or `"CLOCK_REALTIME"`.
-        clock: &'static str,
-        /// The `errno` it set.
-        errno: i32,
-    },
-    /// `CLOCK_REALTIME` is set before 1970 and has no nanosecond value in a `u64`.
-    RealtimeBeforeEpoch,
-}
-
-impl fmt::Display for SnapshotError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SnapshotError::Clock(e) => write!(f, "no perf clock to snapshot: {e}"),
-            SnapshotError::Read(e) => write!(f, "reading the perf clock failed: {e}"),
-            SnapshotError::NoCounter => {
-                f.write_str("no user-space counter on this platform to bracket the clocks with")
-            }
-            SnapshotError::ClockGettime { clock, errno } => write!(
-                f,
-                "clock_gettime({clock}) failed with errno {errno}: allow clock_gettime in the \
-                 process's seccomp policy"
-            ),
-            SnapshotError::RealtimeBeforeEpoch => {
-                f.write_str("CLOCK_REALTIME is before 1970: set the system time")
-            }
-        }
-    }
-}
-
-impl std::error::Error for SnapshotError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            SnapshotError::Clock(e) => Some(e),
-            _ => None,
-        }
-    }
 }
 
 /// A snapshot of the process-wide clock, opening it on first use. See [`ClockSnapshot::take`].

@@ -1,4 +1,10 @@
-//! Why an attach failed: one variant per cause, each message naming what fixes it.
+//! Why an attach failed: one variant per cause, each message naming what fixes it; why a `load`
+//! request could not be built or its answer read.
+//!
+//! Policy (the same in every crate of the workspace): a public error enum is
+//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
+//! fields are plain data to match on. Each implements `Display`, saying what failed and which
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
 
 use std::fmt;
 use std::io;
@@ -6,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::procfs::AttachBlocker;
-use crate::protocol::{MalformedResponse, RequestError, MAX_ARGUMENT_BYTES};
+use crate::protocol::MAX_ARGUMENT_BYTES;
 
 /// Why [`attach`](crate::attach) did not load the agent.
 #[derive(Debug)]
@@ -231,14 +237,7 @@ impl fmt::Display for AttachError {
                 path.display(),
                 path.display()
             ),
-            Self::Request(RequestError::Nul { argument }) => {
-                write!(f, "the {argument} holds a NUL byte, which HotSpot cannot receive")
-            }
-            Self::Request(RequestError::TooLong { argument, len }) => write!(
-                f,
-                "the {argument} is {len} bytes; HotSpot accepts at most {MAX_ARGUMENT_BYTES} \
-                 per argument: shorten them"
-            ),
+            Self::Request(error) => error.fmt(f),
             Self::TriggerFile { attempts } => {
                 write!(f, "cannot create the attach trigger file")?;
                 for (path, error) in attempts {
@@ -276,11 +275,7 @@ impl fmt::Display for AttachError {
                  --timeout",
                 timeout.as_secs_f64()
             ),
-            Self::Malformed(malformed) => write!(
-                f,
-                "the JVM's answer is not HotSpot's attach protocol: {:?}",
-                malformed.excerpt
-            ),
+            Self::Malformed(malformed) => malformed.fmt(f),
             Self::Refused { code, message } => write!(
                 f,
                 "the JVM refused the load command with code {code}: {}{}",
@@ -332,3 +327,60 @@ impl std::error::Error for AttachError {
         }
     }
 }
+
+/// Why a `load` request cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The argument holds a NUL byte, which ends it on the JVM's side.
+    Nul {
+        /// Which argument: "agent path" or "agent option string".
+        argument: &'static str,
+    },
+    /// The argument is longer than HotSpot accepts.
+    TooLong {
+        /// Which argument: "agent path" or "agent option string".
+        argument: &'static str,
+        /// Its length in bytes.
+        len: usize,
+    },
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Nul { argument } => {
+                write!(
+                    f,
+                    "the {argument} holds a NUL byte, which HotSpot cannot receive"
+                )
+            }
+            Self::TooLong { argument, len } => write!(
+                f,
+                "the {argument} is {len} bytes; HotSpot accepts at most {MAX_ARGUMENT_BYTES} \
+                 per argument: shorten them"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// The answer was not HotSpot's format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MalformedResponse {
+    /// The start of the answer, lossily decoded, for the error message.
+    pub excerpt: String,
+}
+
+impl fmt::Display for MalformedResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the JVM's answer is not HotSpot's attach protocol: {:?}",
+            self.excerpt
+        )
+    }
+}
+
+impl std::error::Error for MalformedResponse {}

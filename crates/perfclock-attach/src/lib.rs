@@ -55,7 +55,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub use error::AttachError;
+pub use error::{AttachError, MalformedResponse, RequestError};
 use procfs::{ProcStatus, Vm};
 use protocol::LoadResponse;
 

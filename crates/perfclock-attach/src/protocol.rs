@@ -13,6 +13,8 @@
 //!   otherwise only the reason.
 //! - JDK 8: a bare `N` line in place of `return code: N`.
 
+use crate::error::{MalformedResponse, RequestError};
+
 /// HotSpot's limit on each argument of an attach operation (`AttachOperation::arg_length_max`).
 pub const MAX_ARGUMENT_BYTES: usize = 1024;
 
@@ -44,23 +46,6 @@ pub fn load_request(agent: &[u8], options: &[u8]) -> Result<Vec<u8>, RequestErro
     Ok(request)
 }
 
-/// Why a `load` request cannot be built.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RequestError {
-    /// The argument holds a NUL byte, which ends it on the JVM's side.
-    Nul {
-        /// Which argument: "agent path" or "agent option string".
-        argument: &'static str,
-    },
-    /// The argument is longer than HotSpot accepts.
-    TooLong {
-        /// Which argument: "agent path" or "agent option string".
-        argument: &'static str,
-        /// Its length in bytes.
-        len: usize,
-    },
-}
-
 /// What the JVM answered to `load`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LoadResponse {
@@ -90,13 +75,6 @@ pub enum LoadResponse {
         /// The JVM's text after it, trimmed.
         message: String,
     },
-}
-
-/// The answer was not HotSpot's format.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MalformedResponse {
-    /// The start of the answer, lossily decoded, for the error message.
-    pub excerpt: String,
 }
 
 /// Parses the JVM's complete answer to `load` (everything up to EOF).

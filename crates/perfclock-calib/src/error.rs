@@ -1,13 +1,19 @@
-//! [`CalibError`]: the calibration crate's one error type: why ground truth could not be had
-//! or a calibrated clock could not be started. Its variants carry the reason types of each
-//! step ([`BracketError`], [`FitError`], [`PublishError`], the event layer's [`SysError`]),
-//! reachable through `source()`.
+//! The calibration crate's errors.
+//!
+//! Policy (the same in every crate of the workspace): a public error enum is
+//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
+//! fields are plain data to match on. Each implements `Display`, saying what failed and which
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
+//!
+//! [`CalibError`] is this crate's one public error: why ground truth could not be had or a
+//! calibrated clock could not be started. The reasons of each step (bracketing, fitting,
+//! publishing) are this crate's own and stay private: a variant carries them in an opaque
+//! [`StepFailure`], `Display` says what they are and `source()` gives them.
 
-use perfclock_event::SysError;
+use perfclock_core::ParamError;
+use perfclock_event::{RingError, SysError};
 
-use crate::bracket::BracketError;
-use crate::fit::FitError;
-use crate::published::PublishError;
+use crate::kind::RecordKind;
 
 /// Why calibration failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,13 +21,13 @@ use crate::published::PublishError;
 pub enum CalibError {
     /// The ground-truth events could not be opened or mapped.
     Open(SysError),
-    /// Bracketing (or setting up an action) failed for good; no counter on this architecture
-    /// is [`BracketError::CounterUnsupported`].
-    Bracket(BracketError),
-    /// The brackets could not be fitted.
-    Fit(FitError),
-    /// The fit could not be published as a conversion.
-    Publish(PublishError),
+    /// Bracketing (or setting up an action) failed for good, or this architecture has no
+    /// counter; `source()` says which.
+    Bracket(StepFailure),
+    /// The brackets could not be fitted; `source()` says why.
+    Fit(StepFailure),
+    /// The fit could not be published as a conversion; `source()` says why.
+    Publish(StepFailure),
     /// The background thread could not be spawned.
     Spawn(std::io::ErrorKind),
     /// The thread did not report a first calibration within the start timeout.
@@ -71,9 +77,7 @@ impl std::error::Error for CalibError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Open(e) => Some(e),
-            Self::Bracket(e) => Some(e),
-            Self::Fit(e) => Some(e),
-            Self::Publish(e) => Some(e),
+            Self::Bracket(e) | Self::Fit(e) | Self::Publish(e) => Some(e.0.error()),
             Self::Spawn(_) | Self::Timeout | Self::ThreadDied | Self::InvalidOptions { .. } => None,
         }
     }
@@ -86,17 +90,267 @@ impl From<SysError> for CalibError {
 }
 impl From<BracketError> for CalibError {
     fn from(e: BracketError) -> Self {
-        Self::Bracket(e)
+        Self::Bracket(StepFailure(Step::Bracket(e)))
     }
 }
 impl From<FitError> for CalibError {
     fn from(e: FitError) -> Self {
-        Self::Fit(e)
+        Self::Fit(StepFailure(Step::Fit(e)))
     }
 }
 impl From<PublishError> for CalibError {
     fn from(e: PublishError) -> Self {
-        Self::Publish(e)
+        Self::Publish(StepFailure(Step::Publish(e)))
+    }
+}
+
+impl CalibError {
+    /// Whether trying again may succeed: a bracket's record was missing, matched twice or was
+    /// lost around the action ([`crate::GroundTruth::collect`] retries these itself).
+    pub fn is_transient(&self) -> bool {
+        self.bracket_error().is_some_and(BracketError::is_transient)
+    }
+
+    /// The bracketing step's own reason, if that step failed.
+    pub(crate) fn bracket_error(&self) -> Option<&BracketError> {
+        match self {
+            Self::Bracket(StepFailure(Step::Bracket(e))) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Why a step of calibration (bracketing, fitting, publishing) failed, inside a [`CalibError`]:
+/// opaque; its `Display` says why, and it is the [`CalibError`]'s `source()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepFailure(Step);
+
+impl core::fmt::Display for StepFailure {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Display::fmt(self.0.error(), f)
+    }
+}
+
+/// The reason of the step that failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Bracket(BracketError),
+    Fit(FitError),
+    Publish(PublishError),
+}
+
+impl Step {
+    fn error(&self) -> &(dyn std::error::Error + 'static) {
+        match self {
+            Self::Bracket(e) => e,
+            Self::Fit(e) => e,
+            Self::Publish(e) => e,
+        }
+    }
+}
+
+/// Why a bracket could not be produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BracketError {
+    /// The [`crate::GroundTruth`] was not opened with this kind.
+    KindNotOpened(RecordKind),
+    /// No matching record after the action (transient: retry).
+    Missing(RecordKind),
+    /// More than one matching record (transient: retry).
+    Ambiguous {
+        /// The kind.
+        kind: RecordKind,
+        /// How many matched.
+        matches: u32,
+    },
+    /// The kernel reported lost records around the action (transient: retry).
+    Lost {
+        /// The kind.
+        kind: RecordKind,
+        /// The `lost` count.
+        lost: u64,
+    },
+    /// A malformed ring.
+    Ring(RingError),
+    /// A system call of the action failed.
+    Syscall {
+        /// Which call.
+        op: &'static str,
+        /// errno.
+        errno: i32,
+    },
+    /// No cycle counter on this architecture.
+    CounterUnsupported,
+    /// [`crate::GroundTruth::collect`] gave up after this many discarded brackets in a row.
+    TooManyDiscards {
+        /// The kind.
+        kind: RecordKind,
+        /// Consecutive discards.
+        discards: u32,
+        /// The last transient error.
+        last: DiscardReason,
+    },
+}
+
+/// Why the last bracket in a [`BracketError::TooManyDiscards`] was discarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DiscardReason {
+    /// No matching record.
+    Missing,
+    /// Several matching records.
+    Ambiguous,
+    /// Lost records.
+    Lost,
+}
+
+impl BracketError {
+    /// Whether retrying the bracket may succeed.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            BracketError::Missing(_) | BracketError::Ambiguous { .. } | BracketError::Lost { .. }
+        )
+    }
+
+    pub(crate) fn discard_reason(&self) -> Option<DiscardReason> {
+        match self {
+            BracketError::Missing(_) => Some(DiscardReason::Missing),
+            BracketError::Ambiguous { .. } => Some(DiscardReason::Ambiguous),
+            BracketError::Lost { .. } => Some(DiscardReason::Lost),
+            _ => None,
+        }
+    }
+}
+
+impl core::fmt::Display for BracketError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            BracketError::KindNotOpened(kind) => {
+                write!(f, "ground truth was not opened for {kind} records")
+            }
+            BracketError::Missing(kind) => {
+                write!(f, "no {kind} record followed the action")
+            }
+            BracketError::Ambiguous { kind, matches } => {
+                write!(f, "{matches} {kind} records matched one action")
+            }
+            BracketError::Lost { kind, lost } => {
+                write!(f, "the kernel lost {lost} records around a {kind} action")
+            }
+            BracketError::Ring(e) => write!(f, "{e}"),
+            BracketError::Syscall { op, errno } => {
+                write!(
+                    f,
+                    "{op} failed: {}",
+                    std::io::Error::from_raw_os_error(errno)
+                )?;
+                if errno == libc::EPERM || errno == libc::EACCES {
+                    f.write_str(
+                        " (a seccomp filter or an LSM policy such as SELinux refuses it: allow \
+                         it, or one of the other record kinds' calls: prctl(PR_SET_NAME), \
+                         madvise(MADV_DONTNEED), mmap(PROT_EXEC) of an anonymous page)",
+                    )?;
+                }
+                Ok(())
+            }
+            BracketError::CounterUnsupported => {
+                f.write_str("no cycle counter on this architecture")
+            }
+            BracketError::TooManyDiscards {
+                kind,
+                discards,
+                last,
+            } => write!(
+                f,
+                "gave up on {kind} brackets after {discards} discards in a row (last: {last:?})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BracketError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BracketError::Ring(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<RingError> for BracketError {
+    fn from(e: RingError) -> Self {
+        BracketError::Ring(e)
+    }
+}
+
+/// Why a fit failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FitError {
+    /// Fewer than two usable brackets.
+    TooFewBrackets {
+        /// Usable brackets given.
+        usable: usize,
+    },
+    /// The brackets span too little counter time to determine a slope.
+    Underdetermined,
+    /// The clock does not run forward over the brackets.
+    NotIncreasing,
+    /// No line agrees with the brackets even after dropping the allowed number.
+    Inconsistent {
+        /// Constraints dropped before giving up.
+        rejected: usize,
+    },
+}
+
+impl core::fmt::Display for FitError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::TooFewBrackets { usable } => {
+                write!(f, "too few usable brackets to fit ({usable})")
+            }
+            Self::Underdetermined => f.write_str("brackets span too little time to fit a slope"),
+            Self::NotIncreasing => {
+                f.write_str("kernel timestamps do not increase with the counter")
+            }
+            Self::Inconsistent { rejected } => write!(
+                f,
+                "no line agrees with the brackets (dropped {rejected} contradicting ones)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FitError {}
+
+/// Why a fit cannot be published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PublishError {
+    /// The slope is not positive or not finite, or too large for a `u32` multiplier.
+    SlopeOutOfRange,
+    /// The band is not finite.
+    BandNotFinite,
+    /// The core crate refused the parameters.
+    Param(ParamError),
+}
+
+impl core::fmt::Display for PublishError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::SlopeOutOfRange => {
+                f.write_str("fitted slope cannot be expressed as mult/2^shift")
+            }
+            Self::BandNotFinite => f.write_str("fitted band is not finite"),
+            Self::Param(e) => write!(f, "conversion parameters refused: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PublishError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Param(e) => Some(e),
+            Self::SlopeOutOfRange | Self::BandNotFinite => None,
+        }
     }
 }
 

@@ -10,7 +10,8 @@ use core::ptr::NonNull;
 
 use perfclock_event::page_size;
 
-use crate::bracket::{syscall_error, BracketError};
+use crate::bracket::syscall_error;
+use crate::error::BracketError;
 
 /// Pages of the fault arena; dropped with one `madvise` per pass.
 const FAULT_ARENA_PAGES: usize = 64;

@@ -27,6 +27,8 @@
 //! ever widens the polygon, so both are on the safe side. Floating point is fine here: this runs
 //! on the calibration thread, never in the read path; the published result is integer.
 
+use crate::error::{CalibError, FitError};
+
 /// One kernel-stamped bracket, reduced to what the fit needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Constraint {
@@ -63,45 +65,6 @@ impl Default for FitOptions {
 /// Default jitter allowance: covers how far the kernel clock strays from one line in the counter
 /// (figures in docs/measurements.md).
 pub const DEFAULT_NOISE_NS: f64 = 10.0;
-
-/// Why a fit failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FitError {
-    /// Fewer than two usable brackets.
-    TooFewBrackets {
-        /// Usable brackets given.
-        usable: usize,
-    },
-    /// The brackets span too little counter time to determine a slope.
-    Underdetermined,
-    /// The clock does not run forward over the brackets.
-    NotIncreasing,
-    /// No line agrees with the brackets even after dropping the allowed number.
-    Inconsistent {
-        /// Constraints dropped before giving up.
-        rejected: usize,
-    },
-}
-
-impl core::fmt::Display for FitError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Self::TooFewBrackets { usable } => {
-                write!(f, "too few usable brackets to fit ({usable})")
-            }
-            Self::Underdetermined => f.write_str("brackets span too little time to fit a slope"),
-            Self::NotIncreasing => {
-                f.write_str("kernel timestamps do not increase with the counter")
-            }
-            Self::Inconsistent { rejected } => write!(
-                f,
-                "no line agrees with the brackets (dropped {rejected} contradicting ones)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for FitError {}
 
 /// A constraint in coordinates relative to the fit's reference point.
 #[derive(Clone, Copy, Debug)]
@@ -221,7 +184,7 @@ impl Fit {
     /// Brackets with `after < before` are ignored (not counted as usable).
     ///
     /// # Errors
-    /// [`FitError`] when there are too few brackets, they span no time, the timestamps do not
+    /// [`CalibError::Fit`] when there are too few brackets, they span no time, the timestamps do not
     /// increase, or they contradict each other beyond `max_reject_fraction`.
     ///
     /// # Example
@@ -237,10 +200,10 @@ impl Fit {
     ///     .collect();
     /// let fit = Fit::new(&brackets, &FitOptions::default())?;
     /// assert!(fit.slope_min <= 0.5 && 0.5 <= fit.slope_max);
-    /// # Ok::<(), perfclock_calib::fit::FitError>(())
+    /// # Ok::<(), perfclock_calib::CalibError>(())
     /// ```
-    pub fn new(constraints: &[Constraint], options: &FitOptions) -> Result<Self, FitError> {
-        Self::new_reusing(constraints, options, &mut Vec::new())
+    pub fn new(constraints: &[Constraint], options: &FitOptions) -> Result<Self, CalibError> {
+        Ok(Self::new_reusing(constraints, options, &mut Vec::new())?)
     }
 
     /// As [`Fit::new`], building the fit's storage in `spare` (taken; left in place on error)
@@ -532,7 +495,7 @@ mod tests {
     fn bad_input_gives_typed_errors() {
         assert_eq!(
             Fit::new(&[], &FitOptions::default()).unwrap_err(),
-            FitError::TooFewBrackets { usable: 0 }
+            FitError::TooFewBrackets { usable: 0 }.into()
         );
         let c = Constraint {
             before: 10,
@@ -540,7 +503,7 @@ mod tests {
             kernel_ns: 1,
         };
         assert!(matches!(
-            Fit::new(&[c, c], &FitOptions::default()),
+            Fit::new_reusing(&[c, c], &FitOptions::default(), &mut Vec::new()),
             Err(FitError::TooFewBrackets { .. })
         ));
         let same = Constraint {
@@ -563,7 +526,7 @@ mod tests {
         ];
         assert_eq!(
             Fit::new(&backwards, &FitOptions::default()).unwrap_err(),
-            FitError::NotIncreasing
+            FitError::NotIncreasing.into()
         );
     }
 

@@ -9,8 +9,8 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use crate::bracket::{syscall_error, Bracket, BracketError, KindStats, Stamped};
-use crate::error::CalibError;
+use crate::bracket::{syscall_error, Bracket, KindStats, Stamped};
+use crate::error::{BracketError, CalibError};
 use crate::fault_arena::FaultArena;
 use crate::kind::{KindSet, RecordKind};
 use perfclock_core::counter;
@@ -127,7 +127,7 @@ impl GroundTruth {
         };
         let faults = if enabled[RecordKind::PageFault.index()] {
             let source = Source::open(EventAttr::page_faults().sample_type(FAULT_SAMPLE_TYPE))?;
-            let arena = FaultArena::new().map_err(CalibError::Bracket)?;
+            let arena = FaultArena::new()?;
             Some((source, arena))
         } else {
             None
@@ -137,7 +137,7 @@ impl GroundTruth {
             // SAFETY: PR_GET_NAME writes at most 16 bytes (TASK_COMM_LEN) into the buffer.
             let rc = unsafe { libc::prctl(libc::PR_GET_NAME, original_name.as_mut_ptr()) };
             if rc != 0 {
-                return Err(CalibError::Bracket(syscall_error("prctl(PR_GET_NAME)")));
+                return Err(syscall_error("prctl(PR_GET_NAME)").into());
             }
             original_name[15] = 0;
         }
@@ -210,13 +210,18 @@ impl GroundTruth {
     /// One bracket in counter cycles (`read_counter_ordered` before and after).
     ///
     /// # Errors
-    /// A transient [`BracketError`] (retry) or a fatal one; see [`BracketError::is_transient`].
-    pub fn bracket(&mut self, kind: RecordKind) -> Result<Bracket, BracketError> {
+    /// [`CalibError::Bracket`]: a transient one (retry) or a fatal one; see
+    /// [`CalibError::is_transient`].
+    pub fn bracket(&mut self, kind: RecordKind) -> Result<Bracket, CalibError> {
+        Ok(self.try_bracket(kind)?)
+    }
+
+    fn try_bracket(&mut self, kind: RecordKind) -> Result<Bracket, BracketError> {
         let mut read = counter::read_counter_ordered;
         if read().is_none() {
             return Err(BracketError::CounterUnsupported);
         }
-        let s = self.bracket_with(kind, &mut read)?;
+        let s = self.try_bracket_with(kind, &mut read)?;
         match (s.before, s.after) {
             (Some(before), Some(after)) => Ok(Bracket {
                 kind,
@@ -232,19 +237,19 @@ impl GroundTruth {
     /// Appends `n` brackets of `kind` to `out`, retrying discarded ones.
     ///
     /// # Errors
-    /// A fatal error, or [`BracketError::TooManyDiscards`] after
-    /// [`MAX_CONSECUTIVE_DISCARDS`] discards in a row. Brackets collected so far stay in `out`.
+    /// [`CalibError::Bracket`]: a fatal error, or giving up after [`MAX_CONSECUTIVE_DISCARDS`]
+    /// discards in a row. Brackets collected so far stay in `out`.
     pub fn collect(
         &mut self,
         kind: RecordKind,
         n: usize,
         out: &mut Vec<Bracket>,
-    ) -> Result<(), BracketError> {
+    ) -> Result<(), CalibError> {
         out.reserve(n);
         let mut added = 0;
         let mut discards = 0;
         while added < n {
-            match self.bracket(kind) {
+            match self.try_bracket(kind) {
                 Ok(b) => {
                     out.push(b);
                     added += 1;
@@ -258,10 +263,11 @@ impl GroundTruth {
                                 kind,
                                 discards,
                                 last,
-                            });
+                            }
+                            .into());
                         }
                     }
-                    None => return Err(e),
+                    None => return Err(e.into()),
                 },
             }
         }
@@ -275,6 +281,14 @@ impl GroundTruth {
     /// # Errors
     /// As [`GroundTruth::bracket`].
     pub fn bracket_with<T>(
+        &mut self,
+        kind: RecordKind,
+        read: &mut impl FnMut() -> T,
+    ) -> Result<Stamped<T>, CalibError> {
+        Ok(self.try_bracket_with(kind, read)?)
+    }
+
+    fn try_bracket_with<T>(
         &mut self,
         kind: RecordKind,
         read: &mut impl FnMut() -> T,

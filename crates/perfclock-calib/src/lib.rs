@@ -29,9 +29,9 @@ mod source;
 mod stats;
 mod thread;
 
-pub use bracket::{Bracket, BracketError, DiscardReason, KindStats, Stamped};
+pub use bracket::{Bracket, KindStats, Stamped};
 pub use calibrator::{CalibratedClock, THREAD_NAME};
-pub use error::CalibError;
+pub use error::{CalibError, StepFailure};
 pub use ground_truth::{GroundTruth, MAX_CONSECUTIVE_DISCARDS};
 pub use kind::{KindSet, RecordKind};
 pub use options::CalibrationOptions;

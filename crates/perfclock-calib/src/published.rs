@@ -21,9 +21,10 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use perfclock_core::SeqLock;
 use perfclock_core::TimeConversion;
-use perfclock_core::{ParamError, SeqLock};
 
+use crate::error::{CalibError, PublishError};
 use crate::fit::Fit;
 
 /// Shift used for the published conversion unless `mult` would overflow `u32`: 31, the largest an
@@ -83,42 +84,10 @@ pub struct Solution {
     pub bound: BoundModel,
 }
 
-/// Why a fit cannot be published.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PublishError {
-    /// The slope is not positive or not finite, or too large for a `u32` multiplier.
-    SlopeOutOfRange,
-    /// The band is not finite.
-    BandNotFinite,
-    /// The core crate refused the parameters.
-    Param(ParamError),
-}
-
-impl core::fmt::Display for PublishError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Self::SlopeOutOfRange => {
-                f.write_str("fitted slope cannot be expressed as mult/2^shift")
-            }
-            Self::BandNotFinite => f.write_str("fitted band is not finite"),
-            Self::Param(e) => write!(f, "conversion parameters refused: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for PublishError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Param(e) => Some(e),
-            Self::SlopeOutOfRange | Self::BandNotFinite => None,
-        }
-    }
-}
-
 /// The integer multiplier and shift closest to `slope` ns per tick.
-pub fn quantise_slope(slope: f64) -> Result<(u32, u16), PublishError> {
+pub fn quantise_slope(slope: f64) -> Result<(u32, u16), CalibError> {
     if !(slope.is_finite() && slope > 0.0) {
-        return Err(PublishError::SlopeOutOfRange);
+        return Err(PublishError::SlopeOutOfRange.into());
     }
     let mut shift = PREFERRED_SHIFT;
     loop {
@@ -128,7 +97,7 @@ pub fn quantise_slope(slope: f64) -> Result<(u32, u16), PublishError> {
             return Ok((mult as u32, shift));
         }
         if mult < 1.0 || shift == 0 {
-            return Err(PublishError::SlopeOutOfRange);
+            return Err(PublishError::SlopeOutOfRange.into());
         }
         shift -= 1;
     }
@@ -138,11 +107,11 @@ pub fn quantise_slope(slope: f64) -> Result<(u32, u16), PublishError> {
 /// (normally "now", just after the last bracket).
 ///
 /// # Errors
-/// [`PublishError`] when the slope cannot be expressed in the kernel's format.
-pub fn solve(fit: &Fit, at_counter: u64) -> Result<Solution, PublishError> {
+/// [`CalibError::Publish`] when the slope cannot be expressed in the kernel's format.
+pub fn solve(fit: &Fit, at_counter: u64) -> Result<Solution, CalibError> {
     let (lower, upper) = fit.range_at(at_counter);
     if !(lower.is_finite() && upper.is_finite()) || upper < lower {
-        return Err(PublishError::BandNotFinite);
+        return Err(PublishError::BandNotFinite.into());
     }
     let slope = (fit.slope_min + fit.slope_max) / 2.0;
     let (mult, shift) = quantise_slope(slope)?;
@@ -186,13 +155,13 @@ pub const CONTINUITY_MARGIN_NS: u64 = 2;
 /// stays honest. Forward steps are published as they are: they never make time go back.
 ///
 /// # Errors
-/// [`PublishError`] if the slewed slope cannot be expressed.
+/// [`CalibError::Publish`] if the slewed slope cannot be expressed.
 pub fn continue_from(
     old: &TimeConversion,
     target: &Solution,
     at: u64,
     horizon_ticks: u64,
-) -> Result<Solution, PublishError> {
+) -> Result<Solution, CalibError> {
     let old_ns = old.cycles_to_ns(at);
     let target_ns = target.conversion.cycles_to_ns(at);
     // How far the target must rise to lie the margin above the old line at `at`.
@@ -432,9 +401,18 @@ mod tests {
         assert!(shift < 32);
         let back = f64::from(mult) / (1u64 << shift) as f64;
         assert!((back - 41.666_666).abs() < 1e-6);
-        assert_eq!(quantise_slope(0.0), Err(PublishError::SlopeOutOfRange));
-        assert_eq!(quantise_slope(f64::NAN), Err(PublishError::SlopeOutOfRange));
-        assert_eq!(quantise_slope(1e12), Err(PublishError::SlopeOutOfRange));
+        assert_eq!(
+            quantise_slope(0.0),
+            Err(PublishError::SlopeOutOfRange.into())
+        );
+        assert_eq!(
+            quantise_slope(f64::NAN),
+            Err(PublishError::SlopeOutOfRange.into())
+        );
+        assert_eq!(
+            quantise_slope(1e12),
+            Err(PublishError::SlopeOutOfRange.into())
+        );
     }
 
     #[test]

@@ -10,9 +10,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::calibrator::Shared;
-use crate::error::CalibError;
+use crate::error::{BracketError, CalibError};
 use crate::fit::{signed_diff, Constraint, Fit};
-use crate::{Bracket, BracketError, GroundTruth, KindSet, RecordKind};
+use crate::{Bracket, GroundTruth, KindSet, RecordKind};
 
 /// A kind is kept for refinement if its tightest bracket side is within this of the best
 /// kind's: a kind that never binds a side only costs CPU.
@@ -32,13 +32,13 @@ pub trait BracketSource {
     /// Appends about `n` brackets of `kind` to `out`.
     ///
     /// # Errors
-    /// A [`BracketError`] when bracketing failed for good.
+    /// [`CalibError::Bracket`] when bracketing failed for good.
     fn collect(
         &mut self,
         kind: RecordKind,
         n: usize,
         out: &mut Vec<Bracket>,
-    ) -> Result<(), BracketError>;
+    ) -> Result<(), CalibError>;
 }
 
 impl BracketSource for GroundTruth {
@@ -55,7 +55,7 @@ impl BracketSource for GroundTruth {
         kind: RecordKind,
         n: usize,
         out: &mut Vec<Bracket>,
-    ) -> Result<(), BracketError> {
+    ) -> Result<(), CalibError> {
         GroundTruth::collect(self, kind, n, out)
     }
 }
@@ -186,10 +186,12 @@ impl Probe {
             match result {
                 Ok(()) => i += 1,
                 // Not the kind's fault: no other kind can do better.
-                Err(e @ BracketError::CounterUnsupported) => return Err(e.into()),
+                Err(e) if e.bracket_error() == Some(&BracketError::CounterUnsupported) => {
+                    return Err(e)
+                }
                 // The last kind is kept: its failure is reported, and a later round (a
                 // refinement after a pause) may succeed where this one did not.
-                Err(e) if self.all.len() <= 1 => return Err(e.into()),
+                Err(e) if self.all.len() <= 1 => return Err(e),
                 // `kind` leaves `active`, so index `i` now holds the next kind.
                 Err(_) => self.drop_kind(kind),
             }
@@ -255,13 +257,14 @@ mod tests {
             kind: RecordKind,
             n: usize,
             out: &mut Vec<Bracket>,
-        ) -> Result<(), BracketError> {
+        ) -> Result<(), CalibError> {
             let i = RecordKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
             if self.refuse_after[i].is_some_and(|after| self.calls[i] >= after) {
                 return Err(BracketError::Syscall {
                     op: "prctl(PR_SET_NAME)",
                     errno: libc::EPERM,
-                });
+                }
+                .into());
             }
             self.calls[i] += 1;
             for _ in 0..n {
@@ -329,9 +332,10 @@ mod tests {
         let error = p
             .collect(9, &mut out, None)
             .expect_err("every kind refused");
+        assert!(matches!(error, CalibError::Bracket(_)), "{error:?}");
         assert!(matches!(
-            error,
-            CalibError::Bracket(BracketError::Syscall {
+            error.bracket_error(),
+            Some(BracketError::Syscall {
                 errno: libc::EPERM,
                 ..
             })

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use perfclock_core::{counter, PageWriter, TimeConversion};
 
 use crate::calibrator::Shared;
+use crate::error::BracketError;
 use crate::error::CalibError;
 use crate::fit::{Constraint, Fit, FitOptions, Rel};
 use crate::fork_gate;
@@ -21,7 +22,7 @@ use crate::options::{CalibrationOptions, MIN_REFINE_BATCH};
 use crate::prune::{prune_hull_into, prune_into, HullScratch, PruneScratch};
 use crate::published::{continue_within, solve, union_bound, Solution};
 use crate::source::Probe;
-use crate::{BracketError, RecordKind};
+use crate::RecordKind;
 
 /// Buckets of time the history is cut into when pruning: each keeps its tightest brackets, so
 /// candidates are left everywhere when the window drops old hull vertices.
@@ -120,8 +121,7 @@ impl Calibrator {
     /// (see [`continue_within`]) is dropped: the old line stays, its bound growing honestly,
     /// and the next refinement tries again.
     fn publish(&mut self, fit: &Fit, continuous: bool) -> Result<(), CalibError> {
-        let now =
-            counter::read_counter().ok_or(CalibError::Bracket(BracketError::CounterUnsupported))?;
+        let now = counter::read_counter().ok_or(BracketError::CounterUnsupported)?;
         let mut sol = solve(fit, now)?;
         let mut publish_before = u64::MAX;
         if let (true, Some((old, _))) = (continuous, &self.current) {

@@ -113,11 +113,17 @@ fn comm_brackets_restore_the_thread_name() {
 #[test]
 fn unopened_kind_is_an_error() {
     let mut gt = open_all!("unopened_kind_is_an_error", RecordKind::PageFault);
+    let error = gt
+        .bracket(RecordKind::Comm)
+        .expect_err("comm was not opened");
+    assert!(
+        matches!(error, perfclock_calib::CalibError::Bracket(_)),
+        "{error:?}"
+    );
+    let reason = std::error::Error::source(&error).map(ToString::to_string);
     assert_eq!(
-        gt.bracket(RecordKind::Comm),
-        Err(perfclock_calib::BracketError::KindNotOpened(
-            RecordKind::Comm
-        ))
+        reason.as_deref(),
+        Some("ground truth was not opened for comm records")
     );
     assert!(gt.bracket(RecordKind::PageFault).is_ok());
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::skip_perf_refused;
 use perfclock_calib::{
-    open_ground_truth, Bracket, BracketError, BracketSource, CalibratedClock, CalibrationOptions,
+    open_ground_truth, Bracket, BracketSource, CalibError, CalibratedClock, CalibrationOptions,
     GroundTruth, RecordKind,
 };
 
@@ -82,7 +82,7 @@ impl BracketSource for Jumping {
         kind: RecordKind,
         n: usize,
         out: &mut Vec<Bracket>,
-    ) -> Result<(), BracketError> {
+    ) -> Result<(), CalibError> {
         let start = out.len();
         let result = self.inner.collect(kind, n, out);
         if JUMPED.load(Ordering::Relaxed) {

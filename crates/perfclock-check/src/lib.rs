@@ -10,10 +10,12 @@
 //! The hand-run measurements are examples: `bracket_widths` (each record kind's bracket) and
 //! `calibration_figures` (startup, long run, fit band).
 
+mod error;
 mod monotonic;
 mod source;
 pub mod verify;
 
+pub use error::VerifyError;
 pub use monotonic::{monotonic_ns, monotonic_offset, MonotonicOffset};
 pub use source::PerfTimeSource;
-pub use verify::{verify, verify_with, VerifyError, VerifyOptions, VerifyReport};
+pub use verify::{verify, verify_with, VerifyOptions, VerifyReport};

@@ -8,10 +8,10 @@
 
 use core::fmt;
 
-use perfclock_calib::CalibError;
-use perfclock_calib::{BracketError, GroundTruth, RecordKind};
+use perfclock_calib::{GroundTruth, RecordKind};
 use perfclock_core::ReadError;
 
+use crate::error::VerifyError;
 use crate::PerfTimeSource;
 
 /// What [`verify_with`] checks.
@@ -150,41 +150,6 @@ impl fmt::Display for VerifyReport {
             )?;
         }
         Ok(())
-    }
-}
-
-/// Why verification could not run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VerifyError {
-    /// The ground-truth events could not be opened.
-    Open(CalibError),
-    /// A bracket failed for good.
-    Bracket(BracketError),
-    /// The clock failed to read.
-    Clock(ReadError),
-    /// The clock has no counter (`read_counter()` returned `None`).
-    NoCounter,
-}
-
-impl fmt::Display for VerifyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            VerifyError::Open(e) => write!(f, "cannot open kernel ground truth: {e}"),
-            VerifyError::Bracket(e) => write!(f, "kernel ground truth failed: {e}"),
-            VerifyError::Clock(e) => write!(f, "the clock failed to read: {e}"),
-            VerifyError::NoCounter => f.write_str("the clock has no counter to read"),
-        }
-    }
-}
-
-impl std::error::Error for VerifyError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            VerifyError::Open(e) => Some(e),
-            VerifyError::Bracket(e) => Some(e),
-            VerifyError::Clock(e) => Some(e),
-            VerifyError::NoCounter => None,
-        }
     }
 }
 

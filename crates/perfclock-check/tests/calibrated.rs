@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use perfclock_calib::{
-    open_ground_truth, Bracket, BracketError, BracketSource, CalibratedClock, CalibrationOptions,
+    open_ground_truth, Bracket, BracketSource, CalibError, CalibratedClock, CalibrationOptions,
     GroundTruth, RecordKind,
 };
 use perfclock_check::{monotonic_offset, verify};
@@ -76,7 +76,7 @@ impl BracketSource for Skewed {
         kind: RecordKind,
         n: usize,
         out: &mut Vec<Bracket>,
-    ) -> Result<(), BracketError> {
+    ) -> Result<(), CalibError> {
         let from = out.len();
         self.truth.collect(kind, n, out)?;
         let skew = self.skew_ns.load(Ordering::Relaxed);

@@ -6,7 +6,6 @@
 //! end: IN's modification time (written by perf record just after its last sample) against the
 //! last sample's time (HEADER_SAMPLE_TIME).
 
-use std::fmt;
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::time::UNIX_EPOCH;
@@ -14,59 +13,14 @@ use std::time::UNIX_EPOCH;
 use perfclock::ClockSnapshot;
 use perfclock_perfdata::{ClockData, Feature, Layout, MAX_REALTIME_SLEW_PPM};
 
+use crate::error::ClockDataError;
+
 /// The file's mtime is stamped with the coarse clock (one jiffy, 4 ms at HZ=250) when perf
 /// writes its header; allowance for that granularity.
 const MTIME_GRANULARITY_NS: u64 = 10_000_000;
 /// perf record writes its header after the last sample and after its build-id pass; more than
 /// this between the two is taken as CLOCK_REALTIME stepped forward (a warning).
 const MAX_HEADER_DELAY_NS: u64 = 60_000_000_000;
-
-/// Why the snapshot cannot give the recording its wall clock.
-#[derive(Debug)]
-pub enum ClockDataError {
-    /// perfclock could not take a snapshot.
-    Snapshot(String),
-    /// IN was last written before this boot: its perf clock is another boot's.
-    OtherBoot {
-        /// IN's mtime, s since the epoch.
-        mtime_s: u64,
-        /// This boot's start, s since the epoch.
-        boot_s: u64,
-    },
-    /// CLOCK_REALTIME went back (relative to the perf clock) since the recording.
-    SteppedBack {
-        /// How far, ns.
-        by_ns: u64,
-        /// What slew and granularity allow, ns.
-        allowed_ns: u64,
-    },
-}
-
-impl fmt::Display for ClockDataError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Snapshot(error) => write!(
-                f,
-                "--clock-data-now: cannot take a clock snapshot: {error}; run without \
-                 --clock-data-now"
-            ),
-            Self::OtherBoot { mtime_s, boot_s } => write!(
-                f,
-                "--clock-data-now: IN was written at {mtime_s} s (Unix time), before this boot \
-                 ({boot_s} s): its perf clock belongs to another boot, so a snapshot taken now \
-                 says nothing about it; run without --clock-data-now"
-            ),
-            Self::SteppedBack { by_ns, allowed_ns } => write!(
-                f,
-                "--clock-data-now: CLOCK_REALTIME is {by_ns} ns behind where the recording's end \
-                 puts it (slew allows {allowed_ns} ns): it was stepped back since the recording \
-                 (or IN's modification time was changed), so wall times would be off by that \
-                 much; take the snapshot during the recording (perfclock record), or run \
-                 without --clock-data-now"
-            ),
-        }
-    }
-}
 
 /// The CLOCK_DATA for IN from `snapshot`, after the boot and step checks; warnings on stderr.
 ///

@@ -3,20 +3,21 @@
 //! timeconv records perfclock's jitdump writer leaves next to each `jit-<pid>.dump`, so that
 //! `perf inject --jit` accepts the jitdump's counter timestamps.
 
-use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use perfclock_jitdump::timeconv::{TimeConvError, TimeConvMode, TimeConvRecord, SUFFIX};
+use perfclock_jitdump::timeconv::{TimeConvMode, TimeConvRecord, SUFFIX};
 use perfclock_jitdump::JitClock;
+use perfclock_jitdump::TimeConvError;
 use perfclock_perfdata::{
     check_output_path, read_layout, scan_records, time_conv_record, ClockData, Feature, OutputFile,
     Patch, PerfDataError,
 };
 
-use crate::clock_data::{self, ClockDataError};
+use crate::clock_data;
+use crate::error::{ClockDataError, InjectError};
 use crate::signals::TempCleanup;
 
 /// A sidecar is a dozen short lines; anything longer is not one.
@@ -68,194 +69,6 @@ pub enum Outcome {
         /// How many sidecars were found and agreed.
         sidecars: usize,
     },
-}
-
-/// Why `inject-time-conv` failed. Each message says what to do.
-#[derive(Debug)]
-pub enum InjectError {
-    /// OUT names IN (or the same file through another path).
-    SameFile,
-    /// IN could not be opened or read.
-    Input(PathBuf, io::Error),
-    /// IN is a directory (`true`) or another non-regular file.
-    InputNotFile(PathBuf, bool),
-    /// IN is not a perf.data this tool can patch.
-    PerfData(PerfDataError),
-    /// `--clock-data-now` cannot be honoured.
-    ClockData(ClockDataError),
-    /// IN maps no `jit-<pid>.dump`.
-    NoJitMarker,
-    /// IN's events were opened with another clock (`perf record -k`).
-    OtherClock(i32),
-    /// No sidecar was found for a dump.
-    SidecarMissing {
-        /// The dump as the recording names it.
-        dump: PathBuf,
-        /// Every place looked.
-        looked: Vec<PathBuf>,
-    },
-    /// A sidecar could not be read.
-    SidecarRead(PathBuf, io::Error),
-    /// A sidecar is not a valid record.
-    SidecarInvalid(PathBuf, String),
-    /// A dump's timestamps are not raw counter values: nothing for a TIME_CONV to convert.
-    NotArchClock {
-        /// The sidecar that says so.
-        path: PathBuf,
-        /// The dump's clock.
-        clock: JitClock,
-    },
-    /// A sidecar's pid is not its dump's.
-    SidecarPid {
-        /// The sidecar.
-        path: PathBuf,
-        /// The dump's pid.
-        dump_pid: u32,
-        /// The pid the sidecar names.
-        record_pid: u32,
-    },
-    /// Sidecars of one recording name different counters or boots.
-    Inconsistent {
-        /// Which field.
-        what: &'static str,
-        /// One sidecar.
-        first: PathBuf,
-        /// The other.
-        second: PathBuf,
-    },
-    /// Two sidecars' conversions differ by more than their bounds allow.
-    Disagree {
-        /// One sidecar.
-        first: PathBuf,
-        /// The other.
-        second: PathBuf,
-        /// Counter value where they were compared.
-        counter: u64,
-        /// How far apart their conversions are there.
-        apart_ns: u64,
-        /// The sum of their bounds.
-        allowed_ns: u64,
-    },
-}
-
-impl fmt::Display for InjectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::SameFile => write!(
-                f,
-                "OUT is IN: the input is never modified; pass -o a different file"
-            ),
-            Self::Input(path, error) => write!(f, "cannot read IN {}: {error}", path.display()),
-            Self::InputNotFile(path, true) => write!(
-                f,
-                "IN {} is a directory, not a perf.data file (the directory format of perf \
-                 record --threads is not supported): pass the perf.data file",
-                path.display()
-            ),
-            Self::InputNotFile(path, false) => write!(
-                f,
-                "IN {} is not a regular file: pass the perf.data file",
-                path.display()
-            ),
-            Self::PerfData(error) => write!(f, "{error}"),
-            Self::ClockData(error) => write!(f, "{error}"),
-            Self::NoJitMarker => write!(
-                f,
-                "no MMAP2 of a jit-<pid>.dump in IN: was the JIT running with perfclock's \
-                 jitdump writer during the recording?"
-            ),
-            Self::OtherClock(clockid) => write!(
-                f,
-                "IN was recorded with clock {clockid} (perf record -k/--clockid), not the perf \
-                 clock PERF_RECORD_TIME_CONV converts to: its samples would be misplaced against \
-                 the jitdump; record without -k"
-            ),
-            Self::SidecarMissing { dump, looked } => {
-                write!(
-                    f,
-                    "no time conversion record for {} (looked for ",
-                    dump.display()
-                )?;
-                for (index, path) in looked.iter().enumerate() {
-                    let sep = if index == 0 { "" } else { ", " };
-                    write!(f, "{sep}{}", path.display())?;
-                }
-                write!(
-                    f,
-                    "): if the dump moved since the recording, pass --dump-dir with its directory; \
-                     the JIT must use perfclock's jitdump writer, which writes the record"
-                )
-            }
-            Self::SidecarRead(path, error) => write!(
-                f,
-                "cannot read the time conversion record {}: {error}",
-                path.display()
-            ),
-            Self::SidecarInvalid(path, reason) => {
-                write!(f, "{}: {reason}", path.display())
-            }
-            Self::SidecarPid {
-                path,
-                dump_pid,
-                record_pid,
-            } => write!(
-                f,
-                "{} says pid={record_pid} but belongs to jit-{dump_pid}.dump: it was copied from \
-                 another dump; pass --dump-dir with the directory of the right one",
-                path.display()
-            ),
-            Self::NotArchClock { path, clock } => {
-                write!(
-                f,
-                "{} says its dump's timestamps are {clock}, not raw counter values: a TIME_CONV \
-                 record would not apply to them. {}",
-                path.display(),
-                match clock {
-                    JitClock::Perf => "A perf-clock dump needs no conversion: open the \
-                         recording with `samply import` as it is, or write the dump with \
-                         jitdump_clock=arch (PERFCLOCK_JITDUMP_CLOCK=arch) for perf inject --jit",
-                    _ => "A CLOCK_MONOTONIC dump goes with a recording stamped in \
-                         CLOCK_MONOTONIC: `samply record`, or `perf record -k monotonic` followed \
-                         by `perf inject --jit` directly; for a default perf record write the dump \
-                         with jitdump_clock=arch (PERFCLOCK_JITDUMP_CLOCK=arch)",
-                }
-            )
-            }
-            Self::Inconsistent {
-                what,
-                first,
-                second,
-            } => write!(
-                f,
-                "{} and {} name different {what}s, but one recording has one: one of them is \
-                 stale; move it away or pass --dump-dir with the right directory",
-                first.display(),
-                second.display()
-            ),
-            Self::Disagree {
-                first,
-                second,
-                counter,
-                apart_ns,
-                allowed_ns,
-            } => write!(
-                f,
-                "{} and {} disagree by {apart_ns} ns at counter {counter}, more than their error \
-                 bounds' sum ({allowed_ns} ns): one of them is stale or from another run; move \
-                 it away or pass --dump-dir with the right directory",
-                first.display(),
-                second.display()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for InjectError {}
-
-impl From<PerfDataError> for InjectError {
-    fn from(error: PerfDataError) -> Self {
-        Self::PerfData(error)
-    }
 }
 
 /// Runs the subcommand; warnings go to stderr. `cleanup` learns OUT's temporary file, so a

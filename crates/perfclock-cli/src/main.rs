@@ -4,6 +4,7 @@ mod agent_path;
 mod attach;
 mod clock_data;
 mod doctor;
+mod error;
 mod inject;
 mod record;
 mod serve;

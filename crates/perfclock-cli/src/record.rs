@@ -264,7 +264,7 @@ fn add_time_conv(
             sidecar.display(),
             record.error_bound_ns
         ))),
-        Err(inject::InjectError::NoJitMarker) => Ok(TimeConvStep::NoJitdump),
+        Err(crate::error::InjectError::NoJitMarker) => Ok(TimeConvStep::NoJitdump),
         Err(error) => Err(format!("adding TIME_CONV: {error}")),
     }
 }

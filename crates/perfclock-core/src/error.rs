@@ -1,10 +1,16 @@
 //! Errors of the core: small `Copy` types whose `Display` needs no allocation, with
 //! `core::error::Error` so that std users get `source()` chains without a `std` feature.
+//!
+//! Policy (the same in every crate of the workspace): a public error enum is
+//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
+//! fields are plain data to match on. Each implements `Display`, saying what failed and which
+//! knob fixes it, and `core::error::Error`, whose `source()` gives the error it wraps.
 
 use core::fmt;
 
 /// Time parameters that no kernel would publish; converting with them would give garbage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ParamError {
     /// `time_mult` is 0: every counter value would map to `time_zero`.
     ZeroMultiplier,
@@ -28,6 +34,7 @@ impl fmt::Display for ParamError {
 
 /// Why a read of the clock page gave no timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReadError {
     /// The writer held the seqlock (or kept changing it) for every allowed retry.
     Contended,

@@ -1,6 +1,17 @@
-//! One error type for every system call of this crate: which call, and the errno.
+//! This crate's errors: [`SysError`] for every failed system call (which call, the errno, what
+//! to change), [`RingError`] for a ring or record that cannot be parsed, [`CreateError`] for a
+//! file [`create_exclusive`](crate::shared_file::create_exclusive) did not create.
+//!
+//! Policy (the same in every crate of the workspace): a public error enum is
+//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
+//! fields are plain data to match on. Each implements `Display`, saying what failed and which
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
 
 use core::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use crate::shared_file::TakenName;
 
 /// The system call that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,8 +55,9 @@ pub enum ErrorKind {
     Other,
 }
 
-/// A failed system call: `op` and `errno`, classified by [`SysError::kind`]. `Display` says what
-/// to change. Small and `Copy`, like rustix's `Errno`.
+/// A failed system call: `op` and `errno`, classified by [`SysError::kind`]. `Display` gives the
+/// system's text for the errno (that of [`std::io::Error`]) and says what to change; it converts
+/// into an [`std::io::Error`]. Small and `Copy`, like rustix's `Errno`.
 ///
 /// ```
 /// use perfclock_event::{ErrorKind, Op, SysError};
@@ -75,7 +87,7 @@ impl SysError {
     /// `op` failed with the calling thread's `errno`; a refused `perf_event_open` also records
     /// the current `perf_event_paranoid`, which decides the advice in the message.
     pub fn last(op: Op) -> Self {
-        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        let errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
         let error = Self::new(op, errno);
         if error.kind() == ErrorKind::PermissionDenied {
             error.with_paranoid(read_paranoid())
@@ -129,30 +141,13 @@ pub fn read_paranoid() -> Option<i32> {
         .ok()
 }
 
-fn errno_name(errno: i32) -> &'static str {
-    match errno {
-        libc::EACCES => "EACCES",
-        libc::EPERM => "EPERM",
-        libc::ENOSYS => "ENOSYS",
-        libc::EMFILE => "EMFILE",
-        libc::ENFILE => "ENFILE",
-        libc::ENOENT => "ENOENT",
-        libc::EINVAL => "EINVAL",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        libc::E2BIG => "E2BIG",
-        libc::ENOMEM => "ENOMEM",
-        libc::EBUSY => "EBUSY",
-        _ => "errno",
-    }
-}
-
 impl fmt::Display for SysError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let errno = self.errno;
-        let name = errno_name(errno);
+        // The system's own text for the errno ("Permission denied (os error 13)").
+        let os = io::Error::from_raw_os_error(self.errno);
         match self.kind() {
             ErrorKind::PermissionDenied => {
-                write!(f, "perf_event_open refused ({name}, {errno}): ")?;
+                write!(f, "perf_event_open refused: {os}; ")?;
                 match self.paranoid {
                     // Level 3 refuses only on kernels with Debian's (and Android's) patch;
                     // mainline treats every level above 1 like 2.
@@ -181,47 +176,140 @@ impl fmt::Display for SysError {
             }
             ErrorKind::NoPerfSupport => write!(
                 f,
-                "perf_event_open is not available ({name}, {errno}): the kernel lacks \
-                 CONFIG_PERF_EVENTS, or a sandbox/seccomp filter hides the system call"
+                "perf_event_open is not available: {os}; the kernel lacks CONFIG_PERF_EVENTS, \
+                 or a sandbox/seccomp filter hides the system call"
             ),
             ErrorKind::FdExhausted => write!(
                 f,
-                "out of file descriptors in {} of a perf event ({name}, {errno}): raise \
-                 `ulimit -n` (RLIMIT_NOFILE) or fs.file-max, or close descriptors",
+                "out of file descriptors in {} of a perf event: {os}; raise `ulimit -n` \
+                 (RLIMIT_NOFILE) or fs.file-max, or close descriptors",
                 self.op.name()
             ),
             ErrorKind::EventUnsupported => write!(
                 f,
                 "this kernel does not support the requested software perf event or one of its \
-                 attributes ({name}, {errno}): a kernel of 4.x or newer is needed"
+                 attributes: {os}; a kernel of 4.x or newer is needed"
             ),
-            ErrorKind::MmapLimit if errno == libc::ENOMEM => write!(
+            ErrorKind::MmapLimit if self.errno == libc::ENOMEM => write!(
                 f,
-                "mapping the perf ring failed ({name}, {errno}): the kernel is short of memory \
-                 for it"
+                "mapping the perf ring failed: {os}; the kernel is short of memory for it"
             ),
             // The kernel charges each ring to the user (all of the user's processes together)
             // up to perf_event_mlock_kb per online CPU, and any excess to the process's
             // RLIMIT_MEMLOCK; EPERM when both are exhausted.
             ErrorKind::MmapLimit => write!(
                 f,
-                "mapping the perf ring failed ({name}, {errno}): locked memory is exhausted. \
-                 Perf rings count against a budget per user, shared by every process of that \
-                 user (kernel.perf_event_mlock_kb per online CPU), and beyond it against this \
+                "mapping the perf ring failed: {os}; locked memory is exhausted. Perf rings \
+                 count against a budget per user, shared by every process of that user \
+                 (kernel.perf_event_mlock_kb per online CPU), and beyond it against this \
                  process's locked-memory limit (`ulimit -l`, RLIMIT_MEMLOCK; Docker's default is \
                  64 KiB). Raise `ulimit -l` (`docker run --ulimit memlock=...`) or \
                  kernel.perf_event_mlock_kb, grant CAP_IPC_LOCK, or close other perf users of \
                  this user (each calibrated perfclock clock holds rings)"
             ),
             ErrorKind::Other => match self.op {
-                Op::Mmap => write!(f, "mapping the perf event failed ({name}, {errno})"),
-                Op::PerfEventOpen => write!(f, "perf_event_open failed ({name}, {errno})"),
+                Op::Mmap => write!(f, "mapping the perf event failed: {os}"),
+                Op::PerfEventOpen => write!(f, "perf_event_open failed: {os}"),
             },
         }
     }
 }
 
 impl std::error::Error for SysError {}
+
+/// An [`io::Error`] of the errno's kind ([`io::ErrorKind::PermissionDenied`] for `EACCES`, ...),
+/// whose message is the [`SysError`]'s (the call, the system's text, what to change) and whose
+/// [`get_ref`](io::Error::get_ref) downcasts back to the [`SysError`]; its
+/// [`raw_os_error`](io::Error::raw_os_error) is `None`: the errno is [`SysError::errno`].
+impl From<SysError> for io::Error {
+    fn from(error: SysError) -> Self {
+        io::Error::new(io::Error::from_raw_os_error(error.errno).kind(), error)
+    }
+}
+
+/// The ring's contents could not be parsed. The reader then skips everything up to the current
+/// `data_head`, so one bad record costs the records around it, never a mismatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RingError {
+    /// A header whose size is below 8 bytes, not a multiple of 8, or beyond `data_head`.
+    BadRecordSize {
+        /// The size field.
+        size: u16,
+        /// Bytes available between tail and head.
+        available: u64,
+    },
+    /// `data_head - data_tail` exceeds the data area (the kernel never does this).
+    HeadOutOfRange {
+        /// data_head.
+        head: u64,
+        /// our tail.
+        tail: u64,
+    },
+    /// A record too short for the fields its type and `sample_type` imply.
+    Truncated {
+        /// Record type.
+        record_type: u32,
+        /// Record size in bytes.
+        size: usize,
+    },
+}
+
+impl fmt::Display for RingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            RingError::BadRecordSize { size, available } => write!(
+                f,
+                "malformed perf record: header size {size} with {available} bytes in the ring"
+            ),
+            RingError::HeadOutOfRange { head, tail } => write!(
+                f,
+                "perf ring data_head {head} is more than the data area ahead of tail {tail}"
+            ),
+            RingError::Truncated { record_type, size } => write!(
+                f,
+                "perf record of type {record_type} is too short ({size} bytes) for its fields"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RingError {}
+
+/// Why [`create_exclusive`](crate::shared_file::create_exclusive) created nothing.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CreateError {
+    /// Something that is not a stale regular file of the caller's user is at the name.
+    Taken(TakenName),
+    /// The directory could not be opened, or the create or the removal of a stale file failed.
+    Io {
+        /// The directory or the file.
+        path: PathBuf,
+        /// The system's error.
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for CreateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CreateError::Taken(taken) => taken.fmt(f),
+            CreateError::Io { path, source } => {
+                write!(f, "cannot create {}: {source}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for CreateError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CreateError::Io { source, .. } => Some(source),
+            CreateError::Taken(_) => None,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -291,5 +379,40 @@ mod tests {
         assert!(SysError::new(Op::PerfEventOpen, libc::ENOSYS)
             .to_string()
             .contains("CONFIG_PERF_EVENTS"));
+    }
+
+    /// The errno's text is the system's, for every kind; the conversion keeps kind and message.
+    #[test]
+    fn text_comes_from_the_system_and_converts_to_io_error() {
+        let cases = [
+            (Op::PerfEventOpen, libc::EACCES),
+            (Op::PerfEventOpen, libc::ENOSYS),
+            (Op::PerfEventOpen, libc::EMFILE),
+            (Op::PerfEventOpen, libc::EINVAL),
+            (Op::PerfEventOpen, libc::EBUSY),
+            (Op::Mmap, libc::ENOMEM),
+            (Op::Mmap, libc::EPERM),
+            (Op::Mmap, libc::EINVAL),
+        ];
+        for (op, errno) in cases {
+            let error = SysError::new(op, errno);
+            let os = io::Error::from_raw_os_error(errno);
+            let message = error.to_string();
+            assert!(
+                message.contains(&os.to_string()),
+                "{op:?} {errno}: {message}"
+            );
+            let converted = io::Error::from(error);
+            assert_eq!(converted.kind(), os.kind(), "{op:?} {errno}");
+            assert_eq!(converted.to_string(), message);
+            let inner = converted
+                .get_ref()
+                .and_then(|e| e.downcast_ref::<SysError>());
+            assert_eq!(inner, Some(&error));
+        }
+        assert_eq!(
+            io::Error::from(SysError::new(Op::PerfEventOpen, libc::EACCES)).kind(),
+            io::ErrorKind::PermissionDenied
+        );
     }
 }

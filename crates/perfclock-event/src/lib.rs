@@ -39,8 +39,8 @@ mod ring;
 pub mod shared_file;
 
 pub use attr::{sample, EventAttr};
-pub use error::{read_paranoid, ErrorKind, Op, SysError};
+pub use error::{read_paranoid, CreateError, ErrorKind, Op, RingError, SysError};
 pub use event::{remap_page_after_fork, PerfEvent};
 pub use mapping::{page_size, PageMapping, RingMapping};
-pub use record::{Parsed, Record, RingError, SampleId};
+pub use record::{Parsed, Record, SampleId};
 pub use ring::{DrainStats, RingReader};

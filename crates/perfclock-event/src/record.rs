@@ -6,11 +6,10 @@
 //! `sample_type` and `sample_id_all`; a record too short for them is [`RingError::Truncated`],
 //! never a panic.
 
-use core::fmt;
-
 use perf_event_open_sys::bindings as sys;
 
 use crate::attr::sample;
+use crate::error::RingError;
 
 /// `PERF_RECORD_LOST`.
 pub const RECORD_LOST: u32 = sys::PERF_RECORD_LOST;
@@ -23,54 +22,6 @@ pub const RECORD_MMAP2: u32 = sys::PERF_RECORD_MMAP2;
 
 /// Bytes of `struct perf_event_header`.
 pub const HEADER_BYTES: usize = 8;
-
-/// The ring's contents could not be parsed. The reader then skips everything up to the current
-/// `data_head`, so one bad record costs the records around it, never a mismatch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RingError {
-    /// A header whose size is below 8 bytes, not a multiple of 8, or beyond `data_head`.
-    BadRecordSize {
-        /// The size field.
-        size: u16,
-        /// Bytes available between tail and head.
-        available: u64,
-    },
-    /// `data_head - data_tail` exceeds the data area (the kernel never does this).
-    HeadOutOfRange {
-        /// data_head.
-        head: u64,
-        /// our tail.
-        tail: u64,
-    },
-    /// A record too short for the fields its type and `sample_type` imply.
-    Truncated {
-        /// Record type.
-        record_type: u32,
-        /// Record size in bytes.
-        size: usize,
-    },
-}
-
-impl fmt::Display for RingError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            RingError::BadRecordSize { size, available } => write!(
-                f,
-                "malformed perf record: header size {size} with {available} bytes in the ring"
-            ),
-            RingError::HeadOutOfRange { head, tail } => write!(
-                f,
-                "perf ring data_head {head} is more than the data area ahead of tail {tail}"
-            ),
-            RingError::Truncated { record_type, size } => write!(
-                f,
-                "perf record of type {record_type} is too short ({size} bytes) for its fields"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RingError {}
 
 /// One record, header included: borrowed from the ring, or copied out of it if it wraps.
 #[derive(Debug, Clone, Copy)]

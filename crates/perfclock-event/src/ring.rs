@@ -15,8 +15,9 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use crate::error::RingError;
 use crate::mapping::RingMapping;
-use crate::record::{u64_at, Record, RingError, HEADER_BYTES, RECORD_LOST};
+use crate::record::{u64_at, Record, HEADER_BYTES, RECORD_LOST};
 
 /// What one [`RingReader::drain`] saw.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

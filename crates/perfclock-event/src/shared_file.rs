@@ -24,6 +24,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 
+use crate::error::CreateError;
+
 /// What a name was found to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileKind {
@@ -100,40 +102,6 @@ impl fmt::Display for TakenName {
              can write",
             self.caller_uid
         )
-    }
-}
-
-/// Why [`create_exclusive`] created nothing.
-#[derive(Debug)]
-pub enum CreateError {
-    /// Something that is not a stale regular file of the caller's user is at the name.
-    Taken(TakenName),
-    /// The directory could not be opened, or the create or the removal of a stale file failed.
-    Io {
-        /// The directory or the file.
-        path: PathBuf,
-        /// The system's error.
-        source: io::Error,
-    },
-}
-
-impl fmt::Display for CreateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CreateError::Taken(taken) => taken.fmt(f),
-            CreateError::Io { path, source } => {
-                write!(f, "cannot create {}: {source}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for CreateError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            CreateError::Io { source, .. } => Some(source),
-            CreateError::Taken(_) => None,
-        }
     }
 }
 

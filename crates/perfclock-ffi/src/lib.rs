@@ -423,7 +423,9 @@ mod tests {
             (
                 Error::Calibration {
                     withheld: withheld(),
-                    reason: CalibError::Bracket(perfclock_calib::BracketError::CounterUnsupported),
+                    // A step's own reason (here: a slope no conversion can express).
+                    reason: perfclock_calib::published::quantise_slope(0.0)
+                        .expect_err("a zero slope cannot be published"),
                 },
                 PERFCLOCK_E_CALIBRATION,
             ),

@@ -1,12 +1,20 @@
-//! Why a jitdump could not be created or written; each message says what to change.
+//! This crate's errors: why a jitdump could not be created or written ([`JitDumpError`]), why a
+//! time conversion record could not be parsed ([`TimeConvError`]); each message says what to
+//! change.
+//!
+//! Policy (the same in every crate of the workspace): a public error enum is
+//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
+//! fields are plain data to match on. Each implements `Display`, saying what failed and which
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
 
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use perfclock_core::ReadError;
+use perfclock_core::{ParamError, ReadError};
 use perfclock_event::shared_file::TakenName;
 
+use crate::timeconv::MAGIC_LINE;
 use crate::JitClock;
 
 /// Why [`crate::JitDump`] failed.
@@ -137,3 +145,62 @@ impl std::error::Error for JitDumpError {
         }
     }
 }
+
+/// Why a record could not be parsed. Each names the key (or line) to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimeConvError {
+    /// The first line is not [`MAGIC_LINE`](crate::timeconv::MAGIC_LINE) (not a record, or a version this reader predates).
+    NotARecord {
+        /// The first line as found.
+        first_line: String,
+    },
+    /// A line has no `=`.
+    MalformedLine {
+        /// 1-based line number.
+        line: usize,
+    },
+    /// A required key is absent.
+    MissingKey(&'static str),
+    /// A key appears twice.
+    DuplicateKey(&'static str),
+    /// A value does not parse as the key's type.
+    InvalidValue {
+        /// The key.
+        key: &'static str,
+        /// The value as found.
+        value: String,
+    },
+    /// The conversion's parameters are ones no kernel publishes.
+    InvalidConversion(ParamError),
+}
+
+impl fmt::Display for TimeConvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimeConvError::NotARecord { first_line } => write!(
+                f,
+                "not a perfclock time conversion record: first line is {first_line:?}, \
+                 expected {MAGIC_LINE:?}"
+            ),
+            TimeConvError::MalformedLine { line } => {
+                write!(f, "time conversion record line {line} is not key=value")
+            }
+            TimeConvError::MissingKey(key) => {
+                write!(f, "time conversion record lacks the key {key}")
+            }
+            TimeConvError::DuplicateKey(key) => {
+                write!(f, "time conversion record has the key {key} twice")
+            }
+            TimeConvError::InvalidValue { key, value } => {
+                write!(f, "time conversion record: {key}={value:?} does not parse")
+            }
+            TimeConvError::InvalidConversion(error) => write!(
+                f,
+                "time conversion record: time_mult/time_shift/time_mask unusable: {error}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TimeConvError {}

@@ -44,5 +44,5 @@ pub mod timeconv;
 mod writer;
 
 pub use clock::{JitClock, UnknownClock};
-pub use error::JitDumpError;
+pub use error::{JitDumpError, TimeConvError};
 pub use writer::JitDump;

@@ -30,8 +30,9 @@ use std::fmt;
 use std::io::{self, Write};
 use std::path::Path;
 
-use perfclock_core::{ParamError, TimeConversion};
+use perfclock_core::TimeConversion;
 
+use crate::error::TimeConvError;
 use crate::JitClock;
 
 /// The first line of every record.
@@ -90,65 +91,6 @@ pub struct TimeConvRecord {
     /// The clock of the dump's timestamps: only `arch` dumps need this record's conversion.
     pub clock: JitClock,
 }
-
-/// Why a record could not be parsed. Each names the key (or line) to fix.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TimeConvError {
-    /// The first line is not [`MAGIC_LINE`] (not a record, or a version this reader predates).
-    NotARecord {
-        /// The first line as found.
-        first_line: String,
-    },
-    /// A line has no `=`.
-    MalformedLine {
-        /// 1-based line number.
-        line: usize,
-    },
-    /// A required key is absent.
-    MissingKey(&'static str),
-    /// A key appears twice.
-    DuplicateKey(&'static str),
-    /// A value does not parse as the key's type.
-    InvalidValue {
-        /// The key.
-        key: &'static str,
-        /// The value as found.
-        value: String,
-    },
-    /// The conversion's parameters are ones no kernel publishes.
-    InvalidConversion(ParamError),
-}
-
-impl fmt::Display for TimeConvError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TimeConvError::NotARecord { first_line } => write!(
-                f,
-                "not a perfclock time conversion record: first line is {first_line:?}, \
-                 expected {MAGIC_LINE:?}"
-            ),
-            TimeConvError::MalformedLine { line } => {
-                write!(f, "time conversion record line {line} is not key=value")
-            }
-            TimeConvError::MissingKey(key) => {
-                write!(f, "time conversion record lacks the key {key}")
-            }
-            TimeConvError::DuplicateKey(key) => {
-                write!(f, "time conversion record has the key {key} twice")
-            }
-            TimeConvError::InvalidValue { key, value } => {
-                write!(f, "time conversion record: {key}={value:?} does not parse")
-            }
-            TimeConvError::InvalidConversion(error) => write!(
-                f,
-                "time conversion record: time_mult/time_shift/time_mask unusable: {error}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for TimeConvError {}
 
 /// The keys, in file order.
 const KEYS: [&str; 12] = [
@@ -323,6 +265,7 @@ impl fmt::Display for TimeConvRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use perfclock_core::ParamError;
     use std::fs;
 
     fn sample() -> TimeConvRecord {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use perfclock::Clock;
 use perfclock_core::{ReadError, TimeConversion};
-use perfclock_event::shared_file::{self, CreateError};
+use perfclock_event::{shared_file, CreateError};
 
 use crate::record::{self, CodeLoad};
 use crate::timeconv::{self, TimeConvRecord};
@@ -246,6 +246,11 @@ impl JitDump {
             move |error| match error {
                 CreateError::Taken(taken) => JitDumpError::NameTaken(taken),
                 CreateError::Io { path, source } => JitDumpError::Io { op, path, source },
+                other => JitDumpError::Io {
+                    op,
+                    path: dir.to_owned(),
+                    source: std::io::Error::other(other),
+                },
             }
         };
         let dir_meta = std::fs::metadata(dir).map_err(io_error("create", &path))?;

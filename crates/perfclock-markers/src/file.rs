@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use memmap2::{Mmap, MmapOptions};
-use perfclock_event::shared_file::{create_exclusive, CreateError};
+use perfclock_event::shared_file::create_exclusive;
+use perfclock_event::CreateError;
 
 use crate::error::MarkerError;
 use crate::line::{layout_in, LastLine, BLOCK, MAX_LAYOUT_BYTES};
@@ -83,6 +84,10 @@ impl SharedFile {
             CreateError::Io { source, .. } => MarkerError::Create {
                 path: path.clone(),
                 source,
+            },
+            other => MarkerError::Create {
+                path: path.clone(),
+                source: std::io::Error::other(other),
             },
         })?;
         // SAFETY: the mapping is never read or written by this process (it exists so that perf

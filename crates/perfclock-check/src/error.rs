@@ -1,0 +1,47 @@
+//! Why a check could not run.
+//!
+//! Policy (the same in every crate of the workspace): a public error enum is
+//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
+//! fields are plain data to match on. Each implements `Display`, saying what failed and which
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
+
+use core::fmt;
+
+use perfclock_calib::CalibError;
+use perfclock_core::ReadError;
+
+/// Why verification could not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// The ground-truth events could not be opened.
+    Open(CalibError),
+    /// A bracket failed for good ([`CalibError::Bracket`]).
+    Bracket(CalibError),
+    /// The clock failed to read.
+    Clock(ReadError),
+    /// The clock has no counter (`read_counter()` returned `None`).
+    NoCounter,
+}
+
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VerifyError::Open(e) => write!(f, "cannot open kernel ground truth: {e}"),
+            VerifyError::Bracket(e) => write!(f, "kernel ground truth failed: {e}"),
+            VerifyError::Clock(e) => write!(f, "the clock failed to read: {e}"),
+            VerifyError::NoCounter => f.write_str("the clock has no counter to read"),
+        }
+    }
+}
+
+impl std::error::Error for VerifyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            VerifyError::Open(e) => Some(e),
+            VerifyError::Bracket(e) => Some(e),
+            VerifyError::Clock(e) => Some(e),
+            VerifyError::NoCounter => None,
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Why a subcommand failed: `inject-time-conv` ([`InjectError`]) and its `--clock-data-now`
+//! ([`ClockDataError`]); each message says what to do.
+//!
+//! The CLI is a binary, so these are not public API and the workspace's `#[non_exhaustive]`
+//! policy for public error enums does not apply; they implement `Display` and
+//! `std::error::Error` like every error of the workspace.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use perfclock_jitdump::JitClock;
+use perfclock_perfdata::PerfDataError;
+
+/// Why the snapshot cannot give the recording its wall clock.
+#[derive(Debug)]
+pub enum ClockDataError {
+    /// perfclock could not take a snapshot.
+    Snapshot(String),
+    /// IN was last written before this boot: its perf clock is another boot's.
+    OtherBoot {
+        /// IN's mtime, s since the epoch.
+        mtime_s: u64,
+        /// This boot's start, s since the epoch.
+        boot_s: u64,
+    },
+    /// CLOCK_REALTIME went back (relative to the perf clock) since the recording.
+    SteppedBack {
+        /// How far, ns.
+        by_ns: u64,
+        /// What slew and granularity allow, ns.
+        allowed_ns: u64,
+    },
+}
+
+impl fmt::Display for ClockDataError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Snapshot(error) => write!(
+                f,
+                "--clock-data-now: cannot take a clock snapshot: {error}; run without \
+                 --clock-data-now"
+            ),
+            Self::OtherBoot { mtime_s, boot_s } => write!(
+                f,
+                "--clock-data-now: IN was written at {mtime_s} s (Unix time), before this boot \
+                 ({boot_s} s): its perf clock belongs to another boot, so a snapshot taken now \
+                 says nothing about it; run without --clock-data-now"
+            ),
+            Self::SteppedBack { by_ns, allowed_ns } => write!(
+                f,
+                "--clock-data-now: CLOCK_REALTIME is {by_ns} ns behind where the recording's end \
+                 puts it (slew allows {allowed_ns} ns): it was stepped back since the recording \
+                 (or IN's modification time was changed), so wall times would be off by that \
+                 much; take the snapshot during the recording (perfclock record), or run \
+                 without --clock-data-now"
+            ),
+        }
+    }
+}
+
+/// Why `inject-time-conv` failed. Each message says what to do.
+#[derive(Debug)]
+pub enum InjectError {
+    /// OUT names IN (or the same file through another path).
+    SameFile,
+    /// IN could not be opened or read.
+    Input(PathBuf, io::Error),
+    /// IN is a directory (`true`) or another non-regular file.
+    InputNotFile(PathBuf, bool),
+    /// IN is not a perf.data this tool can patch.
+    PerfData(PerfDataError),
+    /// `--clock-data-now` cannot be honoured.
+    ClockData(ClockDataError),
+    /// IN maps no `jit-<pid>.dump`.
+    NoJitMarker,
+    /// IN's events were opened with another clock (`perf record -k`).
+    OtherClock(i32),
+    /// No sidecar was found for a dump.
+    SidecarMissing {
+        /// The dump as the recording names it.
+        dump: PathBuf,
+        /// Every place looked.
+        looked: Vec<PathBuf>,
+    },
+    /// A sidecar could not be read.
+    SidecarRead(PathBuf, io::Error),
+    /// A sidecar is not a valid record.
+    SidecarInvalid(PathBuf, String),
+    /// A dump's timestamps are not raw counter values: nothing for a TIME_CONV to convert.
+    NotArchClock {
+        /// The sidecar that says so.
+        path: PathBuf,
+        /// The dump's clock.
+        clock: JitClock,
+    },
+    /// A sidecar's pid is not its dump's.
+    SidecarPid {
+        /// The sidecar.
+        path: PathBuf,
+        /// The dump's pid.
+        dump_pid: u32,
+        /// The pid the sidecar names.
+        record_pid: u32,
+    },
+    /// Sidecars of one recording name different counters or boots.
+    Inconsistent {
+        /// Which field.
+        what: &'static str,
+        /// One sidecar.
+        first: PathBuf,
+        /// The other.
+        second: PathBuf,
+    },
+    /// Two sidecars' conversions differ by more than their bounds allow.
+    Disagree {
+        /// One sidecar.
+        first: PathBuf,
+        /// The other.
+        second: PathBuf,
+        /// Counter value where they were compared.
+        counter: u64,
+        /// How far apart their conversions are there.
+        apart_ns: u64,
+        /// The sum of their bounds.
+        allowed_ns: u64,
+    },
+}
+
+impl fmt::Display for InjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::SameFile => write!(
+                f,
+                "OUT is IN: the input is never modified; pass -o a different file"
+            ),
+            Self::Input(path, error) => write!(f, "cannot read IN {}: {error}", path.display()),
+            Self::InputNotFile(path, true) => write!(
+                f,
+                "IN {} is a directory, not a perf.data file (the directory format of perf \
+                 record --threads is not supported): pass the perf.data file",
+                path.display()
+            ),
+            Self::InputNotFile(path, false) => write!(
+                f,
+                "IN {} is not a regular file: pass the perf.data file",
+                path.display()
+            ),
+            Self::PerfData(error) => write!(f, "{error}"),
+            Self::ClockData(error) => write!(f, "{error}"),
+            Self::NoJitMarker => write!(
+                f,
+                "no MMAP2 of a jit-<pid>.dump in IN: was the JIT running with perfclock's \
+                 jitdump writer during the recording?"
+            ),
+            Self::OtherClock(clockid) => write!(
+                f,
+                "IN was recorded with clock {clockid} (perf record -k/--clockid), not the perf \
+                 clock PERF_RECORD_TIME_CONV converts to: its samples would be misplaced against \
+                 the jitdump; record without -k"
+            ),
+            Self::SidecarMissing { dump, looked } => {
+                write!(
+                    f,
+                    "no time conversion record for {} (looked for ",
+                    dump.display()
+                )?;
+                for (index, path) in looked.iter().enumerate() {
+                    let sep = if index == 0 { "" } else { ", " };
+                    write!(f, "{sep}{}", path.display())?;
+                }
+                write!(
+                    f,
+                    "): if the dump moved since the recording, pass --dump-dir with its directory; \
+                     the JIT must use perfclock's jitdump writer, which writes the record"
+                )
+            }
+            Self::SidecarRead(path, error) => write!(
+                f,
+                "cannot read the time conversion record {}: {error}",
+                path.display()
+            ),
+            Self::SidecarInvalid(path, reason) => {
+                write!(f, "{}: {reason}", path.display())
+            }
+            Self::SidecarPid {
+                path,
+                dump_pid,
+                record_pid,
+            } => write!(
+                f,
+                "{} says pid={record_pid} but belongs to jit-{dump_pid}.dump: it was copied from \
+                 another dump; pass --dump-dir with the directory of the right one",
+                path.display()
+            ),
+            Self::NotArchClock { path, clock } => {
+                write!(
+                f,
+                "{} says its dump's timestamps are {clock}, not raw counter values: a TIME_CONV \
+                 record would not apply to them. {}",
+                path.display(),
+                match clock {
+                    JitClock::Perf => "A perf-clock dump needs no conversion: open the \
+                         recording with `samply import` as it is, or write the dump with \
+                         jitdump_clock=arch (PERFCLOCK_JITDUMP_CLOCK=arch) for perf inject --jit",
+                    _ => "A CLOCK_MONOTONIC dump goes with a recording stamped in \
+                         CLOCK_MONOTONIC: `samply record`, or `perf record -k monotonic` followed \
+                         by `perf inject --jit` directly; for a default perf record write the dump \
+                         with jitdump_clock=arch (PERFCLOCK_JITDUMP_CLOCK=arch)",
+                }
+            )
+            }
+            Self::Inconsistent {
+                what,
+                first,
+                second,
+            } => write!(
+                f,
+                "{} and {} name different {what}s, but one recording has one: one of them is \
+                 stale; move it away or pass --dump-dir with the right directory",
+                first.display(),
+                second.display()
+            ),
+            Self::Disagree {
+                first,
+                second,
+                counter,
+                apart_ns,
+                allowed_ns,
+            } => write!(
+                f,
+                "{} and {} disagree by {apart_ns} ns at counter {counter}, more than their error \
+                 bounds' sum ({allowed_ns} ns): one of them is stale or from another run; move \
+                 it away or pass --dump-dir with the right directory",
+                first.display(),
+                second.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InjectError {}
+
+impl From<PerfDataError> for InjectError {
+    fn from(error: PerfDataError) -> Self {
+        Self::PerfData(error)
+    }
+}

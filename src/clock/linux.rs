@@ -1,0 +1,220 @@
+//! The Linux implementation of [`Clock`]: the kernel's page, a `perfclock serve` page, or the
+//! calibrator's.
+//!
+//! # Safety
+//! A [`Clock`] keeps the page its [`PageReader`] reads (the kernel's mapping or the
+//! calibrator's memory) alive next to the reader: the one unsafe call makes that reader.
+#![allow(unsafe_code)]
+
+use std::sync::OnceLock;
+
+#[cfg(feature = "calibrated")]
+use perfclock_calib::{CalibratedClock, CalibrationOptions};
+use perfclock_core::{counter, PageReader, ReadError};
+
+use super::{Clock, Mode, Options};
+use crate::diagnosis::Withheld;
+use crate::error::Error;
+use crate::kernel::{KernelPage, MapError};
+use crate::shared_page::{SharedMapping, SharedPageInfo};
+
+/// [`Options::open`] on Linux.
+pub(super) fn open(options: Options) -> Result<Clock, Error> {
+    if !counter::SUPPORTED {
+        return Err(Error::Unsupported);
+    }
+    crate::diagnosis::counter_readable()?;
+    let page = KernelPage::map().map_err(|error| match error {
+        MapError::Open(open) => Error::PerfEvent(open),
+        MapError::TooManyClocks => Error::TooManyClocks,
+    })?;
+    // SAFETY: `page` is a live read-only mapping written only by the kernel; the reader is
+    // stored next to it in the returned clock and never outlives it.
+    let reader = unsafe { PageReader::new(page.page()) };
+    match reader.conversion() {
+        Ok(_) => Ok(Clock {
+            reader,
+            source: Source::Kernel(page),
+        }),
+        Err(ReadError::TimeZeroUnavailable { capabilities }) => {
+            if options.kernel_only {
+                return Err(Error::KernelWithholdsTime(Withheld::observe(capabilities)));
+            }
+            // The kernel page is of no further use: the shared and calibrated modes read
+            // pages of their own.
+            drop(page);
+            if !options.no_shared_page {
+                if let (Some(shared), _) = crate::shared_page::open_first() {
+                    return Ok(Clock {
+                        reader: shared.page_reader(),
+                        // What the kernel withholds is read when asked: reading
+                        // /proc/cpuinfo would cost more than mapping the page.
+                        source: Source::Shared {
+                            shared,
+                            capabilities,
+                            withheld: OnceLock::new(),
+                        },
+                    });
+                }
+            }
+            options.open_calibrated(Withheld::observe(capabilities))
+        }
+        Err(other) => Err(Error::Page(other)),
+    }
+}
+
+impl Options {
+    #[cfg(feature = "calibrated")]
+    fn open_calibrated(&self, withheld: Withheld) -> Result<Clock, Error> {
+        match CalibratedClock::start(self.calibration_options()) {
+            Ok(calibrated) => Ok(Clock {
+                reader: calibrated.reader(),
+                source: Source::Calibrated {
+                    calibrated,
+                    withheld,
+                },
+            }),
+            Err(reason) => Err(Error::Calibration {
+                withheld: Box::new(withheld),
+                reason,
+            }),
+        }
+    }
+
+    /// Built without calibration: kernel mode is the only mode.
+    #[cfg(not(feature = "calibrated"))]
+    fn open_calibrated(&self, withheld: Withheld) -> Result<Clock, Error> {
+        Err(Error::KernelWithholdsTime(withheld))
+    }
+
+    /// The calibration settings with [`Options::refine`]'s choice applied.
+    #[cfg(feature = "calibrated")]
+    fn calibration_options(&self) -> CalibrationOptions {
+        match self.refine {
+            Some(refine) => self.calibration.clone().refine(refine),
+            None => self.calibration.clone(),
+        }
+    }
+}
+
+/// What keeps a clock's page alive, and where its parameters come from.
+#[derive(Debug)]
+pub(super) enum Source {
+    /// Keeps the kernel's page mapped.
+    Kernel(#[allow(dead_code)] KernelPage),
+    /// Keeps the server's page mapped.
+    Shared {
+        shared: SharedMapping,
+        /// The kernel page's capability word, for `withheld`.
+        capabilities: u64,
+        withheld: OnceLock<Withheld>,
+    },
+    #[cfg(feature = "calibrated")]
+    Calibrated {
+        calibrated: CalibratedClock,
+        withheld: Withheld,
+    },
+}
+
+impl Source {
+    pub(super) fn mode(&self) -> Mode {
+        match self {
+            Source::Kernel(_) => Mode::Kernel,
+            Source::Shared { .. } => Mode::Shared,
+            #[cfg(feature = "calibrated")]
+            Source::Calibrated { .. } => Mode::Calibrated,
+        }
+    }
+
+    pub(super) fn error_bound_ns(&self) -> u64 {
+        match self {
+            Source::Kernel(_) => 0,
+            Source::Shared { shared, .. } => match counter::read_counter() {
+                Some(now) => shared.error_bound_at(now),
+                None => u64::MAX,
+            },
+            #[cfg(feature = "calibrated")]
+            Source::Calibrated { calibrated, .. } => calibrated.error_bound_ns(),
+        }
+    }
+
+    pub(super) fn resume_after_fork(&self) -> Result<bool, Error> {
+        match self {
+            // The file mapping is inherited, and the server keeps it up to date.
+            Source::Kernel(_) | Source::Shared { .. } => Ok(false),
+            #[cfg(feature = "calibrated")]
+            Source::Calibrated {
+                calibrated,
+                withheld,
+            } => calibrated
+                .resume_after_fork()
+                .map_err(|reason| Error::Calibration {
+                    withheld: Box::new(withheld.clone()),
+                    reason,
+                }),
+        }
+    }
+
+    #[cfg(feature = "calibrated")]
+    pub(super) fn calibrated(&self) -> Option<&CalibratedClock> {
+        match self {
+            Source::Kernel(_) | Source::Shared { .. } => None,
+            Source::Calibrated { calibrated, .. } => Some(calibrated),
+        }
+    }
+
+    pub(super) fn withheld(&self) -> Option<&Withheld> {
+        match self {
+            Source::Kernel(_) => None,
+            Source::Shared {
+                capabilities,
+                withheld,
+                ..
+            } => Some(withheld.get_or_init(|| Withheld::observe(*capabilities))),
+            #[cfg(feature = "calibrated")]
+            Source::Calibrated { withheld, .. } => Some(withheld),
+        }
+    }
+
+    pub(super) fn shared_page(&self) -> Option<SharedPageInfo> {
+        match self {
+            Source::Shared { shared, .. } => Some(shared.info()),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(all(test, feature = "calibrated"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refine_stands_whatever_the_order() {
+        let off = CalibrationOptions::default().refine(false);
+        let cases = [
+            (Options::default(), true),
+            (Options::default().refine(false), false),
+            (
+                Options::default()
+                    .refine(false)
+                    .calibration(CalibrationOptions::default()),
+                false,
+            ),
+            (
+                Options::default()
+                    .calibration(CalibrationOptions::default())
+                    .refine(false),
+                false,
+            ),
+            (Options::default().calibration(off.clone()), false),
+            (Options::default().calibration(off).refine(true), true),
+        ];
+        for (options, refines) in cases {
+            assert_eq!(
+                options.calibration_options().refines(),
+                refines,
+                "{options:?}"
+            );
+        }
+    }
+}
