@@ -7,6 +7,7 @@
 //! - [`perf_script`]: parsing the fields `perf script` prints (the wall-clock `tod`).
 //!
 //! The shell and Python end-to-end scripts have the same helper in `scripts/lib/skip.sh`.
+#![deny(unsafe_code)]
 
 pub mod perf_script;
 pub mod skip;
