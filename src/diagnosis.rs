@@ -1,5 +1,9 @@
 //! Why a clock cannot be had: the facts a user needs to act on it (why the kernel withholds the
 //! time parameters; whether this thread may read the counter at all).
+//!
+//! # Safety
+//! Unsafe code is allowed only on `counter_readable`: one `prctl(PR_GET_TSC)` that writes one
+//! `int` through a pointer to a local.
 
 use std::fmt;
 

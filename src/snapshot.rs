@@ -18,13 +18,10 @@
 //!   }
 //! }
 //! ```
-//!
-//! # Safety
-//! The only unsafe call is `clock_gettime` into a local `timespec`.
-#![allow(unsafe_code)]
 
 use perfclock_core::counter::read_counter_ordered;
 use perfclock_core::ReadError;
+use perfclock_event::sys::{self, ClockId};
 
 use crate::error::SnapshotError;
 use crate::Clock;
@@ -95,10 +92,10 @@ impl Bracket {
     }
 }
 
-const CLOCKS: [(libc::clockid_t, &str); 3] = [
-    (libc::CLOCK_MONOTONIC, "CLOCK_MONOTONIC"),
-    (libc::CLOCK_BOOTTIME, "CLOCK_BOOTTIME"),
-    (libc::CLOCK_REALTIME, "CLOCK_REALTIME"),
+const CLOCKS: [(ClockId, &str); 3] = [
+    (ClockId::Monotonic, "CLOCK_MONOTONIC"),
+    (ClockId::Boottime, "CLOCK_BOOTTIME"),
+    (ClockId::Realtime, "CLOCK_REALTIME"),
 ];
 
 impl ClockSnapshot {
@@ -175,20 +172,11 @@ fn pair(bracket: &Bracket, perf_ns: u64, error_bound_ns: u64) -> PairedClock {
 }
 
 /// `clock_gettime(id)` in ns; `Ok(None)` for a time before 1970.
-fn clock_gettime_ns(id: libc::clockid_t, name: &'static str) -> Result<Option<u64>, SnapshotError> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; clock_gettime has no other effect.
-    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
-    if rc != 0 {
-        return Err(SnapshotError::ClockGettime {
-            clock: name,
-            errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-        });
-    }
-    let ns = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec);
+fn clock_gettime_ns(id: ClockId, name: &'static str) -> Result<Option<u64>, SnapshotError> {
+    let ns = sys::clock_gettime_ns(id).map_err(|error| SnapshotError::ClockGettime {
+        clock: name,
+        errno: error.raw_os_error().unwrap_or(0),
+    })?;
     Ok(u64::try_from(ns).ok())
 }
 

@@ -1,4 +1,9 @@
 //! The few libc calls std does not wrap: effective credentials and `kill`.
+//!
+//! # Safety
+//! Each unsafe call is one libc call that takes plain integers (`geteuid`, `getegid`,
+//! `seteuid`, `setegid`, `kill`) and touches no memory of ours; the effective ids it changes
+//! are restored by [`EffectiveIds`]'s drop.
 #![allow(unsafe_code)]
 
 use std::io;

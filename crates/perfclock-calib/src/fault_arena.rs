@@ -8,7 +8,7 @@
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use perfclock_event::page_size;
+use perfclock_event::sys::page_size;
 
 use crate::bracket::syscall_error;
 use crate::error::BracketError;

@@ -14,7 +14,8 @@ use crate::error::{BracketError, CalibError};
 use crate::fault_arena::FaultArena;
 use crate::kind::{KindSet, RecordKind};
 use perfclock_core::counter;
-use perfclock_event::{page_size, sample, EventAttr, Parsed, PerfEvent, RingReader, SysError};
+use perfclock_event::sys::{self, page_size};
+use perfclock_event::{sample, EventAttr, Parsed, PerfEvent, RingReader, SysError};
 
 /// Consecutive discards after which [`GroundTruth::collect`] gives up.
 pub const MAX_CONSECUTIVE_DISCARDS: u32 = 64;
@@ -141,14 +142,13 @@ impl GroundTruth {
             }
             original_name[15] = 0;
         }
-        // SAFETY: getpid and gettid have no preconditions.
-        let (pid, tid) = unsafe { (libc::getpid(), libc::syscall(libc::SYS_gettid)) };
+        let (pid, tid) = (std::process::id(), sys::gettid());
         Ok(Self {
             side_band,
             kinds: enabled,
             faults,
-            pid: pid as u32,
-            tid: tid as u32,
+            pid,
+            tid,
             original_name,
             seq: 0,
             stats: [KindStats::default(); 3],

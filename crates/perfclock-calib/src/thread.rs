@@ -3,8 +3,8 @@
 //!
 //! # Safety
 //! The thread is the pages' only writer (`PageWriter` over the pages its handle owns, kept
-//! alive by the shared state it holds); the other unsafe calls (signal mask, `gettid`,
-//! `clock_gettime`) affect only this thread.
+//! alive by the shared state it holds); the other unsafe call (the signal mask) affects only this
+//! thread.
 #![allow(unsafe_code)]
 
 use std::sync::atomic::Ordering;
@@ -12,6 +12,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use perfclock_core::{counter, PageWriter, TimeConversion};
+use perfclock_event::sys::{self, ClockId};
 
 use crate::calibrator::Shared;
 use crate::error::BracketError;
@@ -407,16 +408,10 @@ fn block_all_signals() {
 }
 
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+    sys::clock_gettime_ns(ClockId::ThreadCpuTime)
+        .ok()
+        .and_then(|ns| u64::try_from(ns).ok())
+        .unwrap_or(0)
 }
 
 /// The thread's body. `probe` is opened here: the events are per thread. `inherited`: what a
@@ -431,9 +426,11 @@ pub(crate) fn run(
     inherited: Option<Solution>,
 ) {
     block_all_signals();
-    // SAFETY: gettid has no memory effects.
-    let tid = unsafe { libc::gettid() };
-    shared.stats.thread_tid.store(tid as u64, Ordering::Relaxed);
+    let tid = sys::gettid();
+    shared
+        .stats
+        .thread_tid
+        .store(u64::from(tid), Ordering::Relaxed);
     let probe = match open(&options) {
         Ok(p) => p.reporting_to(shared.clone()),
         Err(e) => {

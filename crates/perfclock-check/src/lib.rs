@@ -9,13 +9,22 @@
 //!
 //! The hand-run measurements are examples: `bracket_widths` (each record kind's bracket) and
 //! `calibration_figures` (startup, long run, fit band).
+//!
+//! # Safety
+//! Unsafe code is denied here and allowed only in the `affinity` module (saving and restoring
+//! the thread's CPU mask), which says why at its top.
+#![deny(unsafe_code)]
 
+mod affinity;
 mod error;
 mod monotonic;
 mod source;
 pub mod verify;
 
 pub use error::VerifyError;
-pub use monotonic::{monotonic_ns, monotonic_offset, MonotonicOffset};
+pub use monotonic::{monotonic_offset, MonotonicOffset};
+/// `CLOCK_MONOTONIC` in ns: the read that the doctor and the read benchmark time against the
+/// perf clock.
+pub use perfclock_event::sys::monotonic_ns;
 pub use source::PerfTimeSource;
 pub use verify::{verify, verify_with, VerifyOptions, VerifyReport};

@@ -1,22 +1,9 @@
 //! How far `CLOCK_MONOTONIC` is from a perf-domain clock (for the doctor).
 
 use perfclock_core::ReadError;
+use perfclock_event::sys::{self, ClockId};
 
 use crate::PerfTimeSource;
-
-/// `CLOCK_MONOTONIC` in ns (0 if the call failed, which Linux does not do for this clock): the
-/// read that the doctor times against the perf clock. Inlined, so a timing loop measures the vDSO
-/// call, not a call to this function.
-#[inline]
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes only the timespec we pass (glibc serves it from the vDSO).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 /// Brackets `clock, CLOCK_MONOTONIC, clock` taken; the narrowest wins.
 const BRACKETS: usize = 64;
@@ -39,17 +26,12 @@ pub fn monotonic_offset(clock: &impl PerfTimeSource) -> Result<MonotonicOffset, 
     let mut best: Option<MonotonicOffset> = None;
     for _ in 0..BRACKETS {
         let before = clock.now_ns()?;
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: ts is a valid out-pointer; clock_gettime has no other effects.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let mono = sys::clock_gettime_ns(ClockId::Monotonic);
         let after = clock.now_ns()?;
-        if rc != 0 || after < before {
+        let Ok(mono) = mono else { continue };
+        if after < before {
             continue;
         }
-        let mono = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec);
         let mid = (i128::from(before) + i128::from(after)) / 2;
         let candidate = MonotonicOffset {
             offset_ns: i64::try_from(mono - mid).unwrap_or(i64::MAX),

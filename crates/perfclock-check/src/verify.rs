@@ -11,6 +11,7 @@ use core::fmt;
 use perfclock_calib::{GroundTruth, RecordKind};
 use perfclock_core::ReadError;
 
+use crate::affinity::AffinityGuard;
 use crate::error::VerifyError;
 use crate::PerfTimeSource;
 
@@ -316,32 +317,6 @@ pub fn verify_with(
         discarded,
         pinned_cpus,
     })
-}
-
-/// Restores the calling thread's CPU affinity on drop.
-struct AffinityGuard {
-    set: libc::cpu_set_t,
-}
-
-impl AffinityGuard {
-    fn save() -> Option<Self> {
-        // SAFETY: cpu_set_t is a plain bit array; all-zero is valid.
-        let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
-        // SAFETY: the size passed is the size of `set`, which the kernel fills.
-        let rc = unsafe {
-            libc::sched_getaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &mut set)
-        };
-        (rc == 0).then_some(Self { set })
-    }
-}
-
-impl Drop for AffinityGuard {
-    fn drop(&mut self) {
-        // SAFETY: restores the mask read in `save`, with its own size.
-        unsafe {
-            libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &self.set);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
+use perfclock_event::sys::lock;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -61,9 +62,4 @@ impl TempCleanup {
     pub fn forget(&self) {
         *lock(&self.pending) = None;
     }
-}
-
-/// A panic elsewhere does not stop the cleanup: the path is still valid.
-fn lock(pending: &Mutex<Option<PathBuf>>) -> MutexGuard<'_, Option<PathBuf>> {
-    pending.lock().unwrap_or_else(PoisonError::into_inner)
 }

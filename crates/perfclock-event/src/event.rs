@@ -11,7 +11,8 @@ use perf_event_open_sys::bindings as sys;
 
 use crate::attr::EventAttr;
 use crate::error::{Op, SysError};
-use crate::mapping::{page_size, PageMapping, RingMapping};
+use crate::mapping::{PageMapping, RingMapping};
+use crate::sys::page_size;
 
 /// The largest ring [`PerfEvent::map_ring`] maps: 2^16 data pages.
 const MAX_RING_PAGES_LOG2: u32 = 16;

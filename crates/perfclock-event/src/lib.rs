@@ -7,6 +7,9 @@
 //!   `perfclock_core::PageReader`; [`PerfEvent::map_ring`] maps the page and a ring
 //!   ([`RingMapping`]), drained by [`RingReader`].
 //! - [`record`] decodes records: a pure module over byte slices, fuzzed.
+//! - [`sys`] holds the small system calls the writers share (page size, thread id,
+//!   `clock_gettime`, a poison-tolerant lock) and [`sys::ExecMarkerMapping`], the executable
+//!   mapping through which `perf record` sees a jitdump or marker file.
 //! - [`shared_file::create_exclusive`] creates the writers' files in directories others can
 //!   write (`/tmp`): never through a link, never into another user's file.
 //! - Every failed system call is one [`SysError`]: which call, the errno, and a [`ErrorKind`]
@@ -26,7 +29,8 @@
 //! # Safety
 //! Unsafe code is denied at the root and allowed only in [`event`](PerfEvent) (the system
 //! calls), the mapping module (owned mappings), the ring reader (loads from kernel-written
-//! memory) and [`shared_file`] (`openat`, `fstatat`, `unlinkat`); each says why at its top.
+//! memory), [`shared_file`] (`openat`, `fstatat`, `unlinkat`) and [`sys`] (`sysconf`, `gettid`,
+//! `clock_gettime`, the marker `mmap`); each says why at its top.
 #![deny(unsafe_code)]
 #![warn(unreachable_pub)]
 
@@ -37,10 +41,11 @@ mod mapping;
 pub mod record;
 mod ring;
 pub mod shared_file;
+pub mod sys;
 
 pub use attr::{sample, EventAttr};
 pub use error::{read_paranoid, CreateError, ErrorKind, Op, RingError, SysError};
 pub use event::{remap_page_after_fork, PerfEvent};
-pub use mapping::{page_size, PageMapping, RingMapping};
+pub use mapping::{PageMapping, RingMapping};
 pub use record::{Parsed, Record, SampleId};
 pub use ring::{DrainStats, RingReader};

@@ -9,15 +9,7 @@ use core::ptr::NonNull;
 
 use perfclock_core::page::PerfEventMmapPage;
 
-/// The system page size.
-pub fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size)
-        .ok()
-        .filter(|s| *s > 0)
-        .unwrap_or(4096)
-}
+use crate::sys::page_size;
 
 /// A mapping whose first page is a `perf_event_mmap_page`. Unmapped on drop.
 ///

@@ -14,7 +14,12 @@
 //! one, and the create that follows refuses whatever appeared meanwhile. Anything else (a link, a
 //! FIFO, a device, a directory, another user's file) is a [`CreateError::Taken`] naming the path,
 //! the kind and the owner.
-#![allow(unsafe_code)] // openat, fstatat, unlinkat, getpwuid_r: each call says why it is sound.
+//!
+//! # Safety
+//! The unsafe calls are `openat`, `fstatat`, `unlinkat`, `geteuid` and `getpwuid_r`, with
+//! NUL-terminated names and out-buffers this module owns and sizes; a descriptor `openat`
+//! returns is owned by the `File` made from it at once. Each call says why it is sound.
+#![allow(unsafe_code)]
 
 use std::ffi::{CStr, CString};
 use std::fmt;

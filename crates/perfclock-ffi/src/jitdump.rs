@@ -2,6 +2,15 @@
 //!
 //! A `perfclock_jitdump *` is a boxed [`JitDump`]; `perfclock_jitdump_close` takes the box back.
 //! Loads from many threads share it by `&`, which [`JitDump`] supports.
+//!
+//! # Safety
+//! Every function here is `#[no_mangle] extern "C"` under a `perfclock_jitdump_` name of the
+//! header. The unsafe code dereferences the caller's pointers after checking them for NULL: a
+//! directory and a name as NUL-terminated strings, a code range of the given size, an out-pointer
+//! written once, and a handle that is a live box from `perfclock_jitdump_open` (shared by `&`,
+//! which [`JitDump`] allows from any thread; taken back only by `perfclock_jitdump_close`). The
+//! header states these as the callers' obligations.
+#![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;

@@ -1,5 +1,14 @@
 //! C ABI of the marker writer (`perfclock_marker*` in `perfclock.h`) and of the clock snapshot
 //! (`perfclock_snapshot`).
+//!
+//! # Safety
+//! Every function here is `#[no_mangle] extern "C"` under a `perfclock_marker`/`perfclock_snapshot`
+//! name of the header. The unsafe code dereferences the caller's pointers after checking them
+//! for NULL: a directory and a name as NUL-terminated strings, an out-pointer written once, and a
+//! handle that is a live box from `perfclock_markers_open` (shared by `&`, which [`Markers`]
+//! allows from any thread; taken back only by `perfclock_markers_close`). The header states these
+//! as the callers' obligations.
+#![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;

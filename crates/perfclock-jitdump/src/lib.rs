@@ -36,6 +36,11 @@
 //! - The dump and its sidecar are created exclusively
 //!   ([`perfclock_event::shared_file::create_exclusive`]): a link, a FIFO or another user's file
 //!   at either name is [`JitDumpError::NameTaken`] and left alone.
+//!
+//! # Safety
+//! No unsafe code: the executable marker mapping, the thread id and the clock reads are
+//! [`perfclock_event::sys`]'s.
+#![deny(unsafe_code)]
 
 mod clock;
 mod error;

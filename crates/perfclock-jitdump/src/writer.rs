@@ -4,14 +4,14 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use perfclock::Clock;
 use perfclock_core::{ReadError, TimeConversion};
 use perfclock_event::{shared_file, CreateError};
+use perfclock_event::sys::{self, lock, monotonic_ns, ExecMarkerMapping};
 
 use crate::record::{self, CodeLoad};
 use crate::timeconv::{self, TimeConvRecord};
@@ -62,8 +62,10 @@ struct Shared {
     key: DumpKey,
     state: Mutex<State>,
     timeconv: Mutex<Option<Published>>,
-    /// Held so the mapping lives as long as the dump (dropped last, after the close record).
-    _marker: Marker,
+    /// The executable mapping of the dump's first page: `perf record` logs it as an `MMAP2` of
+    /// `jit-<pid>.dump`, which is how `perf inject --jit` finds the dump. Held so the mapping
+    /// lives as long as the dump (dropped last, after the close record).
+    _marker: ExecMarkerMapping,
 }
 
 /// Which dump: the directory (device and inode, whatever name reached it) and the process.
@@ -96,62 +98,6 @@ struct Published {
     at: Instant,
 }
 
-/// The executable mapping of the dump's first page: `perf record` logs it as an `MMAP2` of
-/// `jit-<pid>.dump`, which is how `perf inject --jit` finds the dump.
-#[derive(Debug)]
-struct Marker {
-    /// Invariant: the address `mmap` returned for `len` bytes, until the marker is dropped.
-    addr: usize,
-    len: usize,
-}
-
-impl Marker {
-    fn map(file: &File, path: &Path) -> Result<Marker, JitDumpError> {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let len = usize::try_from(page).unwrap_or(4096).max(1);
-        // memmap2 maps executable files MAP_SHARED only; perf's own agent maps the marker
-        // MAP_PRIVATE, and a private read-only mapping cannot write the file back.
-        // SAFETY: a fresh mapping chosen by the kernel (null hint), of a valid open descriptor;
-        // nothing in this process reads through it, so the file's size is irrelevant.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(JitDumpError::Io {
-                op: "map (PROT_EXEC marker for perf record; noexec mount?)",
-                path: path.to_owned(),
-                source: io::Error::last_os_error(),
-            });
-        }
-        Ok(Marker {
-            addr: addr as usize,
-            len,
-        })
-    }
-}
-
-impl Drop for Marker {
-    fn drop(&mut self) {
-        // SAFETY: by the invariant, `addr`/`len` are a live mapping this marker owns and no
-        // reference into it exists; it is unmapped once, here.
-        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock cannot leave a torn record (the state is updated only
-    // after a write completes), so a poisoned lock is still usable.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 fn read_conversion(clock: &Clock) -> Result<TimeConversion, JitDumpError> {
     let mut last = ReadError::Contended;
     for _ in 0..CONVERSION_READ_ATTEMPTS {
@@ -171,17 +117,6 @@ fn read_conversion(clock: &Clock) -> Result<TimeConversion, JitDumpError> {
 /// taken under the lock never decrease in file order.
 fn counter() -> u64 {
     perfclock_core::counter::read_counter_ordered().unwrap_or(0)
-}
-
-/// `CLOCK_MONOTONIC` in ns.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
 /// A timestamp in `jit_clock`, taken after every earlier instruction (under the writer's lock,
@@ -301,7 +236,12 @@ impl JitDump {
         write_once(&file, &header, 0)
             .map_err(io_error("write header", &path))
             .map_err(remove)?;
-        let marker = Marker::map(&file, &path).map_err(remove)?;
+        let marker = ExecMarkerMapping::new(&file)
+            .map_err(io_error(
+                "map (PROT_EXEC marker for perf record; noexec mount?)",
+                &path,
+            ))
+            .map_err(remove)?;
         let shared = Shared {
             clock,
             jit_clock,
@@ -479,8 +419,7 @@ impl Shared {
         } else {
             record::check_debug_info(entries)?
         };
-        // SAFETY: gettid has no preconditions and cannot fail.
-        let tid = unsafe { libc::gettid() } as u32;
+        let tid = sys::gettid();
         // Built outside the lock with placeholder stamps and index, patched under it: copying a
         // large code blob must not hold up the other threads.
         let mut bytes = Vec::with_capacity(debug_size + load_size);

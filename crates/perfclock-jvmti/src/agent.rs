@@ -1,4 +1,12 @@
 //! The agent's state and its JVMTI callbacks.
+//!
+//! # Safety
+//! The unsafe code takes the JVM's pointers at their word, as the JVMTI specification defines
+//! them: the option string is NUL-terminated (or null), the `JavaVM` is the running JVM's, a
+//! callback's code address and size (checked non-null and positive) and its stub name are valid
+//! for the callback's duration, and `compile_info` is the running `CompiledMethodLoad`'s. No
+//! slice or string made from them outlives the callback.
+#![allow(unsafe_code)]
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};

@@ -8,6 +8,14 @@
 //! The inline records passed with `CompiledMethodLoad` are those of HotSpot's `jvmticmlr.h`.
 //!
 //! [`Env`] wraps the calls; the unsafe code of the agent lives here.
+//!
+//! # Safety
+//! The declarations follow the specification's layout (slots asserted at compile time), so a
+//! call through the JVM's function table calls the function the specification names with the
+//! arguments it expects. An [`Env`] holds a `jvmtiEnv *` the JVM handed out, valid for the
+//! JVM's life; memory JVMTI allocates for a result is read within its documented bounds and
+//! returned with `Deallocate`.
+#![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_uchar, c_void, CStr};
 use std::mem::{offset_of, size_of};

@@ -28,54 +28,18 @@
 //!
 //! A second load or attach into the same JVM prints a line on the JVM's stderr and does
 //! nothing. See docs/jit.md for what perf and samply show.
+//!
+//! # Safety
+//! Unsafe code is denied here and allowed only in the modules that meet the JVM, each with its
+//! own `# Safety` section: `entry` (the exported `Agent_On*` functions), `jvmti` (the JNI and
+//! JVMTI declarations and the calls through the JVM's function tables) and `agent` (the
+//! callbacks the JVM calls with its pointers).
+#![deny(unsafe_code)]
 
 mod agent;
 mod code;
+mod entry;
 mod jvmti;
 mod names;
 mod options;
 mod perfmap;
-
-use std::ffi::{c_char, c_void};
-
-use jvmti::{JavaVmPtr, Jint};
-
-/// Called by the JVM for `-agentpath:` (or `-agentlib:`) at start.
-///
-/// # Safety
-/// Called by the JVM with its `JavaVM` and the option string.
-#[no_mangle]
-#[allow(non_snake_case)]
-pub unsafe extern "C" fn Agent_OnLoad(
-    vm: JavaVmPtr,
-    options: *mut c_char,
-    _reserved: *mut c_void,
-) -> Jint {
-    // SAFETY: the JVM's arguments, passed on.
-    unsafe { agent::start(vm, options, agent::Start::OnLoad) }
-}
-
-/// Called by the JVM when the agent is loaded into a running JVM (dynamic attach).
-///
-/// # Safety
-/// Called by the JVM with its `JavaVM` and the option string.
-#[no_mangle]
-#[allow(non_snake_case)]
-pub unsafe extern "C" fn Agent_OnAttach(
-    vm: JavaVmPtr,
-    options: *mut c_char,
-    _reserved: *mut c_void,
-) -> Jint {
-    // SAFETY: the JVM's arguments, passed on.
-    unsafe { agent::start(vm, options, agent::Start::OnAttach) }
-}
-
-/// Called by the JVM as it unloads the agent (at exit).
-///
-/// # Safety
-/// Called by the JVM.
-#[no_mangle]
-#[allow(non_snake_case)]
-pub unsafe extern "C" fn Agent_OnUnload(_vm: JavaVmPtr) {
-    agent::unload();
-}

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use perfclock_event::shared_file::create_exclusive;
+use perfclock_event::sys::lock;
 
 /// The map of this process, written one line per load so perf sees it while the JVM runs.
 #[derive(Debug)]
@@ -42,7 +43,7 @@ impl PerfMap {
         // A line per symbol: a newline in a name would start a bogus line.
         line.extend(name.iter().map(|&b| if b == b'\n' { b' ' } else { b }));
         line.push(b'\n');
-        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let mut file = lock(&self.file);
         file.write_all(&line)
     }
 }

@@ -5,14 +5,14 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
-use memmap2::{Mmap, MmapOptions};
 use perfclock_event::shared_file::create_exclusive;
+use perfclock_event::sys::{lock, ExecMarkerMapping};
 use perfclock_event::CreateError;
 
 use crate::error::MarkerError;
-use crate::line::{layout_in, LastLine, BLOCK, MAX_LAYOUT_BYTES};
+use crate::line::{layout_in, LastLine, MAX_LAYOUT_BYTES};
 use crate::MarkerClock;
 
 /// Every marker file this process created, kept (with its mapping) until exit: perf attaching
@@ -31,7 +31,7 @@ pub struct SharedFile {
     pub clock: MarkerClock,
     state: Mutex<AppendState>,
     /// Held only so the mapping lives as long as the process.
-    _mapping: Mmap,
+    _mapping: ExecMarkerMapping,
 }
 
 #[derive(Debug)]
@@ -90,16 +90,10 @@ impl SharedFile {
                 source: std::io::Error::other(other),
             },
         })?;
-        // SAFETY: the mapping is never read or written by this process (it exists so that perf
-        // records an executable MMAP2 of the file, as perf's jitdump agent does); a private
-        // mapping of a file being appended to cannot make safe code misbehave.
-        let mapping =
-            unsafe { MmapOptions::new().len(page_size()).map_exec(&file) }.map_err(|source| {
-                MarkerError::Map {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
+        let mapping = ExecMarkerMapping::new(&file).map_err(|source| MarkerError::Map {
+            path: path.clone(),
+            source,
+        })?;
         let shared = Arc::new(SharedFile {
             pid,
             path,
@@ -117,8 +111,9 @@ impl SharedFile {
         Ok(shared)
     }
 
-    /// Appends `lines` (complete lines, each shorter than [`BLOCK`]). On failure the file ends
-    /// at a line boundary: the lines not written are lost, never half-written.
+    /// Appends `lines` (complete lines, each shorter than [`BLOCK`](crate::line::BLOCK)). On
+    /// failure the file ends at a line boundary: the lines not written are lost, never
+    /// half-written.
     ///
     /// # Errors
     /// [`MarkerError::Write`] (`lost` counts the lines of `lines` not written) or
@@ -199,16 +194,4 @@ fn write_all_at(file: &File, mut bytes: &[u8], mut offset: u64) -> Result<(), (u
         }
     }
     Ok(())
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size).unwrap_or(BLOCK).max(BLOCK)
-}
-
-/// Locks `mutex`, taking over a lock a panicking thread left: every critical section leaves the
-/// state consistent between its statements, so the data stays valid.
-pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

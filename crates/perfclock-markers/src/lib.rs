@@ -40,11 +40,18 @@
 //!   ([`perfclock_event::shared_file::create_exclusive`]): a link, a FIFO or another user's file
 //!   at the name is [`MarkerError::NameTaken`] and left alone.
 //! - Fork children and signal handlers: see [`Markers`].
+//!
+//! # Safety
+//! Unsafe code is denied here and allowed only in the `process` module (the `atexit` and
+//! `pthread_atfork` registrations), which says why at its top; the executable mapping of the
+//! marker file is [`perfclock_event::sys::ExecMarkerMapping`].
+#![deny(unsafe_code)]
 
 mod clock;
 mod error;
 mod file;
 pub mod line;
+mod process;
 #[cfg(feature = "tracing")]
 mod tracing_layer;
 mod writer;

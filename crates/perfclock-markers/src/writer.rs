@@ -2,15 +2,17 @@
 
 use std::cell::Cell;
 use std::path::Path;
-use std::sync::atomic::{compiler_fence, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Once, Weak};
+use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
+use perfclock_event::sys::lock;
 use thread_local::ThreadLocal;
 
 use crate::clock::to_monotonic;
 use crate::error::MarkerError;
-use crate::file::{lock, SharedFile};
+use crate::file::SharedFile;
 use crate::line::{clean_name, clean_name_bytes, push_line_with};
+use crate::process::{self, current_pid};
 use crate::MarkerClock;
 
 /// A thread's buffer is written out once it holds this many bytes (about 400 markers of short
@@ -19,28 +21,6 @@ pub const FLUSH_AT_BYTES: usize = 16 * 1024;
 
 /// Writers alive in this process, flushed by the `atexit` handler.
 static LIVE: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
-static HOOKS: Once = Once::new();
-
-/// This process's pid, or 0 until looked up; reset in a fork child. glibc no longer caches
-/// `getpid`, and the fork check runs on every marker, which must make no system call.
-static PID: AtomicU32 = AtomicU32::new(0);
-
-fn current_pid() -> u32 {
-    // ATOMICS: Relaxed: the value is the same whichever thread stored it, and a thread that
-    // sees a stale 0 looks it up again.
-    match PID.load(Ordering::Relaxed) {
-        0 => {
-            let pid = std::process::id();
-            PID.store(pid, Ordering::Relaxed);
-            pid
-        }
-        pid => pid,
-    }
-}
-
-extern "C" fn forget_pid_in_child() {
-    PID.store(0, Ordering::Relaxed);
-}
 
 /// Appends markers to `marker-<pid>.txt` in a directory, for samply to show beside the samples of
 /// a `perf record` of this process.
@@ -156,17 +136,7 @@ impl Markers {
         live.retain(|w| w.strong_count() > 0);
         live.push(Arc::downgrade(&inner));
         drop(live);
-        HOOKS.call_once(|| {
-            // SAFETY: `flush_all_at_exit` is an `extern "C" fn()` that never unwinds (it catches
-            // panics). A failed registration only loses the exit-time flush, which close/drop
-            // still do.
-            let _ = unsafe { libc::atexit(flush_all_at_exit) };
-            // SAFETY: the child handler only stores to an atomic (async-signal-safe). Should
-            // registration fail, `PID` keeps the parent's pid in a child and a child's copy of a
-            // writer would append to the parent's file: fork children are documented as
-            // unsupported for writers opened before the fork either way.
-            let _ = unsafe { libc::pthread_atfork(None, None, Some(forget_pid_in_child)) };
-        });
+        process::register_hooks(flush_all_at_exit);
         Ok(Markers { inner })
     }
 

@@ -27,6 +27,7 @@
 //! an `EVENT_DESC` count it pre-allocates) and reads every feature section into memory first;
 //! this scan needs only the 8-byte record headers and a few bodies. Every hostile input is an
 //! error, never a panic: the `perfdata` fuzz target runs scan and patch.
+#![deny(unsafe_code)]
 
 mod clock_data;
 mod decompress;

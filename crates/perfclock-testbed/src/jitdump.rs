@@ -506,8 +506,7 @@ pub fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance) {
 
 fn check(report: &mut Report, budget: &Budget, tolerance: Tolerance, dir: &DumpDir) {
     let addr = CODE.as_ptr() as u64;
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() } as u32;
+    let tid = perfclock_event::sys::gettid();
     let writer = Writer {
         pid: std::process::id(),
         tid,

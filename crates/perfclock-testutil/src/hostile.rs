@@ -7,6 +7,12 @@
 //! things that must not touch the test harness's own process. So the `#[test]` function, run
 //! normally, re-executes this test binary with `--exact <its own name>` and
 //! [`CASE_ENV`]` = <case>`; the same function, seeing the variable, runs the case instead.
+//!
+//! # Safety
+//! Raw libc calls a test harness needs and std does not offer: `fork` (the caller keeps the
+//! child to async-signal-safe calls, as [`fork`]'s contract says), `waitpid`, `alarm`, `prctl` and
+//! `seccomp` filter installation; each block's `SAFETY:` comment says what the kernel reads.
+#![allow(unsafe_code)]
 
 use std::fmt::Write as _;
 use std::io::Read as _;
@@ -24,9 +30,13 @@ pub fn child_case() -> Option<String> {
 /// What a child run produced.
 #[derive(Debug)]
 pub struct ChildRun {
+    /// How the child ended.
     pub status: ExitStatus,
+    /// Its standard output, lossily decoded.
     pub stdout: String,
+    /// Its standard error, lossily decoded.
     pub stderr: String,
+    /// From spawn to exit.
     pub elapsed: Duration,
 }
 

@@ -21,6 +21,7 @@
 //! types stays in that crate's `tests/`, or takes plain values (as [`bracket_line`] does).
 //!
 //! The shell and Python end-to-end scripts have the same skip helper in `scripts/lib/skip.sh`.
+#![deny(unsafe_code)]
 
 pub mod bracket_line;
 pub mod handoff;

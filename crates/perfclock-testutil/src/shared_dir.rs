@@ -7,6 +7,11 @@
 //!
 //! Cases that need root (chown to another user, dropping to `nobody`) skip when not root
 //! ([`skip`](fn@crate::skip)), and fail instead when `PERFCLOCK_REQUIRE_ROOT` is set (CI).
+//!
+//! # Safety
+//! `geteuid`, `lchown`, `mkfifo` and friends on C strings this module builds and keeps alive
+//! for the call; each block's `SAFETY:` comment says what the call reads.
+#![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -64,7 +69,9 @@ const PLANTED_TEXT: &[u8] = b"planted by another user\n";
 /// A plant at `dir/name`, and what to check afterwards.
 #[derive(Debug)]
 pub struct Planted {
+    /// What was planted.
     pub plant: Plant,
+    /// Where: the name the writer is about to create.
     pub path: PathBuf,
     victim: PathBuf,
     /// Owner of what was planted (the uid the error must name).

@@ -1,4 +1,8 @@
 //! The system clocks tests read next to the perf clock.
+//!
+//! # Safety
+//! One `clock_gettime` into a timespec owned by the caller.
+#![allow(unsafe_code)]
 
 /// `CLOCK_MONOTONIC` in ns (0 if the call failed, which Linux does not do for this clock).
 /// Inlined, so a timing loop (the read benchmark) measures the vDSO call, not a call to this

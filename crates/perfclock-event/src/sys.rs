@@ -1,0 +1,254 @@
+//! The small operating-system calls the perfclock crates share, written once: the page size, the
+//! thread id, `clock_gettime`, a lock that survives a panicking holder, and the executable
+//! marker mapping through which `perf record` learns of a jitdump or marker file.
+//!
+//! Written by hand over `libc` (which this crate already binds for `perf_event_open` and its
+//! mappings) rather than taken from rustix: rustix's default backend reads the page size from the
+//! aux vector with `prctl(PR_GET_AUXV)` or `/proc/self/auxv` and panics when both are refused (a
+//! seccomp policy, a PID 1 without `/proc`), and its `clock_gettime(ClockId)` panics when the
+//! call fails; here `sysconf` makes no system call and a refused `clock_gettime` is an error.
+//! `perfclock-core` keeps its own counter and page code: it depends on nothing.
+//!
+//! # Safety
+//! Unsafe code here is confined to single libc calls: `sysconf`, `gettid` and `clock_gettime`
+//! into a local `timespec` (no preconditions beyond a valid out-pointer), and the `mmap`/`munmap`
+//! pair of [`ExecMarkerMapping`], which owns its mapping, unmaps it exactly once on drop and
+//! never hands out a pointer or reference into it (nothing in this process reads it, so neither
+//! the file's size nor its concurrent appends can be observed by Rust code).
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// The system page size (`sysconf(_SC_PAGESIZE)`; 4096 should the call fail, which it does not
+/// on Linux).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf takes no pointers and has no preconditions; glibc answers from the aux
+    // vector it saved at start, without a system call.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size)
+        .ok()
+        .filter(|s| *s > 0)
+        .unwrap_or(4096)
+}
+
+/// The calling thread's kernel id (`gettid`), as perf records it in `tid` fields.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid takes no arguments, has no preconditions and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    // A thread id is a positive pid_t.
+    tid.unsigned_abs()
+}
+
+/// A clock [`clock_gettime_ns`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClockId {
+    /// `CLOCK_MONOTONIC`.
+    Monotonic,
+    /// `CLOCK_BOOTTIME`.
+    Boottime,
+    /// `CLOCK_REALTIME`.
+    Realtime,
+    /// `CLOCK_THREAD_CPUTIME_ID`: CPU time of the calling thread.
+    ThreadCpuTime,
+}
+
+impl ClockId {
+    fn raw(self) -> libc::clockid_t {
+        match self {
+            ClockId::Monotonic => libc::CLOCK_MONOTONIC,
+            ClockId::Boottime => libc::CLOCK_BOOTTIME,
+            ClockId::Realtime => libc::CLOCK_REALTIME,
+            ClockId::ThreadCpuTime => libc::CLOCK_THREAD_CPUTIME_ID,
+        }
+    }
+}
+
+/// `clock_gettime(clock)` in ns since the clock's epoch (negative for a `CLOCK_REALTIME` before
+/// 1970). Served by the vDSO where the kernel offers it; inlined so a timing loop measures that
+/// call, not a call to this function.
+///
+/// # Errors
+/// The call's errno (a seccomp policy can refuse it).
+#[inline]
+pub fn clock_gettime_ns(clock: ClockId) -> io::Result<i128> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime writes only it.
+    let rc = unsafe { libc::clock_gettime(clock.raw(), &mut ts) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
+}
+
+/// `CLOCK_MONOTONIC` in ns; 0 if the call failed (Linux does not fail it, but a seccomp policy
+/// can refuse the system call behind it where there is no vDSO).
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    clock_gettime_ns(ClockId::Monotonic)
+        .ok()
+        .and_then(|ns| u64::try_from(ns).ok())
+        .unwrap_or(0)
+}
+
+/// Locks `mutex`, taking over a lock that a panicking thread left poisoned.
+///
+/// For the writers' state, whose every critical section leaves it consistent between statements
+/// (a record or a line is committed only after its write completed), so a panic elsewhere must
+/// not turn every later call into a panic too.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A private, read-only, executable mapping of the first page of a file, held so that
+/// `perf record` logs an `MMAP2` record naming the file: that is how `perf inject --jit` finds a
+/// `jit-<pid>.dump` and samply a `marker-<pid>.txt`. A default `perf record` logs only executable
+/// mappings (data mappings need `--data`), and one that attaches later (`perf record -p`) reads
+/// the mapping from `/proc/<pid>/maps`. Unmapped on drop.
+///
+/// Mapped like perf's own JVMTI agent maps its dump (`PROT_READ | PROT_EXEC`, `MAP_PRIVATE`):
+/// memmap2 maps executable files `MAP_SHARED` only. Nothing reads the mapping: it exposes no
+/// pointer or bytes, so the file may be empty (a page past its end would fault if read) or grow
+/// while it is mapped.
+#[derive(Debug)]
+pub struct ExecMarkerMapping {
+    /// Invariant: the address `mmap` returned for `len` bytes, owned by this value and unmapped
+    /// only by its drop.
+    addr: usize,
+    len: usize,
+}
+
+impl ExecMarkerMapping {
+    /// Maps the first page of `file` (opened for reading) executable.
+    ///
+    /// # Errors
+    /// `mmap`'s errno: `EPERM` on a `noexec` mount, `EACCES` if `file` is not readable.
+    pub fn new(file: &File) -> io::Result<ExecMarkerMapping> {
+        let len = page_size();
+        // SAFETY: a null hint makes the kernel choose a fresh range, so the mapping aliases no
+        // Rust object; `file` is an open descriptor for the duration of the call (the mapping
+        // keeps its own reference to the file). The mapping is private and read-only and is
+        // never read through (see the invariant), so the file's length and later writes to it
+        // are irrelevant to memory safety.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ExecMarkerMapping {
+            addr: addr as usize,
+            len,
+        })
+    }
+}
+
+impl Drop for ExecMarkerMapping {
+    fn drop(&mut self) {
+        // SAFETY: by the invariant, `addr`/`len` are a live mapping this value owns and nothing
+        // points into it; it is unmapped once, here.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mapping's line in `/proc/self/maps`, if it is there.
+    fn maps_line(mapping: &ExecMarkerMapping) -> Option<String> {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let start = format!("{:x}-", mapping.addr);
+        maps.lines()
+            .find(|line| line.starts_with(&start))
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn marker_mapping_is_private_executable_and_unmapped_on_drop() {
+        let dir = std::env::temp_dir().join(format!("perfclock-sys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("marker-test.txt");
+        let file = File::create_new(&path)
+            .and_then(|_| File::open(&path))
+            .unwrap();
+        let mapping = ExecMarkerMapping::new(&file).unwrap();
+        let line = maps_line(&mapping).expect("the mapping is in /proc/self/maps");
+        let addr = mapping.addr;
+        assert!(line.contains(" r-xp "), "{line}");
+        assert!(line.ends_with(path.to_str().unwrap()), "{line}");
+        drop(mapping);
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(
+            !maps.contains(&format!("{addr:x}-")),
+            "still mapped after drop"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn marker_mapping_of_a_write_only_file_is_an_error() {
+        let file = File::options().write(true).open("/dev/null").unwrap();
+        let error = ExecMarkerMapping::new(&file).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EACCES), "{error}");
+    }
+
+    #[test]
+    fn clocks_read() {
+        assert!(monotonic_ns() > 0);
+        assert!(clock_gettime_ns(ClockId::Realtime).unwrap() > 0);
+        let monotonic = monotonic_ns();
+        // Boot time is monotonic time plus time suspended.
+        assert!(clock_gettime_ns(ClockId::Boottime).unwrap() >= i128::from(monotonic));
+        assert!(clock_gettime_ns(ClockId::ThreadCpuTime).unwrap() > 0);
+        assert!(page_size().is_power_of_two());
+    }
+
+    #[test]
+    fn gettid_is_the_kernels_id_of_the_calling_thread() {
+        let here = || {
+            let link = std::fs::read_link("/proc/thread-self").unwrap();
+            (
+                gettid(),
+                link.file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .parse::<u32>()
+                    .unwrap(),
+            )
+        };
+        let (tid, kernel) = here();
+        assert_eq!(tid, kernel);
+        let (other, other_kernel) = std::thread::spawn(here).join().unwrap();
+        assert_eq!(other, other_kernel);
+        assert_ne!(other, tid);
+    }
+
+    #[test]
+    fn lock_survives_a_panicking_holder() {
+        let mutex = std::sync::Arc::new(Mutex::new(1));
+        let held = std::sync::Arc::clone(&mutex);
+        let _ = std::thread::spawn(move || {
+            let _guard = held.lock().unwrap();
+            panic!("poison it");
+        })
+        .join();
+        assert!(mutex.is_poisoned());
+        *lock(&mutex) += 1;
+        assert_eq!(*lock(&mutex), 2);
+    }
+}
