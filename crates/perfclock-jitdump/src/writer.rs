@@ -588,16 +588,16 @@ impl Shared {
         let conversion = read_conversion(self.clock)?;
         // 0 in kernel mode, where the conversion is the kernel's own.
         let error_bound_ns = self.clock.error_bound_ns();
-        let record = TimeConvRecord {
-            pid: self.pid,
-            boot_id: self.boot_id.clone(),
-            mode: self.clock.mode().into(),
-            counter: perfclock_core::counter::COUNTER_NAME.to_owned(),
+        let record = TimeConvRecord::new(
+            self.pid,
+            self.boot_id.as_str(),
+            self.clock.mode().into(),
+            perfclock_core::counter::COUNTER_NAME,
             conversion,
             error_bound_ns,
-            written_counter: counter(),
-            clock: self.jit_clock,
-        };
+            counter(),
+        )
+        .with_clock(self.jit_clock);
         record
             .write_atomic(&self.timeconv_path)
             .map_err(|source| JitDumpError::Io {

@@ -197,8 +197,8 @@ fn check(report: &mut Report, budget: &Budget, tolerance: Tolerance, dir: &DumpD
                     "jitdump-timeconv",
                     format_args!(
                         "mode={:?} same_conversion_as_page={} problems={problems:?}",
-                        record.mode,
-                        record.conversion == conversion
+                        record.mode(),
+                        record.conversion() == conversion
                     ),
                 );
             }

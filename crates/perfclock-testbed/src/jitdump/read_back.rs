@@ -128,25 +128,28 @@ pub(super) fn timeconv_problems(
     pid: u32,
 ) -> Vec<String> {
     let mut problems = Vec::new();
-    if record.mode != TimeConvMode::Kernel {
-        problems.push(format!("mode={:?} expected=Kernel", record.mode));
+    if record.mode() != TimeConvMode::Kernel {
+        problems.push(format!("mode={:?} expected=Kernel", record.mode()));
     }
-    if record.conversion != *page {
-        problems.push(format!("conversion={:?} page={page:?}", record.conversion));
-    }
-    if record.error_bound_ns != 0 {
+    if record.conversion() != *page {
         problems.push(format!(
-            "error_bound_ns={} expected=0",
-            record.error_bound_ns
+            "conversion={:?} page={page:?}",
+            record.conversion()
         ));
     }
-    if record.pid != pid {
-        problems.push(format!("pid={} expected={pid}", record.pid));
+    if record.error_bound_ns() != 0 {
+        problems.push(format!(
+            "error_bound_ns={} expected=0",
+            record.error_bound_ns()
+        ));
     }
-    if record.counter != perfclock_core::counter::COUNTER_NAME {
+    if record.pid() != pid {
+        problems.push(format!("pid={} expected={pid}", record.pid()));
+    }
+    if record.counter() != perfclock_core::counter::COUNTER_NAME {
         problems.push(format!(
             "counter={} expected={}",
-            record.counter,
+            record.counter(),
             perfclock_core::counter::COUNTER_NAME
         ));
     }
@@ -256,23 +259,25 @@ mod tests {
     fn timeconv_must_be_kernel_mode_with_the_pages_conversion() {
         let page = TimeConversion::new(1 << 20, 20, 0).unwrap();
         let pid = 7;
-        let record = TimeConvRecord {
+        let record = TimeConvRecord::new(
             pid,
-            boot_id: "b".into(),
-            mode: TimeConvMode::Kernel,
-            counter: perfclock_core::counter::COUNTER_NAME.into(),
-            conversion: page,
-            error_bound_ns: 0,
-            written_counter: 1,
-            clock: perfclock_jitdump::JitClock::Arch,
-        };
+            "b",
+            TimeConvMode::Kernel,
+            perfclock_core::counter::COUNTER_NAME,
+            page,
+            0,
+            1,
+        );
         assert!(timeconv_problems(&record, &page, pid).is_empty());
-        let calibrated = TimeConvRecord {
-            mode: TimeConvMode::Calibrated,
-            error_bound_ns: 300,
-            conversion: TimeConversion::new(1 << 20, 20, 1).unwrap(),
-            ..record
-        };
+        let calibrated = TimeConvRecord::new(
+            pid,
+            "b",
+            TimeConvMode::Calibrated,
+            perfclock_core::counter::COUNTER_NAME,
+            TimeConversion::new(1 << 20, 20, 1).unwrap(),
+            300,
+            1,
+        );
         assert_eq!(timeconv_problems(&calibrated, &page, pid).len(), 3);
     }
 }
