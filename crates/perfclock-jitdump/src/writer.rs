@@ -13,7 +13,7 @@ use perfclock::Clock;
 use perfclock_core::{ReadError, TimeConversion};
 use perfclock_event::shared_file::{self, CreateError};
 
-use crate::record::{self, CodeLoad};
+use crate::record::{self, CodeLoad, DebugEntry};
 use crate::timeconv::{self, TimeConvRecord};
 use crate::{JitClock, JitDumpError};
 
@@ -380,14 +380,16 @@ impl JitDump {
     /// other thread's load may come between them. With no entries it is `code_load`.
     ///
     /// # Errors
-    /// As [`JitDump::code_load`], and as [`record::check_debug_info`] for the entries (nothing
-    /// is written then).
+    /// As [`JitDump::code_load`], and for the entries (nothing is written then):
+    /// [`JitDumpError::NameContainsNul`] for a file name with a NUL (`position` is its offset in
+    /// that name), [`JitDumpError::RecordTooLarge`] if the debug record's size does not fit its
+    /// 32-bit size field (`name_len` is then the entries' count).
     pub fn code_load_with_debug_info(
         &self,
         name: &[u8],
         addr: u64,
         code: &[u8],
-        entries: &[record::DebugEntry<'_>],
+        entries: &[DebugEntry<'_>],
     ) -> Result<u64, JitDumpError> {
         let shared = self.shared();
         shared.check_process()?;
@@ -466,7 +468,7 @@ impl Shared {
         name: &[u8],
         addr: u64,
         code: &[u8],
-        entries: &[record::DebugEntry<'_>],
+        entries: &[DebugEntry<'_>],
     ) -> Result<u64, JitDumpError> {
         let load_size = record::check_load(name, code)?;
         let debug_size = if entries.is_empty() {

@@ -12,10 +12,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
-use perfclock_jitdump::record::{FLAGS_ARCH_TIMESTAMP, HEADER_SIZE, JIT_CODE_CLOSE};
 use perfclock_jitdump::timeconv::TimeConvRecord;
 use perfclock_jitdump::{JitDump, JitDumpError};
 use perfclock_testutil::{skip, Need};
+
+// perf's `tools/perf/util/jitdump.h`, written out here rather than taken from the writer, so the
+// test does not agree with the writer by construction.
+/// `JITDUMP_FLAGS_ARCH_TIMESTAMP`.
+const FLAGS_ARCH_TIMESTAMP: u64 = 1;
+/// `sizeof(struct jitheader)`.
+const HEADER_SIZE: usize = 40;
+/// `JIT_CODE_CLOSE` of `enum jit_record_type`.
+const JIT_CODE_CLOSE: u32 = 3;
 
 /// Whether the clock can be had; prints why not.
 fn clock_available(test: &str) -> bool {
