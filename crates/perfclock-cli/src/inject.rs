@@ -163,9 +163,9 @@ pub fn run(
     // the latest written holds the longest calibration.
     let (sidecar, record) = sidecars
         .iter()
-        .min_by_key(|(_, record)| (record.error_bound_ns, u64::MAX - record.written_counter))
+        .min_by_key(|(_, record)| (record.error_bound_ns(), u64::MAX - record.written_counter()))
         .ok_or(InjectError::NoJitMarker)?;
-    patch.insert_record(&time_conv_record(&record.conversion))?;
+    patch.insert_record(&time_conv_record(&record.conversion()))?;
     write_output(&options.output, mode, cleanup, |out| {
         patch.write(&mut file, out)
     })?;
@@ -257,17 +257,17 @@ fn read_sidecar(
     let record = TimeConvRecord::parse(&text).map_err(|error: TimeConvError| {
         InjectError::SidecarInvalid(path.clone(), error.to_string())
     })?;
-    if record.clock != JitClock::Arch {
+    if record.clock() != JitClock::Arch {
         return Err(InjectError::NotArchClock {
             path: path.clone(),
-            clock: record.clock,
+            clock: record.clock(),
         });
     }
-    if record.pid != pid {
+    if record.pid() != pid {
         return Err(InjectError::SidecarPid {
             path: path.clone(),
             dump_pid: pid,
-            record_pid: record.pid,
+            record_pid: record.pid(),
         });
     }
     Ok((path.clone(), record))
@@ -284,21 +284,21 @@ fn check_consistent(sidecars: &[(PathBuf, TimeConvRecord)]) -> Result<(), Inject
                 first: first.clone(),
                 second: second.clone(),
             };
-            if a.counter != b.counter {
+            if a.counter() != b.counter() {
                 return Err(inconsistent("counter"));
             }
-            if a.boot_id != b.boot_id {
+            if a.boot_id() != b.boot_id() {
                 return Err(inconsistent("boot_id"));
             }
-            let allowed_ns = a.error_bound_ns.saturating_add(b.error_bound_ns);
-            let both_kernel = a.mode == TimeConvMode::Kernel && b.mode == TimeConvMode::Kernel;
-            for counter in [a.written_counter, b.written_counter] {
+            let allowed_ns = a.error_bound_ns().saturating_add(b.error_bound_ns());
+            let both_kernel = a.mode() == TimeConvMode::Kernel && b.mode() == TimeConvMode::Kernel;
+            for counter in [a.written_counter(), b.written_counter()] {
                 let apart_ns = a
-                    .conversion
+                    .conversion()
                     .cycles_to_ns(counter)
-                    .abs_diff(b.conversion.cycles_to_ns(counter));
+                    .abs_diff(b.conversion().cycles_to_ns(counter));
                 let differ = if both_kernel {
-                    a.conversion != b.conversion
+                    a.conversion() != b.conversion()
                 } else {
                     apart_ns > allowed_ns
                 };
@@ -326,13 +326,13 @@ fn warn_if_other_boot(sidecars: &[(PathBuf, TimeConvRecord)]) {
         return;
     };
     match fs::read_to_string(BOOT_ID_PATH) {
-        Ok(boot_id) if boot_id.trim() == record.boot_id => {}
+        Ok(boot_id) if boot_id.trim() == record.boot_id() => {}
         Ok(boot_id) => eprintln!(
             "perfclock inject-time-conv: warning: {} was written on boot {}, this machine is on \
              boot {}: fine if IN was recorded on that boot (analysed after a reboot or \
              elsewhere); if IN was recorded on this boot, the record is stale",
             path.display(),
-            record.boot_id,
+            record.boot_id(),
             boot_id.trim()
         ),
         Err(error) => eprintln!(

@@ -223,17 +223,17 @@ fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
             record,
             sidecars,
         }) => {
-            let conversion = &record.conversion;
+            let conversion = record.conversion();
             eprintln!(
                 "{NAME}: wrote {} with PERF_RECORD_TIME_CONV from {} ({} mode, error bound {} \
                  ns; time_mult {}, time_shift {}, time_zero {}; {sidecars} record(s) agreed)",
                 options.output.display(),
                 sidecar.display(),
-                match record.mode {
+                match record.mode() {
                     perfclock_jitdump::timeconv::TimeConvMode::Kernel => "kernel",
                     perfclock_jitdump::timeconv::TimeConvMode::Calibrated => "calibrated",
                 },
-                record.error_bound_ns,
+                record.error_bound_ns(),
                 conversion.mult(),
                 conversion.shift(),
                 conversion.zero()

@@ -262,7 +262,7 @@ fn add_time_conv(
         )) => Ok(TimeConvStep::Written(format!(
             "added TIME_CONV from {} (error bound {} ns)",
             sidecar.display(),
-            record.error_bound_ns
+            record.error_bound_ns()
         ))),
         Err(crate::error::InjectError::NoJitMarker) => Ok(TimeConvStep::NoJitdump),
         Err(error) => Err(format!("adding TIME_CONV: {error}")),

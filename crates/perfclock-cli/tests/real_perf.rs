@@ -199,19 +199,18 @@ fn jit_end_to_end(test: &str, record_options: &[&str]) {
     let pid: u32 = dump.file_stem().unwrap().to_str().unwrap()["jit-".len()..]
         .parse()
         .unwrap();
-    let sidecar = TimeConvRecord {
+    let sidecar = TimeConvRecord::new(
         pid,
-        boot_id: fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .unwrap()
-            .trim()
-            .to_owned(),
-        mode: clock.mode().into(),
-        counter: COUNTER_NAME.to_owned(),
-        conversion: clock.conversion().unwrap(),
-        error_bound_ns: clock.error_bound_ns(),
-        written_counter: clock.read_counter().unwrap(),
-        clock: perfclock_jitdump::JitClock::Arch,
-    };
+            .trim(),
+        clock.mode().into(),
+        COUNTER_NAME,
+        clock.conversion().unwrap(),
+        clock.error_bound_ns(),
+        clock.read_counter().unwrap(),
+    )
+    .with_clock(perfclock_jitdump::JitClock::Arch);
     let mut sidecar_path = dump.clone().into_os_string();
     sidecar_path.push(".timeconv");
     sidecar.write_atomic(Path::new(&sidecar_path)).unwrap();

@@ -101,7 +101,7 @@ fn c_jit_reload_writes_a_dump_perf_can_read() {
     let timeconv = TimeConvRecord::parse(&timeconv).unwrap();
     let mut reader = JitDumpReader::new(Cursor::new(&bytes[..])).unwrap();
     assert_eq!(reader.header().flags & 1, 1, "JITDUMP_FLAGS_ARCH_TIMESTAMP");
-    assert_eq!(reader.header().pid, timeconv.pid);
+    assert_eq!(reader.header().pid, timeconv.pid());
     let mut loads = Vec::new();
     let mut closed = false;
     let mut last_stamp = reader.header().timestamp;
@@ -123,7 +123,7 @@ fn c_jit_reload_writes_a_dump_perf_can_read() {
     assert!(closed, "no close record");
     assert_eq!(loads.len(), RELOADS);
     // Slack for the calibrated fit being refined between the reading and the final record.
-    let slack = 2 * timeconv.error_bound_ns + 50_000;
+    let slack = 2 * timeconv.error_bound_ns() + 50_000;
     for (k, ((stamp, addr, index, name, code), logged)) in loads.iter().zip(&log).enumerate() {
         assert_eq!(name, format!("jit_fn_{k}").as_bytes());
         assert_eq!(name, logged.name.as_bytes());
@@ -131,7 +131,7 @@ fn c_jit_reload_writes_a_dump_perf_can_read() {
         assert_eq!(*addr, log[0].addr, "every function at the same address");
         assert_eq!(code.len(), logged.size);
         assert_eq!(*index, k as u64);
-        let at = timeconv.conversion.cycles_to_ns(*stamp);
+        let at = timeconv.conversion().cycles_to_ns(*stamp);
         assert!(
             logged.before_ns <= at + slack && at <= logged.after_ns + slack,
             "{}: stamp at {at} ns, logged {}..{} ns",

@@ -44,10 +44,11 @@
 
 mod clock;
 mod error;
-pub mod record;
+mod record;
 pub mod timeconv;
 mod writer;
 
 pub use clock::{JitClock, UnknownClock};
 pub use error::{JitDumpError, TimeConvError};
+pub use record::DebugEntry;
 pub use writer::JitDump;

@@ -2,42 +2,52 @@
 //! `tools/perf/util/jitdump.h`), in the writer's native byte order as the format requires.
 //!
 //! Pure encoding: every record is built whole in a buffer so the writer can hand it to the file
-//! in one `write`.
+//! in one `write`. Private to the crate: users write through [`crate::JitDump`], and readers
+//! (tests, the test bed) read dumps with an independent reader (`linux-perf-data`), so they do
+//! not agree with this encoder by construction.
 
 use crate::JitDumpError;
 
 /// `JITHEADER_MAGIC`: "JiTD" read as a native-endian `u32`; readers detect byte order by it.
-pub const MAGIC: u32 = 0x4A69_5444;
+pub(crate) const MAGIC: u32 = 0x4A69_5444;
 /// `JITHEADER_VERSION`.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 /// Size of the file header in bytes.
-pub const HEADER_SIZE: usize = 40;
+pub(crate) const HEADER_SIZE: usize = 40;
 /// `JITDUMP_FLAGS_ARCH_TIMESTAMP`: timestamps are raw counter values that `perf inject --jit`
 /// converts with the recording's `PERF_RECORD_TIME_CONV`.
-pub const FLAGS_ARCH_TIMESTAMP: u64 = 1;
+pub(crate) const FLAGS_ARCH_TIMESTAMP: u64 = 1;
 /// Size of the prefix every record starts with (`id`, `total_size`, `timestamp`).
-pub const PREFIX_SIZE: usize = 16;
+pub(crate) const PREFIX_SIZE: usize = 16;
 /// Size of a `JIT_CODE_LOAD` record before its name: the prefix, `pid`, `tid`, `vma`,
 /// `code_addr`, `code_size`, `code_index`.
-pub const CODE_LOAD_FIXED_SIZE: usize = PREFIX_SIZE + 4 + 4 + 8 + 8 + 8 + 8;
+pub(crate) const CODE_LOAD_FIXED_SIZE: usize = PREFIX_SIZE + 4 + 4 + 8 + 8 + 8 + 8;
 
-/// Record ids (`enum jit_record_type`).
-pub const JIT_CODE_LOAD: u32 = 0;
-/// `JIT_CODE_CLOSE`: the writer closed the file.
-pub const JIT_CODE_CLOSE: u32 = 3;
+/// The record ids this writer emits (perf's `enum jit_record_type` in `jitdump.h`). perf also
+/// defines `JIT_CODE_MOVE` (1) and `JIT_CODE_UNWINDING_INFO` (4), which perfclock never writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum RecordId {
+    /// `JIT_CODE_LOAD`: code was placed at an address.
+    Load = 0,
+    /// `JIT_CODE_DEBUG_INFO`: source lines of the code in the `JIT_CODE_LOAD` that follows it.
+    DebugInfo = 2,
+    /// `JIT_CODE_CLOSE`: the writer closed the file.
+    Close = 3,
+}
 
 /// The ELF `e_machine` of this architecture, which perf writes into the ELF images it generates.
 #[cfg(target_arch = "x86_64")]
-pub const ELF_MACH: u32 = 62; // EM_X86_64
+pub(crate) const ELF_MACH: u32 = 62; // EM_X86_64
 /// The ELF `e_machine` of this architecture, which perf writes into the ELF images it generates.
 #[cfg(target_arch = "aarch64")]
-pub const ELF_MACH: u32 = 183; // EM_AARCH64
+pub(crate) const ELF_MACH: u32 = 183; // EM_AARCH64
 /// `EM_NONE`: perfclock has no counter here, so no dump is ever created (`perfclock::init` fails).
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub const ELF_MACH: u32 = 0;
+pub(crate) const ELF_MACH: u32 = 0;
 
 /// The file header; `flags` is [`FLAGS_ARCH_TIMESTAMP`] for raw-counter stamps, else 0.
-pub fn header(pid: u32, timestamp: u64, flags: u64) -> [u8; HEADER_SIZE] {
+pub(crate) fn header(pid: u32, timestamp: u64, flags: u64) -> [u8; HEADER_SIZE] {
     let mut bytes = [0u8; HEADER_SIZE];
     let fields: [&[u8]; 8] = [
         &MAGIC.to_ne_bytes(),
@@ -59,21 +69,21 @@ pub fn header(pid: u32, timestamp: u64, flags: u64) -> [u8; HEADER_SIZE] {
 
 /// The fields of one `JIT_CODE_LOAD` record.
 #[derive(Debug, Clone, Copy)]
-pub struct CodeLoad<'a> {
+pub(crate) struct CodeLoad<'a> {
     /// Counter value at the load.
-    pub timestamp: u64,
+    pub(crate) timestamp: u64,
     /// Process id.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Thread id of the loading thread.
-    pub tid: u32,
+    pub(crate) tid: u32,
     /// Address of the code (perf uses it as both `vma` and `code_addr`).
-    pub addr: u64,
+    pub(crate) addr: u64,
     /// Unique, increasing index; perf names the generated image `jitted-<pid>-<index>.so`.
-    pub code_index: u64,
+    pub(crate) code_index: u64,
     /// Symbol name, without NUL.
-    pub name: &'a [u8],
+    pub(crate) name: &'a [u8],
     /// The machine code.
-    pub code: &'a [u8],
+    pub(crate) code: &'a [u8],
 }
 
 /// Checks a load's name and code before anything is written.
@@ -82,7 +92,7 @@ pub struct CodeLoad<'a> {
 /// [`JitDumpError::NameContainsNul`] (perf reads the name as a C string, so the rest would be
 /// lost), [`JitDumpError::EmptyCode`] (perf would map a zero-length image that no sample can
 /// hit), [`JitDumpError::RecordTooLarge`] (the record's size field is 32 bits).
-pub fn check_load(name: &[u8], code: &[u8]) -> Result<usize, JitDumpError> {
+pub(crate) fn check_load(name: &[u8], code: &[u8]) -> Result<usize, JitDumpError> {
     if let Some(position) = name.iter().position(|&b| b == 0) {
         return Err(JitDumpError::NameContainsNul { position });
     }
@@ -105,10 +115,10 @@ pub fn check_load(name: &[u8], code: &[u8]) -> Result<usize, JitDumpError> {
 ///
 /// # Errors
 /// As [`check_load`].
-pub fn code_load(out: &mut Vec<u8>, load: &CodeLoad<'_>) -> Result<(), JitDumpError> {
+pub(crate) fn code_load(out: &mut Vec<u8>, load: &CodeLoad<'_>) -> Result<(), JitDumpError> {
     let size = check_load(load.name, load.code)?;
     out.reserve(size);
-    prefix(out, JIT_CODE_LOAD, size as u32, load.timestamp);
+    prefix(out, RecordId::Load, size as u32, load.timestamp);
     out.extend_from_slice(&load.pid.to_ne_bytes());
     out.extend_from_slice(&load.tid.to_ne_bytes());
     out.extend_from_slice(&load.addr.to_ne_bytes()); // vma
@@ -122,23 +132,21 @@ pub fn code_load(out: &mut Vec<u8>, load: &CodeLoad<'_>) -> Result<(), JitDumpEr
 }
 
 /// Appends a `JIT_CODE_CLOSE` record (the prefix alone) to `out`.
-pub fn code_close(out: &mut Vec<u8>, timestamp: u64) {
-    prefix(out, JIT_CODE_CLOSE, PREFIX_SIZE as u32, timestamp);
+pub(crate) fn code_close(out: &mut Vec<u8>, timestamp: u64) {
+    prefix(out, RecordId::Close, PREFIX_SIZE as u32, timestamp);
 }
 
-fn prefix(out: &mut Vec<u8>, id: u32, total_size: u32, timestamp: u64) {
-    out.extend_from_slice(&id.to_ne_bytes());
+fn prefix(out: &mut Vec<u8>, id: RecordId, total_size: u32, timestamp: u64) {
+    out.extend_from_slice(&(id as u32).to_ne_bytes());
     out.extend_from_slice(&total_size.to_ne_bytes());
     out.extend_from_slice(&timestamp.to_ne_bytes());
 }
 
-/// `JIT_CODE_DEBUG_INFO`: source lines of the code in the `JIT_CODE_LOAD` that follows it.
-pub const JIT_CODE_DEBUG_INFO: u32 = 2;
 /// Size of a `JIT_CODE_DEBUG_INFO` record before its entries: the prefix, `code_addr`,
 /// `nr_entry`.
-pub const DEBUG_INFO_FIXED_SIZE: usize = PREFIX_SIZE + 8 + 8;
+pub(crate) const DEBUG_INFO_FIXED_SIZE: usize = PREFIX_SIZE + 8 + 8;
 /// Size of one debug entry before its file name: `addr`, `lineno`, `discrim`.
-pub const DEBUG_ENTRY_FIXED_SIZE: usize = 8 + 4 + 4;
+pub(crate) const DEBUG_ENTRY_FIXED_SIZE: usize = 8 + 4 + 4;
 
 /// One line of a `JIT_CODE_DEBUG_INFO` record (perf's `struct debug_entry`): the code from
 /// `addr` up to the next entry's address comes from `file`:`line`.
@@ -160,7 +168,7 @@ pub struct DebugEntry<'a> {
 /// [`JitDumpError::NameContainsNul`] for a file name with a NUL (`position` is its offset in
 /// that name), [`JitDumpError::RecordTooLarge`] if the record's size does not fit its 32-bit
 /// size field (`name_len` is then the entries' count).
-pub fn check_debug_info(entries: &[DebugEntry<'_>]) -> Result<usize, JitDumpError> {
+pub(crate) fn check_debug_info(entries: &[DebugEntry<'_>]) -> Result<usize, JitDumpError> {
     let mut size = DEBUG_INFO_FIXED_SIZE;
     for entry in entries {
         if let Some(position) = entry.file.iter().position(|&b| b == 0) {
@@ -182,7 +190,7 @@ pub fn check_debug_info(entries: &[DebugEntry<'_>]) -> Result<usize, JitDumpErro
 ///
 /// # Errors
 /// As [`check_debug_info`].
-pub fn code_debug_info(
+pub(crate) fn code_debug_info(
     out: &mut Vec<u8>,
     timestamp: u64,
     code_addr: u64,
@@ -190,7 +198,7 @@ pub fn code_debug_info(
 ) -> Result<(), JitDumpError> {
     let size = check_debug_info(entries)?;
     out.reserve(size);
-    prefix(out, JIT_CODE_DEBUG_INFO, size as u32, timestamp);
+    prefix(out, RecordId::DebugInfo, size as u32, timestamp);
     out.extend_from_slice(&code_addr.to_ne_bytes());
     out.extend_from_slice(&(entries.len() as u64).to_ne_bytes());
     for entry in entries {
@@ -234,12 +242,26 @@ mod tests {
         };
         code_load(&mut out, &load).unwrap();
         assert_eq!(out.len(), CODE_LOAD_FIXED_SIZE + 4 + 2);
+        assert_eq!(u32::from_ne_bytes(out[0..4].try_into().unwrap()), 0); // JIT_CODE_LOAD
         assert_eq!(
             u32::from_ne_bytes(out[4..8].try_into().unwrap()) as usize,
             out.len()
         );
         assert_eq!(&out[56..60], b"f\n\xff\0");
         assert_eq!(&out[60..], &[0xc3, 0x90]);
+    }
+
+    #[test]
+    fn code_close_layout() {
+        let mut out = Vec::new();
+        code_close(&mut out, 0x0102_0304_0506_0708);
+        assert_eq!(out.len(), PREFIX_SIZE);
+        assert_eq!(u32::from_ne_bytes(out[0..4].try_into().unwrap()), 3); // JIT_CODE_CLOSE
+        assert_eq!(u32::from_ne_bytes(out[4..8].try_into().unwrap()), 16);
+        assert_eq!(
+            u64::from_ne_bytes(out[8..16].try_into().unwrap()),
+            0x0102_0304_0506_0708
+        );
     }
 
     #[test]
@@ -274,7 +296,7 @@ mod tests {
         code_debug_info(&mut out, 5, 0x1000, &entries).unwrap();
         let expected_size = DEBUG_INFO_FIXED_SIZE + 2 * DEBUG_ENTRY_FIXED_SIZE + 9 + 1;
         assert_eq!(out.len(), expected_size);
-        assert_eq!(u32::from_ne_bytes(out[0..4].try_into().unwrap()), 2);
+        assert_eq!(u32::from_ne_bytes(out[0..4].try_into().unwrap()), 2); // JIT_CODE_DEBUG_INFO
         assert_eq!(
             u32::from_ne_bytes(out[4..8].try_into().unwrap()) as usize,
             out.len()

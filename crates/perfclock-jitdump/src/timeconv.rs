@@ -70,26 +70,99 @@ impl From<perfclock::Mode> for TimeConvMode {
 }
 
 /// One conversion record: the fields of the file, in the order they are written.
+///
+/// The format promises new keys (readers ignore the ones they do not know), so the fields are
+/// private and the type is `#[non_exhaustive]`: [`TimeConvRecord::new`] takes the keys every
+/// record has, and a key added later, absent from older records, gets a `with_` setter and a
+/// default, as `clock` did ([`TimeConvRecord::with_clock`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TimeConvRecord {
+    pid: u32,
+    boot_id: String,
+    mode: TimeConvMode,
+    counter: String,
+    conversion: TimeConversion,
+    error_bound_ns: u64,
+    written_counter: u64,
+    clock: JitClock,
+}
+
+impl TimeConvRecord {
+    /// A record of the keys every record has; its clock is [`JitClock::Arch`], the clock of
+    /// records that have no `clock` key (see [`TimeConvRecord::with_clock`]).
+    ///
+    /// `counter` is the counter's name as written (`tsc`, `cntvct_el0`); `written_counter` the
+    /// counter's value when the record is written.
+    pub fn new(
+        pid: u32,
+        boot_id: impl Into<String>,
+        mode: TimeConvMode,
+        counter: impl Into<String>,
+        conversion: TimeConversion,
+        error_bound_ns: u64,
+        written_counter: u64,
+    ) -> Self {
+        TimeConvRecord {
+            pid,
+            boot_id: boot_id.into(),
+            mode,
+            counter: counter.into(),
+            conversion,
+            error_bound_ns,
+            written_counter,
+            clock: JitClock::Arch,
+        }
+    }
+
+    /// The record with the dump's clock set to `clock`.
+    #[must_use]
+    pub fn with_clock(mut self, clock: JitClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// The process that wrote the jitdump.
-    pub pid: u32,
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// `/proc/sys/kernel/random/boot_id` when written: counter values from another boot mean
     /// nothing under this conversion.
-    pub boot_id: String,
+    pub fn boot_id(&self) -> &str {
+        &self.boot_id
+    }
+
     /// Kernel-published or calibrated conversion.
-    pub mode: TimeConvMode,
+    pub fn mode(&self) -> TimeConvMode {
+        self.mode
+    }
+
     /// The counter the jitdump's timestamps were read from (`tsc`, `cntvct_el0`).
-    pub counter: String,
+    pub fn counter(&self) -> &str {
+        &self.counter
+    }
+
     /// The conversion (`time_mult`, `time_shift`, `time_zero`, `time_cycles`, `time_mask`,
     /// `cap_user_time_short`).
-    pub conversion: TimeConversion,
+    pub fn conversion(&self) -> TimeConversion {
+        self.conversion
+    }
+
     /// Bound on the conversion's error in ns (0 in kernel mode).
-    pub error_bound_ns: u64,
+    pub fn error_bound_ns(&self) -> u64 {
+        self.error_bound_ns
+    }
+
     /// The counter value when the record was written.
-    pub written_counter: u64,
+    pub fn written_counter(&self) -> u64 {
+        self.written_counter
+    }
+
     /// The clock of the dump's timestamps: only `arch` dumps need this record's conversion.
-    pub clock: JitClock,
+    pub fn clock(&self) -> JitClock {
+        self.clock
+    }
 }
 
 /// The keys, in file order.

@@ -13,7 +13,7 @@ use perfclock_core::{ReadError, TimeConversion};
 use perfclock_event::{shared_file, CreateError};
 use perfclock_event::sys::{self, lock, monotonic_ns, ExecMarkerMapping};
 
-use crate::record::{self, CodeLoad};
+use crate::record::{self, CodeLoad, DebugEntry};
 use crate::timeconv::{self, TimeConvRecord};
 use crate::{JitClock, JitDumpError};
 
@@ -325,14 +325,16 @@ impl JitDump {
     /// other thread's load may come between them. With no entries it is `code_load`.
     ///
     /// # Errors
-    /// As [`JitDump::code_load`], and as [`record::check_debug_info`] for the entries (nothing
-    /// is written then).
+    /// As [`JitDump::code_load`], and for the entries (nothing is written then):
+    /// [`JitDumpError::NameContainsNul`] for a file name with a NUL (`position` is its offset in
+    /// that name), [`JitDumpError::RecordTooLarge`] if the debug record's size does not fit its
+    /// 32-bit size field (`name_len` is then the entries' count).
     pub fn code_load_with_debug_info(
         &self,
         name: &[u8],
         addr: u64,
         code: &[u8],
-        entries: &[record::DebugEntry<'_>],
+        entries: &[DebugEntry<'_>],
     ) -> Result<u64, JitDumpError> {
         let shared = self.shared();
         shared.check_process()?;
@@ -411,7 +413,7 @@ impl Shared {
         name: &[u8],
         addr: u64,
         code: &[u8],
-        entries: &[record::DebugEntry<'_>],
+        entries: &[DebugEntry<'_>],
     ) -> Result<u64, JitDumpError> {
         let load_size = record::check_load(name, code)?;
         let debug_size = if entries.is_empty() {
@@ -532,16 +534,16 @@ impl Shared {
         let conversion = read_conversion(self.clock)?;
         // 0 in kernel mode, where the conversion is the kernel's own.
         let error_bound_ns = self.clock.error_bound_ns();
-        let record = TimeConvRecord {
-            pid: self.pid,
-            boot_id: self.boot_id.clone(),
-            mode: self.clock.mode().into(),
-            counter: perfclock_core::counter::COUNTER_NAME.to_owned(),
+        let record = TimeConvRecord::new(
+            self.pid,
+            self.boot_id.as_str(),
+            self.clock.mode().into(),
+            perfclock_core::counter::COUNTER_NAME,
             conversion,
             error_bound_ns,
-            written_counter: counter(),
-            clock: self.jit_clock,
-        };
+            counter(),
+        )
+        .with_clock(self.jit_clock);
         record
             .write_atomic(&self.timeconv_path)
             .map_err(|source| JitDumpError::Io {

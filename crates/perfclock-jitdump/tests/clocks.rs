@@ -61,7 +61,7 @@ fn perf_and_monotonic_dumps_are_stamped_in_their_clock() {
             );
         }
         let record = TimeConvRecord::parse(&std::fs::read_to_string(&sidecar).unwrap()).unwrap();
-        assert_eq!(record.clock, clock);
+        assert_eq!(record.clock(), clock);
     }
 }
 

@@ -8,8 +8,7 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
-use perfclock_jitdump::record::DebugEntry;
-use perfclock_jitdump::JitDump;
+use perfclock_jitdump::{DebugEntry, JitDump};
 use perfclock_testutil::{ok_or_skip, Need};
 
 #[test]

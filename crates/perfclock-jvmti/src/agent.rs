@@ -14,8 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{OnceLock, PoisonError, RwLock};
 
-use perfclock_jitdump::record::DebugEntry;
-use perfclock_jitdump::{JitClock, JitDump};
+use perfclock_jitdump::{DebugEntry, JitClock, JitDump};
 use perfclock_markers::{MarkerClock, Markers};
 
 use crate::code::{self, LineAt, Region};
