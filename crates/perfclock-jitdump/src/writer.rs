@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use perfclock::Clock;
 use perfclock_core::{ReadError, TimeConversion};
-use perfclock_event::{shared_file, CreateError};
 use perfclock_event::sys::{self, lock, monotonic_ns, ExecMarkerMapping};
+use perfclock_event::{shared_file, CreateError};
 
 use crate::record::{self, CodeLoad, DebugEntry};
 use crate::timeconv::{self, TimeConvRecord};
