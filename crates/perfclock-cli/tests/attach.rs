@@ -605,6 +605,18 @@ fn attach_errors_name_the_cause_within_ten_seconds() {
     // Not a JVM: refused without a signal (SIGQUIT would have killed it).
     let mut sleep = Command::new("sleep").arg("60").spawn().unwrap();
     let pid = sleep.id().to_string();
+    // spawn() can return before the kernel's exec has renamed the child (it resumes the parent
+    // at the exec's point of no return, the rename comes later): wait for the name the error is
+    // expected to show. CI saw the test binary's name there once.
+    let comm = format!("/proc/{pid}/comm");
+    let renamed = Instant::now();
+    while fs::read_to_string(&comm).unwrap_or_default().trim() != "sleep" {
+        assert!(
+            renamed.elapsed() < Duration::from_secs(10),
+            "{comm} never became sleep"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert_error(
         &attach(&[&pid, "", "--agent", "/bin/sh"]),
         &format!("not a HotSpot JVM: process {pid} (sleep) maps no libjvm.so"),
