@@ -35,7 +35,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use perfclock::{Clock, CounterStamp, Options};
-use perfclock_core::{counter, PageReader, PageWriter, PerfEventMmapPage, TimeConversion};
+use perfclock_core::page::PerfEventMmapPage;
+use perfclock_core::{counter, PageReader, PageWriter, TimeConversion};
 use perfclock_testutil::time::monotonic_ns;
 use perfclock_testutil::{skip, Need};
 
@@ -200,7 +201,8 @@ mod floor {
     use std::ptr::addr_of_mut;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use perfclock_core::{counter, PerfEventMmapPage, SeqLock};
+    use perfclock_core::page::PerfEventMmapPage;
+    use perfclock_core::{counter, SeqLock};
 
     #[cold]
     #[inline(never)]
@@ -211,7 +213,7 @@ mod floor {
     /// The sequence (core's `SeqLock`, as the reader uses it): its odd test, the counter, the
     /// sequence again.
     #[inline(always)]
-    pub fn seqlock_and_counter(page: *mut PerfEventMmapPage) -> u64 {
+    pub(crate) fn seqlock_and_counter(page: *mut PerfEventMmapPage) -> u64 {
         // SAFETY: `page` is `exact_page`'s: leaked, 8-aligned, written only atomically.
         let lock = unsafe { SeqLock::from_ptr(addr_of_mut!((*page).lock)) };
         let Some(stamp) = lock.optimistic_read() else {
@@ -226,7 +228,7 @@ mod floor {
 
     /// [`seqlock_and_counter`] plus `time_zero` and the conversion of the word at offset 48.
     #[inline(always)]
-    pub fn seqlock_and_conversion(page: *mut PerfEventMmapPage) -> u64 {
+    pub(crate) fn seqlock_and_conversion(page: *mut PerfEventMmapPage) -> u64 {
         // SAFETY: as in `seqlock_and_counter`; the 8-byte word at `pmc_width` (offset 48) is
         // 8-aligned and holds `time_shift` and `time_mult`, as the core reader loads it.
         let (lock, scale, time_zero) = unsafe {

@@ -13,7 +13,7 @@
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use perfclock_core::PerfEventMmapPage;
+use perfclock_core::page::PerfEventMmapPage;
 use perfclock_event::{remap_page_after_fork, EventAttr, PageMapping, PerfEvent, SysError};
 
 /// Kernel pages mapped at once (one per kernel-mode [`crate::Clock`]).

@@ -46,7 +46,6 @@
 //! Unsafe code is denied at the root and allowed only in the modules that map the kernel's page
 //! and handle `fork`; each says why at its top.
 #![deny(unsafe_code)]
-#![warn(unreachable_pub)]
 
 mod clock;
 mod diagnosis;
@@ -71,8 +70,6 @@ pub use error::Error;
 #[cfg(target_os = "linux")]
 pub use error::SnapshotError;
 pub use perfclock_core::{ReadError, TimeConversion};
-#[cfg(target_os = "linux")]
-pub use shared_page::{Refusal, SharedPageInfo};
 #[cfg(target_os = "linux")]
 pub use snapshot::{snapshot, ClockSnapshot, PairedClock, SNAPSHOT_TRIES};
 
@@ -280,7 +277,8 @@ mod fast {
     use std::ptr::NonNull;
     use std::sync::atomic::{AtomicPtr, Ordering};
 
-    use perfclock_core::{PageReader, PerfEventMmapPage};
+    use perfclock_core::page::PerfEventMmapPage;
+    use perfclock_core::PageReader;
 
     use crate::Clock;
 

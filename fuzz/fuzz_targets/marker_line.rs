@@ -9,7 +9,7 @@ use libfuzzer_sys::fuzz_target;
 use perfclock_markers::line::{
     clean_name, clean_name_bytes, layout, push_line_with, LastLine, BLOCK,
 };
-use perfclock_markers::MAX_NAME_BYTES;
+use perfclock_markers::line::MAX_NAME_BYTES;
 
 /// Names per input (several blocks' worth of lines, many flushes).
 const MAX_NAMES: usize = 64;

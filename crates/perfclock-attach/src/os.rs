@@ -9,19 +9,19 @@
 use std::io;
 
 /// perfclock's effective uid.
-pub fn effective_uid() -> u32 {
+pub(crate) fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
 }
 
 /// perfclock's effective gid.
-pub fn effective_gid() -> u32 {
+pub(crate) fn effective_gid() -> u32 {
     // SAFETY: getegid has no preconditions and cannot fail.
     unsafe { libc::getegid() }
 }
 
 /// Sends `signal` to process `pid` (in perfclock's pid namespace).
-pub fn kill(pid: u32, signal: i32) -> io::Result<()> {
+pub(crate) fn kill(pid: u32, signal: i32) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
     // SAFETY: kill takes plain integers and touches no memory of ours.
     if unsafe { libc::kill(pid, signal) } == 0 {
@@ -35,7 +35,7 @@ pub fn kill(pid: u32, signal: i32) -> io::Result<()> {
 /// HotSpot accepts an attach peer whose effective ids are its own, and trusts only trigger files
 /// its own user (or root) owns. glibc applies the change to every thread of the process.
 #[derive(Debug)]
-pub struct EffectiveIds {
+pub(crate) struct EffectiveIds {
     saved_uid: u32,
     saved_gid: u32,
 }
@@ -43,7 +43,7 @@ pub struct EffectiveIds {
 impl EffectiveIds {
     /// Switches the effective gid, then the effective uid (after it, changing the gid would be
     /// refused).
-    pub fn switch_to(uid: u32, gid: u32) -> io::Result<Self> {
+    pub(crate) fn switch_to(uid: u32, gid: u32) -> io::Result<Self> {
         let saved = Self {
             saved_uid: effective_uid(),
             saved_gid: effective_gid(),

@@ -30,7 +30,8 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use perfclock_core::{counter, PageReader, PerfEventMmapPage};
+use perfclock_core::page::PerfEventMmapPage;
+use perfclock_core::{counter, PageReader};
 
 use crate::error::CalibError;
 use crate::fork_gate;

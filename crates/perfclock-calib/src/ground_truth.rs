@@ -14,8 +14,9 @@ use crate::error::{BracketError, CalibError};
 use crate::fault_arena::FaultArena;
 use crate::kind::{KindSet, RecordKind};
 use perfclock_core::counter;
+use perfclock_event::record::Parsed;
 use perfclock_event::sys::{self, page_size};
-use perfclock_event::{sample, EventAttr, Parsed, PerfEvent, RingReader, SysError};
+use perfclock_event::{sample, EventAttr, PerfEvent, RingReader, SysError};
 
 /// Consecutive discards after which [`GroundTruth::collect`] gives up.
 pub const MAX_CONSECUTIVE_DISCARDS: u32 = 64;
@@ -478,7 +479,7 @@ impl GroundTruth {
 fn match_one(
     ring: &mut RingReader,
     kind: RecordKind,
-    mut matcher: impl FnMut(&perfclock_event::Record<'_>) -> Option<Option<(u64, u32)>>,
+    mut matcher: impl FnMut(&perfclock_event::record::Record<'_>) -> Option<Option<(u64, u32)>>,
 ) -> Result<(u64, u32), BracketError> {
     let mut matches = 0u32;
     let mut found = None;

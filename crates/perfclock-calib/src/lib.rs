@@ -12,7 +12,6 @@
 //!   them.
 
 #![deny(unsafe_code)]
-#![warn(unreachable_pub)]
 
 mod bracket;
 mod calibrator;

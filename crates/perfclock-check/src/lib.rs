@@ -19,7 +19,7 @@ mod affinity;
 mod error;
 mod monotonic;
 mod source;
-pub mod verify;
+mod verify;
 
 pub use error::VerifyError;
 pub use monotonic::{monotonic_offset, MonotonicOffset};
@@ -27,4 +27,4 @@ pub use monotonic::{monotonic_offset, MonotonicOffset};
 /// perf clock.
 pub use perfclock_event::sys::monotonic_ns;
 pub use source::PerfTimeSource;
-pub use verify::{verify, verify_with, VerifyOptions, VerifyReport};
+pub use verify::{verify, verify_with, KindReport, VerifyOptions, VerifyReport};

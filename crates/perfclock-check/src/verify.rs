@@ -201,7 +201,11 @@ fn outside(k: u64, lo: u64, hi: u64, bound: u64) -> Option<u64> {
     }
 }
 
-/// Checks `clock` as described in the [module docs](self).
+/// Checks `clock` against fresh kernel stamps. Each check brackets one kernel-stamped record with
+/// the clock's own readings (`now_ns()` and a raw counter read converted with `cycles_to_ns`, both
+/// before and after the action). A clock within its published error bound `b` satisfies
+/// `ns_before - b <= kernel_ns <= ns_after + b` for every record; a record outside is a violation,
+/// reported with its distance.
 ///
 /// # Errors
 /// [`VerifyError`] when ground truth cannot be opened, a bracket fails for good, or the clock

@@ -9,13 +9,13 @@
 use std::path::{Path, PathBuf};
 
 /// The agent's file name.
-pub const AGENT_FILE: &str = "libperfclock_agent.so";
+pub(crate) const AGENT_FILE: &str = "libperfclock_agent.so";
 
 /// The absolute path of the agent beside the running `perfclock`, or a message naming the fix.
 ///
 /// # Errors
 /// The running binary's path cannot be read, or no agent is beside it.
-pub fn find() -> Result<PathBuf, String> {
+pub(crate) fn find() -> Result<PathBuf, String> {
     let exe = std::env::current_exe()
         .and_then(|p| p.canonicalize())
         .map_err(|e| format!("cannot find the running perfclock binary: {e}"))?;

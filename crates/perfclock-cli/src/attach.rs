@@ -7,16 +7,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// The agent's file name, installed next to the `perfclock` binary.
-pub const AGENT_FILE_NAME: &str = "libperfclock_agent.so";
+pub(crate) const AGENT_FILE_NAME: &str = "libperfclock_agent.so";
 
 /// The whole attach's default bound: HotSpot answers within milliseconds, so this is for a
 /// loaded machine; errors come within it, well inside 10 s.
-pub const DEFAULT_TIMEOUT_SECS: f64 = 8.0;
+pub(crate) const DEFAULT_TIMEOUT_SECS: f64 = 8.0;
 
 const NAME: &str = "perfclock attach";
 
 /// `--timeout`'s value: seconds, positive and finite.
-pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_timeout(text: &str) -> Result<Duration, String> {
     let seconds: f64 = text
         .parse()
         .map_err(|_| format!("not a number of seconds: {text}"))?;
@@ -43,7 +43,12 @@ fn default_agent() -> Result<PathBuf, String> {
     }
 }
 
-pub fn run(pid: u32, options: OsString, agent: Option<PathBuf>, timeout: Duration) -> ExitCode {
+pub(crate) fn run(
+    pid: u32,
+    options: OsString,
+    agent: Option<PathBuf>,
+    timeout: Duration,
+) -> ExitCode {
     let agent = match agent.map_or_else(default_agent, Ok) {
         Ok(agent) => agent,
         Err(message) => {

@@ -26,7 +26,7 @@ const MAX_HEADER_DELAY_NS: u64 = 60_000_000_000;
 ///
 /// # Errors
 /// [`ClockDataError`]: IN predates this boot, or CLOCK_REALTIME was stepped back since.
-pub fn from_snapshot(
+pub(crate) fn from_snapshot(
     file: &mut File,
     layout: &Layout,
     snapshot: &ClockSnapshot,

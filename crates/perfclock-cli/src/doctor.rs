@@ -13,10 +13,10 @@ use perfclock::{shared_page, Clock, Mode};
 use perfclock_core::counter;
 
 /// Kernel stamps checked per record kind when the command line names no number.
-pub const DEFAULT_RECORDS_PER_KIND: usize = 20_000;
+pub(crate) const DEFAULT_RECORDS_PER_KIND: usize = 20_000;
 
 /// Runs the doctor with `per_kind` kernel stamps per record kind and CPU turn.
-pub fn run(per_kind: usize) -> ExitCode {
+pub(crate) fn run(per_kind: usize) -> ExitCode {
     // First, so that a failed open still shows which shared pages were refused and why.
     describe_shared_pages();
     let opened = Instant::now();

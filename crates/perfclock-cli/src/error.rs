@@ -14,7 +14,7 @@ use perfclock_perfdata::PerfDataError;
 
 /// Why the snapshot cannot give the recording its wall clock.
 #[derive(Debug)]
-pub enum ClockDataError {
+pub(crate) enum ClockDataError {
     /// perfclock could not take a snapshot.
     Snapshot(String),
     /// IN was last written before this boot: its perf clock is another boot's.
@@ -61,7 +61,7 @@ impl fmt::Display for ClockDataError {
 
 /// Why `inject-time-conv` failed. Each message says what to do.
 #[derive(Debug)]
-pub enum InjectError {
+pub(crate) enum InjectError {
     /// OUT names IN (or the same file through another path).
     SameFile,
     /// IN could not be opened or read.

@@ -28,7 +28,7 @@ const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
 /// What to do: the command line of `inject-time-conv`.
 #[derive(Debug, Clone)]
-pub struct InjectOptions {
+pub(crate) struct InjectOptions {
     /// The recording, never modified.
     pub input: PathBuf,
     /// Where the recording with the TIME_CONV record goes.
@@ -41,7 +41,7 @@ pub struct InjectOptions {
 
 /// Where HEADER_CLOCK_DATA's pairing of wall-clock and perf-clock time comes from.
 #[derive(Debug, Clone)]
-pub enum ClockDataSource {
+pub(crate) enum ClockDataSource {
     /// No HEADER_CLOCK_DATA.
     None,
     /// A snapshot taken now, for a recording made earlier on this boot (`--clock-data-now`:
@@ -54,7 +54,7 @@ pub enum ClockDataSource {
 
 /// What was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// IN held a TIME_CONV already (perf record wrote it in kernel mode): OUT is a byte copy
     /// (with the clock data, if asked for).
     Copied,
@@ -76,7 +76,7 @@ pub enum Outcome {
 ///
 /// # Errors
 /// [`InjectError`], naming what is wrong and what to pass or change.
-pub fn run(
+pub(crate) fn run(
     options: &InjectOptions,
     cleanup: &TempCleanup,
 ) -> Result<(Outcome, Option<ClockData>), InjectError> {

@@ -29,7 +29,7 @@ const NAME: &str = "perfclock record";
 
 /// What `perfclock record` was asked to do.
 #[derive(Debug)]
-pub struct RecordOptions {
+pub(crate) struct RecordOptions {
     /// The recording to leave behind.
     pub output: PathBuf,
     /// The agent library, instead of the one beside this perfclock.
@@ -327,7 +327,7 @@ fn status_code(status: ExitStatus) -> u8 {
 }
 
 /// Runs `perfclock record`.
-pub fn run(options: RecordOptions) -> ExitCode {
+pub(crate) fn run(options: RecordOptions) -> ExitCode {
     match record(&options) {
         Ok(code) => ExitCode::from(code),
         Err(Failure(message, code)) => {

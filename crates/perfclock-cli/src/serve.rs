@@ -51,7 +51,7 @@ use perfclock_core::shared_page::{
 const NAME: &str = "perfclock serve";
 /// How often the server looks for a new in-process publication and refreshes the heartbeat
 /// (at most [`HEARTBEAT_INTERVAL_NS`]).
-pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// A status line this often.
 const STATUS_INTERVAL: Duration = Duration::from_secs(60);
 /// Horizon over which a line that would step back slews into the new one, as the in-process
@@ -67,7 +67,7 @@ extern "C" fn request_stop(_signal: libc::c_int) {
 }
 
 /// Runs the server on `path` (or the default location) until SIGINT or SIGTERM.
-pub fn run(path: Option<PathBuf>) -> ExitCode {
+pub(crate) fn run(path: Option<PathBuf>) -> ExitCode {
     match serve(path) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

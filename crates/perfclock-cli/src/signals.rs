@@ -15,7 +15,7 @@ use signal_hook::iterator::Signals;
 /// The temporary file a signal must remove, if any; the lock is held while it is renamed into
 /// place, so a signal either removes it before the rename or finds it gone after.
 #[derive(Debug, Clone)]
-pub struct TempCleanup {
+pub(crate) struct TempCleanup {
     pending: Arc<Mutex<Option<PathBuf>>>,
 }
 
@@ -24,7 +24,7 @@ impl TempCleanup {
     ///
     /// # Errors
     /// If the handlers cannot be installed.
-    pub fn install() -> io::Result<Self> {
+    pub(crate) fn install() -> io::Result<Self> {
         let pending: Arc<Mutex<Option<PathBuf>>> = Arc::default();
         let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
         let on_signal = Arc::clone(&pending);
@@ -45,13 +45,13 @@ impl TempCleanup {
     }
 
     /// From now on a signal removes `path`.
-    pub fn register(&self, path: &Path) {
+    pub(crate) fn register(&self, path: &Path) {
         *lock(&self.pending) = Some(path.to_path_buf());
     }
 
     /// Runs `commit` (the rename into place) with signals' cleanup held off, then forgets the
     /// temporary file, renamed or removed.
-    pub fn commit<T>(&self, commit: impl FnOnce() -> T) -> T {
+    pub(crate) fn commit<T>(&self, commit: impl FnOnce() -> T) -> T {
         let mut pending = lock(&self.pending);
         let result = commit();
         *pending = None;
@@ -59,7 +59,7 @@ impl TempCleanup {
     }
 
     /// Forgets the temporary file (it was removed on an error).
-    pub fn forget(&self) {
+    pub(crate) fn forget(&self) {
         *lock(&self.pending) = None;
     }
 }

@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use perfclock_testutil::perf_script::tod_ns;
-use perfclock_testutil::skip::{skip, Need};
+use perfclock_testutil::{skip, Need};
 
 /// Two hot methods on the main thread; arguments: milliseconds to run, exit status.
 const HOT_JAVA: &str = r#"

@@ -18,7 +18,6 @@
 //! return `None` and the reader returns [`ReadError::CounterUnsupported`].
 #![no_std]
 #![deny(unsafe_code)]
-#![warn(unreachable_pub)]
 
 #[cfg(test)]
 extern crate std;
@@ -36,7 +35,6 @@ mod writer;
 
 pub use conversion::TimeConversion;
 pub use error::{ParamError, ReadError};
-pub use page::PerfEventMmapPage;
 pub use reader::{PageReader, RawTimeFields, Reading, MAX_RETRIES};
 pub use seq_lock::{SeqLock, SeqLockWriteGuard};
 pub use writer::PageWriter;

@@ -32,7 +32,6 @@
 //! memory), [`shared_file`] (`openat`, `fstatat`, `unlinkat`) and [`sys`] (`sysconf`, `gettid`,
 //! `clock_gettime`, the marker `mmap`); each says why at its top.
 #![deny(unsafe_code)]
-#![warn(unreachable_pub)]
 
 mod attr;
 mod error;
@@ -47,5 +46,4 @@ pub use attr::{sample, EventAttr};
 pub use error::{read_paranoid, CreateError, ErrorKind, Op, RingError, SysError};
 pub use event::{remap_page_after_fork, PerfEvent};
 pub use mapping::{PageMapping, RingMapping};
-pub use record::{Parsed, Record, SampleId};
 pub use ring::{DrainStats, RingReader};

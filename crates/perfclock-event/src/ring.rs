@@ -45,7 +45,8 @@ impl RingReader {
     ///
     /// # Example
     /// ```no_run
-    /// use perfclock_event::{sample, EventAttr, Parsed, PerfEvent, RingReader};
+    /// use perfclock_event::record::Parsed;
+    /// use perfclock_event::{sample, EventAttr, PerfEvent, RingReader};
     ///
     /// let attr = EventAttr::dummy().sample_type(sample::TID | sample::TIME).sample_id_all(true).comm(true);
     /// let event = PerfEvent::open(&attr)?;

@@ -176,7 +176,7 @@ pub unsafe extern "C" fn perfclock_markers_close(m: *mut perfclock_markers) -> c
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct perfclock_clock_snapshot {
+pub(crate) struct perfclock_clock_snapshot {
     /// The perf clock, ns.
     pub perf_ns: u64,
     /// `CLOCK_MONOTONIC` at `perf_ns`.
@@ -215,7 +215,7 @@ impl From<&ClockSnapshot> for perfclock_clock_snapshot {
 /// # Safety
 /// `out` must be NULL or valid for writing one `perfclock_clock_snapshot`.
 #[no_mangle]
-pub unsafe extern "C" fn perfclock_snapshot(out: *mut perfclock_clock_snapshot) -> c_int {
+pub(crate) unsafe extern "C" fn perfclock_snapshot(out: *mut perfclock_clock_snapshot) -> c_int {
     guard(PERFCLOCK_E_INTERNAL, || {
         if out.is_null() {
             return PERFCLOCK_E_NULL_POINTER;

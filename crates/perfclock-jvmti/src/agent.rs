@@ -35,7 +35,7 @@ static AGENT: OnceLock<Agent> = OnceLock::new();
 
 /// How the JVM started the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Start {
+pub(crate) enum Start {
     /// `-agentpath` at JVM start: code is replayed at VMInit.
     OnLoad,
     /// Dynamic attach (`jcmd PID JVMTI.agent_load`, `perfclock attach`): replayed at once.
@@ -62,7 +62,7 @@ struct Agent {
 ///
 /// # Safety
 /// `vm` and `options` are the arguments the JVM passed.
-pub unsafe fn start(vm: JavaVmPtr, options: *const c_char, how: Start) -> Jint {
+pub(crate) unsafe fn start(vm: JavaVmPtr, options: *const c_char, how: Start) -> Jint {
     let text = if options.is_null() {
         String::new()
     } else {
@@ -470,7 +470,7 @@ impl Agent {
     }
 }
 
-pub fn unload() {
+pub(crate) fn unload() {
     if let Some(agent) = AGENT.get() {
         agent.finish();
     }

@@ -14,7 +14,7 @@ use std::hash::Hash;
 /// A stretch `[start, end)` of a compiled method's code and the inlining stack that produced
 /// it, innermost first (`stack[0]` is the method whose bytecode it is); bcis in `bcis`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Region<K> {
+pub(crate) struct Region<K> {
     pub start: u64,
     pub end: u64,
     pub stack: Vec<K>,
@@ -24,7 +24,7 @@ pub struct Region<K> {
 /// The regions of the code `[start, end)` described by `scopes` (`(pc, stack of (method,
 /// bci))`, any order; pcs outside the code and empty stacks are ignored; of several scopes at
 /// one pc the first wins).
-pub fn regions<K: Copy + Eq>(
+pub(crate) fn regions<K: Copy + Eq>(
     start: u64,
     end: u64,
     scopes: &[(u64, Vec<(K, i32)>)],
@@ -49,7 +49,7 @@ pub fn regions<K: Copy + Eq>(
 
 /// The line a bytecode index belongs to: the entry with the greatest start at or before `bci`
 /// (JVMTI's `GetLineNumberTable`, which need not be sorted).
-pub fn line_of(table: &[(i64, i32)], bci: i32) -> Option<i32> {
+pub(crate) fn line_of(table: &[(i64, i32)], bci: i32) -> Option<i32> {
     table
         .iter()
         .filter(|(start, _)| *start <= i64::from(bci))
@@ -59,7 +59,7 @@ pub fn line_of(table: &[(i64, i32)], bci: i32) -> Option<i32> {
 
 /// One line entry: from `addr` on, the code is `method`'s line `line`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LineAt<K> {
+pub(crate) struct LineAt<K> {
     pub addr: u64,
     pub method: K,
     pub line: i32,
@@ -73,7 +73,7 @@ pub struct LineAt<K> {
 /// one entry, common for C2 code, would get no line at all, as under perf's own agent).
 /// `lines(method)` is the method's line table, or `None` when it has none (native, no debug
 /// information): its regions get no entry and keep the previous line.
-pub fn line_entries<'a, K: Copy + Eq>(
+pub(crate) fn line_entries<'a, K: Copy + Eq>(
     start: u64,
     end: u64,
     compiled: K,
@@ -112,7 +112,11 @@ pub fn line_entries<'a, K: Copy + Eq>(
 
 /// The entries of a whole method's table `entries` that apply to its part `[start, end)`: the
 /// line in effect at `start` moved there, those inside, and a closing entry at `end`.
-pub fn entries_within<K: Copy>(entries: &[LineAt<K>], start: u64, end: u64) -> Vec<LineAt<K>> {
+pub(crate) fn entries_within<K: Copy>(
+    entries: &[LineAt<K>],
+    start: u64,
+    end: u64,
+) -> Vec<LineAt<K>> {
     let mut out: Vec<LineAt<K>> = entries
         .iter()
         .rposition(|e| e.addr <= start)
@@ -143,7 +147,7 @@ fn close<K: Copy>(entries: &mut Vec<LineAt<K>>, end: u64) {
 /// A stretch of code that came from an inlined method: `stack[0]` was inlined into
 /// `stack[1]`, ... into `stack[last]`, the compiled method.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InlinedRange<K> {
+pub(crate) struct InlinedRange<K> {
     pub start: u64,
     pub end: u64,
     pub stack: Vec<K>,
@@ -151,7 +155,7 @@ pub struct InlinedRange<K> {
 
 /// The inlined stretches of `regions`: adjacent regions with the same method stack merged,
 /// those whose stack is deeper than the compiled method alone kept.
-pub fn inlined_ranges<K: Copy + Eq + Hash>(regions: &[Region<K>]) -> Vec<InlinedRange<K>> {
+pub(crate) fn inlined_ranges<K: Copy + Eq + Hash>(regions: &[Region<K>]) -> Vec<InlinedRange<K>> {
     let mut ranges: Vec<InlinedRange<K>> = Vec::new();
     for region in regions {
         match ranges.last_mut() {
@@ -171,7 +175,7 @@ pub fn inlined_ranges<K: Copy + Eq + Hash>(regions: &[Region<K>]) -> Vec<Inlined
 
 /// The name of an inlined range: the innermost method, then each caller out to the compiled
 /// method, joined by ` <- ` ("called from").
-pub fn inlined_name(labels: &[&[u8]]) -> Vec<u8> {
+pub(crate) fn inlined_name(labels: &[&[u8]]) -> Vec<u8> {
     labels.join(&b" <- "[..])
 }
 

@@ -18,7 +18,7 @@ use crate::jvmti::{JavaVmPtr, Jint};
 /// Called by the JVM with its `JavaVM` and the option string.
 #[no_mangle]
 #[allow(non_snake_case)]
-pub unsafe extern "C" fn Agent_OnLoad(
+pub(crate) unsafe extern "C" fn Agent_OnLoad(
     vm: JavaVmPtr,
     options: *mut c_char,
     _reserved: *mut c_void,
@@ -33,7 +33,7 @@ pub unsafe extern "C" fn Agent_OnLoad(
 /// Called by the JVM with its `JavaVM` and the option string.
 #[no_mangle]
 #[allow(non_snake_case)]
-pub unsafe extern "C" fn Agent_OnAttach(
+pub(crate) unsafe extern "C" fn Agent_OnAttach(
     vm: JavaVmPtr,
     options: *mut c_char,
     _reserved: *mut c_void,
@@ -48,6 +48,6 @@ pub unsafe extern "C" fn Agent_OnAttach(
 /// Called by the JVM.
 #[no_mangle]
 #[allow(non_snake_case)]
-pub unsafe extern "C" fn Agent_OnUnload(_vm: JavaVmPtr) {
+pub(crate) unsafe extern "C" fn Agent_OnUnload(_vm: JavaVmPtr) {
     agent::unload();
 }

@@ -21,29 +21,29 @@ use std::ffi::{c_char, c_uchar, c_void, CStr};
 use std::mem::{offset_of, size_of};
 use std::ptr;
 
-pub type Jint = i32;
-pub type Jlong = i64;
+pub(crate) type Jint = i32;
+pub(crate) type Jlong = i64;
 /// A bytecode index in JVMTI's `JVMTI_JLOCATION_JVMBCI` format (HotSpot's).
-pub type Jlocation = Jlong;
+pub(crate) type Jlocation = Jlong;
 /// `jmethodID`: an opaque handle, stable for the method's class's lifetime.
-pub type JmethodId = *mut c_void;
+pub(crate) type JmethodId = *mut c_void;
 /// `jclass`/`jthread`/`jobject`: JNI references.
-pub type Jobject = *mut c_void;
+pub(crate) type Jobject = *mut c_void;
 /// `JNIEnv *`, never dereferenced here.
-pub type JniEnv = c_void;
+pub(crate) type JniEnv = c_void;
 
-pub const JNI_OK: Jint = 0;
-pub const JNI_ERR: Jint = -1;
+pub(crate) const JNI_OK: Jint = 0;
+pub(crate) const JNI_ERR: Jint = -1;
 /// `JVMTI_VERSION_1_2`: every call used here exists since 1.2 (Java 7).
-pub const JVMTI_VERSION_1_2: Jint = 0x3001_0200;
+pub(crate) const JVMTI_VERSION_1_2: Jint = 0x3001_0200;
 
 /// `jvmtiError`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(transparent)]
-pub struct JvmtiError(pub i32);
+pub(crate) struct JvmtiError(pub i32);
 
 impl JvmtiError {
-    pub const NONE: JvmtiError = JvmtiError(0);
+    pub(crate) const NONE: JvmtiError = JvmtiError(0);
 }
 
 /// `jvmtiEventMode`.
@@ -52,7 +52,7 @@ const JVMTI_ENABLE: i32 = 1;
 /// `jvmtiEvent` numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
-pub enum Event {
+pub(crate) enum Event {
     VmInit = 50,
     VmDeath = 51,
     CompiledMethodLoad = 68,
@@ -62,20 +62,20 @@ pub enum Event {
 }
 
 /// `jvmtiCMLRKind` of a record in `CompiledMethodLoad`'s `compile_info` list.
-pub const JVMTI_CMLR_INLINE_INFO: i32 = 2;
+pub(crate) const JVMTI_CMLR_INLINE_INFO: i32 = 2;
 
 /// `jvmtiCapabilities`: 128 one-bit fields, in declaration order from bit 0 of the first
 /// 32-bit unit (the C ABI of bit fields on the Linux targets).
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C)]
-pub struct Capabilities {
+pub(crate) struct Capabilities {
     bits: [u32; 4],
 }
 
 /// Positions of the capability bits the agent asks for.
 #[derive(Debug, Clone, Copy)]
 #[repr(u32)]
-pub enum Capability {
+pub(crate) enum Capability {
     GetSourceFileName = 11,
     GetLineNumbers = 12,
     GenerateCompiledMethodLoadEvents = 27,
@@ -83,7 +83,7 @@ pub enum Capability {
 }
 
 impl Capabilities {
-    pub fn with(mut self, capability: Capability) -> Capabilities {
+    pub(crate) fn with(mut self, capability: Capability) -> Capabilities {
         let bit = capability as u32;
         self.bits[(bit / 32) as usize] |= 1 << (bit % 32);
         self
@@ -93,7 +93,7 @@ impl Capabilities {
 /// `jvmtiAddrLocationMap`.
 #[derive(Debug)]
 #[repr(C)]
-pub struct AddrLocationMap {
+pub(crate) struct AddrLocationMap {
     pub start_address: *const c_void,
     pub location: Jlocation,
 }
@@ -101,7 +101,7 @@ pub struct AddrLocationMap {
 /// `jvmtiLineNumberEntry`.
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
-pub struct LineNumberEntry {
+pub(crate) struct LineNumberEntry {
     pub start_location: Jlocation,
     pub line_number: Jint,
 }
@@ -109,7 +109,7 @@ pub struct LineNumberEntry {
 /// `jvmtiCompiledMethodLoadRecordHeader`.
 #[derive(Debug)]
 #[repr(C)]
-pub struct CmlrHeader {
+pub(crate) struct CmlrHeader {
     pub kind: i32,
     pub majorinfoversion: Jint,
     pub minorinfoversion: Jint,
@@ -119,7 +119,7 @@ pub struct CmlrHeader {
 /// `PCStackInfo`: the inlining stack at one pc; `methods[0]`/`bcis[0]` is the innermost frame.
 #[derive(Debug)]
 #[repr(C)]
-pub struct PcStackInfo {
+pub(crate) struct PcStackInfo {
     pub pc: *const c_void,
     pub numstackframes: Jint,
     pub methods: *const JmethodId,
@@ -129,18 +129,18 @@ pub struct PcStackInfo {
 /// `jvmtiCompiledMethodLoadInlineRecord`.
 #[derive(Debug)]
 #[repr(C)]
-pub struct CmlrInlineRecord {
+pub(crate) struct CmlrInlineRecord {
     pub header: CmlrHeader,
     pub numpcs: Jint,
     pub pcinfo: *const PcStackInfo,
 }
 
-pub type JvmtiEnvPtr = *mut *const JvmtiInterface;
-pub type JavaVmPtr = *mut *const JniInvokeInterface;
+pub(crate) type JvmtiEnvPtr = *mut *const JvmtiInterface;
+pub(crate) type JavaVmPtr = *mut *const JniInvokeInterface;
 
-pub type VmInitFn = unsafe extern "C" fn(JvmtiEnvPtr, *mut JniEnv, Jobject);
-pub type VmDeathFn = unsafe extern "C" fn(JvmtiEnvPtr, *mut JniEnv);
-pub type CompiledMethodLoadFn = unsafe extern "C" fn(
+pub(crate) type VmInitFn = unsafe extern "C" fn(JvmtiEnvPtr, *mut JniEnv, Jobject);
+pub(crate) type VmDeathFn = unsafe extern "C" fn(JvmtiEnvPtr, *mut JniEnv);
+pub(crate) type CompiledMethodLoadFn = unsafe extern "C" fn(
     JvmtiEnvPtr,
     JmethodId,
     Jint,
@@ -149,16 +149,16 @@ pub type CompiledMethodLoadFn = unsafe extern "C" fn(
     *const AddrLocationMap,
     *const c_void,
 );
-pub type DynamicCodeGeneratedFn =
+pub(crate) type DynamicCodeGeneratedFn =
     unsafe extern "C" fn(JvmtiEnvPtr, *const c_char, *const c_void, Jint);
-pub type GarbageCollectionFn = unsafe extern "C" fn(JvmtiEnvPtr);
+pub(crate) type GarbageCollectionFn = unsafe extern "C" fn(JvmtiEnvPtr);
 
 /// `jvmtiEventCallbacks`: one pointer per event number from 50 (VMInit) to 86
 /// (SampledObjectAlloc, the last of Java 11-17); the JVM takes the size we pass and treats the
 /// slots after it (later JDKs' events) as null.
 #[derive(Debug, Default)]
 #[repr(C)]
-pub struct EventCallbacks {
+pub(crate) struct EventCallbacks {
     pub vm_init: Option<VmInitFn>,
     pub vm_death: Option<VmDeathFn>,
     _events_52_to_67: [usize; 16],
@@ -185,7 +185,7 @@ const _: () = {
 /// `struct JNIInvokeInterface_` (the `JavaVM` function table), up to `GetEnv`.
 #[derive(Debug)]
 #[repr(C)]
-pub struct JniInvokeInterface {
+pub(crate) struct JniInvokeInterface {
     _reserved: [usize; 3],
     _destroy_java_vm: usize,
     _attach_current_thread: usize,
@@ -196,7 +196,7 @@ pub struct JniInvokeInterface {
 /// `struct jvmtiInterface_1_`, the JVMTI function table, up to slot 142 (AddCapabilities).
 #[derive(Debug)]
 #[repr(C)]
-pub struct JvmtiInterface {
+pub(crate) struct JvmtiInterface {
     _slot_1: usize,
     /// Slot 2. C-variadic in the specification (room for future parameters).
     set_event_notification_mode:
@@ -278,7 +278,7 @@ const _: () = {
 
 /// The JVMTI environment of this agent. `Copy`: JVMTI environments may be used from any thread.
 #[derive(Debug, Clone, Copy)]
-pub struct Env(JvmtiEnvPtr);
+pub(crate) struct Env(JvmtiEnvPtr);
 
 // SAFETY: a JVMTI environment pointer is valid on every thread attached to the JVM (the JVMTI
 // specification: "The environment pointer ... is valid from any thread"); the agent calls it
@@ -295,7 +295,7 @@ impl Env {
     ///
     /// # Safety
     /// `vm` is the `JavaVM *` the JVM passed to `Agent_OnLoad`/`Agent_OnAttach`.
-    pub unsafe fn get(vm: JavaVmPtr) -> Result<Env, Jint> {
+    pub(crate) unsafe fn get(vm: JavaVmPtr) -> Result<Env, Jint> {
         if vm.is_null() {
             return Err(JNI_ERR);
         }
@@ -312,7 +312,7 @@ impl Env {
     }
 
     /// Wraps the environment pointer a callback received.
-    pub fn from_callback(env: JvmtiEnvPtr) -> Env {
+    pub(crate) fn from_callback(env: JvmtiEnvPtr) -> Env {
         Env(env)
     }
 
@@ -323,13 +323,13 @@ impl Env {
         unsafe { &**self.0 }
     }
 
-    pub fn add_capabilities(&self, capabilities: &Capabilities) -> Result<(), JvmtiError> {
+    pub(crate) fn add_capabilities(&self, capabilities: &Capabilities) -> Result<(), JvmtiError> {
         let f = self.table().add_capabilities.ok_or(MISSING)?;
         // SAFETY: a pointer to a jvmtiCapabilities-layout struct, read during the call.
         check(unsafe { f(self.0, capabilities) })
     }
 
-    pub fn set_event_callbacks(&self, callbacks: &EventCallbacks) -> Result<(), JvmtiError> {
+    pub(crate) fn set_event_callbacks(&self, callbacks: &EventCallbacks) -> Result<(), JvmtiError> {
         let f = self.table().set_event_callbacks.ok_or(MISSING)?;
         let size = size_of::<EventCallbacks>() as Jint;
         // SAFETY: the struct is `size` bytes of function pointers in the specification's order;
@@ -337,20 +337,20 @@ impl Env {
         check(unsafe { f(self.0, callbacks, size) })
     }
 
-    pub fn enable(&self, event: Event) -> Result<(), JvmtiError> {
+    pub(crate) fn enable(&self, event: Event) -> Result<(), JvmtiError> {
         let f = self.table().set_event_notification_mode.ok_or(MISSING)?;
         // SAFETY: mode, event number, null thread (all threads), no extra arguments.
         check(unsafe { f(self.0, JVMTI_ENABLE, event as i32, ptr::null_mut()) })
     }
 
-    pub fn generate_events(&self, event: Event) -> Result<(), JvmtiError> {
+    pub(crate) fn generate_events(&self, event: Event) -> Result<(), JvmtiError> {
         let f = self.table().generate_events.ok_or(MISSING)?;
         // SAFETY: an event number; the JVM posts the events before returning.
         check(unsafe { f(self.0, event as i32) })
     }
 
     /// The method's name and JVM signature, e.g. `("bar", "(I)J")`.
-    pub fn method_name(&self, method: JmethodId) -> Result<(Vec<u8>, Vec<u8>), JvmtiError> {
+    pub(crate) fn method_name(&self, method: JmethodId) -> Result<(Vec<u8>, Vec<u8>), JvmtiError> {
         let f = self.table().get_method_name.ok_or(MISSING)?;
         let (mut name, mut sig) = (ptr::null_mut(), ptr::null_mut());
         // SAFETY: out-pointers for two JVMTI-allocated strings; generic signature not asked.
@@ -358,7 +358,7 @@ impl Env {
         Ok((self.take_string(name), self.take_string(sig)))
     }
 
-    pub fn declaring_class(&self, method: JmethodId) -> Result<Jobject, JvmtiError> {
+    pub(crate) fn declaring_class(&self, method: JmethodId) -> Result<Jobject, JvmtiError> {
         let f = self.table().get_method_declaring_class.ok_or(MISSING)?;
         let mut class = ptr::null_mut();
         // SAFETY: an out-pointer for a JNI reference.
@@ -367,7 +367,7 @@ impl Env {
     }
 
     /// The class's JVM signature, e.g. `Lcom/x/Foo;`.
-    pub fn class_signature(&self, class: Jobject) -> Result<Vec<u8>, JvmtiError> {
+    pub(crate) fn class_signature(&self, class: Jobject) -> Result<Vec<u8>, JvmtiError> {
         let f = self.table().get_class_signature.ok_or(MISSING)?;
         let mut sig = ptr::null_mut();
         // SAFETY: an out-pointer for a JVMTI-allocated string; generic signature not asked.
@@ -376,7 +376,7 @@ impl Env {
     }
 
     /// The class's `SourceFile` attribute, e.g. `Foo.java`.
-    pub fn source_file_name(&self, class: Jobject) -> Result<Vec<u8>, JvmtiError> {
+    pub(crate) fn source_file_name(&self, class: Jobject) -> Result<Vec<u8>, JvmtiError> {
         let f = self.table().get_source_file_name.ok_or(MISSING)?;
         let mut name = ptr::null_mut();
         // SAFETY: an out-pointer for a JVMTI-allocated string.
@@ -385,7 +385,10 @@ impl Env {
     }
 
     /// The method's `(start bci, line)` table.
-    pub fn line_number_table(&self, method: JmethodId) -> Result<Vec<(i64, i32)>, JvmtiError> {
+    pub(crate) fn line_number_table(
+        &self,
+        method: JmethodId,
+    ) -> Result<Vec<(i64, i32)>, JvmtiError> {
         let f = self.table().get_line_number_table.ok_or(MISSING)?;
         let mut count: Jint = 0;
         let mut table: *mut LineNumberEntry = ptr::null_mut();
@@ -405,7 +408,7 @@ impl Env {
     }
 
     /// The error's name, e.g. `JVMTI_ERROR_WRONG_PHASE`, or its number.
-    pub fn error_name(&self, error: JvmtiError) -> String {
+    pub(crate) fn error_name(&self, error: JvmtiError) -> String {
         let Some(f) = self.table().get_error_name else {
             return format!("JVMTI error {}", error.0);
         };
@@ -449,7 +452,7 @@ fn check(error: JvmtiError) -> Result<(), JvmtiError> {
 
 /// One pc of a compiled method and its inlining stack, innermost frame first.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PcScope {
+pub(crate) struct PcScope {
     pub pc: u64,
     pub frames: Vec<(JmethodId, i32)>,
 }
@@ -459,7 +462,7 @@ pub struct PcScope {
 /// # Safety
 /// `compile_info` is null or the `compile_info` argument of a `CompiledMethodLoad` callback
 /// that has not returned yet.
-pub unsafe fn inline_scopes(compile_info: *const c_void) -> Vec<PcScope> {
+pub(crate) unsafe fn inline_scopes(compile_info: *const c_void) -> Vec<PcScope> {
     let mut scopes = Vec::new();
     let mut header = compile_info.cast::<CmlrHeader>();
     while !header.is_null() {

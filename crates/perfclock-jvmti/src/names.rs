@@ -4,7 +4,7 @@
 /// perf's own agent writes it, `Lcom/x/Foo;bar(I)J`, which perf demangles to
 /// `com.x.Foo.bar(int)`; with `dotted` the class is written `com.x.Foo.` as in a Java stack
 /// trace (perf then shows the name as written).
-pub fn method_symbol(
+pub(crate) fn method_symbol(
     class_signature: &[u8],
     name: &[u8],
     signature: &[u8],
@@ -36,7 +36,7 @@ fn dotted_class(class_signature: &[u8]) -> impl Iterator<Item = u8> + '_ {
 
 /// The source path perf's agent writes into a line entry: the class's package as directories
 /// and its `SourceFile` attribute, `com/x/Foo.java` for `Lcom/x/Foo;` and `Foo.java`.
-pub fn source_path(class_signature: &[u8], source_file: &[u8]) -> Vec<u8> {
+pub(crate) fn source_path(class_signature: &[u8], source_file: &[u8]) -> Vec<u8> {
     let inner = class_signature
         .strip_prefix(b"L")
         .and_then(|s| s.strip_suffix(b";"))

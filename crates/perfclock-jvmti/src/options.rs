@@ -8,7 +8,7 @@ use perfclock_markers::MarkerClock;
 
 /// What the agent writes, and how it names code. Defaults are those of [`Options::default`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Options {
+pub(crate) struct Options {
     /// `jitdump=DIR|off`: where `jit-<pid>.dump` goes (default `.`); `None` for `off`.
     pub jitdump: Option<PathBuf>,
     /// `perfmap=0|1`: also write `/tmp/perf-<pid>.map` (default 0).
@@ -51,7 +51,7 @@ impl Default for Options {
 }
 
 /// The keys, as listed in the refusal of an unknown one.
-pub const KNOWN: &str = "jitdump=DIR|off, perfmap=0|1, markers=DIR, lines=0|1, inline=0|1, \
+pub(crate) const KNOWN: &str = "jitdump=DIR|off, perfmap=0|1, markers=DIR, lines=0|1, inline=0|1, \
                          dottedclass=0|1, sig=0|1, allow_no_clock=0|1, \
                          jitdump_clock=arch|perf|monotonic, markers_clock=perf|monotonic \
                          (comma-separated)";
@@ -75,7 +75,7 @@ impl Options {
     /// # Errors
     /// A message for the JVM's stderr: unknown, repeated or valueless key, a flag other than
     /// 0 or 1, an empty path.
-    pub fn parse(text: Option<&str>) -> Result<Options, String> {
+    pub(crate) fn parse(text: Option<&str>) -> Result<Options, String> {
         let mut options = Options::default();
         let mut seen = [false; KEYS.len()];
         for item in text

@@ -11,7 +11,7 @@ use perfclock_event::sys::lock;
 
 /// The map of this process, written one line per load so perf sees it while the JVM runs.
 #[derive(Debug)]
-pub struct PerfMap {
+pub(crate) struct PerfMap {
     path: PathBuf,
     file: Mutex<File>,
 }
@@ -23,7 +23,7 @@ impl PerfMap {
     ///
     /// # Errors
     /// The creation's error, with the path.
-    pub fn create() -> Result<PerfMap, String> {
+    pub(crate) fn create() -> Result<PerfMap, String> {
         let dir = Path::new("/tmp");
         let name = format!("perf-{}.map", std::process::id());
         let file = create_exclusive(dir, &name, 0o644).map_err(|e| e.to_string())?;
@@ -33,12 +33,12 @@ impl PerfMap {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Appends `addr size name`; a failed write is returned (the line may be lost).
-    pub fn add(&self, addr: u64, size: u64, name: &[u8]) -> io::Result<()> {
+    pub(crate) fn add(&self, addr: u64, size: u64, name: &[u8]) -> io::Result<()> {
         let mut line = format!("{addr:x} {size:x} ").into_bytes();
         // A line per symbol: a newline in a name would start a bogus line.
         line.extend(name.iter().map(|&b| if b == b'\n' { b' ' } else { b }));

@@ -22,7 +22,7 @@ static FILES: Mutex<Vec<Arc<SharedFile>>> = Mutex::new(Vec::new());
 
 /// A marker file and its append state.
 #[derive(Debug)]
-pub struct SharedFile {
+pub(crate) struct SharedFile {
     /// The process that created it: a fork child must not append to its parent's file.
     pub pid: u32,
     /// The file's canonical path, as perf will see it through the mapping.
@@ -56,7 +56,7 @@ impl SharedFile {
     ///
     /// # Errors
     /// [`MarkerError::Create`], [`MarkerError::NameTaken`] or [`MarkerError::Map`].
-    pub fn open(dir: &Path, clock: MarkerClock) -> Result<Arc<SharedFile>, MarkerError> {
+    pub(crate) fn open(dir: &Path, clock: MarkerClock) -> Result<Arc<SharedFile>, MarkerError> {
         let pid = std::process::id();
         let name = format!("marker-{pid}.txt");
         // Canonical, so `.` and `/abs/dir` (or a symlink to it) share one file rather than
@@ -118,7 +118,7 @@ impl SharedFile {
     /// # Errors
     /// [`MarkerError::Write`] (`lost` counts the lines of `lines` not written) or
     /// [`MarkerError::Broken`].
-    pub fn append(&self, lines: &[u8]) -> Result<(), MarkerError> {
+    pub(crate) fn append(&self, lines: &[u8]) -> Result<(), MarkerError> {
         if lines.is_empty() {
             return Ok(());
         }

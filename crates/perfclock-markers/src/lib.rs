@@ -25,7 +25,7 @@
 //!   [`perfclock::now_ns`] returns.
 //! - Each thread formats markers into its own buffer ([`thread_local::ThreadLocal`]), written out
 //!   with one `pwrite` when it fills, on [`Markers::flush`], at close and at `exit`.
-//! - A kill or a full disk never leaves a line samply misreads; see [`MAX_NAME_BYTES`] and the
+//! - A kill or a full disk never leaves a line samply misreads; see [`line::MAX_NAME_BYTES`] and the
 //!   `line` module's notes: lines are placed so a write cut short (which stops on a page boundary)
 //!   ends on a line boundary, and a failed write is cut back to the last whole line.
 //!
@@ -58,7 +58,6 @@ mod writer;
 
 pub use clock::{MarkerClock, UnknownMarkerClock, PAIRING_MAX_AGE_NS};
 pub use error::MarkerError;
-pub use line::MAX_NAME_BYTES;
 #[cfg(feature = "tracing")]
 pub use tracing_layer::MarkerLayer;
 pub use writer::{Markers, SpanGuard, FLUSH_AT_BYTES};

@@ -153,7 +153,7 @@ impl Markers {
     /// Buffers a span from `start_ns` to `end_ns` (perf-clock ns, e.g. from
     /// [`perfclock::now_ns`]); `start_ns == end_ns` is an instant. Control characters in `name`
     /// are replaced (a marker is one line) and it is cut to
-    /// [`MAX_NAME_BYTES`](crate::MAX_NAME_BYTES). May be called from a signal handler (see
+    /// [`MAX_NAME_BYTES`](crate::line::MAX_NAME_BYTES). May be called from a signal handler (see
     /// [`Markers`]).
     ///
     /// # Errors

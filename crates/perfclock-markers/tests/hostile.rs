@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use perfclock_markers::{MarkerError, Markers, MAX_NAME_BYTES};
+use perfclock_markers::line::MAX_NAME_BYTES;
+use perfclock_markers::{MarkerError, Markers};
 use perfclock_testutil::{skip, Need};
 
 use perfclock_testutil::samply::parse_like_samply;

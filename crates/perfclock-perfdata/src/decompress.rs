@@ -32,7 +32,7 @@ mod with_zstd {
     }
 
     impl Decompressed {
-        pub fn new(offset: u64) -> Result<Self, PerfDataError> {
+        pub(crate) fn new(offset: u64) -> Result<Self, PerfDataError> {
             Ok(Self {
                 decoder: Decoder::new().map_err(|error| PerfDataError::Compressed {
                     offset,
@@ -44,7 +44,7 @@ mod with_zstd {
         }
 
         /// Decompresses `compressed` (the record at `offset`) and inspects every whole record.
-        pub fn feed(
+        pub(crate) fn feed(
             &mut self,
             inspector: &mut Inspector,
             compressed: &[u8],
@@ -89,7 +89,7 @@ mod with_zstd {
         }
 
         /// The stream must end between records.
-        pub fn finish(self, offset: u64) -> Result<(), PerfDataError> {
+        pub(crate) fn finish(self, offset: u64) -> Result<(), PerfDataError> {
             if self.pending.is_empty() {
                 Ok(())
             } else {

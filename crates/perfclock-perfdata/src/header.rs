@@ -8,28 +8,28 @@ use crate::features::FeatureSet;
 use crate::section::{u64_at, Section};
 
 /// `perf_file_header.magic` of a little-endian perf.data.
-pub const MAGIC: &[u8; 8] = b"PERFILE2";
+pub(crate) const MAGIC: &[u8; 8] = b"PERFILE2";
 /// The magic of a perf.data written on a machine of the other byte order.
-pub const MAGIC_SWAPPED: &[u8; 8] = b"2ELIFREP";
+pub(crate) const MAGIC_SWAPPED: &[u8; 8] = b"2ELIFREP";
 /// The magic of perf's first file format (before 2009).
-pub const MAGIC_V1: &[u8; 8] = b"PERFFILE";
+pub(crate) const MAGIC_V1: &[u8; 8] = b"PERFFILE";
 /// `sizeof(struct perf_file_header)`.
 pub const FILE_HEADER_SIZE: u64 = 104;
 /// `sizeof(struct perf_pipe_file_header)`: what the size field holds in pipe mode.
-pub const PIPE_HEADER_SIZE: u64 = 16;
+pub(crate) const PIPE_HEADER_SIZE: u64 = 16;
 /// More events than this in one recording is no file perf writes; the limit keeps a hostile
 /// attribute section from costing minutes of reads.
 pub const MAX_ATTRS: u64 = 65_536;
 
 /// Where the header's fields are.
 pub(crate) mod at {
-    pub const SIZE: usize = 8;
-    pub const ATTR_SIZE: usize = 16;
-    pub const ATTRS: usize = 24;
-    pub const DATA: usize = 40;
-    pub const DATA_SIZE: usize = 48;
-    pub const EVENT_TYPES: usize = 56;
-    pub const FEATURES: usize = 72;
+    pub(crate) const SIZE: usize = 8;
+    pub(crate) const ATTR_SIZE: usize = 16;
+    pub(crate) const ATTRS: usize = 24;
+    pub(crate) const DATA: usize = 40;
+    pub(crate) const DATA_SIZE: usize = 48;
+    pub(crate) const EVENT_TYPES: usize = 56;
+    pub(crate) const FEATURES: usize = 72;
 }
 
 /// A file-mode, little-endian `perf_file_header`.

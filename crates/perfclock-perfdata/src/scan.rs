@@ -59,7 +59,7 @@ pub(crate) struct Inspector {
 impl Inspector {
     /// Notes what one record tells: a TIME_CONV, or the map of a jitdump; `offset` is the
     /// record's (or its compressed record's) file offset, for errors.
-    pub fn inspect(
+    pub(crate) fn inspect(
         &mut self,
         kind: RecordType,
         body: &[u8],

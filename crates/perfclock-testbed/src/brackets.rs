@@ -28,7 +28,7 @@ const EXAMPLES: usize = 3;
 
 /// How the readings around an action were taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Read {
+pub(crate) enum Read {
     Unordered,
     Ordered,
     Facade,
@@ -46,7 +46,7 @@ impl Read {
 
 /// Judged brackets of one group (one CPU, one way of reading).
 #[derive(Debug, Clone)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub events: u64,
     /// Records per kind, in `RecordKind::ALL` order.
     pub per_kind: [u64; 3],
@@ -72,7 +72,7 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub fn new() -> Stats {
+    pub(crate) fn new() -> Stats {
         Stats {
             events: 0,
             per_kind: [0; 3],
@@ -94,7 +94,7 @@ impl Stats {
 
     /// Judges one bracket: `stamp` holds the readings in ns, `cycles` the counter values and
     /// conversion when the readings came from raw core reads.
-    pub fn judge(
+    pub(crate) fn judge(
         &mut self,
         stamp: &Stamped<u64>,
         cycles: Option<(&Reading, &Reading)>,
@@ -152,7 +152,7 @@ impl Stats {
         }
     }
 
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.error.is_none()
             && self.violations == 0
             && self.inverse_violations == 0
@@ -166,7 +166,7 @@ impl Stats {
     }
 
     /// `key=value` details for a PASS/FAIL line.
-    pub fn details(&self) -> String {
+    pub(crate) fn details(&self) -> String {
         let mut s = format!(
             "events={} comm={} page-fault={} mmap2={} violations={} slips_1ns={} \
              max_excess_ns={} tightest_ns={} median_ns={} min_margin_ns={} discards={}",
@@ -200,7 +200,7 @@ impl Stats {
 }
 
 /// The two CPUs to pin to, or a FAIL when the guest has fewer.
-pub fn two_cpus(report: &mut Report) -> Option<[CoreId; 2]> {
+pub(crate) fn two_cpus(report: &mut Report) -> Option<[CoreId; 2]> {
     let ids = core_affinity::get_core_ids().unwrap_or_default();
     match ids.as_slice() {
         [a, b, ..] => Some([*a, *b]),
@@ -216,7 +216,7 @@ pub fn two_cpus(report: &mut Report) -> Option<[CoreId; 2]> {
 
 /// `TESTBED_SELFTEST_SKEW_NS`: added to every first reading, to prove that the checks and the
 /// script catch a clock that runs ahead of the kernel's. 0 (off) unless set.
-pub fn selftest_skew_ns() -> u64 {
+pub(crate) fn selftest_skew_ns() -> u64 {
     static SKEW: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *SKEW.get_or_init(|| {
         std::env::var("TESTBED_SELFTEST_SKEW_NS")
@@ -229,7 +229,7 @@ pub fn selftest_skew_ns() -> u64 {
 /// Collects `n` brackets of the calling thread, cycling through the record kinds.
 ///
 /// `read` returns the readings in ns plus, for core reads, the full `Reading`.
-pub fn collect(
+pub(crate) fn collect(
     truth: &mut GroundTruth,
     n: u64,
     tolerance: Tolerance,
@@ -350,7 +350,7 @@ fn worker(cpu: CoreId, budget: &Budget, tolerance: Tolerance) -> Worker {
 }
 
 /// Runs a worker on each CPU at the same time and reports each group.
-pub fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance, cpus: [CoreId; 2]) {
+pub(crate) fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance, cpus: [CoreId; 2]) {
     let start = std::time::Instant::now();
     let workers: Vec<Worker> = std::thread::scope(|scope| {
         let handles: Vec<_> = cpus

@@ -52,7 +52,7 @@ fn child(budget: &Budget, tolerance: Tolerance) -> String {
     )
 }
 
-pub fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance) {
+pub(crate) fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance) {
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe2 writes.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {

@@ -144,7 +144,7 @@ fn handoff(
     );
 }
 
-pub fn run(report: &mut Report, budget: &Budget, cpus: [CoreId; 2]) {
+pub(crate) fn run(report: &mut Report, budget: &Budget, cpus: [CoreId; 2]) {
     // Each side takes every other turn: `budget.handoffs` handoffs per kind of read.
     let n = budget.handoffs / 2;
     if perfclock::init().is_err() {

@@ -141,7 +141,7 @@ fn write_dump(dir: &Path, ops: u64, addr: u64) -> Result<Written, String> {
 }
 
 /// Runs the check and reports `jitdump-header`, `jitdump-timeconv` and `jitdump`.
-pub fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance) {
+pub(crate) fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance) {
     let pid1 = std::process::id() == 1;
     if let Err(e) = ensure_proc(pid1) {
         report.fail("jitdump", format_args!("{e}"));

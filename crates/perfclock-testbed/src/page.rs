@@ -8,7 +8,7 @@ use crate::report::Report;
 
 /// How far a user-space reading may miss the kernel's stamp on this architecture.
 #[derive(Debug, Clone, Copy)]
-pub struct Tolerance {
+pub(crate) struct Tolerance {
     /// arm64: the kernel floors `time_zero`, so a reading of the same counter value can be
     /// 1 ns above the kernel's. x86_64: exact.
     pub ns: u64,
@@ -20,7 +20,7 @@ const ARM64: bool = cfg!(target_arch = "aarch64");
 
 /// Prints the page of a fresh dummy event and checks that this kernel publishes what the rest
 /// needs. `None` when it does not: nothing after this could test anything real.
-pub fn check(report: &mut Report) -> Option<Tolerance> {
+pub(crate) fn check(report: &mut Report) -> Option<Tolerance> {
     let mapped = PerfEvent::open(&EventAttr::dummy()).and_then(|event| event.map_page_only());
     let mapping = match mapped {
         Ok(mapping) => mapping,

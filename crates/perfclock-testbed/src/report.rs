@@ -5,7 +5,7 @@ use std::fmt;
 use crate::brackets::Stats;
 
 /// A minimum for a details line: `-` while it is still `u64::MAX` (nothing was measured).
-pub fn min_or_dash(v: u64) -> String {
+pub(crate) fn min_or_dash(v: u64) -> String {
     if v == u64::MAX {
         "-".to_owned()
     } else {
@@ -16,7 +16,7 @@ pub fn min_or_dash(v: u64) -> String {
 /// What the run found so far. Printing and counting go together so that the summary can only
 /// count what a printed line reported.
 #[derive(Debug)]
-pub struct Report {
+pub(crate) struct Report {
     failures: u32,
     passes: u32,
     events: u64,
@@ -30,7 +30,7 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn new() -> Report {
+    pub(crate) fn new() -> Report {
         Report {
             failures: 0,
             passes: 0,
@@ -43,26 +43,26 @@ impl Report {
         }
     }
 
-    pub fn set_counter_hz(&mut self, hz: u128) {
+    pub(crate) fn set_counter_hz(&mut self, hz: u128) {
         self.counter_hz = Some(hz);
     }
 
-    pub fn info(&mut self, args: fmt::Arguments<'_>) {
+    pub(crate) fn info(&mut self, args: fmt::Arguments<'_>) {
         println!("TESTBED INFO {args}");
     }
 
-    pub fn pass(&mut self, check: &str, args: fmt::Arguments<'_>) {
+    pub(crate) fn pass(&mut self, check: &str, args: fmt::Arguments<'_>) {
         self.passes += 1;
         println!("TESTBED PASS {check} {args}");
     }
 
-    pub fn fail(&mut self, check: &str, args: fmt::Arguments<'_>) {
+    pub(crate) fn fail(&mut self, check: &str, args: fmt::Arguments<'_>) {
         self.failures += 1;
         println!("TESTBED FAIL {check} {args}");
     }
 
     /// PASS or FAIL with the same details.
-    pub fn check(&mut self, ok: bool, check: &str, args: fmt::Arguments<'_>) {
+    pub(crate) fn check(&mut self, ok: bool, check: &str, args: fmt::Arguments<'_>) {
         if ok {
             self.pass(check, args);
         } else {
@@ -71,7 +71,7 @@ impl Report {
     }
 
     /// Adds judged brackets to the totals; `facade_cpu` when they were read through the facade.
-    pub fn add_events(&mut self, stats: &Stats, facade_cpu: Option<usize>) {
+    pub(crate) fn add_events(&mut self, stats: &Stats, facade_cpu: Option<usize>) {
         self.events += stats.events;
         self.violations += stats.violations;
         self.slips_1ns += stats.slips;
@@ -85,7 +85,7 @@ impl Report {
     }
 
     /// Prints the summary line, failing the run when it holds fewer records than required.
-    pub fn summary(&mut self, min_events: u64, min_facade_per_cpu: u64) {
+    pub(crate) fn summary(&mut self, min_events: u64, min_facade_per_cpu: u64) {
         let (events, [cpu0, cpu1]) = (self.events, self.facade_events);
         self.check(
             events >= min_events,
@@ -113,7 +113,7 @@ impl Report {
     }
 
     /// True when at least one check passed and none failed.
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.failures == 0 && self.passes > 0
     }
 }
@@ -140,11 +140,11 @@ fn field(chars: &[libc::c_char]) -> String {
 }
 
 /// `uname -r`, e.g. `6.1.0-57-amd64`.
-pub fn kernel_release() -> String {
+pub(crate) fn kernel_release() -> String {
     utsname().map_or("unknown".to_owned(), |u| field(&u.release))
 }
 
 /// `uname -v`, e.g. `#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (...)`.
-pub fn kernel_version() -> String {
+pub(crate) fn kernel_version() -> String {
     utsname().map_or("unknown".to_owned(), |u| field(&u.version))
 }

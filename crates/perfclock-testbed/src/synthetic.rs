@@ -9,7 +9,8 @@
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use perfclock_core::{PageReader, PageWriter, PerfEventMmapPage, ReadError, TimeConversion};
+use perfclock_core::page::PerfEventMmapPage;
+use perfclock_core::{PageReader, PageWriter, ReadError, TimeConversion};
 
 const BITS: u32 = 12;
 const MASK: u64 = (1 << BITS) - 1;

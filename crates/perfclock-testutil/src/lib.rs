@@ -1,7 +1,7 @@
 //! Helpers shared by the workspace's tests, benches and test programs (a dev-dependency, never
 //! published). Each concern gets a module of its own; today:
 //!
-//! - [`mod@skip`]: the one way a test says it cannot run here. It names what is missing, says so on
+//! - [`skip()`]: the one way a test says it cannot run here. It names what is missing, says so on
 //!   stderr past libtest's capture (and in the file `PERFCLOCK_SKIP_LOG` names), and fails
 //!   instead when CI's require variable for that need is set.
 //! - [`handoff`]: readings handed between threads or processes, and the verdict that tells the
@@ -29,7 +29,7 @@ pub mod hostile;
 pub mod perf_script;
 pub mod samply;
 pub mod shared_dir;
-pub mod skip;
+mod skip;
 pub mod time;
 
 pub use skip::{

@@ -12,7 +12,7 @@ use perfclock_testutil::{skip, Need};
 /// Whether `error` is this environment refusing perf events (paranoid level, seccomp, no
 /// CONFIG_PERF_EVENTS) and the test may skip: then says so (perfclock-testutil's `skip`) and
 /// returns true. With PERFCLOCK_REQUIRE_PERF=1 (CI on the project's machines) it fails instead.
-pub fn skip_perf_refused(test: &str, error: &CalibError) -> bool {
+pub(crate) fn skip_perf_refused(test: &str, error: &CalibError) -> bool {
     let CalibError::Open(e) = error else {
         return false;
     };
@@ -27,7 +27,7 @@ pub fn skip_perf_refused(test: &str, error: &CalibError) -> bool {
 }
 
 /// Brackets of all kinds, interleaved in rounds of 50 on this thread.
-pub fn interleaved(gt: &mut GroundTruth, per_kind: usize) -> Vec<Bracket> {
+pub(crate) fn interleaved(gt: &mut GroundTruth, per_kind: usize) -> Vec<Bracket> {
     let mut out = Vec::new();
     for _ in 0..per_kind / 50 {
         for k in RecordKind::ALL {
@@ -38,7 +38,7 @@ pub fn interleaved(gt: &mut GroundTruth, per_kind: usize) -> Vec<Bracket> {
 }
 
 /// The line with the most slack through `bs` ([`bracket_line::best_line`]).
-pub fn best_line(bs: &[Bracket]) -> Line {
+pub(crate) fn best_line(bs: &[Bracket]) -> Line {
     let stamps: Vec<Stamp> = bs
         .iter()
         .map(|b| Stamp {

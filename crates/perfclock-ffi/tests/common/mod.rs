@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The crate's directory (for `include/` and the C sources under `tests/`).
-pub const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
+pub(crate) const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
 /// What Rust's std needs from the C side when a staticlib is linked by a C compiler
 /// (`--print native-static-libs` on linux-gnu).
-pub const NATIVE_LIBS: [&str; 7] = [
+pub(crate) const NATIVE_LIBS: [&str; 7] = [
     "-lgcc_s",
     "-lutil",
     "-lrt",
@@ -24,7 +24,7 @@ pub const NATIVE_LIBS: [&str; 7] = [
 
 /// The static and shared library of this crate.
 #[derive(Debug)]
-pub struct Libraries {
+pub(crate) struct Libraries {
     /// `libperfclock_ffi.a`.
     pub archive: PathBuf,
     /// `libperfclock_ffi.so`.
@@ -44,7 +44,7 @@ fn profile_dir() -> PathBuf {
 /// perfclock-ffi` into the same target directory every time: `cargo test` does not update them,
 /// and cargo alone knows whether they are stale (an edit to a dependency leaves no trace a test
 /// could compare; a no-op build takes a fraction of a second).
-pub fn libraries() -> Libraries {
+pub(crate) fn libraries() -> Libraries {
     let profile = profile_dir();
     let archive = profile.join("libperfclock_ffi.a");
     let shared = profile.join("libperfclock_ffi.so");
