@@ -12,6 +12,8 @@ use std::time::Instant;
 use perfclock::{shared_page, Clock, Mode};
 use perfclock_core::counter;
 
+use crate::stdout::{out, outln};
+
 /// Kernel stamps checked per record kind when the command line names no number.
 pub(crate) const DEFAULT_RECORDS_PER_KIND: usize = 20_000;
 
@@ -23,12 +25,12 @@ pub(crate) fn run(per_kind: usize) -> ExitCode {
     let clock = match perfclock::init() {
         Ok(clock) => clock,
         Err(error) => {
-            println!("perfclock: no clock: {error}");
+            outln!("perfclock: no clock: {error}");
             return ExitCode::FAILURE;
         }
     };
     let open_time = opened.elapsed();
-    println!(
+    outln!(
         "perfclock doctor ({} counter, {})",
         counter::COUNTER_NAME,
         std::env::consts::ARCH
@@ -47,17 +49,17 @@ pub(crate) fn run(per_kind: usize) -> ExitCode {
 
 fn describe_mode(clock: &Clock, open_time: std::time::Duration) {
     match clock.mode() {
-        Mode::Kernel => println!(
+        Mode::Kernel => outln!(
             "mode: kernel — the kernel publishes the conversion (cap_user_time_zero=1); readings \
              are the kernel's own arithmetic (error bound 0 ns)"
         ),
         Mode::Shared => {
-            println!(
+            outln!(
                 "mode: shared — calibrated by a `perfclock serve` of this machine and read from \
                  its page (no thread, perf event or ring in this process)"
             );
             if let Some(page) = clock.shared_page() {
-                println!(
+                outln!(
                     "shared page: {}, server pid {}, heartbeat {:.2} s ago",
                     page.path.display(),
                     page.server_pid,
@@ -65,20 +67,20 @@ fn describe_mode(clock: &Clock, open_time: std::time::Duration) {
                 );
             }
             if let Some(withheld) = clock.withheld() {
-                println!("why: {withheld}");
+                outln!("why: {withheld}");
             }
         }
         Mode::Calibrated => {
-            println!("mode: calibrated");
+            outln!("mode: calibrated");
             if let Some(withheld) = clock.withheld() {
-                println!("why: {withheld}");
+                outln!("why: {withheld}");
             }
         }
     }
-    println!("opened in {:.1} ms", open_time.as_secs_f64() * 1e3);
+    outln!("opened in {:.1} ms", open_time.as_secs_f64() * 1e3);
     if let Some(calibrated) = clock.calibrated() {
         let stats = calibrated.stats();
-        println!(
+        outln!(
             "calibration: first bound after {:.1} ms, fit over {:.1} ms of {} brackets, \
              background thread used {:.2} ms of CPU so far",
             stats.first_calibration_ns as f64 / 1e6,
@@ -87,19 +89,19 @@ fn describe_mode(clock: &Clock, open_time: std::time::Duration) {
             stats.thread_cpu_ns as f64 / 1e6
         );
     }
-    println!("error bound now: {} ns", clock.error_bound_ns());
+    outln!("error bound now: {} ns", clock.error_bound_ns());
 }
 
 /// Each shared page `init()` looks at, and what it made of it (`refused (REASON): ...` for
 /// one it would not use).
 fn describe_shared_pages() {
     let Some(paths) = shared_page::candidates() else {
-        println!("shared pages: disabled ({}=off)", shared_page::ENV);
+        outln!("shared pages: disabled ({}=off)", shared_page::ENV);
         return;
     };
     for path in paths {
         match shared_page::probe(&path) {
-            Ok(page) => println!(
+            Ok(page) => outln!(
                 "shared page {}: valid, server pid {}, heartbeat {:.2} s ago, bound {} ns",
                 path.display(),
                 page.server_pid,
@@ -107,12 +109,12 @@ fn describe_shared_pages() {
                 page.error_bound_ns
             ),
             Err(refusal) if refusal.is_absent() => {
-                println!(
+                outln!(
                     "shared page {}: none (no `perfclock serve`)",
                     path.display()
                 )
             }
-            Err(refusal) => println!(
+            Err(refusal) => outln!(
                 "shared page {}: refused ({}): {refusal}",
                 path.display(),
                 refusal.reason()
@@ -123,7 +125,7 @@ fn describe_shared_pages() {
 
 fn describe_conversion(clock: &Clock) {
     match clock.reader().raw() {
-        Ok(raw) => println!(
+        Ok(raw) => outln!(
             "published page: capabilities {:#x}, time_mult {}, time_shift {}, time_zero {}, \
              time_cycles {}, time_mask {:#x}",
             raw.capabilities,
@@ -133,19 +135,19 @@ fn describe_conversion(clock: &Clock) {
             raw.time_cycles,
             raw.time_mask
         ),
-        Err(error) => println!("published page unreadable: {error}"),
+        Err(error) => outln!("published page unreadable: {error}"),
     }
 }
 
 fn check_against_kernel(clock: &Clock, per_kind: usize) -> bool {
-    println!("\nchecking against {per_kind} fresh kernel stamps per record kind and CPU turn ...");
+    outln!("\nchecking against {per_kind} fresh kernel stamps per record kind and CPU turn ...");
     match perfclock_check::verify(clock, per_kind) {
         Ok(report) => {
-            print!("{report}");
+            out!("{report}");
             if report.passed() {
-                println!("result: every kernel stamp lies within the clock's bound");
+                outln!("result: every kernel stamp lies within the clock's bound");
             } else {
-                println!(
+                outln!(
                     "result: FAILED: {} stamps outside the bound (worst {} ns)",
                     report.violations(),
                     report.worst_violation_ns()
@@ -154,7 +156,7 @@ fn check_against_kernel(clock: &Clock, per_kind: usize) -> bool {
             report.passed()
         }
         Err(error) => {
-            println!("result: FAILED: could not check against the kernel: {error}");
+            outln!("result: FAILED: could not check against the kernel: {error}");
             false
         }
     }
@@ -164,12 +166,12 @@ fn compare_with_monotonic(clock: &Clock) {
     let offset = match perfclock_check::monotonic_offset(clock) {
         Ok(offset) => offset,
         Err(error) => {
-            println!("\nCLOCK_MONOTONIC - perf clock: not measured: {error}");
+            outln!("\nCLOCK_MONOTONIC - perf clock: not measured: {error}");
             return;
         }
     };
     let misplaced = offset.offset_ns.unsigned_abs() > offset.uncertainty_ns + 1_000;
-    println!(
+    outln!(
         "\nCLOCK_MONOTONIC - perf clock = {} ns +- {} ns ({:.3} ms): CLOCK_MONOTONIC stamps {}",
         offset.offset_ns,
         offset.uncertainty_ns,
@@ -213,7 +215,7 @@ fn measure_read_cost(clock: &Clock) {
         clock_reads.push(clock_read);
         counter_reads.push(counter_read);
     }
-    println!(
+    outln!(
         "\ncost per read (medians of {ROUNDS} interleaved rounds of 200000): now_ns {:.1} ns, raw \
          {} {:.1} ns ({:.2}x), clock_gettime(CLOCK_MONOTONIC) {:.1} ns",
         median(clock_reads),

@@ -9,6 +9,7 @@ mod inject;
 mod record;
 mod serve;
 mod signals;
+mod stdout;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -170,7 +171,7 @@ fn main() -> ExitCode {
         }),
         Command::AgentPath => match agent_path::find() {
             Ok(path) => {
-                println!("{}", path.display());
+                stdout::outln!("{}", path.display());
                 ExitCode::SUCCESS
             }
             Err(message) => {

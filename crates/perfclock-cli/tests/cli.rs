@@ -3,7 +3,9 @@
 
 use std::fs;
 use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -132,6 +134,51 @@ fn help_lists_both_subcommands() {
     let output = perfclock(&["inject-time-conv".as_ref(), "--help".as_ref()]);
     let help = String::from_utf8_lossy(&output.stdout);
     assert!(help.contains("--dump-dir") && help.contains("-o"), "{help}");
+}
+
+/// `perfclock doctor | head`: a reader that goes away ends the doctor by SIGPIPE, as it ends a C
+/// tool, never by `println!`'s panic. The reading end is closed before the doctor starts (a
+/// connected socket pair, which fails a write with EPIPE and SIGPIPE as a pipe does).
+#[test]
+fn doctor_dies_of_sigpipe_when_its_reader_goes_away() {
+    const SIGPIPE: i32 = 13;
+    let (reader, writer) = UnixStream::pair().expect("a socket pair");
+    drop(reader);
+    let output = Command::new(env!("CARGO_BIN_EXE_perfclock"))
+        .arg("doctor")
+        .stdout(OwnedFd::from(writer))
+        .output()
+        .expect("run perfclock doctor");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        output.status.signal(),
+        Some(SIGPIPE),
+        "{:?}: {stderr}",
+        output.status
+    );
+}
+
+/// A report that cannot be written for another reason (a full disk) is an error naming standard
+/// output, exit status 1, not a panic.
+#[test]
+fn doctor_names_standard_output_when_it_cannot_write() {
+    let full = fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("Linux's /dev/full");
+    let output = Command::new(env!("CARGO_BIN_EXE_perfclock"))
+        .arg("doctor")
+        .stdout(full)
+        .output()
+        .expect("run perfclock doctor");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("perfclock: cannot write to standard output: No space left on device"),
+        "{stderr}"
+    );
 }
 
 #[test]
