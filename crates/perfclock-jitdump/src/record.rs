@@ -131,6 +131,23 @@ pub(crate) fn code_load(out: &mut Vec<u8>, load: &CodeLoad<'_>) -> Result<(), Ji
     Ok(())
 }
 
+/// Where every record's prefix holds its timestamp (after `id` and `total_size`).
+const PREFIX_TIMESTAMP_AT: usize = 4 + 4;
+/// Where a `JIT_CODE_LOAD` holds `code_index` (after the prefix, `pid`, `tid`, `vma`, `code_addr`
+/// and `code_size`).
+const LOAD_CODE_INDEX_AT: usize = PREFIX_SIZE + 4 + 4 + 8 + 8 + 8;
+
+/// Sets the timestamp of the record that starts at `record[0]`: a writer builds records outside
+/// its lock and stamps them under it.
+pub(crate) fn patch_timestamp(record: &mut [u8], timestamp: u64) {
+    record[PREFIX_TIMESTAMP_AT..PREFIX_TIMESTAMP_AT + 8].copy_from_slice(&timestamp.to_ne_bytes());
+}
+
+/// Sets the `code_index` of the `JIT_CODE_LOAD` that starts at `load[0]`.
+pub(crate) fn patch_code_index(load: &mut [u8], code_index: u64) {
+    load[LOAD_CODE_INDEX_AT..LOAD_CODE_INDEX_AT + 8].copy_from_slice(&code_index.to_ne_bytes());
+}
+
 /// Appends a `JIT_CODE_CLOSE` record (the prefix alone) to `out`.
 pub(crate) fn code_close(out: &mut Vec<u8>, timestamp: u64) {
     prefix(out, RecordId::Close, PREFIX_SIZE as u32, timestamp);
@@ -249,6 +266,30 @@ mod tests {
         );
         assert_eq!(&out[56..60], b"f\n\xff\0");
         assert_eq!(&out[60..], &[0xc3, 0x90]);
+    }
+
+    #[test]
+    fn patched_load_equals_one_built_with_those_values() {
+        let load = |timestamp, code_index| CodeLoad {
+            timestamp,
+            pid: 1,
+            tid: 2,
+            addr: 0x1000,
+            code_index,
+            name: b"f",
+            code: &[0xc3],
+        };
+        let mut patched = Vec::new();
+        code_load(&mut patched, &load(0, 0)).unwrap();
+        patch_timestamp(&mut patched, 0x0102_0304_0506_0708);
+        patch_code_index(&mut patched, 0x1112_1314_1516_1718);
+        let mut built = Vec::new();
+        code_load(
+            &mut built,
+            &load(0x0102_0304_0506_0708, 0x1112_1314_1516_1718),
+        )
+        .unwrap();
+        assert_eq!(patched, built);
     }
 
     #[test]

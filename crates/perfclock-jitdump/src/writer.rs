@@ -444,12 +444,13 @@ impl Shared {
         let index = {
             let mut state = lock(&self.state);
             let index = state.next_index;
-            let stamp = timestamp(self.clock, self.jit_clock)?.to_ne_bytes();
-            if load_at > 0 {
-                bytes[8..16].copy_from_slice(&stamp);
+            let stamp = timestamp(self.clock, self.jit_clock)?;
+            let (debug_info, load) = bytes.split_at_mut(load_at);
+            if !debug_info.is_empty() {
+                record::patch_timestamp(debug_info, stamp);
             }
-            bytes[load_at + 8..load_at + 16].copy_from_slice(&stamp);
-            bytes[load_at + 48..load_at + 56].copy_from_slice(&index.to_ne_bytes());
+            record::patch_timestamp(load, stamp);
+            record::patch_code_index(load, index);
             self.append(&mut state, &bytes)?;
             state.next_index += 1;
             index

@@ -110,15 +110,20 @@ mod without_zstd {
     pub(crate) enum Decompressed {}
 
     impl Decompressed {
-        pub fn new(offset: u64) -> Result<Self, PerfDataError> {
+        pub(crate) fn new(offset: u64) -> Result<Self, PerfDataError> {
             Err(PerfDataError::CompressedUnsupported { offset })
         }
 
-        pub fn feed(&mut self, _: &mut Inspector, _: &[u8], _: u64) -> Result<(), PerfDataError> {
+        pub(crate) fn feed(
+            &mut self,
+            _: &mut Inspector,
+            _: &[u8],
+            _: u64,
+        ) -> Result<(), PerfDataError> {
             match *self {}
         }
 
-        pub fn finish(self, _: u64) -> Result<(), PerfDataError> {
+        pub(crate) fn finish(self, _: u64) -> Result<(), PerfDataError> {
             match self {}
         }
     }
