@@ -137,7 +137,8 @@ impl PageReader {
     /// A page of our own memory, published by a [`PageWriter`](crate::PageWriter) and read back:
     /// ```
     /// use core::ptr::NonNull;
-    /// use perfclock_core::{PageReader, PageWriter, PerfEventMmapPage, TimeConversion};
+    /// use perfclock_core::page::PerfEventMmapPage;
+    /// use perfclock_core::{PageReader, PageWriter, TimeConversion};
     ///
     /// let page = NonNull::from(Box::leak(Box::new(PerfEventMmapPage::zeroed())));
     /// // SAFETY: the page is leaked (lives forever), aligned, and written only by this writer.
