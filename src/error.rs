@@ -10,6 +10,8 @@ use std::fmt;
 
 #[cfg(all(feature = "calibrated", target_os = "linux"))]
 use perfclock_calib::CalibError;
+#[cfg(target_os = "linux")]
+use perfclock_core::PageDefect;
 use perfclock_core::ReadError;
 #[cfg(target_os = "linux")]
 use perfclock_event::SysError;
@@ -200,3 +202,96 @@ mod tests {
         assert!(!message.contains("WouldBlock"), "{message}");
     }
 }
+
+/// Why a shared page (`perfclock serve`'s, see [`crate::shared_page`]) was not used.
+#[cfg(target_os = "linux")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// It could not be opened (absent, a symlink, no permission).
+    Open {
+        /// The `std::io::ErrorKind`.
+        kind: std::io::ErrorKind,
+        /// The OS error number, if any.
+        errno: Option<i32>,
+    },
+    /// Not a regular file.
+    NotRegular,
+    /// Owned by a uid other than root's and this process's: its owner could shift our clock.
+    OtherOwner {
+        /// The file's owner.
+        uid: u32,
+    },
+    /// Writable by group or others: anyone in them could shift our clock.
+    Writable {
+        /// The file's mode bits.
+        mode: u32,
+    },
+    /// The boot id could not be read, so counter values cannot be matched to this boot.
+    NoBootId,
+    /// The bytes are not a usable page (truncated, garbage, another version or boot, stale).
+    Defect(PageDefect),
+}
+
+#[cfg(target_os = "linux")]
+impl Refusal {
+    /// Whether the page simply is not there (no server was ever started on that path).
+    pub fn is_absent(&self) -> bool {
+        matches!(
+            self,
+            Refusal::Open {
+                kind: std::io::ErrorKind::NotFound,
+                ..
+            }
+        )
+    }
+
+    /// A one-word name of the reason, for scripts and tests.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Open { .. } => "unopenable",
+            Refusal::NotRegular => "not-regular",
+            Refusal::OtherOwner { .. } => "other-owner",
+            Refusal::Writable { .. } => "writable",
+            Refusal::NoBootId => "no-boot-id",
+            Refusal::Defect(PageDefect::Truncated { .. }) => "truncated",
+            Refusal::Defect(PageDefect::Garbage(_)) => "garbage",
+            Refusal::Defect(PageDefect::Version { .. }) => "version",
+            Refusal::Defect(PageDefect::OtherBoot) => "other-boot",
+            Refusal::Defect(PageDefect::Stale { .. }) => "stale",
+            Refusal::Defect(PageDefect::Busy) => "busy",
+            Refusal::Defect(_) => "defect",
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Open { kind, errno } => {
+                write!(f, "cannot open it without following a symlink ({kind}")?;
+                if let Some(errno) = errno {
+                    write!(f, ", errno {errno}")?;
+                }
+                f.write_str(")")
+            }
+            Refusal::NotRegular => f.write_str("not a regular file"),
+            Refusal::OtherOwner { uid } => write!(
+                f,
+                "owned by uid {uid}, neither root nor this user: its owner could shift this \
+                 process's clock"
+            ),
+            Refusal::Writable { mode } => write!(
+                f,
+                "mode {:04o} lets group or others write it (and shift this process's clock)",
+                mode & 0o7777
+            ),
+            Refusal::NoBootId => f.write_str("cannot read /proc/sys/kernel/random/boot_id"),
+            Refusal::Defect(defect) => defect.fmt(f),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl std::error::Error for Refusal {}

@@ -68,7 +68,7 @@ pub use clock::{Clock, Mode, Options};
 pub use diagnosis::Withheld;
 pub use error::Error;
 #[cfg(target_os = "linux")]
-pub use error::SnapshotError;
+pub use error::{Refusal, SnapshotError};
 pub use perfclock_core::{ReadError, TimeConversion};
 #[cfg(target_os = "linux")]
 pub use snapshot::{snapshot, ClockSnapshot, PairedClock, SNAPSHOT_TRIES};

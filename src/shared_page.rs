@@ -26,7 +26,6 @@
 #![allow(unsafe_code)]
 
 use std::ffi::OsString;
-use std::fmt;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -35,10 +34,11 @@ use std::ptr::NonNull;
 
 use perfclock_core::counter;
 use perfclock_core::shared_page::{
-    parse, PageDefect, SharedPageReader, SharedSnapshot, FILE_BYTES, HEARTBEAT_INTERVAL_NS,
-    STALE_AFTER_NS,
+    parse, SharedPageReader, SharedSnapshot, FILE_BYTES, HEARTBEAT_INTERVAL_NS, STALE_AFTER_NS,
 };
-use perfclock_core::PageReader;
+use perfclock_core::{PageDefect, PageReader};
+
+use crate::Refusal;
 
 /// The environment variable naming the page (`off` disables it).
 pub const ENV: &str = "PERFCLOCK_SHARED_PAGE";
@@ -79,93 +79,6 @@ pub fn default_server_path() -> Option<PathBuf> {
     let runtime = std::env::var_os("XDG_RUNTIME_DIR").filter(|dir| !dir.is_empty())?;
     Some(Path::new(&runtime).join(USER_RELATIVE_PATH))
 }
-
-/// Why a shared page was not used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// It could not be opened (absent, a symlink, no permission).
-    Open {
-        /// The `io::ErrorKind`.
-        kind: io::ErrorKind,
-        /// The OS error number, if any.
-        errno: Option<i32>,
-    },
-    /// Not a regular file.
-    NotRegular,
-    /// Owned by a uid other than root's and this process's: its owner could shift our clock.
-    OtherOwner {
-        /// The file's owner.
-        uid: u32,
-    },
-    /// Writable by group or others: anyone in them could shift our clock.
-    Writable {
-        /// The file's mode bits.
-        mode: u32,
-    },
-    /// The boot id could not be read, so counter values cannot be matched to this boot.
-    NoBootId,
-    /// The bytes are not a usable page (truncated, garbage, another version or boot, stale).
-    Defect(PageDefect),
-}
-
-impl Refusal {
-    /// Whether the page simply is not there (no server was ever started on that path).
-    pub fn is_absent(&self) -> bool {
-        matches!(
-            self,
-            Refusal::Open {
-                kind: io::ErrorKind::NotFound,
-                ..
-            }
-        )
-    }
-
-    /// A one-word name of the reason, for scripts and tests.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Refusal::Open { .. } => "unopenable",
-            Refusal::NotRegular => "not-regular",
-            Refusal::OtherOwner { .. } => "other-owner",
-            Refusal::Writable { .. } => "writable",
-            Refusal::NoBootId => "no-boot-id",
-            Refusal::Defect(PageDefect::Truncated { .. }) => "truncated",
-            Refusal::Defect(PageDefect::Garbage(_)) => "garbage",
-            Refusal::Defect(PageDefect::Version { .. }) => "version",
-            Refusal::Defect(PageDefect::OtherBoot) => "other-boot",
-            Refusal::Defect(PageDefect::Stale { .. }) => "stale",
-            Refusal::Defect(PageDefect::Busy) => "busy",
-        }
-    }
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Refusal::Open { kind, errno } => {
-                write!(f, "cannot open it without following a symlink ({kind}")?;
-                if let Some(errno) = errno {
-                    write!(f, ", errno {errno}")?;
-                }
-                f.write_str(")")
-            }
-            Refusal::NotRegular => f.write_str("not a regular file"),
-            Refusal::OtherOwner { uid } => write!(
-                f,
-                "owned by uid {uid}, neither root nor this user: its owner could shift this \
-                 process's clock"
-            ),
-            Refusal::Writable { mode } => write!(
-                f,
-                "mode {:04o} lets group or others write it (and shift this process's clock)",
-                mode & 0o7777
-            ),
-            Refusal::NoBootId => f.write_str("cannot read /proc/sys/kernel/random/boot_id"),
-            Refusal::Defect(defect) => defect.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for Refusal {}
 
 /// What a client knows of the page it reads.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,12 +10,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::ptr::NonNull;
 
-use perfclock::shared_page::{probe, Refusal};
+use perfclock::shared_page::probe;
+use perfclock::Refusal;
 use perfclock_core::counter;
 use perfclock_core::shared_page::{
-    PageDefect, SharedBound, SharedPageWriter, FILE_BYTES, HEADER_OFFSET, STALE_AFTER_NS,
+    SharedBound, SharedPageWriter, FILE_BYTES, HEADER_OFFSET, STALE_AFTER_NS,
 };
-use perfclock_core::TimeConversion;
+use perfclock_core::{PageDefect, TimeConversion};
 
 /// 0.4 ns per tick (a 2.5 GHz counter), shift 31.
 const MULT: u32 = 858_993_459;

@@ -9,9 +9,9 @@ use core::ptr::NonNull;
 
 use libfuzzer_sys::fuzz_target;
 use perfclock_core::shared_page::{
-    parse, PageDefect, SharedBound, SharedPageReader, SharedPageWriter, FILE_BYTES, LAYOUT_BYTES,
+    parse, SharedBound, SharedPageReader, SharedPageWriter, FILE_BYTES, LAYOUT_BYTES,
 };
-use perfclock_core::TimeConversion;
+use perfclock_core::{PageDefect, TimeConversion};
 
 #[repr(C, align(4096))]
 struct File([u8; FILE_BYTES]);

@@ -8,6 +8,8 @@
 
 use core::fmt;
 
+use crate::shared_page::{LAYOUT_BYTES, STALE_AFTER_NS, VERSION};
+
 /// Time parameters that no kernel would publish; converting with them would give garbage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -89,3 +91,58 @@ impl core::error::Error for ReadError {
         }
     }
 }
+
+/// Why bytes are not a usable shared clock page ([`crate::shared_page`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PageDefect {
+    /// Shorter than the layout.
+    Truncated {
+        /// Bytes there are.
+        len: usize,
+    },
+    /// Not a page in this format, or one whose contents make no sense.
+    Garbage(&'static str),
+    /// Another format version.
+    Version {
+        /// The version found.
+        found: u32,
+    },
+    /// Written in another boot.
+    OtherBoot,
+    /// The heartbeat is older than [`STALE_AFTER_NS`](crate::shared_page::STALE_AFTER_NS): no server keeps it up to date.
+    Stale {
+        /// Heartbeat age, ns.
+        age_ns: u64,
+    },
+    /// The writer held the header lock for every retry.
+    Busy,
+}
+
+impl fmt::Display for PageDefect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PageDefect::Truncated { len } => write!(
+                f,
+                "truncated: {len} bytes, the layout needs {LAYOUT_BYTES}"
+            ),
+            PageDefect::Garbage(what) => write!(f, "garbage: {what}"),
+            PageDefect::Version { found } => write!(
+                f,
+                "format version {found}, this perfclock reads version {VERSION}"
+            ),
+            PageDefect::OtherBoot => f.write_str(
+                "written in another boot (its boot id is not /proc/sys/kernel/random/boot_id)",
+            ),
+            PageDefect::Stale { age_ns } => write!(
+                f,
+                "stale: last heartbeat {:.1} s ago (stale after {} s: is `perfclock serve` running?)",
+                *age_ns as f64 / 1e9,
+                STALE_AFTER_NS / 1_000_000_000
+            ),
+            PageDefect::Busy => f.write_str("its writer held the header lock for every retry"),
+        }
+    }
+}
+
+impl core::error::Error for PageDefect {}

@@ -34,7 +34,7 @@ pub mod shared_page;
 mod writer;
 
 pub use conversion::TimeConversion;
-pub use error::{ParamError, ReadError};
+pub use error::{PageDefect, ParamError, ReadError};
 pub use reader::{PageReader, RawTimeFields, Reading, MAX_RETRIES};
 pub use seq_lock::{SeqLock, SeqLockWriteGuard};
 pub use writer::PageWriter;

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::UnknownClock;
+
 /// The clock of a jitdump's timestamps (the header's and every record's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum JitClock {
@@ -39,24 +41,6 @@ impl fmt::Display for JitClock {
         f.write_str(self.as_str())
     }
 }
-
-/// A clock name that is none of `arch`, `perf`, `monotonic`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownClock(pub String);
-
-impl fmt::Display for UnknownClock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown jitdump clock {:?}: use arch (perf inject --jit of a default perf record), \
-             perf (samply import of a default perf record) or monotonic (samply record, perf \
-             record -k monotonic)",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for UnknownClock {}
 
 impl FromStr for JitClock {
     type Err = UnknownClock;

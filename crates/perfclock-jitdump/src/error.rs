@@ -204,3 +204,21 @@ impl fmt::Display for TimeConvError {
 }
 
 impl std::error::Error for TimeConvError {}
+
+/// A clock name that is none of `arch`, `perf`, `monotonic`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownClock(pub String);
+
+impl fmt::Display for UnknownClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown jitdump clock {:?}: use arch (perf inject --jit of a default perf record), \
+             perf (samply import of a default perf record) or monotonic (samply record, perf \
+             record -k monotonic)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownClock {}

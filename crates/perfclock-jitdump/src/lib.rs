@@ -48,7 +48,7 @@ mod record;
 pub mod timeconv;
 mod writer;
 
-pub use clock::{JitClock, UnknownClock};
-pub use error::{JitDumpError, TimeConvError};
+pub use clock::JitClock;
+pub use error::{JitDumpError, TimeConvError, UnknownClock};
 pub use record::DebugEntry;
 pub use writer::JitDump;

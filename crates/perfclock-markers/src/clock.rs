@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use perfclock::ClockSnapshot;
 
-use crate::MarkerError;
+use crate::{MarkerError, UnknownMarkerClock};
 
 /// The clock of a marker file's times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -44,23 +44,6 @@ impl fmt::Display for MarkerClock {
         f.write_str(self.as_str())
     }
 }
-
-/// A marker clock name that is neither `perf` nor `monotonic`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownMarkerClock(pub String);
-
-impl fmt::Display for UnknownMarkerClock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown marker clock {:?}: use perf (samply import of a default perf record) or \
-             monotonic (samply record)",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for UnknownMarkerClock {}
 
 impl FromStr for MarkerClock {
     type Err = UnknownMarkerClock;

@@ -171,3 +171,20 @@ impl std::error::Error for MarkerError {
         }
     }
 }
+
+/// A marker clock name that is neither `perf` nor `monotonic`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownMarkerClock(pub String);
+
+impl fmt::Display for UnknownMarkerClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown marker clock {:?}: use perf (samply import of a default perf record) or \
+             monotonic (samply record)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownMarkerClock {}

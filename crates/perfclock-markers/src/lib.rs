@@ -56,8 +56,8 @@ mod process;
 mod tracing_layer;
 mod writer;
 
-pub use clock::{MarkerClock, UnknownMarkerClock, PAIRING_MAX_AGE_NS};
-pub use error::MarkerError;
+pub use clock::{MarkerClock, PAIRING_MAX_AGE_NS};
+pub use error::{MarkerError, UnknownMarkerClock};
 #[cfg(feature = "tracing")]
 pub use tracing_layer::MarkerLayer;
 pub use writer::{Markers, SpanGuard, FLUSH_AT_BYTES};
