@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::output::errln;
+
 /// The agent's file name, installed next to the `perfclock` binary.
 pub(crate) const AGENT_FILE_NAME: &str = "libperfclock_agent.so";
 
@@ -52,7 +54,7 @@ pub(crate) fn run(
     let agent = match agent.map_or_else(default_agent, Ok) {
         Ok(agent) => agent,
         Err(message) => {
-            eprintln!("{NAME}: error: {message}");
+            errln!("{NAME}: error: {message}");
             return ExitCode::FAILURE;
         }
     };
@@ -64,7 +66,7 @@ pub(crate) fn run(
                 format!(" (pid {} in its namespace)", attached.ns_pid)
             };
             if attached.already_loaded {
-                eprintln!(
+                errln!(
                     "{NAME}: {} was already loaded in JVM {}{namespace}; the JVM ran its \
                      Agent_OnAttach again with options {:?}, which returned 0 (the agent's own \
                      message, if any, is on the JVM's stderr)",
@@ -73,7 +75,7 @@ pub(crate) fn run(
                     options
                 );
             } else {
-                eprintln!(
+                errln!(
                     "{NAME}: loaded {} into JVM {}{namespace} with options {:?}: Agent_OnAttach \
                      returned 0",
                     attached.agent.display(),
@@ -82,12 +84,12 @@ pub(crate) fn run(
                 );
             }
             if !attached.message.is_empty() {
-                eprintln!("{NAME}: the JVM said: {}", attached.message);
+                errln!("{NAME}: the JVM said: {}", attached.message);
             }
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("{NAME}: error: {error}");
+            errln!("{NAME}: error: {error}");
             ExitCode::FAILURE
         }
     }

@@ -14,6 +14,7 @@ use perfclock::ClockSnapshot;
 use perfclock_perfdata::{ClockData, Feature, Layout, MAX_REALTIME_SLEW_PPM};
 
 use crate::error::ClockDataError;
+use crate::output::errln;
 
 /// The file's mtime is stamped with the coarse clock (one jiffy, 4 ms at HZ=250) when perf
 /// writes its header; allowance for that granularity.
@@ -62,7 +63,7 @@ pub(crate) fn from_snapshot(
                 });
             }
             if apart > i128::from(MAX_HEADER_DELAY_NS) {
-                eprintln!(
+                errln!(
                     "perfclock inject-time-conv: warning: IN was written {} s after its last \
                      sample by the snapshot's wall clock: CLOCK_REALTIME was probably stepped \
                      forward since the recording, and its wall times are late by up to that",
@@ -70,7 +71,7 @@ pub(crate) fn from_snapshot(
                 );
             }
         }
-        _ => eprintln!(
+        _ => errln!(
             "perfclock inject-time-conv: warning: IN has no HEADER_SAMPLE_TIME (or its last \
              sample lies after now): a CLOCK_REALTIME step since the recording cannot be \
              detected"

@@ -12,7 +12,7 @@ use std::time::Instant;
 use perfclock::{shared_page, Clock, Mode};
 use perfclock_core::counter;
 
-use crate::stdout::{out, outln};
+use crate::output::{out, outln};
 
 /// Kernel stamps checked per record kind when the command line names no number.
 pub(crate) const DEFAULT_RECORDS_PER_KIND: usize = 20_000;

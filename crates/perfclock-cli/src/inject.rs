@@ -18,6 +18,7 @@ use perfclock_perfdata::{
 
 use crate::clock_data;
 use crate::error::{ClockDataError, InjectError};
+use crate::output::errln;
 use crate::signals::TempCleanup;
 
 /// A sidecar is a dozen short lines; anything longer is not one.
@@ -145,7 +146,7 @@ pub(crate) fn run(
     if scan.compressed_markers {
         // Seen with perf 6.1: inject --jit passes compressed records through unread, so it
         // never sees the marker, and succeeds without injecting anything.
-        eprintln!(
+        errln!(
             "perfclock inject-time-conv: warning: IN's jitdump maps are inside compressed \
              records (perf record -z); perf inject --jit (6.1 at least) does not look inside \
              them and will inject no jitted code: record without -z for perf inject"
@@ -327,7 +328,7 @@ fn warn_if_other_boot(sidecars: &[(PathBuf, TimeConvRecord)]) {
     };
     match fs::read_to_string(BOOT_ID_PATH) {
         Ok(boot_id) if boot_id.trim() == record.boot_id() => {}
-        Ok(boot_id) => eprintln!(
+        Ok(boot_id) => errln!(
             "perfclock inject-time-conv: warning: {} was written on boot {}, this machine is on \
              boot {}: fine if IN was recorded on that boot (analysed after a reboot or \
              elsewhere); if IN was recorded on this boot, the record is stale",
@@ -335,7 +336,7 @@ fn warn_if_other_boot(sidecars: &[(PathBuf, TimeConvRecord)]) {
             record.boot_id(),
             boot_id.trim()
         ),
-        Err(error) => eprintln!(
+        Err(error) => errln!(
             "perfclock inject-time-conv: warning: cannot read {BOOT_ID_PATH} ({error}): the \
              record's boot is not checked"
         ),

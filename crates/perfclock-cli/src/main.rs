@@ -6,10 +6,10 @@ mod clock_data;
 mod doctor;
 mod error;
 mod inject;
+mod output;
 mod record;
 mod serve;
 mod signals;
-mod stdout;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -17,6 +17,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+
+use crate::output::errln;
 
 /// The clock Linux perf stamps into its samples, from user space.
 #[derive(Debug, Parser)]
@@ -171,11 +173,11 @@ fn main() -> ExitCode {
         }),
         Command::AgentPath => match agent_path::find() {
             Ok(path) => {
-                stdout::outln!("{}", path.display());
+                output::outln!("{}", path.display());
                 ExitCode::SUCCESS
             }
             Err(message) => {
-                eprintln!("perfclock agent-path: error: {message}");
+                errln!("perfclock agent-path: error: {message}");
                 ExitCode::FAILURE
             }
         },
@@ -187,21 +189,22 @@ fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
     let cleanup = match signals::TempCleanup::install() {
         Ok(cleanup) => cleanup,
         Err(error) => {
-            eprintln!("{NAME}: error: cannot install signal handlers: {error}");
+            errln!("{NAME}: error: cannot install signal handlers: {error}");
             return ExitCode::FAILURE;
         }
     };
     let result = inject::run(&options, &cleanup);
     if let Ok((_, Some(clock_data))) = &result {
-        eprintln!(
+        errln!(
             "{NAME}: added HEADER_CLOCK_DATA: wall clock {} ns at perf clock {} ns (perf script \
              -F+tod prints wall-clock time)",
-            clock_data.wall_clock_ns, clock_data.clockid_time_ns
+            clock_data.wall_clock_ns,
+            clock_data.clockid_time_ns
         );
     }
     match result.map(|(outcome, _)| outcome) {
         Ok(inject::Outcome::ClockDataOnly) => {
-            eprintln!(
+            errln!(
                 "{NAME}: {} maps no jitdump and needs no PERF_RECORD_TIME_CONV; wrote {} with \
                  the clock data only",
                 options.input.display(),
@@ -210,7 +213,7 @@ fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(inject::Outcome::Copied) => {
-            eprintln!(
+            errln!(
                 "{NAME}: {} holds a PERF_RECORD_TIME_CONV already (perf record writes one where \
                  the kernel publishes the conversion; or IN is inject-time-conv's output); copied \
                  it unchanged to {}",
@@ -225,7 +228,7 @@ fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
             sidecars,
         }) => {
             let conversion = record.conversion();
-            eprintln!(
+            errln!(
                 "{NAME}: wrote {} with PERF_RECORD_TIME_CONV from {} ({} mode, error bound {} \
                  ns; time_mult {}, time_shift {}, time_zero {}; {sidecars} record(s) agreed)",
                 options.output.display(),
@@ -242,7 +245,7 @@ fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("{NAME}: error: {error}");
+            errln!("{NAME}: error: {error}");
             ExitCode::FAILURE
         }
     }

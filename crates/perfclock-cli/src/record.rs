@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use crate::output::errln;
 use crate::{agent_path, inject, signals};
 
 const NAME: &str = "perfclock record";
@@ -280,7 +281,7 @@ fn take_snapshot(when: &str) -> Option<perfclock::ClockSnapshot> {
     match perfclock::snapshot() {
         Ok(snapshot) => Some(snapshot),
         Err(error) => {
-            eprintln!("{NAME}: warning: no clock snapshot at the {when}: {error}");
+            errln!("{NAME}: warning: no clock snapshot at the {when}: {error}");
             None
         }
     }
@@ -294,7 +295,7 @@ impl ClockAnchors {
         };
         let moved = end.realtime.offset_ns - start.realtime.offset_ns;
         let allowed = start.realtime.uncertainty_ns + end.realtime.uncertainty_ns;
-        eprintln!(
+        errln!(
             "{NAME}: wall clock = sample time + {} ns (± {} ns) at the start, + {} ns (± {} ns) \
              at the end: moved {moved} ns",
             start.realtime.offset_ns,
@@ -305,7 +306,7 @@ impl ClockAnchors {
         // NTP slews by at most 500 ppm; more than that plus the uncertainty is a step.
         let elapsed = end.perf_ns.saturating_sub(start.perf_ns);
         if moved.unsigned_abs() > allowed + elapsed / 2000 {
-            eprintln!(
+            errln!(
                 "{NAME}: warning: CLOCK_REALTIME was stepped during the recording (moved \
                  {moved} ns against the perf clock): wall-clock times of the samples are off by \
                  up to that much"
@@ -331,7 +332,7 @@ pub(crate) fn run(options: RecordOptions) -> ExitCode {
     match record(&options) {
         Ok(code) => ExitCode::from(code),
         Err(Failure(message, code)) => {
-            eprintln!("{NAME}: error: {message}");
+            errln!("{NAME}: error: {message}");
             ExitCode::from(code)
         }
     }
@@ -382,7 +383,7 @@ fn record(options: &RecordOptions) -> Result<u8, Failure> {
         let dump_dir = make_dump_dir(output).map_err(fail)?;
         let value = java_tool_options(std::env::var_os("JAVA_TOOL_OPTIONS"), &agent, &dump_dir)
             .map_err(fail)?;
-        eprintln!(
+        errln!(
             "{NAME}: JVMs in the command write their jitdumps into {} (keep it: the output's \
              JIT symbols are read from there)",
             dump_dir.display()
@@ -423,7 +424,7 @@ fn record(options: &RecordOptions) -> Result<u8, Failure> {
         }
     };
     PERF_PID.store(i32::try_from(child.id()).unwrap_or(0), Ordering::SeqCst);
-    eprintln!("{NAME}: recording to {} (perf record -g)", raw.display());
+    errln!("{NAME}: recording to {} (perf record -g)", raw.display());
     let waited = child.wait();
     PERF_PID.store(0, Ordering::SeqCst);
     let _ = set_forwarding(false);
@@ -446,9 +447,9 @@ fn record(options: &RecordOptions) -> Result<u8, Failure> {
     // perf record exits with the workload's status (and dies by the workload's signal).
     let command_code = status_code(status);
     if interrupted != 0 {
-        eprintln!("{NAME}: interrupted (signal {interrupted}); perf stopped the command");
+        errln!("{NAME}: interrupted (signal {interrupted}); perf stopped the command");
     } else if !status.success() {
-        eprintln!("{NAME}: the command failed ({status}); post-processing what was recorded");
+        errln!("{NAME}: the command failed ({status}); post-processing what was recorded");
     }
     anchors.report();
 
@@ -464,7 +465,7 @@ fn record(options: &RecordOptions) -> Result<u8, Failure> {
         let _ = fs::remove_dir(dir);
     }
     let out = output.display();
-    eprintln!(
+    errln!(
         "{NAME}: wrote {out}; next:\n  perf report -i {out}\n  perf script -i {out}\n  samply \
          import {out}"
     );
@@ -493,13 +494,13 @@ fn post_process(
     let converted = temp("conv")?;
     match add_time_conv(raw, converted.path(), dump_dirs, snapshot)? {
         TimeConvStep::ClockDataOnly => {
-            eprintln!("{NAME}: no jitdump was mapped: no JIT code to inject");
+            errln!("{NAME}: no jitdump was mapped: no JIT code to inject");
             converted
                 .persist(output)
                 .map_err(|e| format!("writing {}: {}", output.display(), e.error))?;
         }
         TimeConvStep::NoJitdump => {
-            eprintln!("{NAME}: no jitdump was mapped: no JIT code to inject");
+            errln!("{NAME}: no jitdump was mapped: no JIT code to inject");
             fs::copy(raw, converted.path())
                 .map_err(|e| format!("copying {}: {e}", raw.display()))?;
             converted
@@ -507,7 +508,7 @@ fn post_process(
                 .map_err(|e| format!("writing {}: {}", output.display(), e.error))?;
         }
         TimeConvStep::Written(what) => {
-            eprintln!("{NAME}: {what}; perf inject --jit");
+            errln!("{NAME}: {what}; perf inject --jit");
             let injected = temp("jit")?;
             let result = Command::new("perf")
                 .args(["inject", "--jit", "-i"])

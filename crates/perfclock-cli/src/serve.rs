@@ -48,6 +48,8 @@ use perfclock_core::shared_page::{
     parse, SharedBound, SharedPageWriter, FILE_BYTES, HEARTBEAT_INTERVAL_NS,
 };
 
+use crate::output::errln;
+
 const NAME: &str = "perfclock serve";
 /// How often the server looks for a new in-process publication and refreshes the heartbeat
 /// (at most [`HEARTBEAT_INTERVAL_NS`]).
@@ -71,7 +73,7 @@ pub(crate) fn run(path: Option<PathBuf>) -> ExitCode {
     match serve(path) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("{NAME}: error: {message}");
+            errln!("{NAME}: error: {message}");
             ExitCode::FAILURE
         }
     }
@@ -80,14 +82,14 @@ pub(crate) fn run(path: Option<PathBuf>) -> ExitCode {
 fn serve(path: Option<PathBuf>) -> Result<(), String> {
     match Clock::open_kernel_only() {
         Ok(_) => {
-            eprintln!(
+            errln!(
                 "{NAME}: kernel mode: the kernel publishes the perf clock's conversion \
                  (cap_user_time_zero=1), so every process reads it exactly and needs no server; \
                  publishing nothing"
             );
             return Ok(());
         }
-        Err(Error::KernelWithholdsTime(why)) => eprintln!("{NAME}: calibrated mode: {why}"),
+        Err(Error::KernelWithholdsTime(why)) => errln!("{NAME}: calibrated mode: {why}"),
         Err(other) => return Err(format!("no perf clock: {other}")),
     }
     let path = match path {
@@ -120,7 +122,7 @@ fn serve(path: Option<PathBuf>) -> Result<(), String> {
     let started = Instant::now();
     let clock = CalibratedClock::start(CalibrationOptions::default())
         .map_err(|error| format!("calibration failed: {error}"))?;
-    eprintln!(
+    errln!(
         "{NAME}: calibrated in {:.1} ms, bound {} ns",
         started.elapsed().as_secs_f64() * 1e3,
         clock.error_bound_ns()
@@ -139,13 +141,13 @@ fn serve(path: Option<PathBuf>) -> Result<(), String> {
             writer.claim(boot_id, pid as u32, now);
             server.publish(&writer, target, now);
             if inherited.is_some() {
-                eprintln!(
+                errln!(
                     "{NAME}: continuing the conversion of the earlier server in {} (written in \
                      place: its clients keep reading it)",
                     path.display()
                 );
             } else {
-                eprintln!("{NAME}: writing {} in place", path.display());
+                errln!("{NAME}: writing {} in place", path.display());
             }
             mapping
         }
@@ -154,12 +156,12 @@ fn serve(path: Option<PathBuf>) -> Result<(), String> {
                 writer.claim(boot_id, pid as u32, now);
                 server.publish(writer, target, now);
             })?;
-            eprintln!("{NAME}: publishing in {}", path.display());
+            errln!("{NAME}: publishing in {}", path.display());
             mapping
         }
     };
     let writer = mapping.writer();
-    eprintln!(
+    errln!(
         "{NAME}: serving (pid {pid}); clients read it through PERFCLOCK_SHARED_PAGE={} or the \
          default location; SIGINT/SIGTERM stops",
         path.display()
@@ -170,12 +172,12 @@ fn serve(path: Option<PathBuf>) -> Result<(), String> {
         let now = counter_now()?;
         match server.target() {
             Ok(target) => server.publish(&writer, target, now),
-            Err(message) => eprintln!("{NAME}: {message}; keeping the last publication"),
+            Err(message) => errln!("{NAME}: {message}; keeping the last publication"),
         }
         if last_status.elapsed() >= STATUS_INTERVAL {
             last_status = Instant::now();
             let stats = server.clock.stats();
-            eprintln!(
+            errln!(
                 "{NAME}: bound {} ns, {} refinements, {} jumps, refiner CPU {:.1} ms",
                 server
                     .published
@@ -186,7 +188,7 @@ fn serve(path: Option<PathBuf>) -> Result<(), String> {
             );
         }
     }
-    eprintln!(
+    errln!(
         "{NAME}: stopping; {} stays, its heartbeat stops, so clients report an unknown bound \
          after {} s until a server runs again",
         path.display(),
@@ -239,7 +241,7 @@ impl Server {
             return;
         }
         let (next, publish_before) = if jumps != self.jumps {
-            eprintln!(
+            errln!(
                 "{NAME}: the clock jumped (the refiner saw {} jumps); publishing the new line \
                  as it is",
                 jumps - self.jumps

@@ -159,6 +159,26 @@ fn doctor_dies_of_sigpipe_when_its_reader_goes_away() {
     );
 }
 
+/// A command whose stderr reader has gone still ends as it would have: a refused input is exit
+/// status 1 with no OUT, not `eprintln!`'s panic (status 101).
+#[test]
+fn a_refusal_with_stderr_gone_is_still_status_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.data");
+    let (reader, writer) = UnixStream::pair().expect("a socket pair");
+    drop(reader);
+    let status = Command::new(env!("CARGO_BIN_EXE_perfclock"))
+        .arg("inject-time-conv")
+        .arg(dir.path().join("no-such-input.data"))
+        .arg("-o")
+        .arg(&out)
+        .stderr(OwnedFd::from(writer))
+        .status()
+        .expect("run perfclock inject-time-conv");
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    assert!(!out.exists());
+}
+
 /// A report that cannot be written for another reason (a full disk) is an error naming standard
 /// output, exit status 1, not a panic.
 #[test]
