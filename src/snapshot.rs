@@ -183,7 +183,6 @@ fn clock_gettime_ns(id: ClockId, name: &'static str) -> Result<Option<u64>, Snap
 #[cfg(test)]
 mod tests {
     use super::*;
-    use perfclock_testutil::{skip, Need};
 
     #[test]
     fn pairing_moves_with_the_perf_instant() {
@@ -202,32 +201,26 @@ mod tests {
         );
     }
 
-    /// A machine without perf events skips (loudly) unless PERFCLOCK_REQUIRE_PERF=1 (CI).
-    fn clock_or_skip(what: &str) -> Option<&'static Clock> {
-        match crate::init() {
-            Ok(clock) => Some(clock),
-            Err(e) => {
-                skip(what, Need::Perf, e);
-                None
-            }
-        }
-    }
-
     /// Kernel-stamped ground truth, independent of the clock's calibration: around each
     /// `prctl(PR_SET_NAME)` the test reads the three system clocks; the kernel's COMM stamp
     /// (perf clock), moved into each clock by the snapshot's offset, must fall between the
     /// readings before and after, widened by the pairing's uncertainty and a 500 ppm rate
     /// allowance over the time since the snapshot.
+    // The kernel's stamps are read with the calibration's ground truth.
+    #[cfg(feature = "calibrated")]
     #[test]
     fn pairings_hold_against_kernel_stamped_comm_records() {
         use perfclock_calib::{GroundTruth, RecordKind};
-        let Some(clock) = clock_or_skip("snapshot vs kernel COMM stamps") else {
+        use perfclock_testutil::{ok_or_skip, skip, Need};
+        // A machine without perf events skips (loudly) unless PERFCLOCK_REQUIRE_PERF=1 (CI).
+        let what = "snapshot vs kernel COMM stamps";
+        let Some(clock) = ok_or_skip(what, Need::Perf, crate::init()) else {
             return;
         };
         let mut truth = match GroundTruth::open(&[RecordKind::Comm]) {
             Ok(truth) => truth,
             Err(e) => {
-                skip("snapshot vs kernel COMM stamps", Need::Perf, e);
+                skip(what, Need::Perf, e);
                 return;
             }
         };

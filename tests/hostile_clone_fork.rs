@@ -18,6 +18,8 @@
 //!
 //! Each run is a child process with a watchdog; each clone child has its own `alarm`, and a
 //! child that dies of it is counted as a hang.
+// Both cases are about the calibration thread (refine on or off).
+#![cfg(feature = "calibrated")]
 
 use std::time::Duration;
 

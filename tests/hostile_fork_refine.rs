@@ -14,6 +14,7 @@
 //!   which now forgets the handle instead: this case guards against a regression only).
 //!
 //! Calibrated mode only: where the kernel publishes the parameters the test says `SKIPPED`.
+#![cfg(feature = "calibrated")]
 
 use std::time::Duration;
 

@@ -1,10 +1,10 @@
-#![cfg(feature = "calibrated")]
 //! One refused system call must not kill calibration: a seccomp filter in a child process makes
 //! the action of one or two record kinds fail with EPERM (`prctl(PR_SET_NAME)` for COMM,
 //! `madvise(MADV_DONTNEED)` for page faults, an executable anonymous `mmap` for MMAP2), as a
 //! container or SELinux policy might. `init()` must calibrate from the kinds that still work,
 //! report which kinds failed in the calibrator's statistics, and keep refining; with every
 //! kind refused it must fail with a typed calibration error that names the refused call.
+#![cfg(feature = "calibrated")]
 
 use std::time::{Duration, Instant};
 

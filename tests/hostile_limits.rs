@@ -1,4 +1,3 @@
-#![cfg(feature = "calibrated")]
 //! Per-user limits a calibrated clock runs into, hit for real in a child process that becomes
 //! the unprivileged user `nobody` (root is exempt from both limits):
 //! - `ulimit -u` (RLIMIT_NPROC) at the process's own thread count: the calibration thread
@@ -9,6 +8,7 @@
 //!
 //! Needs root (to become `nobody`), `perf_event_paranoid` <= 2 and calibrated mode; otherwise
 //! it skips (perfclock-testutil: a failure under the need's require variable).
+#![cfg(feature = "calibrated")]
 
 use std::time::Duration;
 

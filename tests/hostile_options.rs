@@ -7,6 +7,7 @@
 //!
 //! On a kernel that publishes `cap_user_time_zero` the clock opens in kernel mode and never
 //! looks at calibration options: the test says so (`SKIPPED`).
+#![cfg(feature = "calibrated")]
 
 use std::time::Duration;
 

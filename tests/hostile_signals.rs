@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use hostile::{child_case, run_child, watchdog};
 use perfclock_testutil::hostile;
+use perfclock_testutil::{child_skipped, skip_child, Need};
 
 const TEST: &str = "sigprof_handler_reads_while_threads_read";
 /// The readers run at least this long, and on until [`TARGET_HANDLER_READS`] or [`RUN_AT_MOST`].
@@ -39,6 +40,9 @@ fn sigprof_handler_reads_while_threads_read() {
         return;
     }
     let run = run_child(TEST, "storm", Duration::from_secs(60));
+    if child_skipped(run.status, &run.stderr) {
+        return;
+    }
     run.expect_success("SIGNALS-OK");
 }
 
@@ -167,7 +171,10 @@ impl Drop for ThreadTimer {
 
 fn signal_child() {
     watchdog(30);
-    let clock = perfclock::init().expect("a perf clock");
+    let clock = match perfclock::init() {
+        Ok(clock) => clock,
+        Err(error) => skip_child(TEST, Need::Perf, error),
+    };
     println!(
         "mode {:?}, bound {} ns",
         clock.mode(),
