@@ -68,7 +68,8 @@ const NO_READING: i32 = 14;
 
 fn fork_refine_case(case: &str) {
     watchdog(40);
-    let clock = perfclock::init_with(options()).expect("init");
+    let clock = perfclock::init_with(options())
+        .unwrap_or_else(|e| skip_child(&format!("fork refine case {case}"), Need::Perf, e));
     if clock.mode() == Mode::Kernel {
         skip_child(
             &format!("fork refine case {case}"),
