@@ -1,6 +1,6 @@
-//! The file systems the jitdump check needs when it runs as PID 1 of an initramfs guest, where
-//! nothing is mounted: `/proc` (the writer reads the boot id) and a tmpfs for the dump (the
-//! marker mapping must be executable).
+//! The file systems the checks need when they run as PID 1 of an initramfs guest, where nothing
+//! is mounted: `/proc` (the jitdump writer reads the boot id), `/sys` (the kernel's clocksource)
+//! and a tmpfs for the dump (the marker mapping must be executable).
 
 use std::path::{Path, PathBuf};
 
@@ -67,9 +67,24 @@ fn mount(source: &std::ffi::CStr, target: &Path, fstype: &std::ffi::CStr) -> Res
 
 /// The writer reads the boot id from `/proc`; as PID 1 of an initramfs nothing mounted it yet.
 pub(crate) fn ensure_proc(pid1: bool) -> Result<(), String> {
-    if !pid1 || Path::new("/proc/sys/kernel/random/boot_id").exists() {
+    ensure_mounted(pid1, c"proc", "/proc", "/proc/sys/kernel/random/boot_id")
+}
+
+/// The kernel's current clocksource is read from `/sys` (see [`crate::refinement`]).
+pub(crate) fn ensure_sysfs(pid1: bool) -> Result<(), String> {
+    ensure_mounted(pid1, c"sysfs", "/sys", "/sys/devices/system")
+}
+
+/// Mounts `fstype` on `dir` as PID 1 unless `probe` exists already.
+fn ensure_mounted(
+    pid1: bool,
+    fstype: &std::ffi::CStr,
+    dir: &str,
+    probe: &str,
+) -> Result<(), String> {
+    if !pid1 || Path::new(probe).exists() {
         return Ok(());
     }
-    std::fs::create_dir_all("/proc").map_err(|e| format!("mkdir /proc: {e}"))?;
-    mount(c"proc", Path::new("/proc"), c"proc")
+    std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {dir}: {e}"))?;
+    mount(fstype, Path::new(dir), fstype)
 }

@@ -26,6 +26,7 @@ mod guest_fs;
 mod handoff;
 mod jitdump;
 mod page;
+mod refinement;
 mod report;
 #[cfg(test)]
 mod synthetic;
@@ -97,6 +98,13 @@ fn run(report: &mut Report) {
             "self-test: first readings skewed by +{} ns, brackets must FAIL",
             brackets::selftest_skew_ns()
         ));
+    }
+    // Mapped before the kernel's conversion is final, by a thread that sleeps until after.
+    let sleeper = refinement::Sleeper::start();
+    refinement::wait_for_final_clock(report, std::process::id() == 1);
+    match sleeper {
+        Ok(sleeper) => sleeper.report(report),
+        Err(error) => report.fail("page-refresh", format_args!("{error}")),
     }
     let Some(tolerance) = page::check(report) else {
         return;

@@ -98,10 +98,10 @@ pub(crate) fn check(report: &mut Report) -> Option<Tolerance> {
 }
 
 /// The process-wide clock must open in kernel mode with the kernel's own parameters: the same
-/// conversion as `page`, this thread's other dummy-event page. The kernel may change the
-/// conversion between the two reads (x86's TSC calibration is refined after boot) and refreshes
-/// each page only when the thread is scheduled in, so a mismatch is re-read after a short sleep
-/// (which schedules the thread out and back in) before it counts.
+/// conversion as `page`, this thread's other dummy-event page. The run waits for x86's refined
+/// TSC calibration first ([`crate::refinement`]); should the kernel still change the conversion
+/// between the two reads, it refreshes each page only when the thread is scheduled in, so a
+/// mismatch is re-read after a short sleep (which schedules the thread out and back in).
 fn facade(report: &mut Report, page: &PageReader) {
     const ATTEMPTS: u32 = 5;
     match perfclock::init() {
