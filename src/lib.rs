@@ -18,8 +18,10 @@
 //!
 //! # Caveats
 //! - arm64: the kernel floors `time_zero`, so a reading can be 1 ns above the kernel's stamp.
-//! - The kernel refreshes the page only when the event is scheduled in; a clock change it does
-//!   not push (suspend, TSC marked unstable) shows up on the next refresh.
+//! - The kernel refreshes the page only when the event is scheduled in, and the event belongs
+//!   to the thread that opened the clock. A clock change the kernel does not push (x86's TSC
+//!   calibration refined about a second after boot, suspend, TSC marked unstable) reaches the
+//!   readers when that thread next runs: open the process clock from a long-lived thread.
 //! - A fork child gets a freshly mapped page at the same address (see [`Clock`]); raw `clone`
 //!   system calls that bypass `pthread_atfork` handlers do not.
 //!
