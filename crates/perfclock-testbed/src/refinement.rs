@@ -6,8 +6,8 @@
 //! change into no perf page: a page is rewritten only when its event's thread is scheduled in.
 //! The guest's `/init` starts within that second, so [`wait_for_final_clock`] holds the
 //! kernel-exact checks until the clocksource is `tsc`; before that a clock opened by a thread
-//! that then sleeps would keep the old conversion and drift by the refinement's ppm (CI saw
-//! about 3 ppm, 13 us after two seconds). [`Sleeper`] shows that limitation on the real kernel:
+//! that then sleeps would keep the old conversion and drift by the refinement's difference in
+//! rate (docs/measurements.md). [`Sleeper`] shows that limitation on the real kernel:
 //! a page mapped by a thread that sleeps across the change keeps the old conversion until the
 //! thread runs again.
 
