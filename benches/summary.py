@@ -101,7 +101,7 @@ vendor = next((m.group(1) for line in log_lines
                for m in [re.match(r"cpu: vendor (\S+) model (.*)", line)] if m), None)
 model = next((m.group(2).strip() for line in log_lines
               for m in [re.match(r"cpu: vendor (\S+) model (.*)", line)] if m), None)
-# Issue 12: now_ns within 1.10x rdtsc on Intel (its rdtsc is cheap, so the work around it
+# now_ns within 1.10x rdtsc on Intel (its rdtsc is cheap, so the work around it
 # shows), 1.05x on AMD.
 rdtsc_limit = 1.10 if vendor == "GenuineIntel" else 1.05
 LIMITS = {

@@ -208,7 +208,8 @@ impl Fit {
 
     /// As [`Fit::new`], building the fit's storage in `spare` (taken; left in place on error)
     /// instead of a new allocation: the refiner hands back [`Fit::into_spare`] after each fit,
-    /// so with enough capacity its loop never calls the allocator (issue 13.3).
+    /// so with enough capacity its loop never calls the allocator (a raw `clone()` copy could find
+    /// a malloc lock held).
     pub(crate) fn new_reusing(
         constraints: &[Constraint],
         options: &FitOptions,
@@ -241,7 +242,7 @@ impl Fit {
         if usable < 2 {
             return Err((FitError::TooFewBrackets { usable }, rel));
         }
-        // max_by_key/min_by_key: the last maximum and the first minimum, as before.
+        // max_by_key/min_by_key: the last maximum and the first minimum.
         let (Some(last), Some(first)) = (
             valid().max_by_key(|c| c.after),
             valid().min_by_key(|c| c.before),

@@ -1,4 +1,4 @@
-//! The refiner's steady-state loop must not allocate or free (issue 13.3): a raw `clone()`
+//! The refiner's steady-state loop must not allocate or free: a raw `clone()`
 //! copies the process without pthread_atfork, and if the copy's `fork()` finds a glibc malloc
 //! arena lock held by the refiner at the moment of the copy, it waits for ever. A counting
 //! global allocator counts the calls made on the calibration thread (by its tid) after its
