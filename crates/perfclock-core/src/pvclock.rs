@@ -1,0 +1,517 @@
+//! The paravirtual clock of KVM (and Xen) guests: the layout of `struct pvclock_vcpu_time_info`,
+//! the kernel's arithmetic on it, and a seqlock reader of an entry in memory someone else writes
+//! (the host, through the vDSO's read-only mapping).
+//!
+//! # The kernel's arithmetic
+//! `arch/x86/include/asm/pvclock.h`:
+//! ```text
+//! static inline u64 pvclock_scale_delta(u64 delta, u32 mul_frac, int shift)
+//! {
+//!     if (shift < 0) delta >>= -shift; else delta <<= shift;
+//!     return mul_u64_u32_shr(delta, mul_frac, 32);
+//! }
+//! static __always_inline u64 __pvclock_read_cycles(const struct pvclock_vcpu_time_info *src, u64 tsc)
+//! {
+//!     u64 delta = tsc - src->tsc_timestamp;
+//!     u64 offset = pvclock_scale_delta(delta, src->tsc_to_system_mul, src->tsc_shift);
+//!     return src->system_time + offset;
+//! }
+//! ```
+//! [`PvclockParams::pvclock_ns`] is that function, bit for bit, for every counter value at or
+//! after `tsc_timestamp` (`mul_u64_u32_shr` is the 128-bit product shifted right by 32, which
+//! is what x86's `mulq; shrd` computes). With a stable sched_clock, the kernel's
+//! `local_clock()` (the perf clock) is `kvm_sched_clock_read() + __sched_clock_offset`, and
+//! `kvm_sched_clock_read()` is `pvclock_clocksource_read_nowd(this_cpu_pvti()) -
+//! kvm_sched_clock_offset` (`arch/x86/kernel/kvmclock.c`), so
+//! `perf ns = pvclock_ns(tsc) + C` with `C = __sched_clock_offset - kvm_sched_clock_offset`, a
+//! constant of the boot ([`PvclockParams::perf_ns`]).
+//!
+//! # Before `tsc_timestamp`
+//! The kernel never converts a counter value older than the entry it reads (its own `rdtsc`
+//! follows the read of the entry). A [`crate::counter`] value taken earlier and converted after
+//! the host rewrote the entry is: the kernel's formula would wrap `tsc - tsc_timestamp` to an
+//! enormous delta. Here such a value converts by the same formula mirrored:
+//! `system_time - pvclock_scale_delta(tsc_timestamp - tsc)`, which equals the kernel's value at
+//! `tsc == tsc_timestamp` and is non-decreasing in `tsc` on both sides (as long as neither
+//! shifted delta overflows 64 bits: centuries of cycles for the shifts hosts publish).
+//!
+//! # Safety
+//! The reader holds a raw pointer to an entry that the host writes concurrently; every access is
+//! an atomic load through views formed only under [`PvclockReader::new`]'s contract.
+#![allow(unsafe_code)]
+
+use core::hint::spin_loop;
+use core::mem::{offset_of, size_of};
+use core::ptr::{addr_of_mut, NonNull};
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::seq_lock::SeqLock;
+use crate::{counter, ParamError, TimeConversion, MAX_RETRIES};
+
+/// `struct pvclock_vcpu_time_info` (`arch/x86/include/asm/pvclock-abi.h`), field for field: 32
+/// bytes, the first of each 64-byte `struct pvclock_vsyscall_time_info` slot.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct PvclockVcpuTimeInfo {
+    /// Odd while the host updates the entry; changes with every update.
+    pub version: u32,
+    pub pad0: u32,
+    pub tsc_timestamp: u64,
+    pub system_time: u64,
+    pub tsc_to_system_mul: u32,
+    pub tsc_shift: i8,
+    pub flags: u8,
+    pub pad: [u8; 2],
+}
+
+/// Bytes between entries: `struct pvclock_vsyscall_time_info` is the entry padded to
+/// `SMP_CACHE_BYTES` (64 on x86), and vCPU `n`'s slot starts at `n * 64`.
+pub const ENTRY_STRIDE: usize = 64;
+/// Entries in one 4 KiB page: the vCPUs whose entry the vDSO page holds (`HVC_BOOT_ARRAY_SIZE`).
+pub const ENTRIES_PER_PAGE: usize = 4096 / ENTRY_STRIDE;
+/// `PVCLOCK_TSC_STABLE_BIT`: the host keeps every vCPU's entry in step (KVM's master clock), so
+/// the kernel returns the formula's value unclamped.
+pub const TSC_STABLE_BIT: u8 = 1 << 0;
+/// `PVCLOCK_GUEST_STOPPED`: the host paused the guest (informational; the value stands).
+pub const GUEST_STOPPED_BIT: u8 = 1 << 1;
+
+/// The counter runs at most this many nanoseconds per cycle (10 MHz) in an accepted entry.
+pub const MAX_NS_PER_CYCLE: u64 = 100;
+/// And at least one nanosecond per this many cycles (100 GHz).
+pub const MIN_CYCLES_PER_NS: u64 = 100;
+
+const _: () = {
+    assert!(size_of::<PvclockVcpuTimeInfo>() == 32);
+    assert!(size_of::<PvclockVcpuTimeInfo>() <= ENTRY_STRIDE);
+    assert!(offset_of!(PvclockVcpuTimeInfo, version) == 0);
+    assert!(offset_of!(PvclockVcpuTimeInfo, tsc_timestamp) == 8);
+    assert!(offset_of!(PvclockVcpuTimeInfo, system_time) == 16);
+    assert!(offset_of!(PvclockVcpuTimeInfo, tsc_to_system_mul) == 24);
+    assert!(offset_of!(PvclockVcpuTimeInfo, tsc_shift) == 28);
+    assert!(offset_of!(PvclockVcpuTimeInfo, flags) == 29);
+    assert!(ENTRIES_PER_PAGE == 64);
+};
+
+/// `mul_u64_u32_shr(a, mul, shift)` (`include/linux/math64.h`): `(a * mul) >> shift` with the
+/// product in 128 bits, truncated to 64 as the kernel's `u64` result is.
+#[inline(always)]
+pub const fn mul_u64_u32_shr(a: u64, mul: u32, shift: u32) -> u64 {
+    ((a as u128 * mul as u128) >> (shift & 127)) as u64
+}
+
+/// `pvclock_scale_delta(delta, mul_frac, shift)`: `delta` shifted left by `shift` (right if
+/// negative, bits shifted out of a `u64` lost as in C), times `mul_frac / 2^32`. `shift` must be
+/// within -63..=63 (C leaves larger shifts undefined; [`PvclockParams::new`] refuses them).
+#[inline(always)]
+pub const fn pvclock_scale_delta(delta: u64, mul_frac: u32, shift: i8) -> u64 {
+    let delta = if shift < 0 {
+        delta >> ((shift as i32).unsigned_abs() & 63)
+    } else {
+        delta << ((shift as u32) & 63)
+    };
+    mul_u64_u32_shr(delta, mul_frac, 32)
+}
+
+/// Why an entry (or what was read at its address) gives no reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PvclockError {
+    /// `tsc_to_system_mul` is 0: not a pvclock entry (or one the host never filled).
+    ZeroMultiplier,
+    /// A slope outside 10 MHz..100 GHz, or a shift no host publishes: not a pvclock entry.
+    AbsurdSlope {
+        /// `tsc_to_system_mul`.
+        mul: u32,
+        /// `tsc_shift`.
+        shift: i8,
+    },
+    /// `version` was odd (or changed) on every one of [`MAX_RETRIES`] attempts.
+    VersionNeverSettled,
+    /// `PVCLOCK_TSC_STABLE_BIT` is clear: the kernel clamps readings to a global last value,
+    /// which user space cannot reproduce.
+    NotStable {
+        /// The entry's `flags`.
+        flags: u8,
+    },
+    /// This architecture has no supported counter.
+    CounterUnsupported,
+}
+
+impl core::fmt::Display for PvclockError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PvclockError::ZeroMultiplier => {
+                f.write_str("not a pvclock entry: tsc_to_system_mul is 0")
+            }
+            PvclockError::AbsurdSlope { mul, shift } => write!(
+                f,
+                "not a pvclock entry: tsc_to_system_mul {mul} with tsc_shift {shift} is no \
+                 counter between 10 MHz and 100 GHz"
+            ),
+            PvclockError::VersionNeverSettled => f.write_str(
+                "the pvclock entry's version stayed odd or kept changing for every retry",
+            ),
+            PvclockError::NotStable { flags } => write!(
+                f,
+                "the pvclock entry lacks PVCLOCK_TSC_STABLE_BIT (flags {flags:#x}): the kernel \
+                 clamps its readings, which user space cannot follow"
+            ),
+            PvclockError::CounterUnsupported => {
+                f.write_str("no supported cycle counter on this architecture")
+            }
+        }
+    }
+}
+
+impl core::error::Error for PvclockError {}
+
+/// The parameters of one entry (everything but `version`), checked to be a plausible clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PvclockParams {
+    tsc_timestamp: u64,
+    system_time: u64,
+    mul: u32,
+    shift: i8,
+    flags: u8,
+}
+
+impl PvclockParams {
+    /// Checks the fields of an entry.
+    ///
+    /// # Errors
+    /// [`PvclockError::ZeroMultiplier`], [`PvclockError::AbsurdSlope`].
+    pub const fn new(
+        tsc_timestamp: u64,
+        system_time: u64,
+        mul: u32,
+        shift: i8,
+        flags: u8,
+    ) -> Result<Self, PvclockError> {
+        if mul == 0 {
+            return Err(PvclockError::ZeroMultiplier);
+        }
+        // ns per cycle = mul * 2^shift / 2^32; as a Q32 number, `mul << shift`.
+        let slope_q32: u128 = if shift < -32 || shift > 32 {
+            return Err(PvclockError::AbsurdSlope { mul, shift });
+        } else if shift < 0 {
+            (mul as u128) >> (shift as i32).unsigned_abs()
+        } else {
+            (mul as u128) << (shift as u32)
+        };
+        let one = 1u128 << 32;
+        if slope_q32 > MAX_NS_PER_CYCLE as u128 * one
+            || slope_q32 * (MIN_CYCLES_PER_NS as u128) < one
+        {
+            return Err(PvclockError::AbsurdSlope { mul, shift });
+        }
+        Ok(PvclockParams {
+            tsc_timestamp,
+            system_time,
+            mul,
+            shift,
+            flags,
+        })
+    }
+
+    /// The parameters of `entry` (its `version` ignored).
+    ///
+    /// # Errors
+    /// As [`PvclockParams::new`].
+    pub const fn of(entry: &PvclockVcpuTimeInfo) -> Result<Self, PvclockError> {
+        Self::new(
+            entry.tsc_timestamp,
+            entry.system_time,
+            entry.tsc_to_system_mul,
+            entry.tsc_shift,
+            entry.flags,
+        )
+    }
+
+    /// `tsc_timestamp`.
+    pub const fn tsc_timestamp(&self) -> u64 {
+        self.tsc_timestamp
+    }
+
+    /// `system_time`.
+    pub const fn system_time(&self) -> u64 {
+        self.system_time
+    }
+
+    /// `tsc_to_system_mul`.
+    pub const fn mul(&self) -> u32 {
+        self.mul
+    }
+
+    /// `tsc_shift`.
+    pub const fn shift(&self) -> i8 {
+        self.shift
+    }
+
+    /// `flags`.
+    pub const fn flags(&self) -> u8 {
+        self.flags
+    }
+
+    /// Whether `PVCLOCK_TSC_STABLE_BIT` is set.
+    pub const fn is_stable(&self) -> bool {
+        self.flags & TSC_STABLE_BIT != 0
+    }
+
+    /// [`PvclockError::NotStable`] unless [`PvclockParams::is_stable`].
+    ///
+    /// # Errors
+    /// [`PvclockError::NotStable`].
+    pub const fn require_stable(self) -> Result<Self, PvclockError> {
+        if self.is_stable() {
+            Ok(self)
+        } else {
+            Err(PvclockError::NotStable { flags: self.flags })
+        }
+    }
+
+    /// `__pvclock_read_cycles(entry, tsc)`: the kernel's value for `tsc >= tsc_timestamp`, the
+    /// mirrored extension below it (see the module docs).
+    #[inline(always)]
+    pub const fn pvclock_ns(&self, tsc: u64) -> u64 {
+        if tsc >= self.tsc_timestamp {
+            let offset = pvclock_scale_delta(tsc - self.tsc_timestamp, self.mul, self.shift);
+            self.system_time.wrapping_add(offset)
+        } else {
+            let back = pvclock_scale_delta(self.tsc_timestamp - tsc, self.mul, self.shift);
+            self.system_time.wrapping_sub(back)
+        }
+    }
+
+    /// Perf-clock nanoseconds at `tsc`: `pvclock_ns(tsc) + offset`, wrapping as the kernel's
+    /// `u64` sum `sched_clock() + __sched_clock_offset` does. `offset` is
+    /// `__sched_clock_offset - kvm_sched_clock_offset`.
+    #[inline(always)]
+    pub const fn perf_ns(&self, tsc: u64, offset: i64) -> u64 {
+        self.pvclock_ns(tsc).wrapping_add(offset as u64)
+    }
+
+    /// The same clock in perf's form (`time_zero + (cyc * time_mult) >> time_shift`), for
+    /// `PERF_RECORD_TIME_CONV` records and readers that only take that form: `time_mult` is
+    /// `tsc_to_system_mul`, `time_shift` is `32 - tsc_shift`, and `time_zero` puts
+    /// `tsc_timestamp` at `system_time + offset` (floored). It differs from
+    /// [`PvclockParams::perf_ns`] by at most [`PvclockParams::time_conversion_error_ns`].
+    ///
+    /// # Errors
+    /// Never for parameters [`PvclockParams::new`] accepted (the shift is within 0..=63 and
+    /// the multiplier non-zero); the `Result` is [`TimeConversion::new`]'s.
+    pub const fn time_conversion(&self, offset: i64) -> Result<TimeConversion, ParamError> {
+        let shift = (32 - self.shift as i32) as u16;
+        let anchor = mul_u64_u32_shr(self.tsc_timestamp, self.mul, shift as u32);
+        let zero = self
+            .system_time
+            .wrapping_add(offset as u64)
+            .wrapping_sub(anchor);
+        TimeConversion::new(self.mul, shift, zero)
+    }
+
+    /// The most [`PvclockParams::time_conversion`]'s value differs from
+    /// [`PvclockParams::perf_ns`]'s, in ns: perf's form floors `cyc * mult` and
+    /// `tsc_timestamp * mult` apart (1 ns), and with a negative `tsc_shift` the kernel's right
+    /// shift also drops up to `2^-shift - 1` cycles first (less than 1 ns more, since
+    /// `tsc_to_system_mul < 2^32`).
+    pub const fn time_conversion_error_ns(&self) -> u64 {
+        if self.shift >= 0 {
+            1
+        } else {
+            2
+        }
+    }
+}
+
+/// Atomic views of the words of an entry the seqlock protects.
+struct EntryWords<'a> {
+    version: &'a SeqLock,
+    tsc_timestamp: &'a AtomicU64,
+    system_time: &'a AtomicU64,
+    /// `tsc_to_system_mul`, `tsc_shift`, `flags` and `pad` (offsets 24..32), one aligned word.
+    scale: &'a AtomicU64,
+}
+
+impl EntryWords<'_> {
+    /// # Safety
+    /// `entry` must be valid for reads, 8-aligned, and accessed concurrently only atomically (or
+    /// by the host) for the returned lifetime.
+    #[inline(always)]
+    unsafe fn of<'a>(entry: *mut PvclockVcpuTimeInfo) -> EntryWords<'a> {
+        // SAFETY: the caller's contract; each view is naturally aligned in the `repr(C)` layout
+        // (offsets checked at compile time above), and the word at offset 24 covers exactly
+        // `tsc_to_system_mul`, `tsc_shift`, `flags` and `pad`, accessed through it alone.
+        unsafe {
+            EntryWords {
+                version: SeqLock::from_ptr(addr_of_mut!((*entry).version)),
+                tsc_timestamp: AtomicU64::from_ptr(addr_of_mut!((*entry).tsc_timestamp)),
+                system_time: AtomicU64::from_ptr(addr_of_mut!((*entry).system_time)),
+                scale: AtomicU64::from_ptr(addr_of_mut!((*entry).tsc_to_system_mul).cast::<u64>()),
+            }
+        }
+    }
+
+    /// One seqlock section: the entry's fields (with `version`) and `counter` read inside it,
+    /// or `None` if the host was writing or wrote meanwhile.
+    #[inline(always)]
+    fn attempt(&self, counter: impl FnOnce() -> u64) -> Option<(PvclockVcpuTimeInfo, u64)> {
+        // ATOMICS: `optimistic_read` is an Acquire load of `version`, pairing with the host's
+        // release of the even version (`smp_wmb` before it, as KVM's `kvm_setup_guest_pvclock`
+        // does), so the loads below see that update's fields.
+        let version = self.version.optimistic_read()?;
+        // ATOMICS: Relaxed: ordered after the Acquire above and before the Acquire fence in
+        // `validate_read`, which is what makes the section consistent.
+        let tsc_timestamp = self.tsc_timestamp.load(Ordering::Relaxed);
+        let system_time = self.system_time.load(Ordering::Relaxed);
+        let scale = self.scale.load(Ordering::Relaxed);
+        let cycles = counter();
+        if !self.version.validate_read(version) {
+            return None;
+        }
+        let [m0, m1, m2, m3, shift, flags, p0, p1] = scale.to_ne_bytes();
+        let entry = PvclockVcpuTimeInfo {
+            version,
+            pad0: 0,
+            tsc_timestamp,
+            system_time,
+            tsc_to_system_mul: u32::from_ne_bytes([m0, m1, m2, m3]),
+            tsc_shift: shift as i8,
+            flags,
+            pad: [p0, p1],
+        };
+        Some((entry, cycles))
+    }
+}
+
+/// Reads one pvclock entry with `version` as its seqlock. Copy it freely: it is a pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PvclockReader {
+    /// Invariant: points to a readable, 8-aligned entry for as long as this value (or a copy)
+    /// is used; only the host (or a test's atomic writer) writes it.
+    entry: NonNull<PvclockVcpuTimeInfo>,
+}
+
+// SAFETY: the reader only performs atomic loads through the pointer, sound from any thread; the
+// constructor's contract keeps the memory alive and readable.
+unsafe impl Send for PvclockReader {}
+// SAFETY: as for `Send`: shared use is only concurrent atomic loads.
+unsafe impl Sync for PvclockReader {}
+
+impl PvclockReader {
+    /// A reader of the entry at `entry`.
+    ///
+    /// # Safety
+    /// `entry` must point to 8-aligned memory of at least 32 bytes that stays mapped and
+    /// readable for as long as the reader or any copy of it is used, and that is written only
+    /// by the host's protocol or by atomic stores (never by plain stores from Rust code).
+    pub const unsafe fn new(entry: NonNull<PvclockVcpuTimeInfo>) -> Self {
+        PvclockReader { entry }
+    }
+
+    /// The entry this reader reads.
+    pub const fn entry(&self) -> NonNull<PvclockVcpuTimeInfo> {
+        self.entry
+    }
+
+    #[inline(always)]
+    fn words(&self) -> EntryWords<'_> {
+        // SAFETY: the constructor's contract.
+        unsafe { EntryWords::of(self.entry.as_ptr()) }
+    }
+
+    /// A consistent snapshot of the entry, `version` included, valid or not.
+    ///
+    /// # Errors
+    /// [`PvclockError::VersionNeverSettled`] after [`MAX_RETRIES`].
+    pub fn raw(&self) -> Result<PvclockVcpuTimeInfo, PvclockError> {
+        self.raw_with(|| 0).map(|(entry, _)| entry)
+    }
+
+    /// The entry and `counter`, read in one seqlock section, unvalidated.
+    fn raw_with(
+        &self,
+        mut counter: impl FnMut() -> u64,
+    ) -> Result<(PvclockVcpuTimeInfo, u64), PvclockError> {
+        let words = self.words();
+        for _ in 0..MAX_RETRIES {
+            if let Some(read) = words.attempt(&mut counter) {
+                return Ok(read);
+            }
+            spin_loop();
+        }
+        Err(PvclockError::VersionNeverSettled)
+    }
+
+    /// The entry's parameters and `counter`, read in one seqlock section (a retry whenever
+    /// `version` is odd or changed, at most [`MAX_RETRIES`] attempts).
+    ///
+    /// # Errors
+    /// [`PvclockError::VersionNeverSettled`], or the entry is none
+    /// ([`PvclockError::ZeroMultiplier`], [`PvclockError::AbsurdSlope`]). The stable bit is not
+    /// checked here: see [`PvclockParams::require_stable`].
+    pub fn read_with(
+        &self,
+        counter: impl FnMut() -> u64,
+    ) -> Result<(PvclockParams, u64), PvclockError> {
+        let (entry, cycles) = self.raw_with(counter)?;
+        Ok((PvclockParams::of(&entry)?, cycles))
+    }
+
+    /// The parameters published now.
+    ///
+    /// # Errors
+    /// As [`PvclockReader::read_with`].
+    pub fn params(&self) -> Result<PvclockParams, PvclockError> {
+        self.read_with(|| 0).map(|(params, _)| params)
+    }
+
+    /// Perf-clock nanoseconds now (`pvclock_ns + offset`), the counter read by `counter`
+    /// inside the section; retries as [`PvclockReader::read_with`].
+    ///
+    /// # Errors
+    /// As [`PvclockReader::read_with`], and [`PvclockError::CounterUnsupported`].
+    #[inline]
+    pub fn perf_ns_with(&self, counter: fn() -> u64, offset: i64) -> Result<u64, PvclockError> {
+        if !counter::SUPPORTED {
+            return Err(PvclockError::CounterUnsupported);
+        }
+        match self.perf_ns_once_with(counter, offset) {
+            Some(ns) => Ok(ns),
+            None => self.perf_ns_retrying(counter, offset),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn perf_ns_retrying(&self, counter: fn() -> u64, offset: i64) -> Result<u64, PvclockError> {
+        self.read_with(counter)
+            .map(|(params, cycles)| params.perf_ns(cycles, offset))
+    }
+
+    /// One seqlock attempt: perf-clock nanoseconds with `counter` read inside the section, or
+    /// `None` if the host was writing, wrote meanwhile, or the entry is no clock (the caller's
+    /// slow path names the error). The stable bit is not checked (see
+    /// [`PvclockParams::require_stable`]). For the facade's inlined fast path.
+    #[inline(always)]
+    pub fn perf_ns_once_with(&self, counter: impl FnOnce() -> u64, offset: i64) -> Option<u64> {
+        let (entry, cycles) = self.words().attempt(counter)?;
+        // The checks that keep the arithmetic meaningful, cheaply: the full slope check of
+        // `PvclockParams::new` ran when the entry was accepted.
+        if entry.tsc_to_system_mul == 0 || entry.tsc_shift.unsigned_abs() > 32 {
+            return None;
+        }
+        let params = PvclockParams {
+            tsc_timestamp: entry.tsc_timestamp,
+            system_time: entry.system_time,
+            mul: entry.tsc_to_system_mul,
+            shift: entry.tsc_shift,
+            flags: entry.flags,
+        };
+        Some(params.perf_ns(cycles, offset))
+    }
+}
+
+#[cfg(test)]
+#[path = "pvclock_tests.rs"]
+mod tests;

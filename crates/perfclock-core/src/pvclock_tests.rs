@@ -1,0 +1,304 @@
+//! Tests of [`super`]: the arithmetic against a reference written from the kernel's C, the
+//! reader on entries in ordinary memory, and the seqlock against a writer thread.
+
+use super::*;
+use proptest::prelude::*;
+use std::boxed::Box;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// `include/linux/math64.h`'s generic `mul_u64_u32_shr` (the one for machines without a
+/// 128-bit product), as the kernel writes it: 32-bit halves, `u64` arithmetic.
+fn reference_mul_u64_u32_shr(a: u64, mul: u32, shift: u32) -> u64 {
+    let al = a as u32;
+    let ah = (a >> 32) as u32;
+    let mut ret = (u64::from(al) * u64::from(mul)) >> shift;
+    if ah != 0 {
+        ret = ret.wrapping_add((u64::from(ah) * u64::from(mul)) << (32 - shift));
+    }
+    ret
+}
+
+/// `__pvclock_read_cycles` with `pvclock_scale_delta` as the kernel writes them, `u64` wraps
+/// and all.
+fn reference_read_cycles(entry: &PvclockVcpuTimeInfo, tsc: u64) -> u64 {
+    let mut delta = tsc.wrapping_sub(entry.tsc_timestamp);
+    if entry.tsc_shift < 0 {
+        delta >>= -i32::from(entry.tsc_shift);
+    } else {
+        delta <<= i32::from(entry.tsc_shift);
+    }
+    let offset = reference_mul_u64_u32_shr(delta, entry.tsc_to_system_mul, 32);
+    entry.system_time.wrapping_add(offset)
+}
+
+fn entry(tsc_timestamp: u64, system_time: u64, mul: u32, shift: i8) -> PvclockVcpuTimeInfo {
+    PvclockVcpuTimeInfo {
+        version: 2,
+        tsc_timestamp,
+        system_time,
+        tsc_to_system_mul: mul,
+        tsc_shift: shift,
+        flags: TSC_STABLE_BIT,
+        ..PvclockVcpuTimeInfo::default()
+    }
+}
+
+/// An entry of this project's AMD EPYC guest (2.595 GHz TSC), read from its vDSO page.
+const EPYC: PvclockVcpuTimeInfo = PvclockVcpuTimeInfo {
+    version: 4,
+    pad0: 0,
+    tsc_timestamp: 1_059_213_316,
+    system_time: 408_184_226,
+    tsc_to_system_mul: 3_310_237_869,
+    tsc_shift: -1,
+    flags: TSC_STABLE_BIT,
+    pad: [0; 2],
+};
+
+/// Plausible entries: a shift of -2..=3 (hosts publish -1..=1 for TSCs of 0.5..8 GHz) and a
+/// multiplier that makes a slope `PvclockParams::new` accepts.
+fn plausible() -> impl Strategy<Value = PvclockVcpuTimeInfo> {
+    (any::<u64>(), any::<u64>(), 1u32 << 30.., -2i8..=3)
+        .prop_map(|(ts, st, mul, shift)| entry(ts, st, mul, shift))
+}
+
+#[test]
+fn layout_is_the_kernels() {
+    assert_eq!(size_of::<PvclockVcpuTimeInfo>(), 32);
+    assert_eq!(ENTRY_STRIDE * ENTRIES_PER_PAGE, 4096);
+}
+
+#[test]
+fn epyc_entry_converts_as_the_kernel_does() {
+    let params = PvclockParams::of(&EPYC).unwrap();
+    // 2 * 10^9 cycles later: (2e9 >> 1) * 3310237869 >> 32 = 770_724_813 ns (2.595 GHz).
+    let tsc = EPYC.tsc_timestamp + 2_000_000_000;
+    assert_eq!(params.pvclock_ns(tsc), EPYC.system_time + 770_724_813);
+    assert_eq!(params.pvclock_ns(tsc), reference_read_cycles(&EPYC, tsc));
+    assert_eq!(
+        params.perf_ns(tsc, -87_961_406),
+        EPYC.system_time + 770_724_813 - 87_961_406
+    );
+}
+
+#[test]
+fn entries_that_are_no_clock_are_refused() {
+    assert_eq!(
+        PvclockParams::of(&entry(0, 0, 0, 0)),
+        Err(PvclockError::ZeroMultiplier)
+    );
+    // 2^31 * 2^10 / 2^32 = 512 ns per cycle: a 2 MHz counter.
+    assert_eq!(
+        PvclockParams::of(&entry(0, 0, 1 << 31, 10)),
+        Err(PvclockError::AbsurdSlope {
+            mul: 1 << 31,
+            shift: 10
+        })
+    );
+    // 1 / 2^32 ns per cycle.
+    assert!(matches!(
+        PvclockParams::of(&entry(0, 0, 1, 0)),
+        Err(PvclockError::AbsurdSlope { .. })
+    ));
+    assert!(matches!(
+        PvclockParams::of(&entry(0, 0, u32::MAX, 100)),
+        Err(PvclockError::AbsurdSlope { .. })
+    ));
+    assert!(matches!(
+        PvclockParams::of(&entry(0, 0, u32::MAX, -100)),
+        Err(PvclockError::AbsurdSlope { .. })
+    ));
+    let unstable = PvclockVcpuTimeInfo { flags: 0, ..EPYC };
+    assert_eq!(
+        PvclockParams::of(&unstable).unwrap().require_stable(),
+        Err(PvclockError::NotStable { flags: 0 })
+    );
+}
+
+proptest! {
+    #[test]
+    fn mul_u64_u32_shr_is_the_kernels(a in any::<u64>(), mul in any::<u32>(), shift in 1u32..=32) {
+        prop_assert_eq!(mul_u64_u32_shr(a, mul, shift), reference_mul_u64_u32_shr(a, mul, shift));
+    }
+
+    #[test]
+    fn read_cycles_is_the_kernels_at_and_after_tsc_timestamp(
+        e in plausible(),
+        delta in any::<u64>(),
+    ) {
+        let params = PvclockParams::of(&e).unwrap();
+        let tsc = e.tsc_timestamp.saturating_add(delta);
+        prop_assert_eq!(params.pvclock_ns(tsc), reference_read_cycles(&e, tsc));
+    }
+
+    #[test]
+    fn the_extension_before_tsc_timestamp_mirrors_the_formula(
+        e in plausible(),
+        back in 0u64..1 << 58,
+    ) {
+        let params = PvclockParams::of(&e).unwrap();
+        prop_assume!(e.tsc_timestamp >= back);
+        let tsc = e.tsc_timestamp - back;
+        let mirrored = entry(tsc, 0, e.tsc_to_system_mul, e.tsc_shift);
+        let forward = reference_read_cycles(&mirrored, e.tsc_timestamp);
+        prop_assert_eq!(params.pvclock_ns(tsc), e.system_time.wrapping_sub(forward));
+    }
+
+    #[test]
+    fn conversion_is_monotonic_across_tsc_timestamp(
+        e in plausible(),
+        a in -(1i64 << 56)..1 << 56,
+        b in -(1i64 << 56)..1 << 56,
+    ) {
+        // system_time far from the wrap, counter values on both sides of tsc_timestamp.
+        let e = PvclockVcpuTimeInfo { system_time: 1 << 62, tsc_timestamp: 1 << 62, ..e };
+        let params = PvclockParams::of(&e).unwrap();
+        let (lo, hi) = (a.min(b), a.max(b));
+        let at = |d: i64| params.pvclock_ns(e.tsc_timestamp.wrapping_add(d as u64));
+        prop_assert!(at(lo) <= at(hi), "{} at {lo}, {} at {hi}", at(lo), at(hi));
+    }
+
+    #[test]
+    fn time_conversion_stays_within_its_stated_error(
+        e in plausible(),
+        offset in any::<i64>(),
+        delta in -(1i64 << 50)..1 << 50,
+    ) {
+        let params = PvclockParams::of(&e).unwrap();
+        let conversion = params.time_conversion(offset).unwrap();
+        let tsc = e.tsc_timestamp.wrapping_add(delta as u64);
+        let exact = params.perf_ns(tsc, offset);
+        let approx = conversion.cycles_to_ns(tsc);
+        let off = approx.wrapping_sub(exact) as i64;
+        prop_assert!(
+            off.unsigned_abs() <= params.time_conversion_error_ns(),
+            "{off} ns off at delta {delta} (shift {})", e.tsc_shift
+        );
+    }
+}
+
+/// An entry in ordinary memory, 64-aligned like the vDSO's slots, written only atomically.
+#[repr(C, align(64))]
+struct Slot(PvclockVcpuTimeInfo);
+
+struct TestEntry {
+    slot: NonNull<Slot>,
+}
+
+// SAFETY: the entry is leaked and accessed only atomically by the reader and one writer.
+unsafe impl Send for TestEntry {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for TestEntry {}
+
+impl TestEntry {
+    fn new(initial: PvclockVcpuTimeInfo) -> Self {
+        TestEntry {
+            slot: NonNull::from(Box::leak(Box::new(Slot(initial)))),
+        }
+    }
+
+    fn ptr(&self) -> *mut PvclockVcpuTimeInfo {
+        self.slot.as_ptr().cast()
+    }
+
+    fn reader(&self) -> PvclockReader {
+        // SAFETY: leaked (never freed), 64-aligned, written only through `write`'s atomics.
+        unsafe { PvclockReader::new(NonNull::new(self.ptr()).unwrap()) }
+    }
+
+    /// The host's update: version odd, fields, version even.
+    fn write(&self, tsc_timestamp: u64, system_time: u64, mul: u32) {
+        // SAFETY: as in `reader`; this test's single writer.
+        let words = unsafe { EntryWords::of(self.ptr()) };
+        let guard = words.version.write();
+        words.tsc_timestamp.store(tsc_timestamp, Ordering::Relaxed);
+        words.system_time.store(system_time, Ordering::Relaxed);
+        let scale = u64::from(mul) | (u64::from(TSC_STABLE_BIT) << 40) | (0xff << 32);
+        words.scale.store(scale, Ordering::Relaxed);
+        drop(guard);
+    }
+}
+
+#[test]
+fn reader_reads_an_entry_and_its_counter_together() {
+    let slot = TestEntry::new(EPYC);
+    let reader = slot.reader();
+    let (params, cycles) = reader.read_with(|| EPYC.tsc_timestamp + 10).unwrap();
+    assert_eq!(cycles, EPYC.tsc_timestamp + 10);
+    assert_eq!(params, PvclockParams::of(&EPYC).unwrap());
+    assert_eq!(reader.raw().unwrap(), EPYC);
+    assert_eq!(
+        reader.perf_ns_once_with(|| EPYC.tsc_timestamp, 5),
+        Some(EPYC.system_time + 5)
+    );
+}
+
+#[test]
+fn reader_names_what_is_wrong_with_an_entry() {
+    let zero = TestEntry::new(PvclockVcpuTimeInfo::default());
+    assert_eq!(zero.reader().params(), Err(PvclockError::ZeroMultiplier));
+    assert_eq!(zero.reader().perf_ns_once_with(|| 1, 0), None);
+    let odd = TestEntry::new(PvclockVcpuTimeInfo { version: 7, ..EPYC });
+    assert_eq!(
+        odd.reader().params(),
+        Err(PvclockError::VersionNeverSettled)
+    );
+    assert_eq!(odd.reader().perf_ns_once_with(|| 1, 0), None);
+}
+
+#[test]
+fn a_read_during_an_update_is_retried() {
+    let slot = TestEntry::new(EPYC);
+    let reader = slot.reader();
+    // SAFETY: as in `TestEntry::write`.
+    let words = unsafe { EntryWords::of(slot.ptr()) };
+    let mut calls = 0;
+    let (params, _) = reader
+        .read_with(|| {
+            calls += 1;
+            if calls == 1 {
+                // The host rewrites the entry inside the first section.
+                drop(words.version.write());
+            }
+            0
+        })
+        .unwrap();
+    assert_eq!(
+        calls, 2,
+        "the first section failed validation and was read again"
+    );
+    assert_eq!(params, PvclockParams::of(&EPYC).unwrap());
+}
+
+#[test]
+fn readers_never_see_a_torn_entry() {
+    // Every update writes a consistent triple: system_time = 2 * tsc_timestamp and mul =
+    // tsc_timestamp's low 30 bits + 2^31; a torn read breaks one of the equalities.
+    let slot = Arc::new(TestEntry::new(entry(1, 2, 1 | 1 << 31, 0)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (slot, stop) = (Arc::clone(&slot), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut n = 1u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                slot.write(n, 2 * n, (n as u32 & 0x3fff_ffff) | 1 << 31);
+            }
+        })
+    };
+    let reader = slot.reader();
+    let reads = if cfg!(miri) { 50 } else { 100_000 };
+    for _ in 0..reads {
+        let Ok(raw) = reader.raw() else { continue };
+        assert_eq!(raw.system_time, 2 * raw.tsc_timestamp, "{raw:?}");
+        assert_eq!(
+            raw.tsc_to_system_mul,
+            (raw.tsc_timestamp as u32 & 0x3fff_ffff) | 1 << 31,
+            "{raw:?}"
+        );
+        assert_eq!(raw.version & 1, 0);
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+}
