@@ -57,6 +57,8 @@ mod fork;
 #[cfg(target_os = "linux")]
 mod kernel;
 #[cfg(target_os = "linux")]
+pub mod paravirt;
+#[cfg(target_os = "linux")]
 pub mod shared_page;
 // CLOCK_BOOTTIME and the libc bindings it reads are Linux's.
 #[cfg(target_os = "linux")]

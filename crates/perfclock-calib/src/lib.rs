@@ -24,6 +24,7 @@ mod kind;
 mod options;
 pub mod prune;
 pub mod published;
+pub mod pvclock_offset;
 mod source;
 mod stats;
 mod thread;

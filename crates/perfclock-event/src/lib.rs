@@ -37,6 +37,8 @@ mod attr;
 mod error;
 mod event;
 mod mapping;
+pub mod kmsg;
+pub mod pvclock_page;
 pub mod record;
 mod ring;
 pub mod shared_file;

@@ -1,0 +1,527 @@
+//! Finding KVM's pvclock page in this process: the page of `struct pvclock_vcpu_time_info`
+//! entries (one 64-byte slot per vCPU) that the vDSO maps read-only into every process.
+//!
+//! Where it is (`arch/x86/entry/vdso/vma.c`, `vdso-layout.lds.S`; see docs/design.md for the
+//! versions read):
+//! - [`VvarLayout::VvarVclock`]: the first page of the `[vvar_vclock]` mapping (kernels with the
+//!   generic vDSO data pages, 6.15 on);
+//! - [`VvarLayout::VvarPage`]: a page of the `[vvar]` mapping, the second one on kernels 4.x to
+//!   6.14 (vvar page, pvclock page, hvclock page, time namespace page).
+//!
+//! The kernel populates that page only if kvm-clock's vDSO mode was ever in use; otherwise its
+//! fault handler raises SIGBUS. So the page is never touched before a probe that cannot fault:
+//! `write(2)` of the page into a pipe, which copies it in the kernel and fails with `EFAULT`
+//! where a load would raise the signal (`process_vm_readv` cannot be used: it refuses the
+//! `VM_PFNMAP` mapping whatever its contents). The copy read back from the pipe is validated:
+//! each online vCPU's entry (those below [`ENTRIES_PER_PAGE`]) must be a plausible clock with
+//! `PVCLOCK_TSC_STABLE_BIT`, equal to vCPU 0's in everything but `version`.
+//!
+//! # Safety
+//! The probe passes the page's address to `write(2)`, which reads it in the kernel (where a
+//! missing page is an `EFAULT`, not a signal); the pipe's two descriptors are owned here and
+//! closed on every path.
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+
+use perfclock_core::pvclock::{
+    PvclockError, PvclockParams, PvclockVcpuTimeInfo, ENTRIES_PER_PAGE, ENTRY_STRIDE,
+};
+
+/// The page size of the vDSO's data pages on x86_64.
+const VVAR_PAGE_BYTES: usize = 4096;
+
+/// Copies of the page taken before the entries are given up on as different (the host updates
+/// vCPUs' entries one after the other, so a copy can catch them mid-update).
+const PROBE_ATTEMPTS: u32 = 8;
+
+/// Which mapping the page was found in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VvarLayout {
+    /// The first page of `[vvar_vclock]` (kernels 6.15 on).
+    VvarVclock,
+    /// Page `index` of `[vvar]` (kernels 4.x to 6.14: the second page).
+    VvarPage {
+        /// The page's index in the mapping.
+        index: usize,
+    },
+}
+
+impl fmt::Display for VvarLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VvarLayout::VvarVclock => f.write_str("first page of [vvar_vclock]"),
+            VvarLayout::VvarPage { index } => write!(f, "page {index} of [vvar]"),
+        }
+    }
+}
+
+/// A validated pvclock page of this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PvclockPage {
+    /// vCPU 0's entry (the page's start): mapped for the life of the process.
+    entry0: NonNull<PvclockVcpuTimeInfo>,
+    layout: VvarLayout,
+    /// The online vCPUs whose entries were compared.
+    vcpus_checked: usize,
+    /// vCPU 0's parameters when validated.
+    params: PvclockParams,
+}
+
+// SAFETY: the pointer is only an address here; reading through it is `PvclockReader`'s business
+// under its own contract.
+unsafe impl Send for PvclockPage {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for PvclockPage {}
+
+impl PvclockPage {
+    /// vCPU 0's entry: the start of a vDSO data page that stays mapped, read-only and populated
+    /// (the probe faulted it in; the kernel's fault handler maps it again after any zap) for the
+    /// life of the process, written only by the host. A fork child has it at the same address.
+    pub fn entry0(&self) -> NonNull<PvclockVcpuTimeInfo> {
+        self.entry0
+    }
+
+    /// Where the page was found.
+    pub fn layout(&self) -> VvarLayout {
+        self.layout
+    }
+
+    /// How many online vCPUs' entries were compared with vCPU 0's.
+    pub fn vcpus_checked(&self) -> usize {
+        self.vcpus_checked
+    }
+
+    /// vCPU 0's parameters when the page was validated.
+    pub fn params(&self) -> PvclockParams {
+        self.params
+    }
+}
+
+/// Why no pvclock page was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PvclockPageError {
+    /// `/proc/self/maps` or `/sys/devices/system/cpu/online` could not be read.
+    Unreadable {
+        /// The file.
+        path: &'static str,
+        /// The errno.
+        errno: i32,
+    },
+    /// No `[vvar_vclock]` or `[vvar]` mapping: not x86_64 Linux, or a vDSO disabled (`vdso=0`).
+    NoVvar,
+    /// The candidate page is not populated (`EFAULT` from the probe): kvm-clock's vDSO mode was
+    /// never used in this boot, or this is no KVM guest.
+    NotPopulated {
+        /// Where it was looked for.
+        layout: VvarLayout,
+    },
+    /// The pipe for the probe could not be made or used.
+    Probe {
+        /// The errno.
+        errno: i32,
+    },
+    /// An entry is not a usable pvclock entry.
+    Entry {
+        /// Where it was looked for.
+        layout: VvarLayout,
+        /// The vCPU whose entry it is.
+        vcpu: usize,
+        /// What is wrong with it.
+        error: PvclockError,
+    },
+    /// vCPU `vcpu`'s entry differs from vCPU 0's in more than `version`, in every copy.
+    EntriesDiffer {
+        /// The vCPU.
+        vcpu: usize,
+    },
+}
+
+impl fmt::Display for PvclockPageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PvclockPageError::Unreadable { path, errno } => write!(
+                f,
+                "{path} is unreadable ({})",
+                io::Error::from_raw_os_error(*errno)
+            ),
+            PvclockPageError::NoVvar => {
+                f.write_str("no [vvar_vclock] or [vvar] mapping in /proc/self/maps (no vDSO?)")
+            }
+            PvclockPageError::NotPopulated { layout } => write!(
+                f,
+                "the {layout} is not populated (kvm-clock's vDSO mode never used: not a KVM \
+                 guest, or booted with another clocksource)"
+            ),
+            PvclockPageError::Probe { errno } => write!(
+                f,
+                "the probe's pipe failed ({})",
+                io::Error::from_raw_os_error(*errno)
+            ),
+            PvclockPageError::Entry {
+                layout,
+                vcpu,
+                error,
+            } => write!(f, "vCPU {vcpu}'s entry in the {layout}: {error}"),
+            PvclockPageError::EntriesDiffer { vcpu } => write!(
+                f,
+                "vCPU {vcpu}'s pvclock entry differs from vCPU 0's (no KVM master clock)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PvclockPageError {}
+
+/// A candidate page: the mapping's start address and which page of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// The page's address.
+    pub address: usize,
+    /// Where it is.
+    pub layout: VvarLayout,
+}
+
+/// The pages where a pvclock page may be, best first, from `/proc/self/maps`' text: the first
+/// page of `[vvar_vclock]` if there is one, else the second page of a `[vvar]` of at least two
+/// pages.
+pub fn candidates(maps: &str) -> Vec<Candidate> {
+    let mut vclock = Vec::new();
+    let mut vvar = Vec::new();
+    for line in maps.lines() {
+        let mut fields = line.split_ascii_whitespace();
+        let Some(range) = fields.next() else { continue };
+        let Some(name) = fields.nth(4) else { continue };
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
+        let pages = end.saturating_sub(start) / VVAR_PAGE_BYTES;
+        match name {
+            "[vvar_vclock]" if pages >= 1 => vclock.push(Candidate {
+                address: start,
+                layout: VvarLayout::VvarVclock,
+            }),
+            "[vvar]" if pages >= 2 => vvar.push(Candidate {
+                address: start + VVAR_PAGE_BYTES,
+                layout: VvarLayout::VvarPage { index: 1 },
+            }),
+            _ => {}
+        }
+    }
+    if vclock.is_empty() {
+        vvar
+    } else {
+        vclock
+    }
+}
+
+/// The CPUs of a `cpulist` (`0-3,6`), or `None` if it is not one.
+pub fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',') {
+        let (first, last) = match part.split_once('-') {
+            Some((a, b)) => (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?),
+            None => {
+                let cpu = part.parse::<usize>().ok()?;
+                (cpu, cpu)
+            }
+        };
+        if last < first || last - first > 1 << 16 {
+            return None;
+        }
+        cpus.extend(first..=last);
+    }
+    Some(cpus)
+}
+
+/// Checks a copy of the page: every vCPU's entry in `vcpus` (those below
+/// [`ENTRIES_PER_PAGE`]) a stable, plausible clock equal to vCPU 0's but for `version`.
+/// `Ok(None)` when an entry was mid-update (odd `version`) in the copy: take another.
+///
+/// # Errors
+/// [`PvclockPageError::Entry`], [`PvclockPageError::EntriesDiffer`].
+pub fn validate_copy(
+    page: &[u8; VVAR_PAGE_BYTES],
+    vcpus: &[usize],
+    layout: VvarLayout,
+) -> Result<Option<(PvclockParams, usize)>, PvclockPageError> {
+    let entry_at = |vcpu: usize| -> PvclockVcpuTimeInfo {
+        let slot = &page[vcpu * ENTRY_STRIDE..vcpu * ENTRY_STRIDE + 32];
+        let u32_at = |o: usize| u32::from_ne_bytes(slot[o..o + 4].try_into().unwrap_or([0; 4]));
+        let u64_at = |o: usize| u64::from_ne_bytes(slot[o..o + 8].try_into().unwrap_or([0; 8]));
+        PvclockVcpuTimeInfo {
+            version: u32_at(0),
+            pad0: u32_at(4),
+            tsc_timestamp: u64_at(8),
+            system_time: u64_at(16),
+            tsc_to_system_mul: u32_at(24),
+            tsc_shift: slot[28] as i8,
+            flags: slot[29],
+            pad: [slot[30], slot[31]],
+        }
+    };
+    let checked = || vcpus.iter().copied().filter(|&v| v < ENTRIES_PER_PAGE);
+    if checked()
+        .chain([0])
+        .any(|vcpu| entry_at(vcpu).version & 1 != 0)
+    {
+        return Ok(None);
+    }
+    let params_of = |vcpu: usize| {
+        PvclockParams::of(&entry_at(vcpu))
+            .and_then(PvclockParams::require_stable)
+            .map_err(|error| PvclockPageError::Entry {
+                layout,
+                vcpu,
+                error,
+            })
+    };
+    let first = params_of(0)?;
+    let mut count = 0;
+    for vcpu in checked() {
+        if params_of(vcpu)? != first {
+            return Err(PvclockPageError::EntriesDiffer { vcpu });
+        }
+        count += 1;
+    }
+    Ok(Some((first, count)))
+}
+
+/// Finds, probes and validates this process's pvclock page.
+///
+/// # Errors
+/// [`PvclockPageError`]: the first candidate's reason when none passes.
+pub fn find() -> Result<PvclockPage, PvclockPageError> {
+    // The layouts and the entry are x86's (KVM's kvm-clock; Xen's vDSO pvclock is the same).
+    if !cfg!(target_arch = "x86_64") {
+        return Err(PvclockPageError::NoVvar);
+    }
+    let maps = read_text("/proc/self/maps")?;
+    let online = read_text("/sys/devices/system/cpu/online")?;
+    let vcpus = parse_cpu_list(&online).unwrap_or_else(|| vec![0]);
+    let mut first_error = None;
+    for candidate in candidates(&maps) {
+        match probe_candidate(candidate, &vcpus) {
+            Ok(page) => return Ok(page),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    Err(first_error.unwrap_or(PvclockPageError::NoVvar))
+}
+
+fn probe_candidate(candidate: Candidate, vcpus: &[usize]) -> Result<PvclockPage, PvclockPageError> {
+    let mut last = PvclockPageError::EntriesDiffer { vcpu: 0 };
+    for _ in 0..PROBE_ATTEMPTS {
+        let copy = copy_page(candidate)?;
+        match validate_copy(&copy, vcpus, candidate.layout) {
+            Ok(Some((params, vcpus_checked))) => {
+                let entry0 = NonNull::new(candidate.address as *mut PvclockVcpuTimeInfo)
+                    .ok_or(PvclockPageError::NoVvar)?;
+                return Ok(PvclockPage {
+                    entry0,
+                    layout: candidate.layout,
+                    vcpus_checked,
+                    params,
+                });
+            }
+            Ok(None) => continue,
+            Err(error @ PvclockPageError::EntriesDiffer { .. }) => last = error,
+            Err(other) => return Err(other),
+        }
+    }
+    Err(last)
+}
+
+fn read_text(path: &'static str) -> Result<String, PvclockPageError> {
+    std::fs::read_to_string(path).map_err(|error| PvclockPageError::Unreadable {
+        path,
+        errno: error.raw_os_error().unwrap_or(0),
+    })
+}
+
+/// A copy of the page at `candidate`, made by the kernel (`write` into a pipe, read back), so
+/// that an unpopulated page is an `EFAULT` instead of a SIGBUS.
+fn copy_page(candidate: Candidate) -> Result<[u8; VVAR_PAGE_BYTES], PvclockPageError> {
+    let mut fds = [0; 2];
+    // SAFETY: `pipe2` writes two descriptors into the two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(PvclockPageError::Probe {
+            errno: last_errno(),
+        });
+    }
+    // SAFETY: both descriptors were just created and are owned by nothing else.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: `write` only reads `VVAR_PAGE_BYTES` bytes at the address, in the kernel: a page
+    // that is not there (or whose fault handler refuses it) makes the call fail with EFAULT,
+    // never a signal in this process. A pipe holds at least 4096 bytes, so the write is whole.
+    let written = unsafe {
+        libc::write(
+            std::os::fd::AsRawFd::as_raw_fd(&write_end),
+            candidate.address as *const libc::c_void,
+            VVAR_PAGE_BYTES,
+        )
+    };
+    if written < 0 {
+        let errno = last_errno();
+        return Err(if errno == libc::EFAULT {
+            PvclockPageError::NotPopulated {
+                layout: candidate.layout,
+            }
+        } else {
+            PvclockPageError::Probe { errno }
+        });
+    }
+    if written as usize != VVAR_PAGE_BYTES {
+        return Err(PvclockPageError::NotPopulated {
+            layout: candidate.layout,
+        });
+    }
+    drop(write_end);
+    let mut copy = [0u8; VVAR_PAGE_BYTES];
+    File::from(read_end)
+        .read_exact(&mut copy)
+        .map_err(|error| PvclockPageError::Probe {
+            errno: error.raw_os_error().unwrap_or(0),
+        })?;
+    Ok(copy)
+}
+
+fn last_errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS_6_18: &str = "\
+7f43c21ec000-7f43c21f0000 r--p 00000000 00:00 0                          [vvar]
+7f43c21f0000-7f43c21f2000 r--p 00000000 00:00 0                          [vvar_vclock]
+7f43c21f2000-7f43c21f4000 r-xp 00000000 00:00 0                          [vdso]
+";
+    const MAPS_5_10: &str = "\
+7ffd1b5f0000-7ffd1b5f4000 r--p 00000000 00:00 0                          [vvar]
+7ffd1b5f4000-7ffd1b5f6000 r-xp 00000000 00:00 0                          [vdso]
+";
+
+    #[test]
+    fn finds_vvar_vclock_first_and_the_older_layout_otherwise() {
+        assert_eq!(
+            candidates(MAPS_6_18),
+            vec![Candidate {
+                address: 0x7f43_c21f_0000,
+                layout: VvarLayout::VvarVclock
+            }]
+        );
+        assert_eq!(
+            candidates(MAPS_5_10),
+            vec![Candidate {
+                address: 0x7ffd_1b5f_1000,
+                layout: VvarLayout::VvarPage { index: 1 }
+            }]
+        );
+        assert!(candidates("garbage\n\n1-2 x\n").is_empty());
+    }
+
+    #[test]
+    fn cpu_lists_parse() {
+        assert_eq!(parse_cpu_list("0-1\n"), Some(vec![0, 1]));
+        assert_eq!(parse_cpu_list("0,2-3"), Some(vec![0, 2, 3]));
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    fn page_with(entries: &[PvclockVcpuTimeInfo]) -> [u8; VVAR_PAGE_BYTES] {
+        let mut page = [0u8; VVAR_PAGE_BYTES];
+        for (vcpu, e) in entries.iter().enumerate() {
+            let slot = &mut page[vcpu * ENTRY_STRIDE..];
+            slot[0..4].copy_from_slice(&e.version.to_ne_bytes());
+            slot[8..16].copy_from_slice(&e.tsc_timestamp.to_ne_bytes());
+            slot[16..24].copy_from_slice(&e.system_time.to_ne_bytes());
+            slot[24..28].copy_from_slice(&e.tsc_to_system_mul.to_ne_bytes());
+            slot[28] = e.tsc_shift as u8;
+            slot[29] = e.flags;
+        }
+        page
+    }
+
+    const GOOD: PvclockVcpuTimeInfo = PvclockVcpuTimeInfo {
+        version: 4,
+        pad0: 0,
+        tsc_timestamp: 1_059_213_316,
+        system_time: 408_184_226,
+        tsc_to_system_mul: 3_310_237_869,
+        tsc_shift: -1,
+        flags: 1,
+        pad: [0; 2],
+    };
+
+    #[test]
+    fn a_copy_is_validated_entry_by_entry() {
+        let layout = VvarLayout::VvarVclock;
+        let other_version = PvclockVcpuTimeInfo { version: 6, ..GOOD };
+        let (params, count) = validate_copy(&page_with(&[GOOD, other_version]), &[0, 1], layout)
+            .unwrap()
+            .unwrap();
+        assert_eq!(params, PvclockParams::of(&GOOD).unwrap());
+        assert_eq!(count, 2);
+        let moved = PvclockVcpuTimeInfo {
+            system_time: 1,
+            ..GOOD
+        };
+        assert_eq!(
+            validate_copy(&page_with(&[GOOD, moved]), &[0, 1], layout),
+            Err(PvclockPageError::EntriesDiffer { vcpu: 1 })
+        );
+        let unstable = PvclockVcpuTimeInfo { flags: 0, ..GOOD };
+        assert!(matches!(
+            validate_copy(&page_with(&[unstable]), &[0], layout),
+            Err(PvclockPageError::Entry {
+                vcpu: 0,
+                error: PvclockError::NotStable { flags: 0 },
+                ..
+            })
+        ));
+        assert!(matches!(
+            validate_copy(&page_with(&[]), &[0], layout),
+            Err(PvclockPageError::Entry {
+                error: PvclockError::ZeroMultiplier,
+                ..
+            })
+        ));
+        let busy = PvclockVcpuTimeInfo { version: 5, ..GOOD };
+        assert_eq!(
+            validate_copy(&page_with(&[GOOD, busy]), &[0, 1], layout),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn an_unmapped_page_is_efault_not_a_signal() {
+        // Page 0 is never mapped in a Linux process.
+        let candidate = Candidate {
+            address: 0,
+            layout: VvarLayout::VvarVclock,
+        };
+        assert_eq!(
+            copy_page(candidate),
+            Err(PvclockPageError::NotPopulated {
+                layout: VvarLayout::VvarVclock
+            })
+        );
+    }
+}

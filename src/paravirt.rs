@@ -1,0 +1,250 @@
+//! Paravirt mode's constant: on a KVM guest whose sched_clock is kvm-clock, the perf clock is
+//! `pvclock(tsc) + C`, the pvclock read from the vDSO's page (`perfclock_event::pvclock_page`)
+//! and `C = __sched_clock_offset - kvm_sched_clock_offset` fixed at boot. This module finds the
+//! page and `C`, from the most trustworthy source at hand, each cross-checked against
+//! kernel-stamped brackets before it is trusted (docs/design.md, "Paravirt mode").
+//!
+//! # Safety
+//! The one unsafe call makes a [`PvclockReader`] of the page `perfclock_event::pvclock_page::find`
+//! validated: a vDSO data page, mapped read-only and populated for the life of the process.
+#![allow(unsafe_code)]
+
+use std::fmt;
+
+#[cfg(feature = "calibrated")]
+use perfclock_calib::pvclock_offset::{bracket_offsets, OffsetError, OffsetIntersection};
+#[cfg(feature = "calibrated")]
+use perfclock_calib::GroundTruth;
+use perfclock_core::pvclock::{PvclockError, PvclockReader};
+use perfclock_event::kmsg::{self, KmsgError};
+use perfclock_event::pvclock_page::{self, PvclockPage, PvclockPageError};
+
+/// Brackets of each record kind taken when `C` comes from brackets alone at open: about
+/// 1 ms of bracketing (about 4 us a bracket), for a bound of about 500 ns on this project's guests.
+pub const OPEN_BRACKETS_PER_KIND: usize = 80;
+/// Brackets of each kind that cross-check a `C` from the kernel log at open.
+pub const CHECK_BRACKETS_PER_KIND: usize = 8;
+/// A brackets-only `C` whose bound (half the intersection's width) exceeds this is refused: the
+/// calibrated mode does as well.
+pub const MAX_BRACKETS_BOUND_NS: u64 = 2_000;
+
+/// Where `C` came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OffsetSource {
+    /// A page published by root (`perfclock serve`), cross-checked by its publisher.
+    Published,
+    /// The kernel log's `kvm-clock: using sched offset` and `sched_clock: Marking stable`
+    /// records, cross-checked against brackets here.
+    KernelLog,
+    /// The middle of the brackets' intersection; the bound is half its width.
+    Brackets,
+}
+
+impl fmt::Display for OffsetSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OffsetSource::Published => "a root-published offset page",
+            OffsetSource::KernelLog => "the kernel log (/dev/kmsg)",
+            OffsetSource::Brackets => "kernel-stamped brackets alone",
+        })
+    }
+}
+
+/// `C` and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MeasuredOffset {
+    /// `C = __sched_clock_offset - kvm_sched_clock_offset`, ns.
+    pub offset_ns: i64,
+    /// Where it came from.
+    pub source: OffsetSource,
+    /// 0 from the kernel log or a published page; half the brackets' intersection otherwise.
+    pub bound_ns: u64,
+    /// The brackets' intersection it was checked against (or taken from); `None` for a
+    /// published page (its publisher checked it).
+    #[cfg(feature = "calibrated")]
+    pub intersection: Option<OffsetIntersection>,
+}
+
+/// Why a source of `C` (or the page) was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ParavirtRefusal {
+    /// No usable pvclock page; `source()` says why.
+    Page(PvclockPageError),
+    /// The page's entry became unreadable or unusable; `source()` says why.
+    Entry(PvclockError),
+    /// The kernel log gave no `C`; `source()` says why.
+    KernelLog(KmsgError),
+    /// Brackets could not be taken or contradict every `C`; `source()` says why.
+    #[cfg(feature = "calibrated")]
+    Brackets(OffsetError),
+    /// A `C` from `source` lies outside the brackets' intersection.
+    #[cfg(feature = "calibrated")]
+    OutsideBrackets {
+        /// Where the refused `C` came from.
+        source: OffsetSource,
+        /// The refused `C`, ns.
+        offset_ns: i64,
+        /// The brackets' intersection.
+        intersection: OffsetIntersection,
+    },
+    /// Brackets alone pin `C` only to more than [`MAX_BRACKETS_BOUND_NS`].
+    #[cfg(feature = "calibrated")]
+    BracketsTooWide(OffsetIntersection),
+    /// Built without the `calibrated` feature: no brackets to check a `C` against.
+    NoBrackets,
+}
+
+impl fmt::Display for ParavirtRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParavirtRefusal::Page(_) => f.write_str("no usable pvclock page"),
+            ParavirtRefusal::Entry(_) => f.write_str("the pvclock entry is unusable"),
+            ParavirtRefusal::KernelLog(_) => f.write_str("no offset from the kernel log"),
+            #[cfg(feature = "calibrated")]
+            ParavirtRefusal::Brackets(_) => f.write_str("no offset from kernel-stamped brackets"),
+            #[cfg(feature = "calibrated")]
+            ParavirtRefusal::OutsideBrackets {
+                source,
+                offset_ns,
+                intersection,
+            } => write!(
+                f,
+                "the offset {offset_ns} ns from {source} lies outside the kernel-stamped \
+                 brackets' intersection {intersection}"
+            ),
+            #[cfg(feature = "calibrated")]
+            ParavirtRefusal::BracketsTooWide(intersection) => write!(
+                f,
+                "kernel-stamped brackets pin the offset only to {intersection}, wider than \
+                 2 x {MAX_BRACKETS_BOUND_NS} ns"
+            ),
+            ParavirtRefusal::NoBrackets => f.write_str(
+                "built without the `calibrated` feature: no brackets to check an offset against",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ParavirtRefusal {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ParavirtRefusal::Page(error) => Some(error),
+            ParavirtRefusal::Entry(error) => Some(error),
+            ParavirtRefusal::KernelLog(error) => Some(error),
+            #[cfg(feature = "calibrated")]
+            ParavirtRefusal::Brackets(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// The pvclock page of this process, validated, and a reader of vCPU 0's entry.
+///
+/// # Errors
+/// [`ParavirtRefusal::Page`].
+pub fn find_page() -> Result<(PvclockPage, PvclockReader), ParavirtRefusal> {
+    let page = pvclock_page::find().map_err(ParavirtRefusal::Page)?;
+    // SAFETY: `find` validated a vDSO data page: mapped read-only for the life of the process
+    // (and at the same address in fork children), populated by its probe (the kernel's fault
+    // handler maps it again after any zap), 64-aligned, written only by the host.
+    let reader = unsafe { PvclockReader::new(page.entry0()) };
+    Ok((page, reader))
+}
+
+/// Finds the pvclock page and measures `C` from the kernel log, cross-checked against
+/// `brackets_per_kind` kernel-stamped brackets of each record kind (taken on the calling
+/// thread, whose events are closed before it returns): what a root `perfclock serve` publishes
+/// once per boot. The result's bound is 0.
+///
+/// # Errors
+/// [`ParavirtRefusal`]: no page, the log unreadable or incomplete (`KernelLog`), no brackets,
+/// or the log's `C` outside their intersection (`OutsideBrackets`).
+///
+/// # Example
+/// ```no_run
+/// let measured = perfclock::paravirt::measure_offset(200)?;
+/// println!("C = {} ns from {}", measured.offset_ns, measured.source);
+/// # Ok::<(), perfclock::paravirt::ParavirtRefusal>(())
+/// ```
+pub fn measure_offset(brackets_per_kind: usize) -> Result<MeasuredOffset, ParavirtRefusal> {
+    let (_, reader) = find_page()?;
+    let offset_ns = kmsg::read_offset().map_err(ParavirtRefusal::KernelLog)?;
+    cross_check(
+        &reader,
+        offset_ns,
+        OffsetSource::KernelLog,
+        brackets_per_kind,
+    )
+}
+
+/// `offset_ns` from `source`, accepted if it lies in the intersection of `per_kind` brackets of
+/// each kind.
+#[cfg(feature = "calibrated")]
+pub fn cross_check(
+    reader: &PvclockReader,
+    offset_ns: i64,
+    source: OffsetSource,
+    per_kind: usize,
+) -> Result<MeasuredOffset, ParavirtRefusal> {
+    let intersection = brackets(reader, per_kind)?;
+    if !intersection.contains(offset_ns) {
+        return Err(ParavirtRefusal::OutsideBrackets {
+            source,
+            offset_ns,
+            intersection,
+        });
+    }
+    Ok(MeasuredOffset {
+        offset_ns,
+        source,
+        bound_ns: 0,
+        intersection: Some(intersection),
+    })
+}
+
+/// Without brackets no `C` is trusted.
+#[cfg(not(feature = "calibrated"))]
+pub fn cross_check(
+    _reader: &PvclockReader,
+    _offset_ns: i64,
+    _source: OffsetSource,
+    _per_kind: usize,
+) -> Result<MeasuredOffset, ParavirtRefusal> {
+    Err(ParavirtRefusal::NoBrackets)
+}
+
+/// `C` from brackets alone: the middle of the intersection of `per_kind` brackets of each kind,
+/// the bound half its width.
+///
+/// # Errors
+/// [`ParavirtRefusal::Brackets`], [`ParavirtRefusal::BracketsTooWide`].
+#[cfg(feature = "calibrated")]
+pub fn measure_from_brackets(
+    reader: &PvclockReader,
+    per_kind: usize,
+) -> Result<MeasuredOffset, ParavirtRefusal> {
+    let intersection = brackets(reader, per_kind)?;
+    let bound_ns = intersection.half_width_ns();
+    if bound_ns > MAX_BRACKETS_BOUND_NS {
+        return Err(ParavirtRefusal::BracketsTooWide(intersection));
+    }
+    Ok(MeasuredOffset {
+        offset_ns: intersection.middle(),
+        source: OffsetSource::Brackets,
+        bound_ns,
+        intersection: Some(intersection),
+    })
+}
+
+/// The intersection of `per_kind` brackets of every kind this thread can open; the events
+/// are closed (rings unmapped) when it returns.
+#[cfg(feature = "calibrated")]
+fn brackets(
+    reader: &PvclockReader,
+    per_kind: usize,
+) -> Result<OffsetIntersection, ParavirtRefusal> {
+    let mut truth = GroundTruth::open_available()
+        .map_err(|error| ParavirtRefusal::Brackets(OffsetError::Brackets(error)))?;
+    bracket_offsets(&mut truth, reader, per_kind).map_err(ParavirtRefusal::Brackets)
+}
