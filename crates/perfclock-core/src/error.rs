@@ -8,6 +8,7 @@
 
 use core::fmt;
 
+use crate::pvclock::PvclockError;
 use crate::shared_page::{LAYOUT_BYTES, STALE_AFTER_NS, VERSION};
 
 /// Time parameters that no kernel would publish; converting with them would give garbage.
@@ -49,6 +50,8 @@ pub enum ReadError {
     InvalidParameters(ParamError),
     /// This architecture has no supported counter.
     CounterUnsupported,
+    /// The paravirtual clock's entry gave no reading; `source()` says why.
+    Pvclock(PvclockError),
 }
 
 impl From<ParamError> for ReadError {
@@ -75,6 +78,7 @@ impl fmt::Display for ReadError {
             ReadError::CounterUnsupported => {
                 f.write_str("no supported cycle counter on this architecture")
             }
+            ReadError::Pvclock(_) => f.write_str("the paravirtual clock's entry gave no reading"),
         }
     }
 }
@@ -85,6 +89,7 @@ impl core::error::Error for ReadError {
     fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
         match self {
             ReadError::InvalidParameters(error) => Some(error),
+            ReadError::Pvclock(error) => Some(error),
             ReadError::Contended
             | ReadError::TimeZeroUnavailable { .. }
             | ReadError::CounterUnsupported => None,
