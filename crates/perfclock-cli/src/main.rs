@@ -1,15 +1,15 @@
 //! The `perfclock` command: `doctor`, `inject-time-conv`, `attach`, `agent-path`, `record`, `serve`.
 
-mod agent_path;
-mod attach;
-mod clock_data;
-mod doctor;
-mod error;
-mod inject;
-mod output;
-mod record;
-mod serve;
-mod signals;
+pub(crate) mod agent_path;
+pub(crate) mod attach;
+pub(crate) mod clock_data;
+pub(crate) mod doctor;
+pub(crate) mod error;
+pub(crate) mod inject;
+pub(crate) mod output;
+pub(crate) mod record;
+pub(crate) mod serve;
+pub(crate) mod signals;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -22,8 +22,8 @@ use crate::output::errln;
 
 /// The clock Linux perf stamps into its samples, from user space.
 #[derive(Debug, Parser)]
-#[command(name = "perfclock", version, about)]
-struct Cli {
+#[command(name = "perfclock", version = env!("PERFCLOCK_VERSION"), about)]
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
