@@ -6,10 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::agent_path;
 use crate::output::errln;
-
-/// The agent's file name, installed next to the `perfclock` binary.
-pub(crate) const AGENT_FILE_NAME: &str = "libperfclock_agent.so";
 
 /// The whole attach's default bound: HotSpot answers within milliseconds, so this is for a
 /// loaded machine; errors come within it, well inside 10 s.
@@ -28,29 +26,14 @@ pub(crate) fn parse_timeout(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// The agent that belongs to this perfclock: `libperfclock_agent.so` in the executable's directory.
-fn default_agent() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|error| {
-        format!("cannot locate the perfclock executable ({error}): pass --agent PATH")
-    })?;
-    let agent = exe.with_file_name(AGENT_FILE_NAME);
-    if agent.is_file() {
-        Ok(agent)
-    } else {
-        Err(format!(
-            "no {AGENT_FILE_NAME} next to {} (where cargo build puts it beside perfclock): \
-             pass --agent PATH",
-            exe.display()
-        ))
-    }
-}
-
 pub(crate) fn run(
     pid: u32,
     options: OsString,
     agent: Option<PathBuf>,
     timeout: Duration,
 ) -> ExitCode {
+    let default_agent =
+        || agent_path::find().map_err(|message| format!("{message}; or pass --agent PATH"));
     let agent = match agent.map_or_else(default_agent, Ok) {
         Ok(agent) => agent,
         Err(message) => {
