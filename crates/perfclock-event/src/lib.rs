@@ -30,7 +30,8 @@
 //! Unsafe code is denied at the root and allowed only in [`event`](PerfEvent) (the system
 //! calls), the mapping module (owned mappings), the ring reader (loads from kernel-written
 //! memory), [`shared_file`] (`openat`, `fstatat`, `unlinkat`) and [`sys`] (`sysconf`, `gettid`,
-//! `clock_gettime`, the marker `mmap`); each says why at its top.
+//! `clock_gettime`, the marker `mmap`) and [`peer`] (thread credentials, pidfds, a UNIX
+//! socket `connect`); each says why at its top.
 #![deny(unsafe_code)]
 
 mod attr;
@@ -38,6 +39,7 @@ mod error;
 mod event;
 mod mapping;
 pub mod kmsg;
+pub mod peer;
 pub mod pvclock_page;
 pub mod record;
 mod ring;
