@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use perfclock::{Clock, CounterStamp, Options};
 use perfclock_core::page::PerfEventMmapPage;
+use perfclock_core::pvclock::PvclockReader;
 use perfclock_core::{counter, PageReader, PageWriter, TimeConversion};
 use perfclock_testutil::time::monotonic_ns;
 use perfclock_testutil::{skip, Need};
@@ -181,6 +182,36 @@ fn has_rdtscp() -> bool {
 }
 
 /// A page of ordinary memory with exact-mode parameters published, and its reader.
+/// The core reader of whatever the clock reads (its perf-format page, or in paravirt mode its
+/// pvclock entry and offset): the facade's fast path minus its plumbing.
+#[derive(Clone, Copy)]
+enum CoreReader {
+    Page(PageReader),
+    Pvclock(PvclockReader, i64),
+}
+
+impl CoreReader {
+    fn of(clock: &Clock) -> Self {
+        match (clock.reader(), clock.paravirt()) {
+            (Some(page), _) => CoreReader::Page(page),
+            (None, Some(paravirt)) => {
+                CoreReader::Pvclock(paravirt.reader(), paravirt.offset().offset_ns)
+            }
+            (None, None) => unreachable!("a clock reads a page or a pvclock entry"),
+        }
+    }
+
+    #[inline(always)]
+    fn now_ns(&self) -> u64 {
+        match self {
+            CoreReader::Page(page) => page.now_ns().unwrap_or(0),
+            CoreReader::Pvclock(entry, offset_ns) => entry
+                .perf_ns_with(counter::read_counter_or_zero, *offset_ns)
+                .unwrap_or(0),
+        }
+    }
+}
+
 fn exact_page() -> PageReader {
     let page = NonNull::from(Box::leak(Box::new(PerfEventMmapPage::zeroed())));
     let conversion = TimeConversion::new(EXACT_MULT, EXACT_SHIFT, EXACT_ZERO).unwrap();
@@ -297,14 +328,14 @@ fn reads(c: &mut Criterion) {
     );
     let exact = exact_page();
     // The core reader over the clock's own page: the facade's fast path minus its plumbing.
-    let same_page = clock.reader();
+    let same_page = CoreReader::of(clock);
     let quanta_clock = quanta::Clock::new();
 
     let perfclock_now = perfclock::now_ns;
     let perfclock_try = || perfclock::try_now_ns().unwrap_or(0);
     let clock_now = || clock.now_ns().unwrap_or(0);
     let core_exact = || exact.now_ns().unwrap_or(0);
-    let core_same = || same_page.now_ns().unwrap_or(0);
+    let core_same = || same_page.now_ns();
     let ordered_now = perfclock::now_ns_ordered;
     let stamp_now = CounterStamp::now;
     let lfence_now = || {
@@ -392,7 +423,7 @@ fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock, exact: &Pa
     const ROUNDS: usize = 41;
     const CALLS: u64 = 100_000;
     let mut rounds = Vec::with_capacity(ROUNDS);
-    let same_page = clock.reader();
+    let same_page = CoreReader::of(clock);
     let page = exact.page().as_ptr();
     // The floor's pieces compute what the reader computes (within the reads' own reordering).
     let (before, piece, after) = (
@@ -407,7 +438,7 @@ fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock, exact: &Pa
     for _ in 0..ROUNDS {
         let now = ns_per_call(CALLS, &perfclock::now_ns);
         let clock_now = ns_per_call(CALLS, &|| clock.now_ns().unwrap_or(0));
-        let core_now = ns_per_call(CALLS, &|| same_page.now_ns().unwrap_or(0));
+        let core_now = ns_per_call(CALLS, &|| same_page.now_ns());
         let rdtsc = ns_per_call(CALLS, &|| counter::read_counter().unwrap_or(0));
         let gettime = ns_per_call(CALLS, &monotonic_ns);
         let quanta_now = ns_per_call(CALLS, &|| quanta_clock.now());

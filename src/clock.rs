@@ -6,10 +6,13 @@
 
 #[cfg(all(feature = "calibrated", target_os = "linux"))]
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
+use perfclock_core::pvclock::PvclockReader;
 use perfclock_core::{counter, PageReader, ReadError, TimeConversion};
 
 use crate::diagnosis::Withheld;
 use crate::error::Error;
+#[cfg(target_os = "linux")]
+use crate::paravirt::ParavirtClock;
 #[cfg(target_os = "linux")]
 use crate::shared_page::SharedPageInfo;
 
@@ -28,6 +31,11 @@ pub enum Mode {
     /// The kernel publishes them (`cap_user_time_zero = 1`): readings equal the kernel's
     /// timestamps exactly (x86_64), or to within 1 ns (arm64, see the crate docs).
     Kernel,
+    /// A KVM guest's paravirtual sched_clock, read as the kernel reads it: the vDSO's pvclock
+    /// entry (the kernel's arithmetic, bit for bit) plus the boot's constant offset `C`, from the
+    /// kernel log or a root-published page (bound 0) or from kernel-stamped brackets alone
+    /// (bound: half their intersection). No thread, no perf event after opening.
+    Paravirt,
     /// Fitted by perfclock against timestamps the kernel stamped, with a measured error bound.
     Calibrated,
     /// Fitted by a `perfclock serve` of this machine and read from its shared page (see
@@ -37,11 +45,14 @@ pub enum Mode {
 }
 
 /// How to open a [`Clock`]. The default: kernel mode where the kernel publishes the parameters,
-/// calibrated mode with background refinement otherwise (without the `calibrated` feature:
-/// kernel mode only).
+/// else paravirt mode where the kernel's paravirtual clock can be read, else a `perfclock serve`
+/// page, else calibrated mode with background refinement (without the `calibrated` feature:
+/// kernel mode, or paravirt mode with a root-published offset).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Options {
     kernel_only: bool,
+    /// Whether to skip paravirt mode.
+    no_paravirt: bool,
     /// Whether to read a `perfclock serve` page before calibrating in-process.
     no_shared_page: bool,
     /// Set by [`Options::refine`]; wins over `calibration`'s own setting, whichever came first.
@@ -56,6 +67,14 @@ impl Options {
     /// [`Error::KernelWithholdsTime`] where the kernel withholds the parameters.
     pub fn kernel_only(mut self, kernel_only: bool) -> Self {
         self.kernel_only = kernel_only;
+        self
+    }
+
+    /// Read the kernel's paravirtual clock where the kernel withholds the parameters (the
+    /// default); `false` skips paravirt mode, as `PERFCLOCK_PARAVIRT=off` in the environment
+    /// does, so calibrated (or shared) mode can be had on a KVM guest.
+    pub fn paravirt(mut self, paravirt: bool) -> Self {
+        self.no_paravirt = !paravirt;
         self
     }
 
@@ -109,9 +128,37 @@ impl Options {
 /// the calibrator) may rewrite them.
 #[derive(Debug)]
 pub struct Clock {
-    /// Invariant: reads the page that `source` keeps alive.
-    reader: PageReader,
+    /// Invariant: reads the page (or entry) that `source` keeps alive.
+    reader: ClockReader,
     source: os::Source,
+}
+
+/// What a [`Clock`] reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ClockReader {
+    /// A page in perf's format: the kernel's, a server's, or the calibrator's.
+    Page(PageReader),
+    /// A pvclock entry, and the boot's offset `C` added to its value.
+    Pvclock {
+        entry: PvclockReader,
+        offset_ns: i64,
+    },
+}
+
+impl ClockReader {
+    #[inline]
+    fn now_ns_via(
+        &self,
+        page: impl FnOnce(&PageReader) -> Result<u64, ReadError>,
+        read: fn() -> u64,
+    ) -> Result<u64, ReadError> {
+        match self {
+            ClockReader::Page(reader) => page(reader),
+            ClockReader::Pvclock { entry, offset_ns } => entry
+                .perf_ns_with(read, *offset_ns)
+                .map_err(ReadError::Pvclock),
+        }
+    }
 }
 
 impl Clock {
@@ -146,28 +193,62 @@ impl Clock {
     /// example when the TSC was marked unstable) or stayed locked for every retry.
     #[inline]
     pub fn now_ns(&self) -> Result<u64, ReadError> {
-        self.reader.now_ns()
+        self.reader
+            .now_ns_via(PageReader::now_ns, counter::read_counter_or_zero)
     }
 
-    /// The conversion published now.
+    /// As [`Clock::now_ns`], with the counter read only after every earlier instruction has
+    /// completed (see [`crate::now_ns_ordered`]).
+    ///
+    /// # Errors
+    /// As [`Clock::now_ns`].
+    #[inline]
+    pub fn now_ns_ordered(&self) -> Result<u64, ReadError> {
+        self.reader.now_ns_via(
+            PageReader::now_ns_ordered,
+            counter::read_counter_ordered_or_zero,
+        )
+    }
+
+    /// The conversion published now, in perf's form (`time_zero`, `time_mult`, `time_shift`:
+    /// what `PERF_RECORD_TIME_CONV` carries). In paravirt mode it is the pvclock entry's slope
+    /// with `time_zero` anchored at its `tsc_timestamp`, within
+    /// `PvclockParams::time_conversion_error_ns` (2 ns at most) of [`Clock::cycles_to_ns`],
+    /// which is exact.
     ///
     /// # Errors
     /// As [`Clock::now_ns`].
     pub fn conversion(&self) -> Result<TimeConversion, ReadError> {
-        self.reader.conversion()
+        match self.reader {
+            ClockReader::Page(reader) => reader.conversion(),
+            ClockReader::Pvclock { entry, offset_ns } => entry
+                .params()
+                .map_err(ReadError::Pvclock)?
+                .time_conversion(offset_ns)
+                .map_err(ReadError::InvalidParameters),
+        }
     }
 
-    /// Converts a counter value taken with [`Clock::read_counter`].
+    /// Converts a counter value taken with [`Clock::read_counter`], with the parameters
+    /// published now (in paravirt mode the kernel's pvclock arithmetic, exactly).
     ///
     /// # Errors
     /// As [`Clock::now_ns`].
     #[inline]
     pub fn cycles_to_ns(&self, cycles: u64) -> Result<u64, ReadError> {
-        self.conversion()
-            .map(|conversion| conversion.cycles_to_ns(cycles))
+        match self.reader {
+            ClockReader::Page(_) => self
+                .conversion()
+                .map(|conversion| conversion.cycles_to_ns(cycles)),
+            ClockReader::Pvclock { entry, offset_ns } => entry
+                .params()
+                .map(|params| params.perf_ns(cycles, offset_ns))
+                .map_err(ReadError::Pvclock),
+        }
     }
 
-    /// The counter value at perf time `ns` (rounded down).
+    /// The counter value at perf time `ns` (rounded down; in paravirt mode through
+    /// [`Clock::conversion`], so within a few cycles).
     ///
     /// # Errors
     /// As [`Clock::now_ns`].
@@ -232,8 +313,24 @@ impl Clock {
         self.source.shared_page()
     }
 
-    /// The page this clock reads, for diagnostics.
-    pub fn reader(&self) -> PageReader {
+    /// In paravirt mode, the pvclock page, the offset `C`, where it came from and the sources
+    /// refused before it.
+    #[cfg(target_os = "linux")]
+    pub fn paravirt(&self) -> Option<&ParavirtClock> {
+        self.source.paravirt()
+    }
+
+    /// The perf-format page this clock reads, for diagnostics and readers that want the page
+    /// itself; `None` in paravirt mode, which reads a pvclock entry (see [`Clock::paravirt`]).
+    pub fn reader(&self) -> Option<PageReader> {
+        match self.reader {
+            ClockReader::Page(reader) => Some(reader),
+            ClockReader::Pvclock { .. } => None,
+        }
+    }
+
+    /// What the process-wide fast path reads.
+    pub(crate) fn clock_reader(&self) -> ClockReader {
         self.reader
     }
 }

@@ -169,7 +169,7 @@ fn now_ns_slow() -> u64 {
 fn now_ns_ordered_slow() -> u64 {
     init()
         .ok()
-        .and_then(|clock| clock.reader().now_ns_ordered().ok())
+        .and_then(|clock| clock.now_ns_ordered().ok())
         .unwrap_or(0)
 }
 
@@ -182,7 +182,7 @@ fn try_now_ns_slow() -> Option<u64> {
 #[cold]
 #[inline(never)]
 fn try_now_ns_ordered_slow() -> Option<u64> {
-    global()?.reader().now_ns_ordered().ok()
+    global()?.now_ns_ordered().ok()
 }
 
 /// A raw counter value taken now, to be converted to perf-domain nanoseconds later: the
@@ -253,8 +253,9 @@ pub fn mode() -> Option<Mode> {
     global().map(Clock::mode)
 }
 
-/// The process-wide clock's error bound in nanoseconds (0 in kernel mode), or `u64::MAX` if it
-/// is not (successfully) initialised.
+/// The process-wide clock's error bound in nanoseconds (0 in kernel mode, and in paravirt mode
+/// with the offset from the kernel log or a published page), or `u64::MAX` if it is not
+/// (successfully) initialised.
 pub fn error_bound_ns() -> u64 {
     global().map_or(u64::MAX, Clock::error_bound_ns)
 }
@@ -268,22 +269,26 @@ pub fn global() -> Option<&'static Clock> {
 
 /// The process-wide clock's page, reachable with one load: the reads' fast path does not go
 /// through the `OnceLock`'s state and the stored `Result`, nor test for a missing clock (before
-/// `init` the pointer is to a page that publishes nothing, which the read declines anyway).
+/// `init` the pointer is to a page that publishes nothing, which the read declines anyway). In
+/// paravirt mode the pointer is to the pvclock entry, tagged in its low bit, and the offset `C`
+/// is loaded only on that branch: kernel mode's read stays one load and one bit test away.
 ///
 /// # Safety
-/// The one unsafe call turns the published page pointer back into a reader; the pointer is only
-/// ever the never-written `EMPTY` page or the page of the clock stored in `GLOBAL`, which is
-/// never dropped.
+/// The unsafe calls turn the published pointer back into a reader; the pointer is only ever the
+/// never-written `EMPTY` page, the page of the clock stored in `GLOBAL` (never dropped), or that
+/// clock's pvclock entry (a vDSO page, mapped for the life of the process) with bit 0 set.
 mod fast {
     #![allow(unsafe_code)]
 
     use std::cell::UnsafeCell;
     use std::ptr::NonNull;
-    use std::sync::atomic::{AtomicPtr, Ordering};
+    use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
 
     use perfclock_core::page::PerfEventMmapPage;
+    use perfclock_core::pvclock::{PvclockReader, PvclockVcpuTimeInfo};
     use perfclock_core::PageReader;
 
+    use crate::clock::ClockReader;
     use crate::Clock;
 
     /// A page with no capabilities, in writable memory (an `UnsafeCell`, so atomic loads through
@@ -295,30 +300,69 @@ mod fast {
 
     static EMPTY: EmptyPage = EmptyPage(UnsafeCell::new(PerfEventMmapPage::zeroed()));
 
-    /// `EMPTY` until `init` succeeds, then the primary page of the process-wide clock.
+    /// Set in [`PAGE`] when it points to a pvclock entry (both targets are at least 8-aligned,
+    /// so bit 0 is free).
+    const PVCLOCK_TAG: usize = 1;
+
+    /// `EMPTY` until `init` succeeds, then the primary page of the process-wide clock, or its
+    /// pvclock entry tagged with [`PVCLOCK_TAG`].
     static PAGE: AtomicPtr<PerfEventMmapPage> = AtomicPtr::new(EMPTY.0.get());
 
-    /// Makes `clock`'s page the fast path's. Every caller passes the same clock (the one in
-    /// `GLOBAL`), so repeated stores store the same value.
+    /// The paravirt clock's offset `C`, ns; stored before the tagged pointer.
+    static PVCLOCK_OFFSET_NS: AtomicI64 = AtomicI64::new(0);
+
+    /// Makes `clock`'s page (or entry) the fast path's. Every caller passes the same clock (the
+    /// one in `GLOBAL`), so repeated stores store the same values.
     pub(crate) fn publish(clock: &'static Clock) {
+        let pointer = match clock.clock_reader() {
+            ClockReader::Page(reader) => reader.page().as_ptr(),
+            ClockReader::Pvclock { entry, offset_ns } => {
+                PVCLOCK_OFFSET_NS.store(offset_ns, Ordering::Relaxed);
+                entry
+                    .entry()
+                    .as_ptr()
+                    .cast::<PerfEventMmapPage>()
+                    .map_addr(|address| address | PVCLOCK_TAG)
+            }
+        };
         // ATOMICS: Release pairs with the Acquire load in `now_ns_once`: a reader that finds
         // the pointer finds the page's initial contents (a calibrated page is ordinary memory
-        // written before the clock was stored).
-        PAGE.store(clock.reader().page().as_ptr(), Ordering::Release);
+        // written before the clock was stored) and the offset stored above.
+        PAGE.store(pointer, Ordering::Release);
     }
 
-    /// One seqlock attempt on the process-wide clock's page with `counter`, or `None` (no clock
-    /// yet, or the attempt failed: the caller takes the slow path).
+    /// One seqlock attempt on the process-wide clock's page (or entry) with `counter`, or
+    /// `None` (no clock yet, or the attempt failed: the caller takes the slow path).
     #[inline(always)]
     pub(crate) fn now_ns_once(counter: impl FnOnce() -> u64) -> Option<u64> {
         // ATOMICS: Acquire pairs with the Release store in `publish`.
         let page = PAGE.load(Ordering::Acquire);
-        // SAFETY: `PAGE` holds either `EMPTY` (a static, 8-aligned, never written) or the page
-        // of the clock in `GLOBAL` (a static that is never dropped), whose reader was made under
-        // `PageReader::new`'s contract and whose page the clock keeps mapped (a fork child's is
-        // re-mapped at the same address) for the life of the process. Neither is null.
-        let reader = unsafe { PageReader::new(NonNull::new_unchecked(page)) };
-        reader.now_ns_once_with(counter)
+        if page.addr() & PVCLOCK_TAG == 0 {
+            // SAFETY: `PAGE` holds either `EMPTY` (a static, 8-aligned, never written) or the
+            // page of the clock in `GLOBAL` (a static that is never dropped), whose reader was
+            // made under `PageReader::new`'s contract and whose page the clock keeps mapped (a
+            // fork child's is re-mapped at the same address) for the life of the process.
+            // Neither is null.
+            let reader = unsafe { PageReader::new(NonNull::new_unchecked(page)) };
+            reader.now_ns_once_with(counter)
+        } else {
+            pvclock_once(page, counter)
+        }
+    }
+
+    #[inline(always)]
+    fn pvclock_once(tagged: *mut PerfEventMmapPage, counter: impl FnOnce() -> u64) -> Option<u64> {
+        // ATOMICS: Relaxed: the Acquire load of `PAGE` that found the tag orders this load after
+        // the Release store that published it, which followed the offset's store.
+        let offset_ns = PVCLOCK_OFFSET_NS.load(Ordering::Relaxed);
+        let entry = tagged
+            .map_addr(|address| address & !PVCLOCK_TAG)
+            .cast::<PvclockVcpuTimeInfo>();
+        // SAFETY: a tagged `PAGE` is the pvclock entry of the clock in `GLOBAL` (never dropped),
+        // whose reader was made under `PvclockReader::new`'s contract: a vDSO page mapped
+        // read-only for the life of the process, at the same address in fork children. Not null.
+        let reader = unsafe { PvclockReader::new(NonNull::new_unchecked(entry)) };
+        reader.perf_ns_once_with(counter, offset_ns)
     }
 }
 

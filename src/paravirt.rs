@@ -139,6 +139,100 @@ impl std::error::Error for ParavirtRefusal {
     }
 }
 
+/// Where a paravirt-mode [`crate::Clock`] reads: the page, vCPU 0's entry, and `C`.
+#[derive(Debug, Clone)]
+pub struct ParavirtClock {
+    page: PvclockPage,
+    reader: PvclockReader,
+    measured: MeasuredOffset,
+    refused: Vec<ParavirtRefusal>,
+}
+
+impl ParavirtClock {
+    /// The page (where it was found, how many vCPUs' entries were compared).
+    pub fn page(&self) -> &PvclockPage {
+        &self.page
+    }
+
+    /// The reader of vCPU 0's entry.
+    pub fn reader(&self) -> PvclockReader {
+        self.reader
+    }
+
+    /// `C`, where it came from, and the brackets it was checked against.
+    pub fn offset(&self) -> &MeasuredOffset {
+        &self.measured
+    }
+
+    /// The sources of `C` tried first and refused, in order.
+    pub fn refused(&self) -> &[ParavirtRefusal] {
+        &self.refused
+    }
+
+    /// The offset's bound while the entry keeps `PVCLOCK_TSC_STABLE_BIT`; `u64::MAX` once it
+    /// does not (or cannot be read): the kernel then clamps its readings, which this clock does
+    /// not follow. Signal-safe (atomic loads of the entry).
+    pub fn error_bound_ns(&self) -> u64 {
+        match self.reader.params() {
+            Ok(params) if params.is_stable() => self.measured.bound_ns,
+            _ => u64::MAX,
+        }
+    }
+
+    /// Opens paravirt mode: the page, then `C` from a root-published page, the kernel log
+    /// (cross-checked against brackets), or brackets alone, the first that passes.
+    ///
+    /// # Errors
+    /// Every refusal, in the order tried.
+    pub(crate) fn open() -> Result<ParavirtClock, Vec<ParavirtRefusal>> {
+        let (page, reader) = find_page().map_err(|refusal| vec![refusal])?;
+        let mut refused = Vec::new();
+        let from_log = kmsg::read_offset()
+            .map_err(ParavirtRefusal::KernelLog)
+            .and_then(|offset_ns| {
+                cross_check(
+                    &reader,
+                    offset_ns,
+                    OffsetSource::KernelLog,
+                    CHECK_BRACKETS_PER_KIND,
+                )
+            });
+        let measured = match from_log {
+            Ok(measured) => measured,
+            Err(refusal) => {
+                refused.push(refusal);
+                match measure_from_brackets_if_built(&reader) {
+                    Ok(measured) => measured,
+                    Err(refusal) => {
+                        refused.push(refusal);
+                        return Err(refused);
+                    }
+                }
+            }
+        };
+        Ok(ParavirtClock {
+            page,
+            reader,
+            measured,
+            refused,
+        })
+    }
+}
+
+#[cfg(feature = "calibrated")]
+fn measure_from_brackets_if_built(
+    reader: &PvclockReader,
+) -> Result<MeasuredOffset, ParavirtRefusal> {
+    measure_from_brackets(reader, OPEN_BRACKETS_PER_KIND)
+}
+
+#[cfg(not(feature = "calibrated"))]
+fn measure_from_brackets_if_built(
+    _reader: &PvclockReader,
+) -> Result<MeasuredOffset, ParavirtRefusal> {
+    Err(ParavirtRefusal::NoBrackets)
+}
+
 /// The pvclock page of this process, validated, and a reader of vCPU 0's entry.
 ///
 /// # Errors

@@ -80,9 +80,20 @@ fn handoffs(read: fn() -> Reading) -> Verdict {
 /// A reading of the process-wide clock with the counter read by `counter` inside the seqlock
 /// section (the facade's `now_ns_ordered` / `now_ns` read, the counter kept).
 fn reading_with(counter: fn() -> u64) -> Reading {
-    let reading = perfclock::global()
-        .expect("an open clock")
+    let clock = perfclock::global().expect("an open clock");
+    if let Some(paravirt) = clock.paravirt() {
+        let (params, cycles) = paravirt
+            .reader()
+            .read_with(counter)
+            .expect("a pvclock reading");
+        return Reading {
+            cycles,
+            ns: params.perf_ns(cycles, paravirt.offset().offset_ns),
+        };
+    }
+    let reading = clock
         .reader()
+        .expect("a perf-format page outside paravirt mode")
         .read_with(counter)
         .expect("a clock reading");
     Reading {

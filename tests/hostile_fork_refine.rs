@@ -29,7 +29,7 @@ const TEST: &str = "fork_child_clock_is_bounded_then_refined_again";
 const MAX_PAUSE: Duration = Duration::from_millis(200);
 
 fn options() -> Options {
-    Options::default().calibration(
+    Options::default().paravirt(false).calibration(
         CalibrationOptions::default().refine_interval(Duration::from_millis(5), MAX_PAUSE),
     )
 }

@@ -79,7 +79,7 @@ fn become_nobody() {
 /// nothing to limit).
 fn skip_unless_calibrated(case: &str) {
     let test = format!("{TEST} {case}");
-    match perfclock::Clock::open() {
+    match Options::default().paravirt(false).open() {
         Ok(clock) if clock.mode() == Mode::Calibrated => {}
         Ok(clock) => skip_child(
             &test,
@@ -105,6 +105,7 @@ fn limits_child(case: &str) {
             // /proc's count can still include a thread that has left the kernel's.)
             set_limit(libc::RLIMIT_NPROC, 1);
             let error = Options::default()
+                .paravirt(false)
                 .open()
                 .expect_err("no thread can be started");
             let message = error.to_string();
@@ -130,7 +131,7 @@ fn limits_child(case: &str) {
                 assert!(clocks.len() < MAX_CLOCKS, "no limit hit");
                 // Refining clocks keep their ground-truth rings mapped (a clock that calibrated
                 // once has unmapped them).
-                match Options::default().open() {
+                match Options::default().paravirt(false).open() {
                     Ok(clock) => clocks.push(clock),
                     Err(error) => break error,
                 }

@@ -87,7 +87,11 @@ fn options_child(case: &str) {
         .into_iter()
         .find(|(name, _, _)| *name == case)
         .expect("known case");
-    match Options::default().calibration(options).open() {
+    match Options::default()
+        .paravirt(false)
+        .calibration(options)
+        .open()
+    {
         Ok(clock) if clock.mode() == Mode::Kernel => skip_child(
             &format!("options case {name}"),
             Need::CalibratedMode,
@@ -115,6 +119,7 @@ fn the_smallest_valid_batch_keeps_refining() {
             .refine_interval(Duration::from_millis(5), Duration::from_millis(20))
             .window(Duration::from_millis(40));
         let clock = Options::default()
+            .paravirt(false)
             .calibration(options)
             .open()
             .expect("open with the smallest batch");

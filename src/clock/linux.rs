@@ -1,5 +1,5 @@
-//! The Linux implementation of [`Clock`]: the kernel's page, a `perfclock serve` page, or the
-//! calibrator's.
+//! The Linux implementation of [`Clock`]: the kernel's page, the kernel's pvclock entry, a
+//! `perfclock serve` page, or the calibrator's.
 //!
 //! # Safety
 //! A [`Clock`] keeps the page its [`PageReader`] reads (the kernel's mapping or the
@@ -12,10 +12,11 @@ use std::sync::OnceLock;
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::{counter, PageReader, ReadError};
 
-use super::{Clock, Mode, Options};
+use super::{Clock, ClockReader, Mode, Options};
 use crate::diagnosis::Withheld;
 use crate::error::Error;
 use crate::kernel::{KernelPage, MapError};
+use crate::paravirt::ParavirtClock;
 use crate::shared_page::{SharedMapping, SharedPageInfo};
 
 /// [`Options::open`] on Linux.
@@ -33,7 +34,7 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
     let reader = unsafe { PageReader::new(page.page()) };
     match reader.conversion() {
         Ok(_) => Ok(Clock {
-            reader,
+            reader: ClockReader::Page(reader),
             source: Source::Kernel(page),
         }),
         Err(ReadError::TimeZeroUnavailable { capabilities }) => {
@@ -43,10 +44,25 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
             // The kernel page is of no further use: the shared and calibrated modes read
             // pages of their own.
             drop(page);
+            if options.paravirt_wanted() {
+                if let Ok(paravirt) = ParavirtClock::open() {
+                    return Ok(Clock {
+                        reader: ClockReader::Pvclock {
+                            entry: paravirt.reader(),
+                            offset_ns: paravirt.offset().offset_ns,
+                        },
+                        source: Source::Paravirt {
+                            paravirt,
+                            capabilities,
+                            withheld: OnceLock::new(),
+                        },
+                    });
+                }
+            }
             if !options.no_shared_page {
                 if let (Some(shared), _) = crate::shared_page::open_first() {
                     return Ok(Clock {
-                        reader: shared.page_reader(),
+                        reader: ClockReader::Page(shared.page_reader()),
                         // What the kernel withholds is read when asked: reading
                         // /proc/cpuinfo would cost more than mapping the page.
                         source: Source::Shared {
@@ -63,12 +79,24 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
     }
 }
 
+/// The environment variable that, set to `off`, skips paravirt mode as
+/// [`Options::paravirt`]`(false)` does.
+pub(crate) const PARAVIRT_ENV: &str = "PERFCLOCK_PARAVIRT";
+
 impl Options {
+    /// Paravirt mode is tried: x86_64, not refused by [`Options::paravirt`] nor by
+    /// [`PARAVIRT_ENV`]` = off`.
+    fn paravirt_wanted(&self) -> bool {
+        cfg!(target_arch = "x86_64")
+            && !self.no_paravirt
+            && std::env::var_os(PARAVIRT_ENV).is_none_or(|value| value != "off")
+    }
+
     #[cfg(feature = "calibrated")]
     fn open_calibrated(&self, withheld: Withheld) -> Result<Clock, Error> {
         match CalibratedClock::start(self.calibration_options()) {
             Ok(calibrated) => Ok(Clock {
-                reader: calibrated.reader(),
+                reader: ClockReader::Page(calibrated.reader()),
                 source: Source::Calibrated {
                     calibrated,
                     withheld,
@@ -102,6 +130,13 @@ impl Options {
 pub(super) enum Source {
     /// Keeps the kernel's page mapped.
     Kernel(#[allow(dead_code)] KernelPage),
+    /// The pvclock page (mapped by the vDSO for the life of the process) and `C`.
+    Paravirt {
+        paravirt: ParavirtClock,
+        /// The kernel page's capability word, for `withheld`.
+        capabilities: u64,
+        withheld: OnceLock<Withheld>,
+    },
     /// Keeps the server's page mapped.
     Shared {
         shared: SharedMapping,
@@ -120,6 +155,7 @@ impl Source {
     pub(super) fn mode(&self) -> Mode {
         match self {
             Source::Kernel(_) => Mode::Kernel,
+            Source::Paravirt { .. } => Mode::Paravirt,
             Source::Shared { .. } => Mode::Shared,
             #[cfg(feature = "calibrated")]
             Source::Calibrated { .. } => Mode::Calibrated,
@@ -129,6 +165,7 @@ impl Source {
     pub(super) fn error_bound_ns(&self) -> u64 {
         match self {
             Source::Kernel(_) => 0,
+            Source::Paravirt { paravirt, .. } => paravirt.error_bound_ns(),
             Source::Shared { shared, .. } => match counter::read_counter() {
                 Some(now) => shared.error_bound_at(now),
                 None => u64::MAX,
@@ -140,8 +177,9 @@ impl Source {
 
     pub(super) fn resume_after_fork(&self) -> Result<bool, Error> {
         match self {
-            // The file mapping is inherited, and the server keeps it up to date.
-            Source::Kernel(_) | Source::Shared { .. } => Ok(false),
+            // The file mapping is inherited, and the server keeps it up to date; the vDSO's
+            // pvclock page is mapped in the child at the same address.
+            Source::Kernel(_) | Source::Paravirt { .. } | Source::Shared { .. } => Ok(false),
             #[cfg(feature = "calibrated")]
             Source::Calibrated {
                 calibrated,
@@ -158,7 +196,7 @@ impl Source {
     #[cfg(feature = "calibrated")]
     pub(super) fn calibrated(&self) -> Option<&CalibratedClock> {
         match self {
-            Source::Kernel(_) | Source::Shared { .. } => None,
+            Source::Kernel(_) | Source::Paravirt { .. } | Source::Shared { .. } => None,
             Source::Calibrated { calibrated, .. } => Some(calibrated),
         }
     }
@@ -170,9 +208,21 @@ impl Source {
                 capabilities,
                 withheld,
                 ..
+            }
+            | Source::Paravirt {
+                capabilities,
+                withheld,
+                ..
             } => Some(withheld.get_or_init(|| Withheld::observe(*capabilities))),
             #[cfg(feature = "calibrated")]
             Source::Calibrated { withheld, .. } => Some(withheld),
+        }
+    }
+
+    pub(super) fn paravirt(&self) -> Option<&ParavirtClock> {
+        match self {
+            Source::Paravirt { paravirt, .. } => Some(paravirt),
+            _ => None,
         }
     }
 

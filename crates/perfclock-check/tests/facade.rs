@@ -20,6 +20,16 @@ fn process_clock_holds_against_kernel_stamps() {
     );
     match clock.mode() {
         Mode::Kernel => assert_eq!(clock.error_bound_ns(), 0),
+        Mode::Paravirt => {
+            let paravirt = clock.paravirt().expect("paravirt mode's page and offset");
+            assert_eq!(clock.error_bound_ns(), paravirt.offset().bound_ns);
+            assert!(
+                clock.error_bound_ns() <= perfclock::paravirt::MAX_BRACKETS_BOUND_NS,
+                "implausible paravirt bound {} ns",
+                clock.error_bound_ns()
+            );
+            assert!(clock.withheld().is_some());
+        }
         Mode::Calibrated | Mode::Shared => {
             let bound = clock.error_bound_ns();
             assert!(

@@ -70,6 +70,7 @@ fn describe_mode(clock: &Clock, open_time: std::time::Duration) {
                 outln!("why: {withheld}");
             }
         }
+        Mode::Paravirt => describe_paravirt(clock),
         Mode::Calibrated => {
             outln!("mode: calibrated");
             if let Some(withheld) = clock.withheld() {
@@ -90,6 +91,54 @@ fn describe_mode(clock: &Clock, open_time: std::time::Duration) {
         );
     }
     outln!("error bound now: {} ns", clock.error_bound_ns());
+}
+
+fn describe_paravirt(clock: &Clock) {
+    outln!(
+        "mode: paravirt — the kernel's paravirtual sched_clock (kvm-clock), read as the kernel \
+         reads it: the vDSO's pvclock entry with the kernel's arithmetic, bit for bit, plus the \
+         boot's constant offset C = __sched_clock_offset - kvm_sched_clock_offset"
+    );
+    let Some(paravirt) = clock.paravirt() else {
+        return;
+    };
+    let page = paravirt.page();
+    outln!(
+        "pvclock page: {} ({} online vCPUs' entries equal but for version, stable bit set)",
+        page.layout(),
+        page.vcpus_checked()
+    );
+    let offset = paravirt.offset();
+    outln!(
+        "offset C: {} ns ({:.6} ms), from {}",
+        offset.offset_ns,
+        offset.offset_ns as f64 / 1e6,
+        offset.source
+    );
+    if let Some(intersection) = offset.intersection {
+        outln!("kernel-stamped brackets' intersection: {intersection}");
+    }
+    for refusal in paravirt.refused() {
+        outln!("offset source refused first: {}", error_chain(refusal));
+    }
+    if clock.error_bound_ns() == u64::MAX {
+        outln!(
+            "warning: the pvclock entry lost PVCLOCK_TSC_STABLE_BIT: the kernel now clamps its \
+             readings, which this clock cannot follow; a new process falls back to calibration"
+        );
+    }
+}
+
+/// `error`, then each `source()` in turn, joined by ": ".
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    line
 }
 
 /// Each shared page `init()` looks at, and what it made of it (`refused (REASON): ...` for
@@ -124,7 +173,26 @@ fn describe_shared_pages() {
 }
 
 fn describe_conversion(clock: &Clock) {
-    match clock.reader().raw() {
+    if let Some(paravirt) = clock.paravirt() {
+        match paravirt.reader().raw() {
+            Ok(entry) => outln!(
+                "pvclock entry (vCPU 0): version {}, tsc_timestamp {}, system_time {}, \
+                 tsc_to_system_mul {}, tsc_shift {}, flags {:#x}",
+                entry.version,
+                entry.tsc_timestamp,
+                entry.system_time,
+                entry.tsc_to_system_mul,
+                entry.tsc_shift,
+                entry.flags
+            ),
+            Err(error) => outln!("pvclock entry unreadable: {error}"),
+        }
+        return;
+    }
+    let Some(reader) = clock.reader() else {
+        return;
+    };
+    match reader.raw() {
         Ok(raw) => outln!(
             "published page: capabilities {:#x}, time_mult {}, time_shift {}, time_zero {}, \
              time_cycles {}, time_mask {:#x}",

@@ -13,6 +13,14 @@
  *   PERFCLOCK_MODE_KERNEL (1): the kernel publishes the conversion (cap_user_time_zero=1 on the
  *     perf_event mmap page). perfclock_now_ns() is the value perf would stamp at the instant of
  *     the counter read: bit-exact on x86_64, at most 1 ns above it on arm64.
+ *   PERFCLOCK_MODE_PARAVIRT (4): the kernel withholds the conversion because its sched_clock is
+ *     KVM's paravirtual kvm-clock; perfclock reads that clock as the kernel does (the vDSO's
+ *     pvclock entry, the kernel's arithmetic bit for bit) plus the boot's constant offset. With
+ *     the offset from the kernel log (/dev/kmsg, root) or a root-published page, readings are
+ *     exact (perfclock_error_bound_ns() = 0); from kernel-stamped brackets alone, within about
+ *     500 ns. No thread, perf event or ring after init. UINT64_MAX bound if the host drops
+ *     the entry's stable bit (call perfclock_init() in a new process to fall back).
+ *     PERFCLOCK_PARAVIRT=off skips this mode.
  *   PERFCLOCK_MODE_CALIBRATED (2): the kernel withholds the conversion (e.g. KVM guests, whose
  *     sched_clock is kvm-clock); perfclock fits the counter against timestamps the kernel wrote
  *     into perf records, at init and then in a background thread. Readings are in the perf
@@ -84,6 +92,7 @@ extern "C" {
 #define PERFCLOCK_MODE_KERNEL 1
 #define PERFCLOCK_MODE_CALIBRATED 2
 #define PERFCLOCK_MODE_SHARED 3
+#define PERFCLOCK_MODE_PARAVIRT 4
 
 /* Success. */
 #define PERFCLOCK_OK 0
@@ -208,8 +217,8 @@ uint64_t perfclock_now_ns_ordered(void);
  */
 int perfclock_try_now_ns(uint64_t *out);
 
-/* PERFCLOCK_MODE_NONE, PERFCLOCK_MODE_KERNEL, PERFCLOCK_MODE_CALIBRATED or PERFCLOCK_MODE_SHARED.
- * Async-signal-safe. */
+/* PERFCLOCK_MODE_NONE, PERFCLOCK_MODE_KERNEL, PERFCLOCK_MODE_CALIBRATED, PERFCLOCK_MODE_SHARED or
+ * PERFCLOCK_MODE_PARAVIRT. Async-signal-safe. */
 int perfclock_mode(void);
 
 /*

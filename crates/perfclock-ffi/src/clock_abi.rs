@@ -17,7 +17,8 @@ use perfclock_event::sys::lock;
 use crate::{
     clock, error_code, guard, DESCRIPTIONS, PERFCLOCK_E_INTERNAL, PERFCLOCK_E_NOT_INITIALIZED,
     PERFCLOCK_E_NULL_POINTER, PERFCLOCK_E_READ, PERFCLOCK_MODE_CALIBRATED, PERFCLOCK_MODE_KERNEL,
-    PERFCLOCK_MODE_NONE, PERFCLOCK_MODE_SHARED, PERFCLOCK_OK, UNKNOWN_CODE,
+    PERFCLOCK_MODE_NONE, PERFCLOCK_MODE_PARAVIRT, PERFCLOCK_MODE_SHARED, PERFCLOCK_OK,
+    UNKNOWN_CODE,
 };
 
 /// Serialises the C ABI's opens, so concurrent first calls open (and calibrate) one clock.
@@ -99,7 +100,7 @@ pub unsafe extern "C" fn perfclock_try_now_ns(out: *mut u64) -> c_int {
     })
 }
 
-/// 0 (none), 1 (kernel), 2 (calibrated) or 3 (shared). Async-signal-safe.
+/// 0 (none), 1 (kernel), 2 (calibrated), 3 (shared) or 4 (paravirt). Async-signal-safe.
 #[no_mangle]
 pub extern "C" fn perfclock_mode() -> c_int {
     guard(PERFCLOCK_MODE_NONE, || match clock().map(Clock::mode) {
@@ -107,6 +108,7 @@ pub extern "C" fn perfclock_mode() -> c_int {
         Some(Mode::Kernel) => PERFCLOCK_MODE_KERNEL,
         Some(Mode::Calibrated) => PERFCLOCK_MODE_CALIBRATED,
         Some(Mode::Shared) => PERFCLOCK_MODE_SHARED,
+        Some(Mode::Paravirt) => PERFCLOCK_MODE_PARAVIRT,
     })
 }
 

@@ -116,6 +116,8 @@ pub const PERFCLOCK_MODE_KERNEL: c_int = 1;
 pub const PERFCLOCK_MODE_CALIBRATED: c_int = 2;
 /// Calibrated by a `perfclock serve`, read from its shared page.
 pub const PERFCLOCK_MODE_SHARED: c_int = 3;
+/// The kernel's paravirtual clock (a KVM guest's pvclock entry plus the boot's offset).
+pub const PERFCLOCK_MODE_PARAVIRT: c_int = 4;
 
 /// Every code `perfclock_strerror` knows, with its description (NUL-terminated, static).
 const DESCRIPTIONS: [(c_int, &str); 20] = [
@@ -364,6 +366,7 @@ mod tests {
             ("PERFCLOCK_MODE_KERNEL", PERFCLOCK_MODE_KERNEL),
             ("PERFCLOCK_MODE_CALIBRATED", PERFCLOCK_MODE_CALIBRATED),
             ("PERFCLOCK_MODE_SHARED", PERFCLOCK_MODE_SHARED),
+            ("PERFCLOCK_MODE_PARAVIRT", PERFCLOCK_MODE_PARAVIRT),
         ];
         let mut defines = 0;
         for line in header.lines() {
