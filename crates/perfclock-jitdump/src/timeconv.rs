@@ -64,7 +64,10 @@ impl From<perfclock::Mode> for TimeConvMode {
         match mode {
             perfclock::Mode::Kernel => TimeConvMode::Kernel,
             // A `perfclock serve` page is a calibrated conversion too.
-            perfclock::Mode::Calibrated | perfclock::Mode::Shared => TimeConvMode::Calibrated,
+            // Paravirt mode in perf's form is within 2 ns of its exact reading.
+            perfclock::Mode::Calibrated | perfclock::Mode::Shared | perfclock::Mode::Paravirt => {
+                TimeConvMode::Calibrated
+            }
         }
     }
 }
