@@ -48,6 +48,8 @@ pub enum Need {
     KernelMode,
     /// Calibrated mode: the kernel withholds the conversion, so the clock calibrates.
     CalibratedMode,
+    /// Paravirt mode: a KVM guest whose vDSO maps the pvclock page (kvm-clock as sched_clock).
+    ParavirtMode,
     /// An x86_64 CPU (TSC instructions, `PR_SET_TSC`, hand-assembled x86 code).
     X86_64,
     /// A CPU feature (`rdtscp`).
@@ -66,6 +68,7 @@ impl Need {
             Need::Tool(_) => "PERFCLOCK_REQUIRE_TOOLS",
             Need::KernelMode => "PERFCLOCK_REQUIRE_KERNEL_MODE",
             Need::CalibratedMode => "PERFCLOCK_REQUIRE_CALIBRATED_MODE",
+            Need::ParavirtMode => "PERFCLOCK_REQUIRE_PARAVIRT_MODE",
             Need::X86_64 => "PERFCLOCK_REQUIRE_X86_64",
             Need::CpuFeature(_) => "PERFCLOCK_REQUIRE_CPU_FEATURES",
             Need::SparseFiles => "PERFCLOCK_REQUIRE_SPARSE_FILES",
@@ -103,6 +106,9 @@ impl fmt::Display for Need {
             }
             Need::CalibratedMode => {
                 f.write_str("calibrated mode (a kernel that withholds cap_user_time_zero)")
+            }
+            Need::ParavirtMode => {
+                f.write_str("paravirt mode (a KVM guest whose vDSO maps kvm-clock's pvclock page)")
             }
             Need::X86_64 => f.write_str("an x86_64 CPU"),
             Need::CpuFeature(name) => write!(f, "a CPU with {name}"),
@@ -199,6 +205,7 @@ mod tests {
             Need::Tool("x"),
             Need::KernelMode,
             Need::CalibratedMode,
+            Need::ParavirtMode,
             Need::X86_64,
             Need::CpuFeature("x"),
             Need::SparseFiles,
@@ -273,6 +280,7 @@ mod tests {
             ("PERFCLOCK_MARKERS_REQUIRE_MOUNT", Need::Mount),
             ("PERFCLOCK_REQUIRE_TOOLS", Need::Tool("python3")),
             ("PERFCLOCK_REQUIRE_CALIBRATED_MODE", Need::CalibratedMode),
+            ("PERFCLOCK_REQUIRE_PARAVIRT_MODE", Need::ParavirtMode),
         ] {
             let message = with_env_panic(variable, need);
             assert_eq!(
