@@ -1,0 +1,253 @@
+//! Paravirt mode against this machine's kernel: with `C` from the kernel log (root), every one of
+//! at least 100,000 kernel stamps lies inside its bracket with bound 0, and the readings equal
+//! an independent computation from the entry and the logged constants, bit for bit; moved by
+//! 2 us, the same clock fails; as `nobody` (no kernel log), brackets alone give a bound of at
+//! most 600 ns, 0 violations and no thread.
+
+use std::process::Command;
+
+use perfclock::paravirt::OffsetSource;
+use perfclock::{Clock, Mode, Options, ReadError};
+use perfclock_check::{verify, PerfTimeSource};
+use perfclock_testutil::{child_skipped, ok_or_skip, skip, skip_child, Need};
+
+/// Stamps per record kind, split between the CPU turns: 3 kinds x 34,000 = 102,000 stamps.
+const PER_KIND: usize = 34_000;
+/// How far the control moves `C`.
+const CONTROL_SHIFT_NS: u64 = 2_000;
+const ROLE: &str = "PERFCLOCK_PARAVIRT_TEST_ROLE";
+
+/// A paravirt clock of this process, or `None` after a skip naming why not.
+fn paravirt_clock(test: &str) -> Option<Clock> {
+    let clock = ok_or_skip(test, Need::Perf, Options::default().open())?;
+    if clock.mode() != Mode::Paravirt {
+        skip(
+            test,
+            Need::ParavirtMode,
+            format_args!("the clock opened in {:?} mode", clock.mode()),
+        );
+        return None;
+    }
+    Some(clock)
+}
+
+fn needs_the_log(test: &str, clock: &Clock) -> bool {
+    let paravirt = clock.paravirt().expect("paravirt mode's state");
+    if paravirt.offset().source == OffsetSource::KernelLog {
+        return true;
+    }
+    let why: Vec<String> = paravirt
+        .refused()
+        .iter()
+        .map(|r| format!("{r}: {:?}", r))
+        .collect();
+    skip(
+        test,
+        Need::Root,
+        format_args!(
+            "C came from {}: {}",
+            paravirt.offset().source,
+            why.join("; ")
+        ),
+    );
+    false
+}
+
+#[test]
+fn logged_offset_holds_against_100_000_kernel_stamps() {
+    let test = "logged_offset_holds_against_100_000_kernel_stamps";
+    let Some(clock) = paravirt_clock(test) else {
+        return;
+    };
+    if !needs_the_log(test, &clock) {
+        return;
+    }
+    assert_eq!(clock.error_bound_ns(), 0);
+    let report = verify(&clock, PER_KIND).expect("kernel stamps");
+    print!("{report}");
+    assert!(report.events() >= 100_000, "{} stamps", report.events());
+    assert_eq!(report.violations(), 0, "{report}");
+    assert!(report.cpus_seen().len() >= 2 || num_cpus() == 1, "{report}");
+}
+
+/// The clock moved by [`CONTROL_SHIFT_NS`]: the same check must find stamps outside it.
+struct Moved<'a>(&'a Clock);
+
+impl PerfTimeSource for Moved<'_> {
+    fn now_ns(&self) -> Result<u64, ReadError> {
+        Ok(self.0.now_ns()? + CONTROL_SHIFT_NS)
+    }
+    fn error_bound_ns(&self) -> u64 {
+        self.0.error_bound_ns()
+    }
+    fn read_counter(&self) -> Option<u64> {
+        self.0.read_counter()
+    }
+    fn cycles_to_ns(&self, cycles: u64) -> Result<u64, ReadError> {
+        Ok(self.0.cycles_to_ns(cycles)? + CONTROL_SHIFT_NS)
+    }
+}
+
+#[test]
+fn control_offset_moved_by_2us_shows_violations() {
+    let test = "control_offset_moved_by_2us_shows_violations";
+    let Some(clock) = paravirt_clock(test) else {
+        return;
+    };
+    if !needs_the_log(test, &clock) {
+        return;
+    }
+    let moved = Moved(&clock);
+    // The setup: the moved clock really reads 2 us later, and the real one passes.
+    let cycles = clock.read_counter().expect("a counter");
+    assert_eq!(
+        moved.cycles_to_ns(cycles).unwrap() - clock.cycles_to_ns(cycles).unwrap(),
+        CONTROL_SHIFT_NS
+    );
+    let real = verify(&clock, 200).expect("kernel stamps");
+    assert!(real.events() > 0 && real.passed(), "{real}");
+    let report = verify(&moved, 200).expect("kernel stamps");
+    print!("{report}");
+    assert!(report.events() > 0);
+    assert!(
+        report.violations() > 0,
+        "a clock 2 us off passed every stamp:\n{report}"
+    );
+    assert!(
+        report.worst_violation_ns() >= CONTROL_SHIFT_NS / 2,
+        "{report}"
+    );
+}
+
+#[test]
+fn readings_equal_the_kernels_formula_from_the_logged_constants_bit_for_bit() {
+    let test = "readings_equal_the_kernels_formula_from_the_logged_constants_bit_for_bit";
+    let Some(clock) = paravirt_clock(test) else {
+        return;
+    };
+    let Some(logged) = logged_offset_from_dmesg() else {
+        skip(
+            test,
+            Need::Root,
+            "dmesg shows no kvm-clock / sched_clock offsets",
+        );
+        return;
+    };
+    let paravirt = clock.paravirt().unwrap();
+    for step in 0..10_000u64 {
+        let entry = paravirt.reader().raw().expect("the entry");
+        let cycles = entry.tsc_timestamp + step * 1_000_003;
+        // __pvclock_read_cycles as C writes it, then + __sched_clock_offset - kvm offset.
+        let mut delta = cycles - entry.tsc_timestamp;
+        if entry.tsc_shift < 0 {
+            delta >>= -i32::from(entry.tsc_shift);
+        } else {
+            delta <<= entry.tsc_shift;
+        }
+        let scaled = ((u128::from(delta) * u128::from(entry.tsc_to_system_mul)) >> 32) as u64;
+        let expected = entry
+            .system_time
+            .wrapping_add(scaled)
+            .wrapping_add(logged as u64);
+        if paravirt.reader().raw().unwrap() != entry {
+            continue; // the host rewrote the entry in between
+        }
+        assert_eq!(clock.cycles_to_ns(cycles), Ok(expected), "cycles {cycles}");
+    }
+}
+
+/// `d - N` from `dmesg`'s text, parsed here independently of perfclock's parser.
+fn logged_offset_from_dmesg() -> Option<i64> {
+    let output = Command::new("dmesg").output().ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let kvm: i64 = text
+        .lines()
+        .find_map(|l| l.split("using sched offset of ").nth(1))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let stable = text
+        .lines()
+        .rev()
+        .find_map(|l| l.split("Marking stable (").nth(1))?;
+    let d: i64 = stable
+        .rsplit(", ")
+        .next()?
+        .trim_end_matches(')')
+        .parse()
+        .ok()?;
+    Some(d - kvm)
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[test]
+fn nobody_gets_brackets_alone_within_600_ns_and_no_thread() {
+    let test = "nobody_gets_brackets_alone_within_600_ns_and_no_thread";
+    if std::env::var_os(ROLE).is_some() {
+        return nobody_child(test);
+    }
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        skip(test, Need::Root, "setpriv to nobody needs root");
+        return;
+    }
+    let output = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads", "1"])
+        .env(ROLE, "nobody")
+        .output()
+        .expect("setpriv");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    print!("{stdout}");
+    eprint!("{stderr}");
+    if child_skipped(output.status, &stderr) {
+        return;
+    }
+    assert!(output.status.success(), "child failed: {stderr}");
+    assert!(stdout.contains("PARAVIRT-NOBODY-OK"), "{stdout}");
+}
+
+fn nobody_child(test: &str) {
+    let threads_before = std::fs::read_dir("/proc/self/task").unwrap().count();
+    let clock = match Options::default().open() {
+        Ok(clock) => clock,
+        Err(error) => skip_child(test, Need::Perf, error),
+    };
+    if clock.mode() != Mode::Paravirt {
+        skip_child(
+            test,
+            Need::ParavirtMode,
+            format_args!("nobody's clock opened in {:?} mode", clock.mode()),
+        );
+    }
+    let threads = std::fs::read_dir("/proc/self/task").unwrap().count();
+    let paravirt = clock.paravirt().unwrap();
+    if paravirt.offset().source != OffsetSource::Brackets {
+        skip_child(
+            test,
+            Need::ParavirtMode,
+            format_args!(
+                "C came from {} (is kernel.dmesg_restrict 0?)",
+                paravirt.offset().source
+            ),
+        );
+    }
+    let bound = clock.error_bound_ns();
+    println!(
+        "nobody: C {} ns +- {bound} ns, {:?}, threads {threads}",
+        paravirt.offset().offset_ns,
+        paravirt.offset().intersection.map(|i| i.to_string())
+    );
+    assert_eq!(threads, threads_before, "opening left a thread behind");
+    assert!(bound <= 600, "bound {bound} ns");
+    let report = verify(&clock, 5_000).expect("kernel stamps");
+    print!("{report}");
+    assert_eq!(report.violations(), 0, "{report}");
+    println!("PARAVIRT-NOBODY-OK bound {bound}");
+}
