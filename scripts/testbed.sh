@@ -13,7 +13,9 @@
 # CARGO_TARGET_DIR, PERFCLOCK_TESTBED_TIMEOUT (seconds per guest, default 300),
 # PERFCLOCK_TESTBED_ARM64_CNTFRQ (arm64 generic-timer Hz, default 24000000; empty: qemu's own),
 # PERFCLOCK_TESTBED_APPEND (extra kernel command line, e.g. TESTBED_CORE_OPS=2000),
-# PERFCLOCK_TESTBED_ALLOW_SKIP=1 (exit 0 even if a piece was skipped; failures still fail).
+# PERFCLOCK_TESTBED_ALLOW_SKIP=1 (exit 0 even if a piece was skipped; failures still fail),
+# PERFCLOCK_TESTBED_PACKAGE=DIR (scripts/package.sh's output: each guest also runs the `perfclock
+# doctor` of DIR/perfclock-*-linux-ARCH.tar.gz, which must pass in kernel mode).
 #
 # Exit status: 0 all guests passed; 1 a check failed or a result is missing; 2 something was
 # skipped (printed as `SKIPPED <what>: <why>`), never counted as passed.
@@ -28,6 +30,8 @@ guest_timeout=${PERFCLOCK_TESTBED_TIMEOUT:-300}
 # max is 1 GHz, where the conversion is exactly 1 ns per tick.)
 arm64_cntfrq=${PERFCLOCK_TESTBED_ARM64_CNTFRQ-24000000}
 append=${PERFCLOCK_TESTBED_APPEND:-}
+package_dir=${PERFCLOCK_TESTBED_PACKAGE:-}
+declare -A package_append # arch -> kernel command line naming the packaged doctor
 archs=("$@")
 [ ${#archs[@]} -gt 0 ] || archs=(x86_64 aarch64)
 work=$(mktemp -d "${TMPDIR:-/tmp}/perfclock-testbed.XXXXXX")
@@ -141,8 +145,41 @@ build() { # $1 = arch
     "${env[@]}" cargo build -q --release -p perfclock-testbed --target "$t" --target-dir "$target_dir" >&2 || return 1
     local bin=$target_dir/$t/release/perfclock-testbed
     if readelf -l "$bin" | grep -q 'program interpreter'; then say "$bin is not static"; return 1; fi
-    mkdir -p "$work/$1/root" && cp "$bin" "$work/$1/root/init" &&
-        (cd "$work/$1/root" && echo init | cpio -o -H newc --quiet >"../initrd.cpio")
+    mkdir -p "$work/$1/root" && cp "$bin" "$work/$1/root/init" || return 1
+    [ -z "$package_dir" ] || add_package "$1" || return 1
+    (cd "$work/$1/root" && find . -mindepth 1 | sed 's|^\./||' | cpio -o -H newc --quiet >"../initrd.cpio")
+}
+
+# The package's tree at /opt/perfclock of the guest, with what its dynamically linked binary
+# loads (the interpreter at its own path, the libraries it needs, transitively, in
+# /opt/perfclock-libs), taken from this architecture's libc: the cross toolchain's sysroot
+# (libc6-arm64-cross) for aarch64, the host's for x86_64.
+add_package() { # $1 = arch
+    local a=$1 r=$work/$1/root sysroot tarballs interp f lib seen=" "
+    case $a in x86_64) sysroot=/lib/x86_64-linux-gnu ;; aarch64) sysroot=/usr/aarch64-linux-gnu/lib ;; esac
+    tarballs=("$package_dir"/perfclock-*-linux-"$a".tar.gz)
+    [ ${#tarballs[@]} = 1 ] && [ -f "${tarballs[0]}" ] ||
+        { say "PERFCLOCK_TESTBED_PACKAGE: no single perfclock-*-linux-$a.tar.gz in $package_dir"; return 1; }
+    say "adding ${tarballs[0]} to the $a guest, its libraries from $sysroot"
+    mkdir -p "$r/opt/perfclock" "$r/opt/perfclock-libs" &&
+        tar -xzf "${tarballs[0]}" -C "$r/opt/perfclock" --strip-components=1 || return 1
+    interp=$(readelf -l "$r/opt/perfclock/bin/perfclock" | sed -n 's/.*program interpreter: \(.*\)\]/\1/p')
+    [ -n "$interp" ] && [ -e "$sysroot/$(basename "$interp")" ] ||
+        { say "no interpreter '$interp' for the packaged perfclock in $sysroot"; return 1; }
+    mkdir -p "$r$(dirname "$interp")" && cp -L "$sysroot/$(basename "$interp")" "$r$interp" || return 1
+    local todo=("$r/opt/perfclock/bin/perfclock")
+    while [ ${#todo[@]} -gt 0 ]; do
+        f=${todo[0]}
+        todo=("${todo[@]:1}")
+        for lib in $(readelf -d "$f" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p'); do
+            [[ $seen == *" $lib "* ]] && continue
+            seen+="$lib "
+            [ -e "$sysroot/$lib" ] || { say "$lib (needed by $(basename "$f")) is not in $sysroot"; return 1; }
+            cp -L "$sysroot/$lib" "$r/opt/perfclock-libs/$lib" || return 1
+            todo+=("$r/opt/perfclock-libs/$lib")
+        done
+    done
+    package_append[$a]="TESTBED_PACKAGE_DOCTOR=/opt/perfclock/bin/perfclock TESTBED_PACKAGE_LIBS=/opt/perfclock-libs"
 }
 for a in "${archs[@]}"; do
     [ -z "${broken[$a]:-}" ] || continue
@@ -153,8 +190,8 @@ done
 boot() { # $1 = arch; console goes to $work/$1/console.log
     local a=$1 q
     case $a in
-    x86_64) q=(qemu-system-x86_64 -cpu max -append "console=ttyS0 quiet no-kvmclock tsc=reliable rdinit=/init panic=-1 $append") ;;
-    aarch64) q=(qemu-system-aarch64 -M virt -cpu "max${arm64_cntfrq:+,cntfrq=$arm64_cntfrq}" -append "console=ttyAMA0 quiet rdinit=/init panic=-1 $append") ;;
+    x86_64) q=(qemu-system-x86_64 -cpu max -append "console=ttyS0 quiet no-kvmclock tsc=reliable rdinit=/init panic=-1 $append ${package_append[$a]:-}") ;;
+    aarch64) q=(qemu-system-aarch64 -M virt -cpu "max${arm64_cntfrq:+,cntfrq=$arm64_cntfrq}" -append "console=ttyAMA0 quiet rdinit=/init panic=-1 $append ${package_append[$a]:-}") ;;
     esac
     local start=$SECONDS
     timeout -k 10 "$guest_timeout" "${q[@]}" -accel tcg,thread=multi -m 1024 -smp 2 \
@@ -187,6 +224,10 @@ for a in "${archs[@]}"; do
     grep -qx 'TESTBED-DONE pass' "$work/$a/console.txt" || verdict=fail
     grep -q '^TESTBED FAIL' "$work/$a/console.txt" && verdict=fail
     grep -q '^SKIPPED' "$work/$a/console.txt" && skipped=1
+    if [ -n "${package_append[$a]:-}" ] && ! grep -q '^TESTBED PASS package-doctor' "$work/$a/console.txt"; then
+        say "$a guest: the packaged perfclock doctor did not pass"
+        verdict=fail
+    fi
     summary=$(grep -m1 '^TESTBED SUMMARY' "$work/$a/console.txt")
     [ -n "$summary" ] || verdict=fail
     field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$summary"; }

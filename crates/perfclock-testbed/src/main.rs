@@ -25,6 +25,7 @@ mod fork;
 mod guest_fs;
 mod handoff;
 mod jitdump;
+mod package;
 mod page;
 mod refinement;
 mod report;
@@ -115,6 +116,7 @@ fn run(report: &mut Report) {
     handoff::run(report, &budget, cpus);
     fork::run(report, &budget, tolerance);
     jitdump::run(report, &budget, tolerance);
+    package::run(report);
 }
 
 fn main() {
