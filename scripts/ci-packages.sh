@@ -27,7 +27,8 @@ for tool in perf java javac cc pkg-config dpkg dpkg-deb unshare readelf python3;
     command -v "$tool" >/dev/null || fail "missing '$tool'"
 done
 version=$(cd "$root" && cargo pkgid -p perfclock-cli | sed 's/.*[#@]//')
-commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# The commit the binaries name: as crates/perfclock-cli/build.rs finds it.
+commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo "${PERFCLOCK_GIT_COMMIT:-unknown}")
 
 work=$(mktemp -d /var/tmp/perfclock-packages.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -87,7 +88,8 @@ mkdir -p "$work/deb-usr"
 cp -a "$dpkg_root/usr/." "$work/deb-usr/"
 dpkg --root="$dpkg_root" -r perfclock >"$work/dpkg-r.log" 2>&1 ||
     { cat "$work/dpkg-r.log" >&2; fail "dpkg -r perfclock failed"; }
-left=$(find "$dpkg_root/usr" -type f -o -type l | head -n 5)
+# Everything but dpkg's own database must be gone.
+left=$(find "$dpkg_root" -path "$dpkg_root/var/lib/dpkg" -prune -o \( -type f -o -type l \) -print | head -n 5)
 [ -z "$left" ] || fail "dpkg -r left files behind: $left"
 say "x86_64 .deb: dpkg -i into $dpkg_root installed $(wc -l <<<"$listed") files, dpkg -r removed them"
 

@@ -45,6 +45,15 @@ names_hot_methods() {
     >"$dir/record.log" 2>&1 || { tail -n 30 "$dir/record.log" >&2; fail "perfclock record failed"; }
 names_hot_methods "$dir/record.data"
 say "record: perf report names HotMethods.spinPrimes and HotMethods.spinHarmonic"
+# The control: without the agent the same program's report names neither method, so the names
+# above come from the agent's jitdump.
+(cd "$dir" && "$perfclock" record --no-java-agent -o "$dir/control.data" -- \
+    java -cp "$work/java" HotMethods 2) >"$dir/control.log" 2>&1 ||
+    { tail -n 30 "$dir/control.log" >&2; fail "perfclock record --no-java-agent failed"; }
+perf report -i "$dir/control.data" --stdio --no-children --sort sym 2>/dev/null >"$dir/control.report"
+[ -s "$dir/control.report" ] || fail "perf report of the control recording printed nothing"
+! grep -Eq 'HotMethods(\.|;)spin' "$dir/control.report" ||
+    fail "the control recording without the agent names HotMethods' methods: the check proves nothing"
 
 # attach: a JVM started without the agent, under perf record -p; the agent loaded from the
 # installed layout, then inject-time-conv and perf inject --jit name the methods again.
