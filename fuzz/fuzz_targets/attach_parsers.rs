@@ -1,5 +1,6 @@
 //! The parsers of what a JVM and /proc hand `perfclock attach`, on arbitrary bytes: they never
-//! panic, and what they return is consistent with the input.
+//! panic, and what they return is consistent with the input; option files are asked for within
+//! the budget; the escaped text shown on a terminal holds no control character.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -26,9 +27,20 @@ fuzz_target!(|data: &[u8]| {
     // Split the input into a command line, an environment and an option file's contents.
     let (cmdline, rest) = data.split_at(data.len() / 3);
     let (environ, file) = rest.split_at(rest.len() / 2);
-    if let Some(blocker) = procfs::attach_blocker(cmdline, environ, &|_| Some(file.to_vec())) {
+    let mut asked = 0usize;
+    let mut read_file = |_: &str, max: usize| {
+        asked += 1;
+        assert!(max <= procfs::OPTION_FILES_MAX_BYTES + 1);
+        Some(file[..file.len().min(max)].to_vec())
+    };
+    if let Some(blocker) = procfs::attach_blocker(cmdline, environ, &mut read_file) {
         assert!(blocker.option == "-Xrs" || blocker.option == "-XX:+DisableAttachMechanism");
     }
+    assert!(asked <= procfs::OPTION_FILES_MAX_COUNT);
+    // What a terminal is shown of the JVM's bytes: no control character, bounded.
+    let shown = perfclock_attach::escape_untrusted_bytes(data);
+    assert!(!shown.chars().any(char::is_control));
+    assert!(shown.chars().count() <= perfclock_attach::UNTRUSTED_MAX_CHARS * 10 + 40);
     let request = protocol::load_request(cmdline, environ);
     if let Ok(request) = request {
         assert_eq!(request.iter().filter(|&&b| b == 0).count(), 5);

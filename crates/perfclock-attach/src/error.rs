@@ -11,6 +11,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::escape::{escape_untrusted, escape_untrusted_bytes};
 use crate::procfs::AttachBlocker;
 use crate::protocol::MAX_ARGUMENT_BYTES;
 
@@ -22,6 +23,36 @@ pub enum AttachError {
     NoSuchProcess {
         /// The pid given.
         pid: u32,
+    },
+    /// No pidfd could be opened for the process (`pidfd_open`, Linux 5.3 and later): perfclock
+    /// signals only through one, so that a pid reused meanwhile never gets the signal.
+    ProcessHandle {
+        /// The pid given.
+        pid: u32,
+        /// pidfd_open's error.
+        source: io::Error,
+    },
+    /// The process exited while perfclock was attaching.
+    Exited {
+        /// The pid given.
+        pid: u32,
+        /// What perfclock was doing: "waited for its attach socket", ...
+        during: &'static str,
+    },
+    /// A step did not return within the timeout: a read of the process's `/proc` files or of a
+    /// file in its file system blocked (a stopped FUSE server, a hung network file system).
+    Stalled {
+        /// The pid given.
+        pid: u32,
+        /// The step: "reading /proc/PID", "connecting", ...
+        step: &'static str,
+        /// The whole attach's timeout.
+        timeout: Duration,
+    },
+    /// The thread the attach's steps run on could not be started.
+    Thread {
+        /// The spawn's error.
+        source: io::Error,
     },
     /// Reading `/proc/PID/<what>` failed for another reason than the process being gone.
     Proc {
@@ -115,6 +146,13 @@ pub enum AttachError {
         /// How long perfclock waited.
         waited: Duration,
     },
+    /// The attach socket accepted no connection within the timeout: its listen queue stayed full.
+    ConnectTimeout {
+        /// The socket.
+        socket: PathBuf,
+        /// How long perfclock tried.
+        waited: Duration,
+    },
     /// Connecting to, writing to or reading from the attach socket failed.
     Socket {
         /// The socket.
@@ -176,6 +214,27 @@ impl fmt::Display for AttachError {
                 "no such process: {pid} (exited, or not a pid in perfclock's pid namespace: \
                  pass the JVM's pid as `ps`/`pgrep -a java` here shows it)"
             ),
+            Self::ProcessHandle { pid, source } => write!(
+                f,
+                "cannot open a pidfd for process {pid} ({source}); perfclock signals a JVM only \
+                 through a pidfd, which needs Linux 5.3 or later"
+            ),
+            Self::Exited { pid, during } => write!(
+                f,
+                "JVM {pid} exited while perfclock {during} (see its output: it may have crashed, \
+                 or been stopped by its owner)"
+            ),
+            Self::Stalled { pid, step, timeout } => write!(
+                f,
+                "timeout: {step} for process {pid} did not finish within {:.1} s (a file system \
+                 it uses, such as a FUSE or network mount, or the process itself blocked it); \
+                 raise --timeout if the machine is only slow",
+                timeout.as_secs_f64()
+            ),
+            Self::Thread { source } => write!(
+                f,
+                "cannot start the attach's thread ({source}): raise the process or thread limit"
+            ),
             Self::Proc { pid, what, source } => {
                 write!(f, "cannot read /proc/{pid}/{what}: {source}")
             }
@@ -188,15 +247,16 @@ impl fmt::Display for AttachError {
             ),
             Self::SwitchCredentials { jvm, source } => write!(
                 f,
-                "permission: cannot switch to the JVM's uid {} gid {} (setegid/seteuid: \
-                 {source}); run perfclock attach with CAP_SETUID and CAP_SETGID, or as the \
-                 JVM's user",
+                "permission: cannot switch to the JVM's uid {} gid {} without root's groups \
+                 (setgroups/setresgid/setresuid: {source}); run perfclock attach with CAP_SETUID \
+                 and CAP_SETGID, or as the JVM's user",
                 jvm.0, jvm.1
             ),
             Self::NotHotSpot { pid, name } => write!(
                 f,
-                "not a HotSpot JVM: process {pid} ({name}) maps no libjvm.so (not signalled); \
-                 pass the pid of a java process (pgrep -a java)"
+                "not a HotSpot JVM: process {pid} ({}) maps no libjvm.so (not signalled); \
+                 pass the pid of a java process (pgrep -a java)",
+                escape_untrusted(name)
             ),
             Self::OpenJ9 { pid } => write!(
                 f,
@@ -227,21 +287,21 @@ impl fmt::Display for AttachError {
             Self::Agent { path, source } => write!(
                 f,
                 "agent {}: {source}; pass --agent with the path of libperfclock_agent.so",
-                path.display()
+                shown(path)
             ),
             Self::AgentNotVisible { pid, path } => write!(
                 f,
                 "agent {} is not the same file inside JVM {pid}'s mount namespace (/proc/{pid}/root{}), \
                  where the JVM opens it: make it visible to the JVM at the same path (bind-mount \
                  or copy it into the container) and pass that path with --agent",
-                path.display(),
-                path.display()
+                shown(path),
+                shown(path)
             ),
             Self::Request(error) => error.fmt(f),
             Self::TriggerFile { attempts } => {
                 write!(f, "cannot create the attach trigger file")?;
                 for (path, error) in attempts {
-                    write!(f, "; {}: {error}", path.display())?;
+                    write!(f, "; {}: {error}", shown(path))?;
                 }
                 write!(
                     f,
@@ -260,14 +320,22 @@ impl fmt::Display for AttachError {
                  attach disabled (-XX:+DisableAttachMechanism, e.g. from a -XX:Flags= file perfclock \
                  cannot see), or the JVM is stopped or overloaded; restart it without that \
                  option, or raise --timeout",
-                socket.display(),
+                shown(socket),
+                waited.as_secs_f64()
+            ),
+            Self::ConnectTimeout { socket, waited } => write!(
+                f,
+                "timeout: the attach socket {} accepted no connection within {:.1} s (its listen \
+                 queue stayed full: the JVM is overloaded, or what listens there is no JVM); \
+                 raise --timeout",
+                shown(socket),
                 waited.as_secs_f64()
             ),
             Self::Socket {
                 socket,
                 action,
                 source,
-            } => write!(f, "cannot {action} the attach socket {}: {source}", socket.display()),
+            } => write!(f, "cannot {action} the attach socket {}: {source}", shown(socket)),
             Self::ResponseTimeout { timeout } => write!(
                 f,
                 "timeout: the JVM accepted the load command but did not answer within {:.1} s \
@@ -279,13 +347,13 @@ impl fmt::Display for AttachError {
             Self::Refused { code, message } => write!(
                 f,
                 "the JVM refused the load command with code {code}: {}{}",
-                one_line(message),
+                jvm_text(message),
                 hint(message)
             ),
             Self::NotLoaded { message } => write!(
                 f,
                 "the JVM did not load the agent: {}{}",
-                one_line(message),
+                jvm_text(message),
                 hint(message)
             ),
             Self::AgentFailed {
@@ -298,7 +366,7 @@ impl fmt::Display for AttachError {
                      keep the agent"
                 )?;
                 if !message.is_empty() {
-                    write!(f, " ({})", one_line(message))?;
+                    write!(f, " ({})", jvm_text(message))?;
                 }
                 write!(f, "; the agent's reason is on the JVM's stderr: check the options")
             }
@@ -306,19 +374,26 @@ impl fmt::Display for AttachError {
     }
 }
 
-/// A multi-line JVM message on one line.
-fn one_line(message: &str) -> String {
+/// A multi-line JVM message on one line, escaped and bounded.
+fn jvm_text(message: &str) -> String {
     if message.is_empty() {
         "(no message)".to_owned()
     } else {
-        message.lines().collect::<Vec<_>>().join(" / ")
+        escape_untrusted(&message.lines().collect::<Vec<_>>().join(" / "))
     }
+}
+
+/// A path for a message: escaped and bounded (it can name the JVM's files, or be long).
+fn shown(path: &std::path::Path) -> String {
+    escape_untrusted_bytes(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
 }
 
 impl std::error::Error for AttachError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Proc { source, .. }
+            | Self::ProcessHandle { source, .. }
+            | Self::Thread { source }
             | Self::SwitchCredentials { source, .. }
             | Self::Agent { source, .. }
             | Self::Signal { source, .. }
@@ -377,8 +452,8 @@ impl fmt::Display for MalformedResponse {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "the JVM's answer is not HotSpot's attach protocol: {:?}",
-            self.excerpt
+            "the JVM's answer is not HotSpot's attach protocol: \"{}\"",
+            escape_untrusted(&self.excerpt)
         )
     }
 }

@@ -14,50 +14,73 @@
 //! ```
 //!
 //! # Design
-//! 1. `/proc/PID/status` gives the JVM's effective uid/gid, its pid in its own pid namespace
-//!    (`NStgid`) and whether it catches SIGQUIT yet; `/proc/PID/maps` whether it is HotSpot
-//!    (`libjvm.so`); its command line and environment whether attach is disabled. A process
+//! The steps, each a function of its own:
+//! 1. **Resolve the agent**: its absolute path and identity (device, inode) here.
+//! 2. **Check the target**, with perfclock's credentials: a pidfd first (while it shows the
+//!    process alive, `/proc/PID` is that process, and signals sent through it reach that
+//!    process or none, never a later one that reuses the pid); `/proc/PID/status` for the
+//!    JVM's effective uid/gid, its pid in its own pid namespace (`NStgid`); `/proc/PID/maps`
+//!    (read line by line) for HotSpot (`libjvm.so`) and whether the agent is loaded; the
+//!    command line and environment; its working and root directories opened as paths. A process
 //!    that is not a running HotSpot JVM is never signalled (SIGQUIT would kill it).
-//! 2. As root perfclock switches its effective uid/gid to the JVM's (HotSpot checks the peer's
-//!    credentials on the socket, and trusts only trigger files of its own user or root).
-//! 3. The JVM's files are reached through `/proc/PID/cwd` and `/proc/PID/root/tmp`, named with
-//!    its namespace pid: that works across mount and pid namespaces (containers) without
-//!    `setns`, and a pathname UNIX socket is reachable from any network namespace.
-//! 4. If `/tmp/.java_pid<nspid>` is not a live socket: create `.attach_pid<nspid>` in the JVM's
-//!    working directory (or its /tmp), send SIGQUIT, wait for the socket, remove the file.
-//! 5. Send `load` (protocol version 1, [`protocol`]) with the agent's absolute path and read the
-//!    JVM's answer to EOF.
+//! 3. **Become the JVM's user**: as root, the thread doing the rest takes the JVM's uid and gid
+//!    and drops root's supplementary groups and capabilities (HotSpot checks the peer's
+//!    credentials on the socket and trusts only trigger files of its own user or root; and
+//!    nothing the JVM can point at, through its working directory or its option files, is
+//!    created, removed or read with more rights than the JVM's user has).
+//! 4. **Check the options**: `-XX:+DisableAttachMechanism` or `-Xrs` on the command line, in
+//!    `@argfile`s (read as the launcher reads them, within one budget) and the environment.
+//! 5. **Connect or trigger**: connect to `/tmp/.java_pid<nspid>` in the JVM's mount namespace;
+//!    if no JVM listens there: create `.attach_pid<nspid>` in its working directory (or its
+//!    /tmp), wait for its SIGQUIT handler, send SIGQUIT, wait for the socket, remove the file.
+//!    The JVM's files are reached through its directories' descriptors (`/proc/self/fd/N`):
+//!    that works across mount and pid namespaces (containers) without `setns`.
+//! 6. **Load**: send `load` (protocol version 1, [`protocol`]) with the agent's absolute path
+//!    and read the JVM's answer to EOF.
 //!
-//! Everything happens within one timeout; every failure is an [`AttachError`] naming its cause.
+//! One deadline covers every step: connects never block (a full listen queue is retried until
+//! the deadline), every read and write is given what is left of it, every wait ends early
+//! when the JVM exits, and the steps run on a thread of their own that [`attach`] stops waiting
+//! for at the deadline (a read that blocks in the kernel, on a stopped FUSE server say, cannot
+//! hold it). Every failure is an [`AttachError`] naming its cause; text from the JVM is printed
+//! escaped and bounded ([`escape_untrusted`]).
 //!
 //! # Caveats
 //! - The JVM opens the agent at the given path in its own mount namespace: for a JVM in a
 //!   container the file must be visible there at the same path (checked, [`AttachError::AgentNotVisible`]).
 //! - `-XX:+DisableAttachMechanism` or `-Xrs` is seen on the command line, in `@argfile`s,
 //!   `-XX:VMOptionsFile=` and the `JAVA_TOOL_OPTIONS`/`JDK_JAVA_OPTIONS`/`_JAVA_OPTIONS`
-//!   variables, but not in a `-XX:Flags=` file or `.hotspotrc`: the JVM then prints a thread
-//!   dump on SIGQUIT and the attach times out.
+//!   variables, but not in a `-XX:Flags=` file or `.hotspotrc`, nor past the option-file budget
+//!   ([`procfs::OPTION_FILES_MAX_COUNT`] files, [`procfs::OPTION_FILES_MAX_BYTES`] bytes in all):
+//!   the JVM then prints a thread dump on SIGQUIT and the attach times out.
+//! - Signals go through a pidfd: Linux 5.3 or later ([`AttachError::ProcessHandle`] before).
+//! - A step blocked in the kernel past the deadline ([`AttachError::Stalled`]) leaves its thread
+//!   behind until the kernel lets it go; it then ends without touching the JVM.
 //! - OpenJ9's attach mechanism is not supported.
 #![deny(unsafe_code)]
 
 mod error;
-mod os;
+mod escape;
+mod listener;
 pub mod procfs;
 pub mod protocol;
+mod target;
 
 use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs;
+use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
-use std::os::unix::net::UnixStream;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 pub use error::{AttachError, MalformedResponse, RequestError};
-use procfs::{ProcStatus, Vm};
+pub use escape::{escape_untrusted, escape_untrusted_bytes, UNTRUSTED_MAX_CHARS};
+use listener::Exchange;
 use protocol::LoadResponse;
+use target::Target;
 
 /// What the JVM reported for an agent it loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,18 +94,58 @@ pub struct Attached {
     /// The agent's file was mapped in the JVM before this attach: the JVM ran the loaded
     /// library's `Agent_OnAttach` again.
     pub already_loaded: bool,
-    /// Any text the JVM printed besides the return code (usually empty).
+    /// Any text the JVM printed besides the return code (usually empty). The JVM's text: print
+    /// it through [`escape_untrusted`].
     pub message: String,
 }
 
-/// An `@argfile` or `-XX:VMOptionsFile=` is read up to this size for options that disable
-/// attaching.
-const OPTION_FILE_MAX_BYTES: u64 = 1 << 20;
+/// How long [`attach`] waits past the deadline for the steps' own report, which names the
+/// step that ran out of time, before it reports a stalled step itself.
+const STALL_GRACE: Duration = Duration::from_millis(500);
 
-/// The poll interval while waiting for the JVM; the first waits are short because the JVM
-/// usually answers within milliseconds.
-fn poll_interval(attempt: u32) -> Duration {
-    Duration::from_millis(u64::from(attempt.min(10)) * 10 + 5)
+/// The end of the one timeout every step is held to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    end: Instant,
+    timeout: Duration,
+}
+
+impl Deadline {
+    fn after(timeout: Duration) -> Self {
+        let now = Instant::now();
+        // A timeout beyond what Instant can add is as good as none (136 years).
+        let end = now
+            .checked_add(timeout)
+            .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
+        Self { end, timeout }
+    }
+
+    /// What is left; `None` once it has passed.
+    pub(crate) fn remaining(&self) -> Option<Duration> {
+        self.end
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
+    }
+
+    /// The whole timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+/// The agent library, resolved here.
+#[derive(Debug, Clone)]
+pub(crate) struct Agent {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl Agent {
+    /// (device major, minor, inode), as `/proc/PID/maps` shows a mapped file.
+    pub(crate) fn maps_identity(&self) -> (u32, u32, u64) {
+        (libc::major(self.dev), libc::minor(self.dev), self.ino)
+    }
 }
 
 /// Loads `agent` (a JVMTI library exporting `Agent_OnAttach`) into the HotSpot JVM `pid` with
@@ -98,141 +161,132 @@ pub fn attach(
     options: &OsStr,
     timeout: Duration,
 ) -> Result<Attached, AttachError> {
-    // A timeout beyond what Instant can add is as good as none (136 years).
-    let now = Instant::now();
-    let deadline = now
-        .checked_add(timeout)
-        .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
-    let status = read_status(pid)?;
-    let jvm_ids = (status.euid, status.egid);
-    let ours = (os::effective_uid(), os::effective_gid());
-    // Held to the end: the trigger file and the socket are the JVM user's.
-    let _switched = if ours.0 == 0 {
-        if jvm_ids == ours || jvm_ids.0 == 0 {
-            None
-        } else {
-            Some(
-                os::EffectiveIds::switch_to(jvm_ids.0, jvm_ids.1).map_err(|source| {
-                    AttachError::SwitchCredentials {
-                        jvm: jvm_ids,
-                        source,
-                    }
-                })?,
-            )
-        }
-    } else if jvm_ids != ours {
-        return Err(AttachError::Permission {
+    let deadline = Deadline::after(timeout);
+    let agent = resolve_agent(agent)?;
+    let request = protocol::load_request(agent.path.as_os_str().as_bytes(), options.as_bytes())
+        .map_err(AttachError::Request)?;
+    let progress = Arc::new(Mutex::new("reading /proc/PID"));
+    let (report, reported) = mpsc::channel();
+    let steps_progress = Arc::clone(&progress);
+    // A thread of its own: it takes the JVM user's credentials, and a read that blocks in the
+    // kernel holds it, not the caller.
+    let steps = thread::Builder::new()
+        .name("perfclock-attach".into())
+        .spawn(move || {
+            let result = attach_steps(pid, &agent, &request, deadline, &steps_progress);
+            let _ = report.send(result);
+        })
+        .map_err(|source| AttachError::Thread { source })?;
+    let wait = deadline.remaining().unwrap_or_default() + STALL_GRACE;
+    match reported.recv_timeout(wait) {
+        Ok(result) => result,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(AttachError::Stalled {
             pid,
-            jvm: jvm_ids,
-            ours,
-        });
-    } else {
-        None
-    };
+            step: *progress.lock().unwrap_or_else(PoisonError::into_inner),
+            timeout,
+        }),
+        // The thread ended without a report: it panicked.
+        Err(mpsc::RecvTimeoutError::Disconnected) => match steps.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the steps thread reports before it ends"),
+        },
+    }
+}
 
-    let maps = String::from_utf8_lossy(&read_proc(pid, "maps")?).into_owned();
-    match procfs::vm_of_maps(&maps) {
-        Vm::HotSpot => {}
-        Vm::OpenJ9 => return Err(AttachError::OpenJ9 { pid }),
-        Vm::NotJava => {
-            return Err(AttachError::NotHotSpot {
+/// The steps after the agent's resolution, on the attach's own thread.
+fn attach_steps(
+    pid: u32,
+    agent: &Agent,
+    request: &[u8],
+    deadline: Deadline,
+    progress: &Mutex<&'static str>,
+) -> Result<Attached, AttachError> {
+    // Each step starts within the deadline: after it, the caller has given up (it reports
+    // the step that stalled), and nothing more may reach the JVM.
+    let step = |name| {
+        *progress.lock().unwrap_or_else(PoisonError::into_inner) = name;
+        match deadline.remaining() {
+            Some(_) => Ok(()),
+            None => Err(AttachError::Stalled {
                 pid,
-                name: status.name,
-            })
+                step: name,
+                timeout: deadline.timeout(),
+            }),
         }
-    }
-    let cmdline = read_proc(pid, "cmdline")?;
-    // A JVM whose environment cannot be read is judged by its command line alone.
-    let environ = read_proc(pid, "environ").unwrap_or_default();
-    // The JVM's option files, as it opened them: relative to its working directory.
-    let read_option_file = |name: &str| {
-        let path = Path::new(name);
-        let base = if path.is_absolute() { "root" } else { "cwd" };
-        let in_jvm =
-            Path::new(&format!("/proc/{pid}/{base}")).join(path.strip_prefix("/").unwrap_or(path));
-        // Non-blocking: a FIFO named like an option file must not hang the attach.
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(in_jvm)
-            .ok()?;
-        if !file.metadata().ok()?.is_file() {
-            return None;
-        }
-        let mut bytes = Vec::new();
-        file.take(OPTION_FILE_MAX_BYTES)
-            .read_to_end(&mut bytes)
-            .ok()?;
-        Some(bytes)
     };
-    if let Some(blocker) = procfs::attach_blocker(&cmdline, &environ, &read_option_file) {
-        return Err(AttachError::AttachDisabled { pid, blocker });
+    let target = Target::check(pid, agent, deadline)?;
+    if let Some(jvm) = target.switch_to {
+        perfclock_event::peer::become_user_on_this_thread(jvm.0, jvm.1)
+            .map_err(|source| AttachError::SwitchCredentials { jvm, source })?;
     }
+    step("reading the JVM's option files")?;
+    target.check_options()?;
+    step("looking for the agent in the JVM's mount namespace")?;
+    check_agent_visible(&target, agent)?;
+    step("connecting to the JVM's attach listener")?;
+    let mut stream = listener::connect_or_trigger(&target, deadline)?;
+    step("waiting for the JVM's answer")?;
+    load(&target, agent, &mut stream, request, deadline)
+}
 
+/// The agent's absolute path and identity here.
+fn resolve_agent(agent: &Path) -> Result<Agent, AttachError> {
     let agent_error = |source| AttachError::Agent {
         path: agent.to_owned(),
         source,
     };
-    let agent = fs::canonicalize(agent).map_err(agent_error)?;
-    let ours_meta = fs::metadata(&agent).map_err(agent_error)?;
-    if !ours_meta.is_file() {
+    let path = fs::canonicalize(agent).map_err(agent_error)?;
+    let meta = fs::metadata(&path).map_err(agent_error)?;
+    if !meta.is_file() {
         return Err(agent_error(io::Error::other("not a regular file")));
     }
-    let in_jvm =
-        Path::new(&format!("/proc/{pid}/root")).join(agent.strip_prefix("/").unwrap_or(&agent));
-    match fs::metadata(&in_jvm) {
-        Ok(meta) if meta.dev() == ours_meta.dev() && meta.ino() == ours_meta.ino() => {}
-        _ => return Err(AttachError::AgentNotVisible { pid, path: agent }),
+    Ok(Agent {
+        path,
+        dev: meta.dev(),
+        ino: meta.ino(),
+    })
+}
+
+/// The agent's path leads to the same file in the JVM's mount namespace, where the JVM opens
+/// it (looked up with the JVM user's credentials).
+fn check_agent_visible(target: &Target, agent: &Agent) -> Result<(), AttachError> {
+    let in_jvm = target.in_root(&agent.path.to_string_lossy());
+    match fs::metadata(&in_jvm.access) {
+        Ok(meta) if meta.dev() == agent.dev && meta.ino() == agent.ino => Ok(()),
+        _ => Err(AttachError::AgentNotVisible {
+            pid: target.pid,
+            path: agent.path.clone(),
+        }),
     }
-    let already_loaded = procfs::maps_file(
-        &maps,
-        libc::major(ours_meta.dev()),
-        libc::minor(ours_meta.dev()),
-        ours_meta.ino(),
-    );
-    let request = protocol::load_request(agent.as_os_str().as_bytes(), options.as_bytes())
-        .map_err(AttachError::Request)?;
+}
 
-    let ns_pid = status.ns_tgid.unwrap_or(status.tgid);
-    let tmp = PathBuf::from(format!("/proc/{pid}/root/tmp"));
-    let socket = tmp.join(format!(".java_pid{ns_pid}"));
-    let mut stream = match connect_existing(&socket, jvm_ids.0)? {
-        Ok(stream) => stream,
-        Err(stale) => {
-            let trigger = start_listener(&status, ns_pid, &tmp, deadline)?;
-            let appeared = wait_for_socket(&socket, stale, jvm_ids.0, deadline)?;
-            drop(trigger);
-            match appeared {
-                true => UnixStream::connect(&socket).map_err(|source| AttachError::Socket {
-                    socket: socket.clone(),
-                    action: "connect to",
-                    source,
-                })?,
-                false => {
-                    return Err(AttachError::SocketTimeout {
-                        pid,
-                        socket,
-                        waited: timeout,
-                    })
-                }
-            }
-        }
-    };
-
-    let answer = exchange(&mut stream, &request, deadline).map_err(|error| match error {
-        Exchange::Timeout => AttachError::ResponseTimeout { timeout },
+/// Sends `load` and turns the JVM's answer into the result.
+fn load(
+    target: &Target,
+    agent: &Agent,
+    stream: &mut std::os::unix::net::UnixStream,
+    request: &[u8],
+    deadline: Deadline,
+) -> Result<Attached, AttachError> {
+    let socket = target
+        .in_root(&format!("tmp/.java_pid{}", target.ns_pid))
+        .shown;
+    let answer = listener::exchange(stream, request, deadline).map_err(|error| match error {
+        Exchange::Timeout => AttachError::ResponseTimeout {
+            timeout: deadline.timeout(),
+        },
         Exchange::Io(action, source) => AttachError::Socket {
-            socket: socket.clone(),
+            socket,
             action,
             source,
         },
     })?;
     match protocol::parse_load_response(&answer).map_err(AttachError::Malformed)? {
         LoadResponse::Loaded { message } => Ok(Attached {
-            pid,
-            ns_pid,
-            agent,
-            already_loaded,
+            pid: target.pid,
+            ns_pid: target.ns_pid,
+            agent: agent.path.clone(),
+            already_loaded: target.agent_loaded,
             message,
         }),
         LoadResponse::AgentFailed {
@@ -244,238 +298,5 @@ pub fn attach(
         }),
         LoadResponse::NotLoaded { message } => Err(AttachError::NotLoaded { message }),
         LoadResponse::Refused { code, message } => Err(AttachError::Refused { code, message }),
-    }
-}
-
-fn read_proc(pid: u32, what: &'static str) -> Result<Vec<u8>, AttachError> {
-    fs::read(format!("/proc/{pid}/{what}")).map_err(|source| match source.raw_os_error() {
-        Some(libc::ENOENT | libc::ESRCH) => AttachError::NoSuchProcess { pid },
-        _ => AttachError::Proc { pid, what, source },
-    })
-}
-
-fn read_status(pid: u32) -> Result<ProcStatus, AttachError> {
-    let text = read_proc(pid, "status")?;
-    let status = ProcStatus::parse(&String::from_utf8_lossy(&text)).ok_or(AttachError::Proc {
-        pid,
-        what: "status",
-        source: io::Error::new(
-            io::ErrorKind::InvalidData,
-            "a field perfclock needs is missing",
-        ),
-    })?;
-    if matches!(status.state, 'Z' | 'X') {
-        return Err(AttachError::NoSuchProcess { pid });
-    }
-    Ok(status)
-}
-
-/// The attach socket's identity, if it is a socket of the JVM's user (anything else in a
-/// world-writable /tmp is not trusted).
-fn socket_identity(socket: &Path, jvm_uid: u32) -> Result<Option<(u64, u64)>, AttachError> {
-    match fs::symlink_metadata(socket) {
-        Ok(meta) if meta.file_type().is_socket() && meta.uid() == jvm_uid => {
-            Ok(Some((meta.dev(), meta.ino())))
-        }
-        Ok(meta) => Err(AttachError::Socket {
-            socket: socket.to_owned(),
-            action: "trust",
-            source: io::Error::other(format!(
-                "it is not a socket of the JVM's uid {jvm_uid} (uid {}, mode {:o}): remove it",
-                meta.uid(),
-                meta.mode()
-            )),
-        }),
-        Err(_) => Ok(None),
-    }
-}
-
-/// Connects to a listener the JVM already runs; `Err(stale)` if it must be started, with the
-/// identity of a leftover socket nobody listens on (a JVM killed before it removed it).
-fn connect_existing(
-    socket: &Path,
-    jvm_uid: u32,
-) -> Result<Result<UnixStream, Option<(u64, u64)>>, AttachError> {
-    let Some(identity) = socket_identity(socket, jvm_uid)? else {
-        return Ok(Err(None));
-    };
-    match UnixStream::connect(socket) {
-        Ok(stream) => Ok(Ok(stream)),
-        Err(error) if error.raw_os_error() == Some(libc::ECONNREFUSED) => Ok(Err(Some(identity))),
-        Err(error) if error.raw_os_error() == Some(libc::ENOENT) => Ok(Err(None)),
-        Err(source) => Err(AttachError::Socket {
-            socket: socket.to_owned(),
-            action: "connect to",
-            source,
-        }),
-    }
-}
-
-/// `.attach_pid<nspid>`, removed on drop if perfclock created it.
-struct TriggerFile {
-    path: PathBuf,
-    created: bool,
-}
-
-impl Drop for TriggerFile {
-    fn drop(&mut self) {
-        if self.created {
-            // Best effort: a leftover file only makes a later SIGQUIT start the listener.
-            let _ = fs::remove_file(&self.path);
-        }
-    }
-}
-
-/// Creates the trigger file where HotSpot looks (its working directory, then its /tmp), never
-/// following a symlink nor reusing a file the JVM would not trust.
-fn create_trigger(
-    pid: u32,
-    ns_pid: u32,
-    jvm_uid: u32,
-    tmp: &Path,
-) -> Result<TriggerFile, AttachError> {
-    let name = format!(".attach_pid{ns_pid}");
-    let mut attempts = Vec::new();
-    for dir in [PathBuf::from(format!("/proc/{pid}/cwd")), tmp.to_owned()] {
-        let path = dir.join(&name);
-        let created = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o660)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path);
-        match created.and_then(|file: File| file.metadata()) {
-            // Some file systems give new files another owner, which the JVM would not trust.
-            Ok(meta) if meta.uid() == os::effective_uid() => {
-                return Ok(TriggerFile {
-                    path,
-                    created: true,
-                })
-            }
-            Ok(meta) => {
-                let _ = fs::remove_file(&path);
-                attempts.push((
-                    path,
-                    io::Error::other(format!("created with owner uid {}", meta.uid())),
-                ));
-            }
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
-                match fs::symlink_metadata(&path) {
-                    // A file the JVM trusts already: it serves this attach too.
-                    Ok(meta) if meta.is_file() && (meta.uid() == jvm_uid || meta.uid() == 0) => {
-                        return Ok(TriggerFile {
-                            path,
-                            created: false,
-                        })
-                    }
-                    _ => attempts.push((path, error)),
-                }
-            }
-            Err(error) => attempts.push((path, error)),
-        }
-    }
-    Err(AttachError::TriggerFile { attempts })
-}
-
-/// Makes HotSpot start its attach listener: waits for its SIGQUIT handler (a JVM still starting
-/// would die of the signal), creates the trigger file and sends SIGQUIT.
-fn start_listener(
-    status: &ProcStatus,
-    ns_pid: u32,
-    tmp: &Path,
-    deadline: Instant,
-) -> Result<TriggerFile, AttachError> {
-    let pid = status.tgid;
-    let started = Instant::now();
-    let mut attempt = 0;
-    while !read_status(pid)?.catches(libc::SIGQUIT) {
-        if Instant::now() >= deadline {
-            return Err(AttachError::NoQuitHandler {
-                pid,
-                waited: started.elapsed(),
-            });
-        }
-        thread::sleep(poll_interval(attempt));
-        attempt += 1;
-    }
-    let trigger = create_trigger(pid, ns_pid, status.euid, tmp)?;
-    os::kill(pid, libc::SIGQUIT).map_err(|source| AttachError::Signal { pid, source })?;
-    Ok(trigger)
-}
-
-/// Waits until the JVM's user has a socket at `socket` other than `stale`; false on timeout.
-fn wait_for_socket(
-    socket: &Path,
-    stale: Option<(u64, u64)>,
-    jvm_uid: u32,
-    deadline: Instant,
-) -> Result<bool, AttachError> {
-    let mut attempt = 0;
-    loop {
-        // A foreign file may be replaced by the JVM's rename: keep waiting while it is there.
-        if let Ok(Some(identity)) = socket_identity(socket, jvm_uid) {
-            if Some(identity) != stale {
-                return Ok(true);
-            }
-        }
-        if Instant::now() >= deadline {
-            return Ok(false);
-        }
-        thread::sleep(
-            poll_interval(attempt).min(deadline.saturating_duration_since(Instant::now())),
-        );
-        attempt += 1;
-    }
-}
-
-enum Exchange {
-    Timeout,
-    Io(&'static str, io::Error),
-}
-
-/// Sends the request and reads the answer to EOF (the JVM closes the connection after it).
-fn exchange(
-    stream: &mut UnixStream,
-    request: &[u8],
-    deadline: Instant,
-) -> Result<Vec<u8>, Exchange> {
-    let remaining = || match deadline.checked_duration_since(Instant::now()) {
-        Some(left) if !left.is_zero() => Ok(left),
-        _ => Err(Exchange::Timeout),
-    };
-    let timed_out = |error: &io::Error| {
-        matches!(
-            error.kind(),
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-        )
-    };
-    stream
-        .set_write_timeout(Some(remaining()?))
-        .and_then(|()| stream.write_all(request))
-        .map_err(|error| {
-            if timed_out(&error) {
-                Exchange::Timeout
-            } else {
-                Exchange::Io("write to", error)
-            }
-        })?;
-    let mut answer = Vec::new();
-    let mut buffer = [0u8; 4096];
-    loop {
-        let read = stream
-            .set_read_timeout(Some(remaining()?))
-            .and_then(|()| stream.read(&mut buffer));
-        match read {
-            Ok(0) => return Ok(answer),
-            Ok(n) => {
-                answer.extend_from_slice(&buffer[..n]);
-                if answer.len() >= protocol::MAX_RESPONSE_BYTES {
-                    return Ok(answer);
-                }
-            }
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            Err(error) if timed_out(&error) => return Err(Exchange::Timeout),
-            Err(error) => return Err(Exchange::Io("read from", error)),
-        }
     }
 }

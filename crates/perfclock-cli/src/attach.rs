@@ -2,9 +2,12 @@
 //! JVM (perfclock-attach does the work; this chooses the agent and reports).
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+
+use perfclock_attach::{escape_untrusted, escape_untrusted_bytes};
 
 use crate::agent_path;
 use crate::output::errln;
@@ -43,6 +46,7 @@ pub(crate) fn run(
     };
     match perfclock_attach::attach(pid, &agent, &options, timeout) {
         Ok(attached) => {
+            let agent = escape_untrusted_bytes(attached.agent.as_os_str().as_bytes());
             let namespace = if attached.ns_pid == attached.pid {
                 String::new()
             } else {
@@ -53,7 +57,7 @@ pub(crate) fn run(
                     "{NAME}: {} was already loaded in JVM {}{namespace}; the JVM ran its \
                      Agent_OnAttach again with options {:?}, which returned 0 (the agent's own \
                      message, if any, is on the JVM's stderr)",
-                    attached.agent.display(),
+                    agent,
                     attached.pid,
                     options
                 );
@@ -61,13 +65,16 @@ pub(crate) fn run(
                 errln!(
                     "{NAME}: loaded {} into JVM {}{namespace} with options {:?}: Agent_OnAttach \
                      returned 0",
-                    attached.agent.display(),
+                    agent,
                     attached.pid,
                     options
                 );
             }
             if !attached.message.is_empty() {
-                errln!("{NAME}: the JVM said: {}", attached.message);
+                errln!(
+                    "{NAME}: the JVM said: {}",
+                    escape_untrusted(&attached.message)
+                );
             }
             ExitCode::SUCCESS
         }

@@ -751,3 +751,406 @@ fn a_socket_left_by_a_killed_jvm_with_the_same_pid_is_replaced() {
         );
     }
 }
+
+/// A process that passes for a HotSpot JVM as far as `perfclock attach` can tell (it maps a file
+/// named `libjvm.so`), and misbehaves as `FAKE_MODE` says:
+/// - `backlog`: listens on `/tmp/.java_pid<pid>` with a backlog of 0 and connects to itself,
+///   so the listen queue is full and a blocking `connect` never returns;
+/// - `answer`: answers every connection with the bytes of the file `FAKE_ANSWER`;
+/// - `quit`: catches SIGQUIT and, on each, prints where `.attach_pid<pid>` exists
+///   (`trigger cwd=0|1 tmp=0|1`); it never opens a socket;
+/// - `die`: exits on SIGQUIT, as a JVM that crashes while starting its listener.
+///
+/// It prints `ready <pid>` once set up, and removes its socket when it gets SIGTERM.
+const FAKE_JVM_C: &str = r#"
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t quits;
+static char socket_path[108];
+
+static void on_quit(int sig) { (void)sig; quits++; }
+static void on_quit_die(int sig) { (void)sig; _exit(3); }
+static void on_term(int sig) { (void)sig; unlink(socket_path); _exit(0); }
+
+static int listener(int backlog) {
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    snprintf(socket_path, sizeof socket_path, "/tmp/.java_pid%d", (int)getpid());
+    strcpy(addr.sun_path, socket_path);
+    unlink(socket_path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, backlog) != 0) {
+        perror("listener");
+        exit(2);
+    }
+    return fd;
+}
+
+int main(void) {
+    const char *mode = getenv("FAKE_MODE");
+    const char *libjvm = getenv("FAKE_LIBJVM");
+    int lib = libjvm ? open(libjvm, O_RDONLY) : -1;
+    if (mode == NULL || lib < 0 || mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, lib, 0) == MAP_FAILED) {
+        perror("fake jvm setup");
+        return 2;
+    }
+    signal(SIGTERM, on_term);
+    /* perfclock stops reading after 64 KiB: the rest of a write must not kill the fake. */
+    signal(SIGPIPE, SIG_IGN);
+    if (strcmp(mode, "backlog") == 0) {
+        int fd = listener(0);
+        (void)fd;
+        int self = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        struct sockaddr_un addr;
+        memset(&addr, 0, sizeof addr);
+        addr.sun_family = AF_UNIX;
+        strcpy(addr.sun_path, socket_path);
+        if (connect(self, (struct sockaddr *)&addr, sizeof addr) != 0) {
+            perror("self connect");
+            return 2;
+        }
+    } else if (strcmp(mode, "quit") == 0) {
+        signal(SIGQUIT, on_quit);
+    } else if (strcmp(mode, "die") == 0) {
+        signal(SIGQUIT, on_quit_die);
+    }
+    printf("ready %d\n", (int)getpid());
+    fflush(stdout);
+    if (strcmp(mode, "answer") == 0) {
+        int fd = listener(16);
+        for (;;) {
+            int peer = accept(fd, NULL, NULL);
+            if (peer < 0) continue;
+            char request[4096];
+            (void)read(peer, request, sizeof request);
+            int answer = open(getenv("FAKE_ANSWER"), O_RDONLY);
+            char buffer[65536];
+            ssize_t n;
+            while (answer >= 0 && (n = read(answer, buffer, sizeof buffer)) > 0) {
+                if (write(peer, buffer, (size_t)n) != n) break;
+            }
+            if (answer >= 0) close(answer);
+            close(peer);
+        }
+    }
+    for (;;) {
+        sleep(1);
+        while (quits > 0) {
+            quits--;
+            char name[64];
+            struct stat st;
+            snprintf(name, sizeof name, ".attach_pid%d", (int)getpid());
+            int in_cwd = stat(name, &st) == 0;
+            char tmp[80];
+            snprintf(tmp, sizeof tmp, "/tmp/%s", name);
+            int in_tmp = stat(tmp, &st) == 0;
+            printf("trigger cwd=%d tmp=%d\n", in_cwd, in_tmp);
+            fflush(stdout);
+        }
+    }
+}
+"#;
+
+/// The fake JVM, compiled once with `cc`, and the file it maps as `libjvm.so`, in a directory
+/// every user can read (one test runs it as nobody).
+struct FakeFixture {
+    dir: PathBuf,
+    program: PathBuf,
+    libjvm: PathBuf,
+}
+
+fn fake_fixture(test: &str) -> Option<&'static FakeFixture> {
+    static FIXTURE: OnceLock<Result<FakeFixture, String>> = OnceLock::new();
+    let built = FIXTURE.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("perfclock-attach-fake.")
+            .tempdir_in("/var/tmp")
+            .map_err(|e| format!("a directory in /var/tmp: {e}"))?
+            .keep();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        let source = dir.join("fake_jvm.c");
+        fs::write(&source, FAKE_JVM_C).unwrap();
+        let program = dir.join("fake_jvm");
+        let status = Command::new("cc")
+            .args(["-O1", "-Wall", "-Werror", "-o"])
+            .arg(&program)
+            .arg(&source)
+            .status()
+            .map_err(|e| format!("cc: {e} (Debian: apt-get install -y gcc libc6-dev)"))?;
+        assert!(status.success(), "cc fake_jvm.c failed");
+        let libjvm = dir.join("libjvm.so");
+        fs::write(&libjvm, vec![0u8; 4096]).unwrap();
+        fs::set_permissions(&libjvm, fs::Permissions::from_mode(0o644)).unwrap();
+        Ok(FakeFixture {
+            dir,
+            program,
+            libjvm,
+        })
+    });
+    match built {
+        Ok(fixture) => Some(fixture),
+        Err(why) => {
+            skip(test, why);
+            None
+        }
+    }
+}
+
+/// A running fake JVM; its stdout lines arrive on `lines`. Killed (SIGTERM, then SIGKILL) on
+/// drop, which removes its socket.
+struct FakeJvm {
+    child: Child,
+    pid: u32,
+    lines: mpsc::Receiver<String>,
+}
+
+impl FakeJvm {
+    /// Starts the fake in `mode` with `args`, in `cwd`, as nobody if asked.
+    fn start(
+        fixture: &FakeFixture,
+        mode: &str,
+        args: &[String],
+        cwd: &Path,
+        as_nobody: bool,
+        env: &[(&str, &Path)],
+    ) -> FakeJvm {
+        let mut command = if as_nobody {
+            let mut command = Command::new("setpriv");
+            command
+                .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+                .arg(&fixture.program);
+            command
+        } else {
+            Command::new(&fixture.program)
+        };
+        command
+            .args(args)
+            .env("FAKE_MODE", mode)
+            .env("FAKE_LIBJVM", &fixture.libjvm)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("start the fake JVM");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let ready = lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the fake JVM did not start");
+        let pid = child.id();
+        assert_eq!(ready, format!("ready {pid}"));
+        FakeJvm { child, pid, lines }
+    }
+}
+
+impl Drop for FakeJvm {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status();
+        let started = Instant::now();
+        while self.child.try_wait().ok().flatten().is_none()
+            && started.elapsed() < Duration::from_secs(5)
+        {
+            thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = fs::remove_file(format!("/tmp/.java_pid{}", self.pid));
+        let _ = fs::remove_file(format!("/tmp/.attach_pid{}", self.pid));
+    }
+}
+
+#[test]
+fn a_full_listen_queue_ends_in_a_timeout_not_a_hang() {
+    const TEST: &str = "a_full_listen_queue_ends_in_a_timeout_not_a_hang";
+    let Some(fixture) = fake_fixture(TEST) else {
+        return;
+    };
+    let fake = FakeJvm::start(fixture, "backlog", &[], &fixture.dir, false, &[]);
+    let pid = fake.pid.to_string();
+    let result = attach(&[&pid, "", "--agent", "/bin/sh", "--timeout", "2"]);
+    assert_error(
+        &result,
+        &format!("timeout: the attach socket /proc/{pid}/root/tmp/.java_pid{pid} accepted no connection within 2.0 s"),
+    );
+    assert!(
+        result.1 >= Duration::from_secs(2),
+        "gave up early: {:?}",
+        result.1
+    );
+}
+
+#[test]
+fn thousands_of_argfiles_are_not_all_read() {
+    const TEST: &str = "thousands_of_argfiles_are_not_all_read";
+    let Some(fixture) = fake_fixture(TEST) else {
+        return;
+    };
+    // 1 MiB of short options, named 3,000 times: what the launcher would have expanded.
+    let argfile = fixture.dir.join("big.args");
+    fs::write(&argfile, "-Xa ".repeat(1 << 18)).unwrap();
+    let mut args: Vec<String> = vec![format!("@{}", argfile.display()); 3000];
+    args.push("Main".into());
+    let fake = FakeJvm::start(fixture, "quit", &args, &fixture.dir, false, &[]);
+    // perfclock within 1 GiB of address space: reading every file would need several.
+    let perfclock = env!("CARGO_BIN_EXE_perfclock");
+    let started = Instant::now();
+    let output = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -v 1048576 && exec \"$@\"",
+            "sh",
+            perfclock,
+            "attach",
+        ])
+        .args([
+            &fake.pid.to_string(),
+            "",
+            "--agent",
+            "/bin/sh",
+            "--timeout",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    eprintln!("{}", stderr(&output));
+    assert_error(
+        &(output, started.elapsed()),
+        &format!(
+            "did not open its attach socket /proc/{0}/root/tmp/.java_pid{0}",
+            fake.pid
+        ),
+    );
+    // The attach went as far as the signal: the fake saw the trigger file.
+    let seen = fake.lines.recv_timeout(Duration::from_secs(5));
+    assert!(
+        seen.as_deref()
+            .is_ok_and(|line| line.starts_with("trigger ") && line.contains("=1")),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn root_creates_no_trigger_file_where_only_its_groups_may_write() {
+    const TEST: &str = "root_creates_no_trigger_file_where_only_its_groups_may_write";
+    let Some(fixture) = fake_fixture(TEST) else {
+        return;
+    };
+    if !is_root() {
+        skip(TEST, "not root: the target must be another user's process");
+        return;
+    }
+    // Writable by root and group root only; nobody may enter it.
+    let guarded = fixture.dir.join("group-root-only");
+    let _ = fs::remove_dir_all(&guarded);
+    fs::create_dir(&guarded).unwrap();
+    fs::set_permissions(&guarded, fs::Permissions::from_mode(0o775)).unwrap();
+    let meta = fs::metadata(&guarded).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (0, 0));
+    // The hostile target, as nobody, with its working directory there.
+    let fake = FakeJvm::start(fixture, "quit", &[], &guarded, true, &[]);
+    let pid = fake.pid.to_string();
+    // perfclock as root with root's group among its supplementary groups, as a root login has.
+    let started = Instant::now();
+    let output = Command::new("setpriv")
+        .args(["--groups=0", "--"])
+        .arg(env!("CARGO_BIN_EXE_perfclock"))
+        .args(["attach", &pid, "", "--agent", "/bin/sh", "--timeout", "2"])
+        .output()
+        .unwrap();
+    let result = (output, started.elapsed());
+    assert_error(&result, "did not open its attach socket");
+    // The trigger file was made, as nobody could: in /tmp, never in the guarded directory.
+    assert_eq!(
+        fake.lines.recv_timeout(Duration::from_secs(5)).as_deref(),
+        Ok("trigger cwd=0 tmp=1")
+    );
+    assert_eq!(fs::read_dir(&guarded).unwrap().count(), 0);
+}
+
+#[test]
+fn the_jvms_answer_reaches_the_terminal_escaped_and_bounded() {
+    const TEST: &str = "the_jvms_answer_reaches_the_terminal_escaped_and_bounded";
+    let Some(fixture) = fake_fixture(TEST) else {
+        return;
+    };
+    let answer = fixture.dir.join("answer");
+    let hostile = |first: &str| {
+        let mut bytes = format!(
+            "{first}\nreturn code: 0\n\x1b[2J\x1b]52;c;cHduZWQ=\x07\n\
+             perfclock attach: loaded /evil into JVM 1\n\r\x1b[31m"
+        )
+        .into_bytes();
+        bytes.extend(std::iter::repeat_n(b'A', 64 * 1024));
+        bytes
+    };
+    let fake = FakeJvm::start(
+        fixture,
+        "answer",
+        &[],
+        &fixture.dir,
+        false,
+        &[("FAKE_ANSWER", &answer)],
+    );
+    let pid = fake.pid.to_string();
+    for (first, exit) in [("0", 0), ("-1", 1)] {
+        fs::write(&answer, hostile(first)).unwrap();
+        let (output, _) = attach(&[&pid, "", "--agent", "/bin/sh", "--timeout", "5"]);
+        let message = stderr(&output);
+        assert_eq!(output.status.code(), Some(exit), "{message}");
+        assert!(
+            message.contains("cHduZWQ="),
+            "the JVM's text is not shown: {message}"
+        );
+        let controls: Vec<u8> = output
+            .stderr
+            .iter()
+            .copied()
+            .filter(|&b| (b < 0x20 && b != b'\n') || b == 0x7f)
+            .collect();
+        assert!(
+            controls.is_empty(),
+            "control bytes {controls:?} in {message}"
+        );
+        assert!(
+            !message.contains("\nperfclock attach: loaded /evil"),
+            "a forged line: {message}"
+        );
+        assert!(output.stderr.len() < 4096, "{} bytes", output.stderr.len());
+    }
+}
+
+#[test]
+fn a_jvm_that_dies_on_sigquit_ends_the_wait_at_once() {
+    const TEST: &str = "a_jvm_that_dies_on_sigquit_ends_the_wait_at_once";
+    let Some(fixture) = fake_fixture(TEST) else {
+        return;
+    };
+    let fake = FakeJvm::start(fixture, "die", &[], &fixture.dir, false, &[]);
+    let pid = fake.pid.to_string();
+    let result = attach(&[&pid, "", "--agent", "/bin/sh", "--timeout", "8"]);
+    assert_error(
+        &result,
+        &format!("JVM {pid} exited while perfclock waited for its attach socket"),
+    );
+    assert!(result.1 < Duration::from_secs(4), "waited {:?}", result.1);
+}
