@@ -213,6 +213,7 @@ pub fn candidates(maps: &str) -> Vec<Candidate> {
                 layout: VvarLayout::VvarVclock,
             }),
             "[vvar]" if pages >= 2 => vvar.push(Candidate {
+                // `pages >= 2` means `end >= start + 2 pages`: no overflow.
                 address: start + VVAR_PAGE_BYTES,
                 layout: VvarLayout::VvarPage { index: 1 },
             }),
@@ -237,7 +238,8 @@ pub fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
                 (cpu, cpu)
             }
         };
-        if last < first || last - first > 1 << 16 {
+        // Linux's CPU numbers stay below 2^16 (NR_CPUS): larger lists are not cpulists.
+        if last < first || last >= 1 << 16 || cpus.len() > 1 << 16 {
             return None;
         }
         cpus.extend(first..=last);
