@@ -209,6 +209,39 @@ fn hint(message: &str) -> &'static str {
 impl fmt::Display for AttachError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::NoSuchProcess { .. }
+            | Self::ProcessHandle { .. }
+            | Self::Exited { .. }
+            | Self::Stalled { .. }
+            | Self::Thread { .. }
+            | Self::Proc { .. }
+            | Self::Permission { .. }
+            | Self::SwitchCredentials { .. }
+            | Self::NotHotSpot { .. }
+            | Self::OpenJ9 { .. }
+            | Self::AttachDisabled { .. }
+            | Self::NoQuitHandler { .. } => self.fmt_process(f),
+            Self::Agent { .. }
+            | Self::AgentNotVisible { .. }
+            | Self::Request(_)
+            | Self::TriggerFile { .. }
+            | Self::Signal { .. }
+            | Self::SocketTimeout { .. }
+            | Self::ConnectTimeout { .. }
+            | Self::Socket { .. }
+            | Self::ResponseTimeout { .. } => self.fmt_steps(f),
+            Self::Malformed(_)
+            | Self::Refused { .. }
+            | Self::NotLoaded { .. }
+            | Self::AgentFailed { .. } => self.fmt_answer(f),
+        }
+    }
+}
+
+impl AttachError {
+    /// The process: gone, not ours, not HotSpot, or attach disabled.
+    fn fmt_process(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Self::NoSuchProcess { pid } => write!(
                 f,
                 "no such process: {pid} (exited, or not a pid in perfclock's pid namespace: \
@@ -284,6 +317,13 @@ impl fmt::Display for AttachError {
                  SIGQUIT would end it: retry once it runs, or raise --timeout",
                 waited.as_secs_f64()
             ),
+            _ => unreachable!("Display::fmt dispatches only these variants here"),
+        }
+    }
+
+    /// The agent, the trigger, the signal and the socket.
+    fn fmt_steps(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Self::Agent { path, source } => write!(
                 f,
                 "agent {}: {source}; pass --agent with the path of libperfclock_agent.so",
@@ -297,7 +337,7 @@ impl fmt::Display for AttachError {
                 shown(path),
                 shown(path)
             ),
-            Self::Request(error) => error.fmt(f),
+            Self::Request(error) => fmt::Display::fmt(error, f),
             Self::TriggerFile { attempts } => {
                 write!(f, "cannot create the attach trigger file")?;
                 for (path, error) in attempts {
@@ -343,7 +383,14 @@ impl fmt::Display for AttachError {
                  --timeout",
                 timeout.as_secs_f64()
             ),
-            Self::Malformed(malformed) => malformed.fmt(f),
+            _ => unreachable!("Display::fmt dispatches only these variants here"),
+        }
+    }
+
+    /// The JVM's answer.
+    fn fmt_answer(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Malformed(malformed) => fmt::Display::fmt(malformed, f),
             Self::Refused { code, message } => write!(
                 f,
                 "the JVM refused the load command with code {code}: {}{}",
@@ -368,8 +415,12 @@ impl fmt::Display for AttachError {
                 if !message.is_empty() {
                     write!(f, " ({})", jvm_text(message))?;
                 }
-                write!(f, "; the agent's reason is on the JVM's stderr: check the options")
+                write!(
+                    f,
+                    "; the agent's reason is on the JVM's stderr: check the options"
+                )
             }
+            _ => unreachable!("Display::fmt dispatches only these variants here"),
         }
     }
 }
