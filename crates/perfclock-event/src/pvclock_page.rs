@@ -3,10 +3,12 @@
 //!
 //! Where it is (`arch/x86/entry/vdso/vma.c`, `vdso-layout.lds.S`; see docs/design.md for the
 //! versions read):
-//! - [`VvarLayout::VvarVclock`]: the first page of the `[vvar_vclock]` mapping (kernels with the
-//!   generic vDSO data pages, 6.15 on);
-//! - [`VvarLayout::VvarPage`]: a page of the `[vvar]` mapping, the second one on kernels 4.x to
-//!   6.14 (vvar page, pvclock page, hvclock page, time namespace page).
+//! - [`VvarLayout::VvarVclock`]: the first page of the `[vvar_vclock]` mapping (kernels whose
+//!   vDSO has the generic data pages and a mapping of its own for the vclock pages: 6.18 here);
+//! - [`VvarLayout::VvarPage`]: a page of the `[vvar]` mapping: the second on kernels 4.x to
+//!   6.12 (vvar page, pvclock page, hvclock page, time namespace page), the third in the layout
+//!   between those and `[vvar_vclock]` (vvar page, time namespace page, pvclock page, hvclock
+//!   page). Each candidate is probed and validated; the first that passes is used.
 //!
 //! The kernel populates that page only if kvm-clock's vDSO mode was ever in use; otherwise its
 //! fault handler raises SIGBUS. So the page is never touched before a probe that cannot fault:
@@ -42,9 +44,9 @@ const PROBE_ATTEMPTS: u32 = 8;
 /// Which mapping the page was found in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum VvarLayout {
-    /// The first page of `[vvar_vclock]` (kernels 6.15 on).
+    /// The first page of `[vvar_vclock]` (recent kernels: 6.18 here).
     VvarVclock,
-    /// Page `index` of `[vvar]` (kernels 4.x to 6.14: the second page).
+    /// Page `index` of `[vvar]` (1 on kernels 4.x to 6.12, 2 in the layout after them).
     VvarPage {
         /// The page's index in the mapping.
         index: usize,
@@ -188,8 +190,8 @@ pub struct Candidate {
 }
 
 /// The pages where a pvclock page may be, best first, from `/proc/self/maps`' text: the first
-/// page of `[vvar_vclock]` if there is one, else the second page of a `[vvar]` of at least two
-/// pages.
+/// page of `[vvar_vclock]` if there is one, else the second and third pages of `[vvar]` (those
+/// it has).
 pub fn candidates(maps: &str) -> Vec<Candidate> {
     let mut vclock = Vec::new();
     let mut vvar = Vec::new();
@@ -212,11 +214,18 @@ pub fn candidates(maps: &str) -> Vec<Candidate> {
                 address: start,
                 layout: VvarLayout::VvarVclock,
             }),
-            "[vvar]" if pages >= 2 => vvar.push(Candidate {
-                // `pages >= 2` means `end >= start + 2 pages`: no overflow.
-                address: start + VVAR_PAGE_BYTES,
-                layout: VvarLayout::VvarPage { index: 1 },
-            }),
+            // Page 1 (kernels 4.x to 6.12), then page 2 (the layout between the generic
+            // data pages and `[vvar_vclock]`); `index < pages` keeps the sum within the mapping.
+            "[vvar]" => {
+                vvar.extend(
+                    (1..=2)
+                        .filter(|&index| index < pages)
+                        .map(|index| Candidate {
+                            address: start + index * VVAR_PAGE_BYTES,
+                            layout: VvarLayout::VvarPage { index },
+                        }),
+                )
+            }
             _ => {}
         }
     }
@@ -431,10 +440,16 @@ mod tests {
         );
         assert_eq!(
             candidates(MAPS_5_10),
-            vec![Candidate {
-                address: 0x7ffd_1b5f_1000,
-                layout: VvarLayout::VvarPage { index: 1 }
-            }]
+            vec![
+                Candidate {
+                    address: 0x7ffd_1b5f_1000,
+                    layout: VvarLayout::VvarPage { index: 1 }
+                },
+                Candidate {
+                    address: 0x7ffd_1b5f_2000,
+                    layout: VvarLayout::VvarPage { index: 2 }
+                }
+            ]
         );
         assert!(candidates("garbage\n\n1-2 x\n").is_empty());
     }
