@@ -4,7 +4,8 @@
 //! Policy (the same in every crate of the workspace): a public error enum is
 //! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
 //! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps. `Display`
+//! never repeats the source: whoever prints the error prints the chain, each cause once.
 
 use std::fmt;
 use std::io;
@@ -247,9 +248,9 @@ impl AttachError {
                 "no such process: {pid} (exited, or not a pid in perfclock's pid namespace: \
                  pass the JVM's pid as `ps`/`pgrep -a java` here shows it)"
             ),
-            Self::ProcessHandle { pid, source } => write!(
+            Self::ProcessHandle { pid, .. } => write!(
                 f,
-                "cannot open a pidfd for process {pid} ({source}); perfclock signals a JVM only \
+                "cannot open a pidfd for process {pid}; perfclock signals a JVM only \
                  through a pidfd, which needs Linux 5.3 or later"
             ),
             Self::Exited { pid, during } => write!(
@@ -264,12 +265,12 @@ impl AttachError {
                  raise --timeout if the machine is only slow",
                 timeout.as_secs_f64()
             ),
-            Self::Thread { source } => write!(
+            Self::Thread { .. } => write!(
                 f,
-                "cannot start the attach's thread ({source}): raise the process or thread limit"
+                "cannot start the attach's thread: raise the process or thread limit"
             ),
-            Self::Proc { pid, what, source } => {
-                write!(f, "cannot read /proc/{pid}/{what}: {source}")
+            Self::Proc { pid, what, .. } => {
+                write!(f, "cannot read /proc/{pid}/{what}")
             }
             Self::Permission { pid, jvm, ours } => write!(
                 f,
@@ -278,10 +279,10 @@ impl AttachError {
                  perfclock attach as root (sudo) or as the JVM's user (sudo -u '#{}' -g '#{}')",
                 jvm.0, jvm.1, ours.0, ours.1, jvm.0, jvm.1
             ),
-            Self::SwitchCredentials { jvm, source } => write!(
+            Self::SwitchCredentials { jvm, .. } => write!(
                 f,
                 "permission: cannot switch to the JVM's uid {} gid {} without root's groups \
-                 (setgroups/setresgid/setresuid: {source}); run perfclock attach with CAP_SETUID \
+                 (setgroups/setresgid/setresuid refused); run perfclock attach with CAP_SETUID \
                  and CAP_SETGID, or as the JVM's user",
                 jvm.0, jvm.1
             ),
@@ -324,9 +325,9 @@ impl AttachError {
     /// The agent, the trigger, the signal and the socket.
     fn fmt_steps(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Agent { path, source } => write!(
+            Self::Agent { path, .. } => write!(
                 f,
-                "agent {}: {source}; pass --agent with the path of libperfclock_agent.so",
+                "cannot use the agent {}; pass --agent with the path of libperfclock_agent.so",
                 shown(path)
             ),
             Self::AgentNotVisible { pid, path } => write!(
@@ -349,7 +350,7 @@ impl AttachError {
                      or /tmp"
                 )
             }
-            Self::Signal { pid, source } => write!(f, "cannot send SIGQUIT to {pid}: {source}"),
+            Self::Signal { pid, .. } => write!(f, "cannot send SIGQUIT to {pid}"),
             Self::SocketTimeout {
                 pid,
                 socket,
@@ -371,11 +372,7 @@ impl AttachError {
                 shown(socket),
                 waited.as_secs_f64()
             ),
-            Self::Socket {
-                socket,
-                action,
-                source,
-            } => write!(f, "cannot {action} the attach socket {}: {source}", shown(socket)),
+            Self::Socket { socket, action, .. } => write!(f, "cannot {action} the attach socket {}", shown(socket)),
             Self::ResponseTimeout { timeout } => write!(
                 f,
                 "timeout: the JVM accepted the load command but did not answer within {:.1} s \

@@ -79,8 +79,20 @@ pub(crate) fn run(
             ExitCode::SUCCESS
         }
         Err(error) => {
-            errln!("{NAME}: error: {error}");
+            errln!("{NAME}: error: {}", with_causes(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and each cause below it, once each (the library's `Display` names none of them).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
 }
