@@ -24,7 +24,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
-use perfclock::{Clock, Error, Mode};
+use perfclock::{Clock, Error, Mode, Options};
 use perfclock_core::PageReader;
 use perfclock_event::{EventAttr, PerfEvent};
 use perfclock_testutil::{skip, Need};
@@ -67,6 +67,29 @@ fn kernel_mode(c: &mut Criterion) {
     group.finish();
 }
 
+/// Paravirt mode's open (the page found and probed, `C` from the kernel log cross-checked
+/// against brackets, or from brackets alone without root), in this process: the fresh-process
+/// figure is `examples/init_cost.rs`'s.
+fn paravirt_mode(c: &mut Criterion) {
+    let mut group = c.benchmark_group("open");
+    match Clock::open().map(|clock| clock.paravirt().map(|p| p.offset().source)) {
+        Ok(Some(source)) => println!("paravirt open: C from {source}"),
+        other => {
+            skip(
+                "paravirt open",
+                Need::ParavirtMode,
+                format_args!("{other:?}"),
+            );
+            return;
+        }
+    }
+    group.sampling_mode(SamplingMode::Flat).sample_size(20);
+    group.bench_function("Clock::open (paravirt)", |b| {
+        b.iter(|| Clock::open().map(|clock| clock.mode()).is_ok())
+    });
+    group.finish();
+}
+
 fn calibrated_mode(c: &mut Criterion) {
     let mut group = c.benchmark_group("open");
     group.sampling_mode(SamplingMode::Flat).sample_size(10);
@@ -77,7 +100,7 @@ fn calibrated_mode(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 let start = Instant::now();
-                let opened = Clock::open();
+                let opened = Options::default().paravirt(false).open();
                 total += start.elapsed();
                 match &opened {
                     Ok(clock) => {
@@ -112,6 +135,6 @@ fn calibrated_mode(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = config();
-    targets = kernel_mode, calibrated_mode
+    targets = kernel_mode, paravirt_mode, calibrated_mode
 }
 criterion_main!(benches);

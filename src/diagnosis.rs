@@ -106,9 +106,11 @@ impl Withheld {
     /// The remedies that do not involve perfclock's calibrated mode.
     fn fmt_kernel_remedies(f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(
-            "on a KVM guest with a reliable TSC, boot with `no-kvmclock tsc=reliable` so \
-             sched_clock is the TSC; or record with `perf record -k CLOCK_MONOTONIC` and stamp \
-             your events with CLOCK_MONOTONIC instead.",
+            "on a KVM guest, paravirt mode (the default on x86_64) reads kvm-clock exactly \
+             where the vDSO maps its pvclock page (`perfclock doctor` says why it did not); \
+             without that page and with a reliable TSC, boot with `no-kvmclock tsc=reliable` \
+             so sched_clock is the TSC; or record with `perf record -k CLOCK_MONOTONIC` and \
+             stamp your events with CLOCK_MONOTONIC instead.",
         )
     }
 

@@ -5,8 +5,9 @@
 //! kernel-stamped brackets before it is trusted (docs/design.md, "Paravirt mode").
 //!
 //! # Safety
-//! The one unsafe call makes a [`PvclockReader`] of the page `perfclock_event::pvclock_page::find`
-//! validated: a vDSO data page, mapped read-only and populated for the life of the process.
+//! Two unsafe calls: one makes a [`PvclockReader`] of the page `perfclock_event::pvclock_page::find`
+//! validated (a vDSO data page, mapped read-only and populated for the life of the process);
+//! the other is `getauxval(AT_SECURE)`, which reads the auxiliary vector the C library saved.
 #![allow(unsafe_code)]
 
 use std::fmt;
@@ -27,6 +28,18 @@ pub const CHECK_BRACKETS_PER_KIND: usize = 8;
 /// A brackets-only `C` whose bound (half the intersection's width) exceeds this is refused: the
 /// calibrated mode does as well.
 pub const MAX_BRACKETS_BOUND_NS: u64 = 2_000;
+
+/// The environment variable that, set to `off`, skips paravirt mode as
+/// `Options::paravirt(false)` does.
+pub const ENV: &str = "PERFCLOCK_PARAVIRT";
+
+/// Whether [`ENV`] is `off`. Never true in a setuid, setgid or file-capability process
+/// (AT_SECURE), whose environment is not its user's to set.
+pub fn disabled_by_environment() -> bool {
+    // SAFETY: getauxval takes a constant and reads the process's saved auxiliary vector.
+    let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
+    !secure && std::env::var_os(ENV).is_some_and(|value| value == "off")
+}
 
 /// Where `C` came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -79,17 +79,13 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
     }
 }
 
-/// The environment variable that, set to `off`, skips paravirt mode as
-/// [`Options::paravirt`]`(false)` does.
-pub(crate) const PARAVIRT_ENV: &str = "PERFCLOCK_PARAVIRT";
-
 impl Options {
-    /// Paravirt mode is tried: x86_64, not refused by [`Options::paravirt`] nor by
-    /// [`PARAVIRT_ENV`]` = off`.
+    /// Paravirt mode is tried: x86_64, not refused by [`Options::paravirt`] nor by the
+    /// environment ([`crate::paravirt::disabled_by_environment`]).
     fn paravirt_wanted(&self) -> bool {
         cfg!(target_arch = "x86_64")
             && !self.no_paravirt
-            && std::env::var_os(PARAVIRT_ENV).is_none_or(|value| value != "off")
+            && !crate::paravirt::disabled_by_environment()
     }
 
     #[cfg(feature = "calibrated")]

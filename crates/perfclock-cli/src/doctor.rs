@@ -73,6 +73,7 @@ fn describe_mode(clock: &Clock, open_time: std::time::Duration) {
         Mode::Paravirt => describe_paravirt(clock),
         Mode::Calibrated => {
             outln!("mode: calibrated");
+            describe_paravirt_refusal();
             if let Some(withheld) = clock.withheld() {
                 outln!("why: {withheld}");
             }
@@ -126,6 +127,26 @@ fn describe_paravirt(clock: &Clock) {
             "warning: the pvclock entry lost PVCLOCK_TSC_STABLE_BIT: the kernel now clamps its \
              readings, which this clock cannot follow; a new process falls back to calibration"
         );
+    }
+}
+
+/// Why paravirt mode was not used, where it might have been: the page's refusal (the offset's
+/// sources are tried only once the page is found; the brackets they need are not repeated here).
+fn describe_paravirt_refusal() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    if perfclock::paravirt::disabled_by_environment() {
+        outln!("paravirt mode: disabled ({}=off)", perfclock::paravirt::ENV);
+        return;
+    }
+    match perfclock::paravirt::find_page() {
+        Ok((page, _)) => outln!(
+            "paravirt mode: the pvclock page ({}) is usable, but no offset passed the \
+             cross-check against kernel-stamped brackets",
+            page.layout()
+        ),
+        Err(refusal) => outln!("paravirt mode: not available: {}", error_chain(&refusal)),
     }
 }
 

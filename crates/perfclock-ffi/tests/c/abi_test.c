@@ -269,10 +269,13 @@ static void check_fork_child(void) {
 static void check_clock(int mode) {
     uint64_t bound = perfclock_error_bound_ns();
     CHECK(mode == PERFCLOCK_MODE_KERNEL || mode == PERFCLOCK_MODE_CALIBRATED ||
-              mode == PERFCLOCK_MODE_SHARED,
+              mode == PERFCLOCK_MODE_SHARED || mode == PERFCLOCK_MODE_PARAVIRT,
           "mode is %d", mode);
     if (mode == PERFCLOCK_MODE_KERNEL)
         CHECK(bound <= 1, "kernel mode: error bound %llu ns <= 1", (unsigned long long)bound);
+    else if (mode == PERFCLOCK_MODE_PARAVIRT)
+        CHECK(bound <= 2000, "paravirt mode: error bound %llu ns <= 2000",
+              (unsigned long long)bound);
     else
         CHECK(bound < 1000000000u, "calibrated mode: error bound %llu ns is finite",
               (unsigned long long)bound);
@@ -336,6 +339,7 @@ int main(void) {
         mode_name = mode == PERFCLOCK_MODE_KERNEL       ? "kernel"
                     : mode == PERFCLOCK_MODE_CALIBRATED ? "calibrated"
                     : mode == PERFCLOCK_MODE_SHARED     ? "shared"
+                    : mode == PERFCLOCK_MODE_PARAVIRT   ? "paravirt"
                                                         : "invalid";
         check_clock(mode);
     } else {
