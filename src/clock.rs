@@ -213,8 +213,9 @@ impl Clock {
     /// The conversion published now, in perf's form (`time_zero`, `time_mult`, `time_shift`:
     /// what `PERF_RECORD_TIME_CONV` carries). In paravirt mode it is the pvclock entry's slope
     /// with `time_zero` anchored at its `tsc_timestamp`, within
-    /// `PvclockParams::time_conversion_error_ns` (2 ns at most) of [`Clock::cycles_to_ns`],
-    /// which is exact.
+    /// `PvclockParams::time_conversion_error_ns` of [`Clock::cycles_to_ns`], which is exact: a
+    /// few ns, plus, for TSCs above about 2.1 GHz (whose slope perf's 32-bit `time_mult` must
+    /// round), up to 2^-33 ns per cycle since the host last wrote the entry.
     ///
     /// # Errors
     /// As [`Clock::now_ns`].

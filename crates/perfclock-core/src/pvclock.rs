@@ -292,35 +292,59 @@ impl PvclockParams {
     }
 
     /// The same clock in perf's form (`time_zero + (cyc * time_mult) >> time_shift`), for
-    /// `PERF_RECORD_TIME_CONV` records and readers that only take that form: `time_mult` is
-    /// `tsc_to_system_mul`, `time_shift` is `32 - tsc_shift`, and `time_zero` puts
-    /// `tsc_timestamp` at `system_time + offset` (floored). It differs from
+    /// `PERF_RECORD_TIME_CONV` records and readers that only take that form. perf computes it
+    /// with the uapi header's quotient/remainder split in `u64` (`tsc_to_perf_time`), where
+    /// `rem * time_mult` overflows unless `time_shift <= 32` for a 32-bit `time_mult`; so:
+    /// - `tsc_shift >= 0`: `time_mult = tsc_to_system_mul`, `time_shift = 32 - tsc_shift`, the
+    ///   kernel's slope exactly;
+    /// - `tsc_shift < 0` (TSCs above about 2.1 GHz): `time_shift = 32` and `time_mult =
+    ///   tsc_to_system_mul >> -tsc_shift`, rounded to nearest: the slope is then off by at most
+    ///   half a unit of 2^-32 ns per cycle.
+    ///
+    /// `time_zero` puts `tsc_timestamp` at `system_time + offset`, so every process of the boot
+    /// derives the identical conversion from the same entry. It differs from
     /// [`PvclockParams::perf_ns`] by at most [`PvclockParams::time_conversion_error_ns`].
     ///
     /// # Errors
-    /// Never for parameters [`PvclockParams::new`] accepted (the shift is within 0..=63 and
+    /// Never for parameters [`PvclockParams::new`] accepted (the shift is within 0..=32 and
     /// the multiplier non-zero); the `Result` is [`TimeConversion::new`]'s.
     pub const fn time_conversion(&self, offset: i64) -> Result<TimeConversion, ParamError> {
-        let shift = (32 - self.shift as i32) as u16;
-        let anchor = mul_u64_u32_shr(self.tsc_timestamp, self.mul, shift as u32);
+        let (mult, shift) = self.perf_scale();
+        let anchor = mul_u64_u32_shr(self.tsc_timestamp, mult, shift);
         let zero = self
             .system_time
             .wrapping_add(offset as u64)
             .wrapping_sub(anchor);
-        TimeConversion::new(self.mul, shift, zero)
+        TimeConversion::new(mult, shift as u16, zero)
     }
 
-    /// The most [`PvclockParams::time_conversion`]'s value differs from
-    /// [`PvclockParams::perf_ns`]'s, in ns: perf's form floors `cyc * mult` and
-    /// `tsc_timestamp * mult` apart (1 ns), and with a negative `tsc_shift` the kernel's right
-    /// shift also drops up to `2^-shift - 1` cycles first (less than 1 ns more, since
-    /// `tsc_to_system_mul < 2^32`).
-    pub const fn time_conversion_error_ns(&self) -> u64 {
+    /// `(time_mult, time_shift)` of [`PvclockParams::time_conversion`].
+    const fn perf_scale(&self) -> (u32, u32) {
         if self.shift >= 0 {
-            1
+            (self.mul, 32 - self.shift as u32)
         } else {
-            2
+            let down = (self.shift as i32).unsigned_abs();
+            let rounded = (self.mul as u64 + (1u64 << (down - 1))) >> down;
+            (rounded as u32, 32)
         }
+    }
+
+    /// The most [`PvclockParams::time_conversion`]'s value at counter value `cycles` differs
+    /// from [`PvclockParams::perf_ns`]'s, in ns: perf's form floors `cyc * mult` and
+    /// `tsc_timestamp * mult` apart (1 ns), the kernel's right shift of a negative `tsc_shift`
+    /// drops up to `2^-shift - 1` cycles first (under 1 ns more), and a rounded `time_mult`
+    /// (negative shifts) is off by at most `2^-33` ns per cycle away from `tsc_timestamp`
+    /// (about 0.3 ns per second of a 2.6 GHz TSC since the host last wrote the entry).
+    pub const fn time_conversion_error_ns(&self, cycles: u64) -> u64 {
+        if self.shift >= 0 {
+            return 1;
+        }
+        let distance = if cycles >= self.tsc_timestamp {
+            cycles - self.tsc_timestamp
+        } else {
+            self.tsc_timestamp - cycles
+        };
+        3 + distance.div_ceil(1 << 33)
     }
 }
 
