@@ -1,5 +1,5 @@
 //! The small operating-system calls the perfclock crates share, written once: the page size, the
-//! thread id, `clock_gettime`, a lock that survives a panicking holder, and the executable
+//! thread id, `clock_gettime`, the environment as a privileged process may read it, a lock that survives a panicking holder, and the executable
 //! marker mapping through which `perf record` learns of a jitdump or marker file.
 //!
 //! Written by hand over `libc` (which this crate already binds for `perf_event_open` and its
@@ -10,8 +10,8 @@
 //! `perfclock-core` keeps its own counter and page code: it depends on nothing.
 //!
 //! # Safety
-//! Unsafe code here is confined to single libc calls: `sysconf`, `gettid` and `clock_gettime`
-//! into a local `timespec` (no preconditions beyond a valid out-pointer), and the `mmap`/`munmap`
+//! Unsafe code here is confined to single libc calls: `sysconf`, `gettid`, `getauxval` and
+//! `clock_gettime` into a local `timespec` (no preconditions beyond a valid out-pointer), and the `mmap`/`munmap`
 //! pair of [`ExecMarkerMapping`], which owns its mapping, unmaps it exactly once on drop and
 //! never hands out a pointer or reference into it (nothing in this process reads it, so neither
 //! the file's size nor its concurrent appends can be observed by Rust code).
@@ -95,6 +95,27 @@ pub fn monotonic_ns() -> u64 {
         .ok()
         .and_then(|ns| u64::try_from(ns).ok())
         .unwrap_or(0)
+}
+
+/// Whether this process runs with elevated privileges its user did not grant it: setuid,
+/// setgid or file capabilities (`getauxval(AT_SECURE)`, the flag the C library's own
+/// `secure_getenv` reads).
+pub fn is_secure_execution() -> bool {
+    // SAFETY: getauxval takes a constant and reads the auxiliary vector the C library saved at
+    // start; it has no preconditions.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
+/// The environment variable `name`, or `None` in a setuid, setgid or file-capability process
+/// (AT_SECURE), whose environment belongs to the user who started it, not to the privileges it
+/// runs with: a library must not let that user redirect which files it trusts or writes.
+/// What `secure_getenv(3)` does, over `std::env::var_os`.
+pub fn env_var_os(name: &str) -> Option<std::ffi::OsString> {
+    if is_secure_execution() {
+        None
+    } else {
+        std::env::var_os(name)
+    }
 }
 
 /// Locks `mutex`, taking over a lock that a panicking thread left poisoned.
@@ -204,6 +225,13 @@ mod tests {
         let file = File::options().write(true).open("/dev/null").unwrap();
         let error = ExecMarkerMapping::new(&file).unwrap_err();
         assert_eq!(error.raw_os_error(), Some(libc::EACCES), "{error}");
+    }
+
+    #[test]
+    fn environment_is_read_outside_secure_execution() {
+        // Test binaries are never setuid: the variable must come through.
+        assert!(!is_secure_execution());
+        assert_eq!(env_var_os("PATH"), std::env::var_os("PATH"));
     }
 
     #[test]
