@@ -5,9 +5,8 @@
 //! kernel-stamped brackets before it is trusted (docs/design.md, "Paravirt mode").
 //!
 //! # Safety
-//! Two unsafe calls: one makes a [`PvclockReader`] of the page `perfclock_event::pvclock_page::find`
-//! validated (a vDSO data page, mapped read-only and populated for the life of the process);
-//! the other is `getauxval(AT_SECURE)`, which reads the auxiliary vector the C library saved.
+//! One unsafe call makes a [`PvclockReader`] of the page `perfclock_event::pvclock_page::find`
+//! validated (a vDSO data page, mapped read-only and populated for the life of the process).
 #![allow(unsafe_code)]
 
 use std::fmt;
@@ -36,9 +35,7 @@ pub const ENV: &str = "PERFCLOCK_PARAVIRT";
 /// Whether [`ENV`] is `off`. Never true in a setuid, setgid or file-capability process
 /// (AT_SECURE), whose environment is not its user's to set.
 pub fn disabled_by_environment() -> bool {
-    // SAFETY: getauxval takes a constant and reads the process's saved auxiliary vector.
-    let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
-    !secure && std::env::var_os(ENV).is_some_and(|value| value == "off")
+    perfclock_event::sys::env_var_os(ENV).is_some_and(|value| value == "off")
 }
 
 /// Where `C` came from.
