@@ -34,11 +34,11 @@ mod markers;
 /// empty, `None` when it names no clock (an error for the caller: a silent default would put
 /// every timestamp in the wrong clock).
 fn clock_from_env<C: std::str::FromStr + Default>(var: &str) -> Option<C> {
-    match std::env::var(var) {
-        Err(std::env::VarError::NotPresent) => Some(C::default()),
-        Ok(name) if name.is_empty() => Some(C::default()),
-        Ok(name) => name.parse().ok(),
-        Err(std::env::VarError::NotUnicode(_)) => None,
+    match perfclock_event::sys::env_var_os(var).map(std::ffi::OsString::into_string) {
+        None => Some(C::default()),
+        Some(Ok(name)) if name.is_empty() => Some(C::default()),
+        Some(Ok(name)) => name.parse().ok(),
+        Some(Err(_)) => None,
     }
 }
 
