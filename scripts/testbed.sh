@@ -150,7 +150,7 @@ build() { # $1 = arch
     (cd "$work/$1/root" && find . -mindepth 1 | sed 's|^\./||' | cpio -o -H newc --quiet >"../initrd.cpio")
 }
 
-# The package's tree at /opt/perfclock of the guest, with what its dynamically linked binary
+# The package's bin/perfclock at /opt/perfclock/bin of the guest, with what this binary
 # loads (the interpreter at its own path, the libraries it needs, transitively, in
 # /opt/perfclock-libs), taken from this architecture's libc: the cross toolchain's sysroot
 # (libc6-arm64-cross) for aarch64, the host's for x86_64.
@@ -162,7 +162,7 @@ add_package() { # $1 = arch
         { say "PERFCLOCK_TESTBED_PACKAGE: no single perfclock-*-linux-$a.tar.gz in $package_dir"; return 1; }
     say "adding ${tarballs[0]} to the $a guest, its libraries from $sysroot"
     mkdir -p "$r/opt/perfclock" "$r/opt/perfclock-libs" &&
-        tar -xzf "${tarballs[0]}" -C "$r/opt/perfclock" --strip-components=1 || return 1
+        tar -xzf "${tarballs[0]}" -C "$r/opt/perfclock" --strip-components=1 --wildcards '*/bin/perfclock' || return 1
     interp=$(readelf -l "$r/opt/perfclock/bin/perfclock" | sed -n 's/.*program interpreter: \(.*\)\]/\1/p')
     [ -n "$interp" ] && [ -e "$sysroot/$(basename "$interp")" ] ||
         { say "no interpreter '$interp' for the packaged perfclock in $sysroot"; return 1; }

@@ -75,6 +75,12 @@ pub(crate) fn ensure_sysfs(pid1: bool) -> Result<(), String> {
     ensure_mounted(pid1, c"sysfs", "/sys", "/sys/devices/system")
 }
 
+/// Programs the guest starts open `/dev/null` (a spawn with a null stdin); nothing mounted
+/// devtmpfs in an initramfs.
+pub(crate) fn ensure_devtmpfs(pid1: bool) -> Result<(), String> {
+    ensure_mounted(pid1, c"devtmpfs", "/dev", "/dev/null")
+}
+
 /// Mounts `fstype` on `dir` as PID 1 unless `probe` exists already.
 fn ensure_mounted(
     pid1: bool,

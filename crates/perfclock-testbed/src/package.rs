@@ -6,6 +6,7 @@
 
 use std::process::Command;
 
+use crate::guest_fs;
 use crate::report::Report;
 
 /// The kernel command line's name for the packaged binary (unset: no package in this guest).
@@ -17,6 +18,19 @@ pub(crate) fn run(report: &mut Report) {
     let Some(doctor) = std::env::var_os(DOCTOR_ENV) else {
         return;
     };
+    // What a dynamically linked program started by PID 1 of an initramfs expects: /dev/null
+    // (spawning with a null stdin opens it), /proc and /sys (glibc's CPU count, perf).
+    let pid1 = std::process::id() == 1;
+    for mounted in [
+        guest_fs::ensure_devtmpfs(pid1),
+        guest_fs::ensure_proc(pid1),
+        guest_fs::ensure_sysfs(pid1),
+    ] {
+        if let Err(error) = mounted {
+            report.fail("package-doctor", format_args!("{error}"));
+            return;
+        }
+    }
     let mut command = Command::new(&doctor);
     command.arg("doctor");
     if let Some(libs) = std::env::var_os(LIBS_ENV) {
