@@ -9,8 +9,9 @@
 
 use std::ffi::{c_char, c_void};
 
-use crate::agent::{self, Start};
+use crate::agent;
 use crate::jvmti::{JavaVmPtr, Jint};
+use crate::session::Origin;
 
 /// Called by the JVM for `-agentpath:` (or `-agentlib:`) at start.
 ///
@@ -24,7 +25,7 @@ pub(crate) unsafe extern "C" fn Agent_OnLoad(
     _reserved: *mut c_void,
 ) -> Jint {
     // SAFETY: the JVM's arguments, passed on.
-    unsafe { agent::start(vm, options, Start::OnLoad) }
+    unsafe { agent::start(vm, options, Origin::OnLoad) }
 }
 
 /// Called by the JVM when the agent is loaded into a running JVM (dynamic attach).
@@ -39,7 +40,7 @@ pub(crate) unsafe extern "C" fn Agent_OnAttach(
     _reserved: *mut c_void,
 ) -> Jint {
     // SAFETY: the JVM's arguments, passed on.
-    unsafe { agent::start(vm, options, Start::OnAttach) }
+    unsafe { agent::start(vm, options, Origin::OnAttach) }
 }
 
 /// Called by the JVM as it unloads the agent (at exit).

@@ -48,6 +48,7 @@ impl JvmtiError {
 
 /// `jvmtiEventMode`.
 const JVMTI_ENABLE: i32 = 1;
+const JVMTI_DISABLE: i32 = 0;
 
 /// `jvmtiEvent` numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -341,6 +342,12 @@ impl Env {
         let f = self.table().set_event_notification_mode.ok_or(MISSING)?;
         // SAFETY: mode, event number, null thread (all threads), no extra arguments.
         check(unsafe { f(self.0, JVMTI_ENABLE, event as i32, ptr::null_mut()) })
+    }
+
+    pub(crate) fn disable(&self, event: Event) -> Result<(), JvmtiError> {
+        let f = self.table().set_event_notification_mode.ok_or(MISSING)?;
+        // SAFETY: mode, event number, null thread (all threads), no extra arguments.
+        check(unsafe { f(self.0, JVMTI_DISABLE, event as i32, ptr::null_mut()) })
     }
 
     pub(crate) fn generate_events(&self, event: Event) -> Result<(), JvmtiError> {

@@ -21,13 +21,19 @@
 //!   (default 1).
 //! - `inline=0|1`: an extra load record, named `callee <- caller <- ... <- compiled method`, for
 //!   each stretch of code HotSpot inlined (default 1).
-//! - `dottedclass=0|1`: `com.x.Foo.bar` rather than `Lcom/x/Foo;bar` (default 0).
-//! - `sig=0|1`: the JVM signature after the name, `(I)J` (default 1).
+//! - `names=java|jvm`: `com.x.Foo.bar(int, java.lang.String)` (default) or the JVM's
+//!   `Lcom/x/Foo;bar(ILjava/lang/String;)J`.
+//! - `dottedclass=0|1`: with `names=jvm`, `com.x.Foo.bar(I)J` rather than `Lcom/x/Foo;bar(I)J`
+//!   (default 0).
+//! - `sig=0|1`: the parameters after the name (default 1).
+//! - `strict=0|1`: at JVM start, a file that cannot be written fails the load (default 0: one
+//!   line on stderr, and the JVM runs without it).
 //! - `allow_no_clock=0|1`: start even without the perf clock, with no jitdump and no markers
 //!   (default 0: the load fails).
 //!
-//! A second load or attach into the same JVM prints a line on the JVM's stderr and does
-//! nothing. See docs/jit.md for what perf and samply show.
+//! Each load or attach starts a session with its own options, finishing the one before; the
+//! request `stop` ends the running session. Failures return the codes of the `status` module
+//! (the README's table). See docs/jit.md for what perf and samply show.
 //!
 //! # Safety
 //! Unsafe code is denied here and allowed only in the modules that meet the JVM, each with its
@@ -43,3 +49,8 @@ mod jvmti;
 mod names;
 mod options;
 mod perfmap;
+mod session;
+mod status;
+
+/// The agent's lines on the JVM's stderr start with this.
+const PREFIX: &str = "perfclock_agent";

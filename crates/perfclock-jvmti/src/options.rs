@@ -1,10 +1,43 @@
 //! The agent's option string: `key=value` pairs separated by commas (values cannot contain
-//! commas). An unknown, repeated or valueless key is refused with a message naming the fix.
+//! commas), or the request `stop`. An unknown, repeated or valueless key is refused with a
+//! message naming the fix.
 
 use std::path::PathBuf;
 
 use perfclock_jitdump::JitClock;
 use perfclock_markers::MarkerClock;
+
+/// What one load or attach asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Request {
+    /// Start a session with these options (ending the one running, if any).
+    Start(Options),
+    /// `stop`: end the running session.
+    Stop,
+}
+
+impl Request {
+    /// Parses an attach's or load's option string: `stop`, or the options of a session.
+    ///
+    /// # Errors
+    /// As [`Options::parse`].
+    pub(crate) fn parse(text: &str) -> Result<Request, String> {
+        if text.trim() == "stop" {
+            return Ok(Request::Stop);
+        }
+        Options::parse(Some(text)).map(Request::Start)
+    }
+}
+
+/// How a method is named in the dump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NameForm {
+    /// `com.x.Foo.bar(int, java.lang.String)`: as a Java stack trace names the class and
+    /// method, with the parameter types as Java source writes them.
+    Java,
+    /// `Lcom/x/Foo;bar(ILjava/lang/String;)J`: the JVM's own form, as perf's agent writes it.
+    Jvm,
+}
 
 /// What the agent writes, and how it names code. Defaults are those of [`Options::default`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,12 +52,18 @@ pub(crate) struct Options {
     pub lines: bool,
     /// `inline=0|1`: a load record of its own for each stretch of inlined code (default 1).
     pub inline: bool,
-    /// `dottedclass=0|1`: `com.x.Foo.bar` instead of `Lcom/x/Foo;bar` (default 0).
+    /// `names=java|jvm`: the form of method names (default `java`).
+    pub names: NameForm,
+    /// `dottedclass=0|1`: with `names=jvm`, `com.x.Foo.bar` instead of `Lcom/x/Foo;bar`
+    /// (default 0).
     pub dotted_class: bool,
     /// `sig=0|1`: the JVM signature after the method name, `(I)J` (default 1).
     pub signature: bool,
     /// `allow_no_clock=0|1`: start without the perf clock (no jitdump, no markers) (default 0).
     pub allow_no_clock: bool,
+    /// `strict=0|1`: at JVM start, a file that cannot be written fails the load instead of
+    /// being left out (default 0).
+    pub strict: bool,
     /// `jitdump_clock=arch|perf|monotonic`: the dump's clock; `None` (not given): the one
     /// `PERFCLOCK_JITDUMP_CLOCK` names, else `arch`.
     pub jitdump_clock: Option<JitClock>,
@@ -41,9 +80,11 @@ impl Default for Options {
             markers: None,
             lines: true,
             inline: true,
+            names: NameForm::Java,
             dotted_class: false,
             signature: true,
             allow_no_clock: false,
+            strict: false,
             jitdump_clock: None,
             markers_clock: None,
         }
@@ -52,11 +93,13 @@ impl Default for Options {
 
 /// The keys, as listed in the refusal of an unknown one.
 pub(crate) const KNOWN: &str = "jitdump=DIR|off, perfmap=0|1, markers=DIR, lines=0|1, inline=0|1, \
-                         dottedclass=0|1, sig=0|1, allow_no_clock=0|1, \
-                         jitdump_clock=arch|perf|monotonic, markers_clock=perf|monotonic \
-                         (comma-separated)";
+                         names=java|jvm, dottedclass=0|1, sig=0|1, allow_no_clock=0|1, \
+                         strict=0|1, jitdump_clock=arch|perf|monotonic, \
+                         markers_clock=perf|monotonic (comma-separated), or stop";
 
-const KEYS: [&str; 10] = [
+const KEYS: [&str; 12] = [
+    "names",
+    "strict",
     "jitdump",
     "perfmap",
     "markers",
@@ -105,6 +148,8 @@ impl Options {
                 "inline" => options.inline = flag(key, value)?,
                 "dottedclass" => options.dotted_class = flag(key, value)?,
                 "sig" => options.signature = flag(key, value)?,
+                "strict" => options.strict = flag(key, value)?,
+                "names" => options.names = name_form(value)?,
                 "jitdump_clock" => {
                     options.jitdump_clock = Some(value.parse().map_err(|e| format!("{e}"))?)
                 }
@@ -114,7 +159,23 @@ impl Options {
                 _ => options.allow_no_clock = flag(key, value)?,
             }
         }
+        if options.dotted_class && options.names == NameForm::Java {
+            return Err(
+                "dottedclass=1 applies to names=jvm (names=java already writes com.x.Foo.bar)"
+                    .to_owned(),
+            );
+        }
         Ok(options)
+    }
+}
+
+fn name_form(value: &str) -> Result<NameForm, String> {
+    match value {
+        "java" => Ok(NameForm::Java),
+        "jvm" => Ok(NameForm::Jvm),
+        _ => Err(format!(
+            "option names={value}: expected names=java or names=jvm"
+        )),
     }
 }
 
@@ -145,13 +206,15 @@ mod tests {
         assert_eq!(d.jitdump, Some(PathBuf::from(".")));
         assert!(d.lines && d.inline && d.signature);
         assert!(!d.perfmap && !d.dotted_class && !d.allow_no_clock && d.markers.is_none());
+        assert!(!d.strict);
+        assert_eq!(d.names, NameForm::Java);
     }
 
     #[test]
     fn every_key() {
         let o = Options::parse(Some(
-            "jitdump=off,perfmap=1,markers=/m,lines=0,inline=0,dottedclass=1,sig=0,allow_no_clock=1,\
-             jitdump_clock=monotonic,markers_clock=monotonic",
+            "jitdump=off,perfmap=1,markers=/m,lines=0,inline=0,names=jvm,dottedclass=1,sig=0,\
+             allow_no_clock=1,strict=1,jitdump_clock=monotonic,markers_clock=monotonic",
         ))
         .unwrap();
         assert_eq!(
@@ -162,9 +225,11 @@ mod tests {
                 markers: Some(PathBuf::from("/m")),
                 lines: false,
                 inline: false,
+                names: NameForm::Jvm,
                 dotted_class: true,
                 signature: false,
                 allow_no_clock: true,
+                strict: true,
                 jitdump_clock: Some(JitClock::Monotonic),
                 markers_clock: Some(MarkerClock::Monotonic),
             }
@@ -189,5 +254,27 @@ mod tests {
         assert_eq!(err("markers="), "option markers= needs a path");
         assert!(err("jitdump_clock=tsc").starts_with("unknown jitdump clock \"tsc\": use arch"));
         assert!(err("markers_clock=arch").contains("arch"));
+        assert_eq!(
+            err("names=dotted"),
+            "option names=dotted: expected names=java or names=jvm"
+        );
+        assert!(err("dottedclass=1").starts_with("dottedclass=1 applies to names=jvm"));
+    }
+
+    #[test]
+    fn requests() {
+        assert_eq!(Request::parse("stop").unwrap(), Request::Stop);
+        assert_eq!(
+            Request::parse("").unwrap(),
+            Request::Start(Options::default())
+        );
+        let Request::Start(o) = Request::parse("jitdump=/d,names=jvm").unwrap() else {
+            panic!("not a start");
+        };
+        assert_eq!(o.jitdump, Some(PathBuf::from("/d")));
+        assert_eq!(o.names, NameForm::Jvm);
+        assert!(Request::parse("stop=1")
+            .unwrap_err()
+            .starts_with("unknown option 'stop'"));
     }
 }
