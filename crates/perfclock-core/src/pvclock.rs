@@ -339,12 +339,7 @@ impl PvclockParams {
         if self.shift >= 0 {
             return 1;
         }
-        let distance = if cycles >= self.tsc_timestamp {
-            cycles - self.tsc_timestamp
-        } else {
-            self.tsc_timestamp - cycles
-        };
-        3 + distance.div_ceil(1 << 33)
+        3 + cycles.abs_diff(self.tsc_timestamp).div_ceil(1 << 33)
     }
 }
 
