@@ -16,16 +16,13 @@ use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::panic::AssertUnwindSafe;
 
-use ::perfclock_jitdump::{JitClock, JitDump, JitDumpError};
+use ::perfclock_jitdump::{ClockName, JitClock, JitDump, JitDumpError};
 
 use super::{
     error_code, guard, perfclock_init, PERFCLOCK_E_FORK_CHILD, PERFCLOCK_E_INTERNAL,
     PERFCLOCK_E_INVALID_ARGUMENT, PERFCLOCK_E_IO, PERFCLOCK_E_NAME_TAKEN, PERFCLOCK_E_NULL_POINTER,
     PERFCLOCK_E_READ, PERFCLOCK_OK,
 };
-
-/// The environment variable `perfclock_jitdump_open` reads its clock from.
-const CLOCK_ENV: &str = "PERFCLOCK_JITDUMP_CLOCK";
 
 /// The clock of a C constant.
 fn jit_clock(clock: c_int) -> Option<JitClock> {
@@ -64,7 +61,9 @@ pub unsafe extern "C" fn perfclock_jitdump_open(
     dir: *const c_char,
     out: *mut *mut perfclock_jitdump,
 ) -> c_int {
-    let Some(clock) = crate::clock_from_env(CLOCK_ENV) else {
+    // A name that is no clock's is an error: a silent default would put every timestamp in
+    // the wrong clock.
+    let Ok(clock) = JitClock::from_env() else {
         return PERFCLOCK_E_INVALID_ARGUMENT;
     };
     // SAFETY: the caller's promises, passed on.
@@ -254,10 +253,10 @@ mod tests {
             source: std::io::Error::other("test"),
         };
         assert_eq!(code(&io), PERFCLOCK_E_IO);
-        let child = JitDumpError::ForkChild {
+        let child = JitDumpError::ForkChild(::perfclock_jitdump::ForkChild {
             opened_by: 1,
             pid: 2,
-        };
+        });
         assert_eq!(code(&child), PERFCLOCK_E_FORK_CHILD);
     }
 

@@ -30,18 +30,6 @@ mod clock_abi;
 mod jitdump;
 mod markers;
 
-/// The clock `var` names for a writer opened without one: the default clock when it is unset or
-/// empty, `None` when it names no clock (an error for the caller: a silent default would put
-/// every timestamp in the wrong clock).
-fn clock_from_env<C: std::str::FromStr + Default>(var: &str) -> Option<C> {
-    match perfclock_event::sys::env_var_os(var).map(std::ffi::OsString::into_string) {
-        None => Some(C::default()),
-        Some(Ok(name)) if name.is_empty() => Some(C::default()),
-        Some(Ok(name)) => name.parse().ok(),
-        Some(Err(_)) => None,
-    }
-}
-
 // The clock's entry points.
 pub use clock_abi::{
     perfclock_cycles_to_ns, perfclock_error_bound_ns, perfclock_init, perfclock_mode,

@@ -13,7 +13,7 @@
 use std::ffi::{c_char, c_int, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 
-use ::perfclock_markers::{MarkerClock, MarkerError, Markers};
+use ::perfclock_markers::{ClockName, MarkerClock, MarkerError, Markers};
 use perfclock::{ClockSnapshot, SnapshotError};
 
 use crate::{
@@ -22,9 +22,6 @@ use crate::{
     PERFCLOCK_E_NAME_TAKEN, PERFCLOCK_E_NOT_INITIALIZED, PERFCLOCK_E_NULL_POINTER,
     PERFCLOCK_E_READ, PERFCLOCK_E_UNSUPPORTED, PERFCLOCK_OK,
 };
-
-/// The environment variable `perfclock_markers_open` reads its clock from.
-const CLOCK_ENV: &str = "PERFCLOCK_MARKERS_CLOCK";
 
 /// The opaque `perfclock_markers` of the header: a boxed writer.
 #[allow(non_camel_case_types)]
@@ -56,7 +53,9 @@ pub unsafe extern "C" fn perfclock_markers_open(
     dir: *const c_char,
     out: *mut *mut perfclock_markers,
 ) -> c_int {
-    let Some(clock) = crate::clock_from_env(CLOCK_ENV) else {
+    // A name that is no clock's is an error: a silent default would put every timestamp in
+    // the wrong clock.
+    let Ok(clock) = MarkerClock::from_env() else {
         return PERFCLOCK_E_INVALID_ARGUMENT;
     };
     // SAFETY: the caller's promises, passed on.

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::UnknownClock;
+use perfclock_procfile::{ClockName, UnknownClock};
 
 /// The clock of a jitdump's timestamps (the header's and every record's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -22,12 +22,16 @@ pub enum JitClock {
     Monotonic,
 }
 
-impl JitClock {
-    /// Every clock, in the order of the C constants (`PERFCLOCK_CLOCK_ARCH` = 0, ...).
-    pub const ALL: [JitClock; 3] = [JitClock::Arch, JitClock::Perf, JitClock::Monotonic];
+/// In the order of the C constants (`PERFCLOCK_CLOCK_ARCH` = 0, ...).
+impl ClockName for JitClock {
+    const ALL: &'static [JitClock] = &[JitClock::Arch, JitClock::Perf, JitClock::Monotonic];
+    const KIND: &'static str = "jitdump clock";
+    const CHOICES: &'static str = "arch (perf inject --jit of a default perf record), perf \
+                                   (samply import of a default perf record) or monotonic \
+                                   (samply record, perf record -k monotonic)";
+    const VARIABLE: &'static str = "PERFCLOCK_JITDUMP_CLOCK";
 
-    /// The name used by the environment variables, the sidecar and the agent's option.
-    pub fn as_str(self) -> &'static str {
+    fn as_str(self) -> &'static str {
         match self {
             JitClock::Arch => "arch",
             JitClock::Perf => "perf",
@@ -46,10 +50,7 @@ impl FromStr for JitClock {
     type Err = UnknownClock;
 
     fn from_str(name: &str) -> Result<Self, Self::Err> {
-        JitClock::ALL
-            .into_iter()
-            .find(|clock| clock.as_str() == name)
-            .ok_or_else(|| UnknownClock(name.to_owned()))
+        JitClock::from_name(name)
     }
 }
 
@@ -59,11 +60,13 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_others_are_refused() {
-        for clock in JitClock::ALL {
+        for &clock in JitClock::ALL {
             assert_eq!(clock.as_str().parse::<JitClock>(), Ok(clock));
         }
         for bad in ["", "Arch", "mono", "perf ", "tsc"] {
-            assert_eq!(bad.parse::<JitClock>(), Err(UnknownClock(bad.into())));
+            let error = bad.parse::<JitClock>().unwrap_err();
+            assert_eq!(error, UnknownClock::new::<JitClock>(bad, None));
+            assert!(error.to_string().contains("perf inject --jit"), "{error}");
         }
         assert_eq!(JitClock::default(), JitClock::Arch);
     }

@@ -5,14 +5,16 @@
 //! Policy (the same in every crate of the workspace): a public error enum is
 //! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
 //! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps: `Display`
+//! never repeats that cause, so a caller printing the chain prints each cause once. Front ends
+//! (the C ABI, the JVM agent, the CLI) name their own knobs around these messages.
 
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
 use perfclock_core::{ParamError, ReadError};
-use perfclock_event::shared_file::TakenName;
+use perfclock_procfile::{ClockMismatch, ForkChild, TakenName};
 
 use crate::timeconv::MAGIC_LINE;
 use crate::JitClock;
@@ -40,22 +42,10 @@ pub enum JitDumpError {
     /// The handle was opened by another process (this is a fork child of it): a child never
     /// writes into its parent's dump, nor closes it. Create a dump in the child: it gets its own
     /// `jit-<pid>.dump`.
-    ForkChild {
-        /// The process that opened the dump.
-        opened_by: u32,
-        /// This process.
-        pid: u32,
-    },
+    ForkChild(ForkChild),
     /// This process already has a dump open in the directory, in another clock: one dump per
     /// process and directory, and one clock per dump.
-    ClockMismatch {
-        /// The open dump.
-        path: PathBuf,
-        /// Its clock.
-        open: JitClock,
-        /// The clock asked for.
-        requested: JitClock,
-    },
+    ClockMismatch(ClockMismatch<JitClock>),
     /// An earlier failed write left bytes that could not be truncated away, so further records
     /// would follow a torn one; the dump is closed for writing.
     Torn {
@@ -81,38 +71,19 @@ pub enum JitDumpError {
 impl fmt::Display for JitDumpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            JitDumpError::Clock(error) => write!(f, "cannot open the perf clock: {error}"),
-            JitDumpError::ClockRead(error) => {
-                write!(f, "cannot read the perf clock's conversion: {error}")
+            JitDumpError::Clock(_) => f.write_str("cannot open the perf clock for a jitdump"),
+            JitDumpError::ClockRead(_) => {
+                f.write_str("cannot read the perf clock's conversion for the timeconv record")
             }
-            JitDumpError::Io { op, path, source } => write!(
+            JitDumpError::Io { op, path, .. } => write!(
                 f,
-                "jitdump {op} failed for {}: {source} (the dump directory must exist, be \
-                 writable and have free space)",
+                "jitdump {op} failed for {} (the dump directory must exist, be writable and \
+                 have free space)",
                 path.display()
             ),
-            JitDumpError::NameTaken(taken) => write!(
-                f,
-                "cannot create the jitdump: {taken} (JitDump::create's dir, \
-                 perfclock_jitdump_open's dir, the agent's jitdump=DIR)"
-            ),
-            JitDumpError::ForkChild { opened_by, pid } => write!(
-                f,
-                "this jitdump handle belongs to process {opened_by}, and this is its fork child \
-                 {pid}: a child never writes into its parent's dump; create a new dump in the \
-                 child (it gets jit-{pid}.dump)"
-            ),
-            JitDumpError::ClockMismatch {
-                path,
-                open,
-                requested,
-            } => write!(
-                f,
-                "{} is open in this process with the {open} clock, and a dump has one clock: \
-                 open it with {open} (PERFCLOCK_JITDUMP_CLOCK={open}) or use another directory \
-                 for the {requested} clock",
-                path.display()
-            ),
+            JitDumpError::NameTaken(taken) => write!(f, "cannot create the jitdump: {taken}"),
+            JitDumpError::ForkChild(child) => write!(f, "jitdump: {child}"),
+            JitDumpError::ClockMismatch(mismatch) => write!(f, "jitdump: {mismatch}"),
             JitDumpError::Torn { path } => write!(
                 f,
                 "{} ends in a partial record an earlier failed write left behind and could not \
@@ -140,6 +111,7 @@ impl std::error::Error for JitDumpError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             JitDumpError::Clock(error) => Some(error),
+            JitDumpError::ClockRead(error) => Some(error),
             JitDumpError::Io { source, .. } => Some(source),
             _ => None,
         }
@@ -204,21 +176,3 @@ impl fmt::Display for TimeConvError {
 }
 
 impl std::error::Error for TimeConvError {}
-
-/// A clock name that is none of `arch`, `perf`, `monotonic`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownClock(pub String);
-
-impl fmt::Display for UnknownClock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown jitdump clock {:?}: use arch (perf inject --jit of a default perf record), \
-             perf (samply import of a default perf record) or monotonic (samply record, perf \
-             record -k monotonic)",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for UnknownClock {}

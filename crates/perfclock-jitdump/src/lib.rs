@@ -49,6 +49,7 @@ pub mod timeconv;
 mod writer;
 
 pub use clock::JitClock;
-pub use error::{JitDumpError, TimeConvError, UnknownClock};
+pub use error::{JitDumpError, TimeConvError};
+pub use perfclock_procfile::{ClockMismatch, ClockName, ForkChild, UnknownClock};
 pub use record::DebugEntry;
 pub use writer::JitDump;

@@ -3,15 +3,15 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use perfclock::Clock;
 use perfclock_core::{ReadError, TimeConversion};
 use perfclock_event::sys::{self, lock, monotonic_ns, ExecMarkerMapping};
 use perfclock_event::{shared_file, CreateError};
+use perfclock_procfile::{ClockMismatch, FileKey, ForkChild, Registry, Retention};
 
 use crate::record::{self, CodeLoad, DebugEntry};
 use crate::timeconv::{self, TimeConvRecord};
@@ -59,7 +59,7 @@ struct Shared {
     timeconv_path: PathBuf,
     pid: u32,
     boot_id: String,
-    key: DumpKey,
+    key: FileKey,
     state: Mutex<State>,
     timeconv: Mutex<Option<Published>>,
     /// The executable mapping of the dump's first page: `perf record` logs it as an `MMAP2` of
@@ -68,16 +68,9 @@ struct Shared {
     _marker: ExecMarkerMapping,
 }
 
-/// Which dump: the directory (device and inode, whatever name reached it) and the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct DumpKey {
-    dev: u64,
-    ino: u64,
-    pid: u32,
-}
-
-/// Every dump this process has open, for [`JitDump::create`] to share.
-static OPEN: Mutex<Vec<(DumpKey, Weak<Shared>)>> = Mutex::new(Vec::new());
+/// Every dump this process has open, for [`JitDump::create`] to share: by the directory's
+/// device and inode, whatever name reached it.
+static OPEN: Registry<Shared> = Registry::new(Retention::WhileOpen);
 
 /// What the lock serialises: the file's end and the next index.
 #[derive(Debug)]
@@ -167,102 +160,23 @@ impl JitDump {
         jit_clock: JitClock,
     ) -> Result<JitDump, JitDumpError> {
         let clock = perfclock::init().map_err(JitDumpError::Clock)?;
-        let dir = dir.as_ref();
-        let pid = std::process::id();
-        let name = perfclock_perfdata::jitdump_file_name(pid);
-        let path = dir.join(&name);
-        let timeconv_name = format!("{name}{}", timeconv::SUFFIX);
-        let timeconv_path = dir.join(&timeconv_name);
-        let io_error = |op, path: &Path| {
-            let path = path.to_owned();
-            move |source| JitDumpError::Io { op, path, source }
-        };
-        let create_error = |op| {
-            move |error| match error {
-                CreateError::Taken(taken) => JitDumpError::NameTaken(taken),
-                CreateError::Io { path, source } => JitDumpError::Io { op, path, source },
-                other => JitDumpError::Io {
-                    op,
-                    path: dir.to_owned(),
-                    source: std::io::Error::other(other),
-                },
-            }
-        };
-        let dir_meta = std::fs::metadata(dir).map_err(io_error("create", &path))?;
-        let key = DumpKey {
-            dev: dir_meta.dev(),
-            ino: dir_meta.ino(),
-            pid,
-        };
-        let mut open = lock(&OPEN);
-        open.retain(|(_, dump)| dump.strong_count() > 0);
-        if let Some(shared) = open
-            .iter()
-            .find(|(k, _)| *k == key)
-            .and_then(|(_, dump)| dump.upgrade())
-        {
+        let names = Names::new(dir.as_ref(), std::process::id());
+        let key = FileKey::of(names.dir, names.pid).map_err(io_error("create", &names.path))?;
+        let mut open = OPEN.lock();
+        if let Some(shared) = open.get(key) {
             if shared.jit_clock != jit_clock {
-                return Err(JitDumpError::ClockMismatch {
+                return Err(JitDumpError::ClockMismatch(ClockMismatch {
                     path: shared.path.clone(),
                     open: shared.jit_clock,
                     requested: jit_clock,
-                });
+                }));
             }
             return Ok(JitDump {
                 shared: Some(shared),
             });
         }
-        let boot_id = std::fs::read_to_string(BOOT_ID_PATH)
-            .map_err(io_error("read", Path::new(BOOT_ID_PATH)))?
-            .trim()
-            .to_owned();
-        // The sidecar's name first: it is renamed over later, so only a stale file of ours may
-        // be there; nothing is created if the name is taken.
-        shared_file::remove_stale_at(dir, &timeconv_name).map_err(create_error("create"))?;
-        let file =
-            shared_file::create_exclusive(dir, &name, 0o644).map_err(create_error("create"))?;
-        // From here on a failure removes the file again: a dump without its header or marker
-        // is of no use to perf.
-        let remove = |error| {
-            let _ = std::fs::remove_file(&path);
-            error
-        };
-        let flags = match jit_clock {
-            JitClock::Arch => record::FLAGS_ARCH_TIMESTAMP,
-            JitClock::Perf | JitClock::Monotonic => 0,
-        };
-        let stamp = timestamp(clock, jit_clock).map_err(remove)?;
-        let header = record::header(pid, stamp, flags);
-        write_once(&file, &header, 0)
-            .map_err(io_error("write header", &path))
-            .map_err(remove)?;
-        let marker = ExecMarkerMapping::new(&file)
-            .map_err(io_error(
-                "map (PROT_EXEC marker for perf record; noexec mount?)",
-                &path,
-            ))
-            .map_err(remove)?;
-        let shared = Shared {
-            clock,
-            jit_clock,
-            path: path.clone(),
-            timeconv_path,
-            pid,
-            boot_id,
-            key,
-            state: Mutex::new(State {
-                file,
-                end: header.len() as u64,
-                next_index: 0,
-                torn: false,
-            }),
-            timeconv: Mutex::new(None),
-            _marker: marker,
-        };
-        // Not `finish` on failure: no close record for a dump that never opened.
-        shared.write_timeconv().map_err(remove)?;
-        let shared = Arc::new(shared);
-        open.push((key, Arc::downgrade(&shared)));
+        let shared = Arc::new(Shared::create(clock, jit_clock, &names, key)?);
+        open.insert(key, &shared);
         Ok(JitDump {
             shared: Some(shared),
         })
@@ -377,10 +291,10 @@ impl JitDump {
             return Err(error);
         }
         let last = {
-            let mut open = lock(&OPEN);
+            let mut open = OPEN.lock();
             let last = Arc::into_inner(shared);
             if let Some(last) = &last {
-                open.retain(|(key, _)| *key != last.key);
+                open.remove(last.key);
             }
             last
         };
@@ -391,17 +305,113 @@ impl JitDump {
     }
 }
 
-impl Shared {
-    fn check_process(&self) -> Result<(), JitDumpError> {
-        let pid = std::process::id();
-        if pid == self.pid {
-            Ok(())
-        } else {
-            Err(JitDumpError::ForkChild {
-                opened_by: self.pid,
-                pid,
-            })
+/// The names of one process's dump in one directory.
+struct Names<'a> {
+    dir: &'a Path,
+    pid: u32,
+    name: String,
+    path: PathBuf,
+    timeconv_name: String,
+    timeconv_path: PathBuf,
+}
+
+impl Names<'_> {
+    fn new(dir: &Path, pid: u32) -> Names<'_> {
+        let name = perfclock_perfdata::jitdump_file_name(pid);
+        let timeconv_name = format!("{name}{}", timeconv::SUFFIX);
+        Names {
+            dir,
+            pid,
+            path: dir.join(&name),
+            timeconv_path: dir.join(&timeconv_name),
+            name,
+            timeconv_name,
         }
+    }
+}
+
+/// The error of `op` on `path`, for `map_err`.
+fn io_error(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> JitDumpError {
+    let path = path.to_owned();
+    move |source| JitDumpError::Io { op, path, source }
+}
+
+/// The error of an exclusive create in `dir`, for `map_err`.
+fn create_error(dir: &Path) -> impl FnOnce(CreateError) -> JitDumpError + '_ {
+    move |error| match error {
+        CreateError::Taken(taken) => JitDumpError::NameTaken(taken),
+        CreateError::Io { path, source } => JitDumpError::Io {
+            op: "create",
+            path,
+            source,
+        },
+        other => JitDumpError::Io {
+            op: "create",
+            path: dir.to_owned(),
+            source: io::Error::other(other),
+        },
+    }
+}
+
+impl Shared {
+    /// Creates the dump and its sidecar: the header written, the first page mapped executable
+    /// (perf's marker), the timeconv record written. On failure nothing is left behind.
+    fn create(
+        clock: &'static Clock,
+        jit_clock: JitClock,
+        names: &Names<'_>,
+        key: FileKey,
+    ) -> Result<Shared, JitDumpError> {
+        let boot_id = std::fs::read_to_string(BOOT_ID_PATH)
+            .map_err(io_error("read", Path::new(BOOT_ID_PATH)))?
+            .trim()
+            .to_owned();
+        // The sidecar's name first: it is renamed over later, so only a stale file of ours may
+        // be there; nothing is created if the name is taken.
+        shared_file::remove_stale_at(names.dir, &names.timeconv_name)
+            .map_err(create_error(names.dir))?;
+        let file = shared_file::create_exclusive(names.dir, &names.name, 0o644)
+            .map_err(create_error(names.dir))?;
+        let opened = (|| {
+            let flags = match jit_clock {
+                JitClock::Arch => record::FLAGS_ARCH_TIMESTAMP,
+                JitClock::Perf | JitClock::Monotonic => 0,
+            };
+            let header = record::header(names.pid, timestamp(clock, jit_clock)?, flags);
+            write_once(&file, &header, 0).map_err(io_error("write header", &names.path))?;
+            let marker = ExecMarkerMapping::new(&file).map_err(io_error(
+                "map (PROT_EXEC marker for perf record; noexec mount?)",
+                &names.path,
+            ))?;
+            let shared = Shared {
+                clock,
+                jit_clock,
+                path: names.path.clone(),
+                timeconv_path: names.timeconv_path.clone(),
+                pid: names.pid,
+                boot_id,
+                key,
+                state: Mutex::new(State {
+                    file,
+                    end: header.len() as u64,
+                    next_index: 0,
+                    torn: false,
+                }),
+                timeconv: Mutex::new(None),
+                _marker: marker,
+            };
+            // Not `finish` on failure: no close record for a dump that never opened.
+            shared.write_timeconv()?;
+            Ok(shared)
+        })();
+        // A dump without its header, marker or sidecar is of no use to perf.
+        opened.inspect_err(|_| {
+            let _ = std::fs::remove_file(&names.path);
+        })
+    }
+
+    fn check_process(&self) -> Result<(), JitDumpError> {
+        ForkChild::check(self.pid, std::process::id()).map_err(JitDumpError::ForkChild)
     }
 
     /// A `JIT_CODE_LOAD`, preceded by a `JIT_CODE_DEBUG_INFO` of `entries` unless there are

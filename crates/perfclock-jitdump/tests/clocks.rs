@@ -8,7 +8,7 @@ use std::io::Cursor;
 
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
 use perfclock_jitdump::timeconv::TimeConvRecord;
-use perfclock_jitdump::{JitClock, JitDump, JitDumpError};
+use perfclock_jitdump::{ClockMismatch, JitClock, JitDump, JitDumpError};
 use perfclock_testutil::time::monotonic_ns;
 use perfclock_testutil::{ok_or_skip, Need};
 
@@ -73,11 +73,11 @@ fn one_clock_per_dump() {
     let dir = tempfile::tempdir().unwrap();
     let arch = JitDump::create(dir.path()).unwrap();
     match JitDump::create_with_clock(dir.path(), JitClock::Monotonic) {
-        Err(JitDumpError::ClockMismatch {
+        Err(JitDumpError::ClockMismatch(ClockMismatch {
             open: JitClock::Arch,
             requested: JitClock::Monotonic,
             ..
-        }) => {}
+        })) => {}
         other => panic!("{other:?}"),
     }
     let again = JitDump::create_with_clock(dir.path(), JitClock::Arch).unwrap();

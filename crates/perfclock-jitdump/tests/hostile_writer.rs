@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
-use perfclock_jitdump::{JitDump, JitDumpError};
+use perfclock_jitdump::{ForkChild, JitDump, JitDumpError};
 use perfclock_testutil::hostile;
 use perfclock_testutil::shared_dir;
 use perfclock_testutil::{ok_or_skip, Need};
@@ -219,7 +219,7 @@ fn fork_case(dir: &Path) {
             let mut code = 0;
             let mut expect_fork_child = |what: &str, result: Result<(), JitDumpError>| match result
             {
-                Err(JitDumpError::ForkChild { opened_by, pid }) => {
+                Err(JitDumpError::ForkChild(ForkChild { opened_by, pid })) => {
                     if opened_by != parent || pid == parent {
                         hostile::raw_print(&format!("{what}: wrong pids\n"));
                         code = 3;

@@ -16,8 +16,9 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use perfclock::ClockSnapshot;
+use perfclock_procfile::{ClockName, UnknownClock};
 
-use crate::{MarkerError, UnknownMarkerClock};
+use crate::MarkerError;
 
 /// The clock of a marker file's times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -29,9 +30,14 @@ pub enum MarkerClock {
     Monotonic,
 }
 
-impl MarkerClock {
-    /// The name used by `PERFCLOCK_MARKERS_CLOCK`.
-    pub fn as_str(self) -> &'static str {
+impl ClockName for MarkerClock {
+    const ALL: &'static [MarkerClock] = &[MarkerClock::Perf, MarkerClock::Monotonic];
+    const KIND: &'static str = "marker clock";
+    const CHOICES: &'static str =
+        "perf (samply import of a default perf record) or monotonic (samply record)";
+    const VARIABLE: &'static str = "PERFCLOCK_MARKERS_CLOCK";
+
+    fn as_str(self) -> &'static str {
         match self {
             MarkerClock::Perf => "perf",
             MarkerClock::Monotonic => "monotonic",
@@ -46,13 +52,10 @@ impl fmt::Display for MarkerClock {
 }
 
 impl FromStr for MarkerClock {
-    type Err = UnknownMarkerClock;
+    type Err = UnknownClock;
 
     fn from_str(name: &str) -> Result<Self, Self::Err> {
-        [MarkerClock::Perf, MarkerClock::Monotonic]
-            .into_iter()
-            .find(|clock| clock.as_str() == name)
-            .ok_or_else(|| UnknownMarkerClock(name.to_owned()))
+        MarkerClock::from_name(name)
     }
 }
 
@@ -95,10 +98,9 @@ mod tests {
         assert_eq!("perf".parse(), Ok(MarkerClock::Perf));
         assert_eq!("monotonic".parse(), Ok(MarkerClock::Monotonic));
         for bad in ["arch", "", "Perf"] {
-            assert_eq!(
-                bad.parse::<MarkerClock>(),
-                Err(UnknownMarkerClock(bad.into()))
-            );
+            let error = bad.parse::<MarkerClock>().unwrap_err();
+            assert_eq!(error, UnknownClock::new::<MarkerClock>(bad, None));
+            assert!(error.to_string().contains("samply record"), "{error}");
         }
     }
 }

@@ -3,13 +3,15 @@
 //! Policy (the same in every crate of the workspace): a public error enum is
 //! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
 //! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps: `Display`
+//! never repeats that cause, so a caller printing the chain prints each cause once. Front ends
+//! (the C ABI, the JVM agent) name their own knobs around these messages.
 
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use perfclock_event::shared_file::TakenName;
+use perfclock_procfile::{ClockMismatch, ForkChild, TakenName};
 
 use crate::MarkerClock;
 
@@ -30,12 +32,7 @@ pub enum MarkerError {
     /// The handle was opened by another process (this is a fork child of it): a child never
     /// writes into its parent's file. Open a writer in the child: it gets its own
     /// `marker-<pid>.txt`. The marker is counted in [`crate::Markers::lost`].
-    ForkChild {
-        /// The process that opened the writer.
-        opened_by: u32,
-        /// This process.
-        pid: u32,
-    },
+    ForkChild(ForkChild),
     /// The calling thread is already inside this writer: a signal handler interrupted a marker
     /// call (or a flush) on the thread it runs on. Nothing was written (waiting would deadlock
     /// on the interrupted call's lock); the marker is counted in [`crate::Markers::lost`].
@@ -81,51 +78,34 @@ pub enum MarkerError {
     NoPairing,
     /// This process already writes the directory's marker file in another clock: one file per
     /// process and directory, one clock per file.
-    ClockMismatch {
-        /// The open marker file.
-        path: PathBuf,
-        /// Its clock.
-        open: MarkerClock,
-        /// The clock asked for.
-        requested: MarkerClock,
-    },
+    ClockMismatch(ClockMismatch<MarkerClock>),
 }
 
 impl fmt::Display for MarkerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            MarkerError::Create { path, source } => write!(
+            MarkerError::Create { path, .. } => write!(
                 f,
-                "cannot create the marker file {}: {source}; pass an existing, writable directory \
-                 to Markers::open (perfclock_markers_open's `dir`)",
+                "cannot create the marker file {}; pass an existing, writable directory",
                 path.display()
             ),
-            MarkerError::NameTaken(taken) => write!(
-                f,
-                "cannot create the marker file: {taken} (Markers::open's dir, \
-                 perfclock_markers_open's dir)"
-            ),
-            MarkerError::ForkChild { opened_by, pid } => write!(
-                f,
-                "this marker writer belongs to process {opened_by}, and this is its fork child \
-                 {pid}: a child never writes into its parent's marker file; open a new writer \
-                 in the child (it gets marker-{pid}.txt)"
-            ),
+            MarkerError::NameTaken(taken) => write!(f, "cannot create the marker file: {taken}"),
+            MarkerError::ForkChild(child) => write!(f, "marker writer: {child}"),
             MarkerError::Busy => f.write_str(
                 "marker refused: this thread is already inside the marker writer (a signal \
                  handler interrupted a marker call or a flush on its thread); it was counted as \
                  lost",
             ),
-            MarkerError::Map { path, source } => write!(
+            MarkerError::Map { path, .. } => write!(
                 f,
                 "cannot map the marker file {} executable (perf only records executable \
-                 mappings): {source}; pass a directory that is not on a noexec mount",
+                 mappings); pass a directory that is not on a noexec mount",
                 path.display()
             ),
-            MarkerError::Write { path, lost, source } => write!(
+            MarkerError::Write { path, lost, .. } => write!(
                 f,
-                "writing the marker file {} failed, {lost} marker(s) lost: {source}; free space \
-                 on its file system or open the markers in another directory",
+                "writing the marker file {} failed, {lost} marker(s) lost; free space on its \
+                 file system or open the markers in another directory",
                 path.display()
             ),
             MarkerError::Broken { path, lost } => write!(
@@ -140,22 +120,12 @@ impl fmt::Display for MarkerError {
                  (equal for an instant)"
             ),
             MarkerError::EmptyName => f.write_str("marker name is empty: pass a non-empty name"),
-            MarkerError::Clock(e) => write!(f, "no perf clock to stamp markers with: {e}"),
+            MarkerError::Clock(_) => f.write_str("no perf clock to stamp markers with"),
             MarkerError::NoPairing => f.write_str(
                 "could not pair the perf clock with CLOCK_MONOTONIC for a monotonic marker file \
                  (the clock's conversion could not be read); the marker was not written",
             ),
-            MarkerError::ClockMismatch {
-                path,
-                open,
-                requested,
-            } => write!(
-                f,
-                "{} is open in this process with the {open} clock, and a marker file has one \
-                 clock: open it with {open} (PERFCLOCK_MARKERS_CLOCK={open}) or use another \
-                 directory for {requested}",
-                path.display()
-            ),
+            MarkerError::ClockMismatch(mismatch) => write!(f, "marker file: {mismatch}"),
         }
     }
 }
@@ -171,20 +141,3 @@ impl std::error::Error for MarkerError {
         }
     }
 }
-
-/// A marker clock name that is neither `perf` nor `monotonic`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownMarkerClock(pub String);
-
-impl fmt::Display for UnknownMarkerClock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown marker clock {:?}: use perf (samply import of a default perf record) or \
-             monotonic (samply record)",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for UnknownMarkerClock {}

@@ -7,6 +7,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use perfclock_procfile::{ClockMismatch, FileKey, Registry, Retention};
+
 use perfclock_event::shared_file::create_exclusive;
 use perfclock_event::sys::{lock, ExecMarkerMapping};
 use perfclock_event::CreateError;
@@ -17,8 +19,9 @@ use crate::MarkerClock;
 
 /// Every marker file this process created, kept (with its mapping) until exit: perf attaching
 /// later (`perf record -p`) reads the mapping from `/proc/<pid>/maps`, and samply reads a file
-/// once per mapping, so a file is created and mapped once per process and directory.
-static FILES: Mutex<Vec<Arc<SharedFile>>> = Mutex::new(Vec::new());
+/// once per mapping, so a file is created and mapped once per process and directory, whatever
+/// name reached the directory.
+static FILES: Registry<SharedFile> = Registry::new(Retention::UntilExit);
 
 /// A marker file and its append state.
 #[derive(Debug)]
@@ -59,37 +62,27 @@ impl SharedFile {
     pub(crate) fn open(dir: &Path, clock: MarkerClock) -> Result<Arc<SharedFile>, MarkerError> {
         let pid = std::process::id();
         let name = format!("marker-{pid}.txt");
-        // Canonical, so `.` and `/abs/dir` (or a symlink to it) share one file rather than
-        // truncating each other's, and the path is the one perf records for the mapping.
-        let path = std::fs::canonicalize(dir)
-            .map_err(|source| MarkerError::Create {
-                path: dir.join(&name),
-                source,
-            })?
-            .join(&name);
-        let mut files = lock(&FILES);
-        if let Some(file) = files.iter().find(|f| f.pid == pid && f.path == path) {
+        let create_error = |source| MarkerError::Create {
+            path: dir.join(&name),
+            source,
+        };
+        let key = FileKey::of(dir, pid).map_err(create_error)?;
+        let mut files = FILES.lock();
+        if let Some(file) = files.get(key) {
             if file.clock != clock {
-                return Err(MarkerError::ClockMismatch {
-                    path,
+                return Err(MarkerError::ClockMismatch(ClockMismatch {
+                    path: file.path.clone(),
                     open: file.clock,
                     requested: clock,
-                });
+                }));
             }
-            return Ok(Arc::clone(file));
+            return Ok(file);
         }
-        let dir = path.parent().expect("joined onto a directory");
-        let file = create_exclusive(dir, &name, 0o644).map_err(|error| match error {
-            CreateError::Taken(taken) => MarkerError::NameTaken(taken),
-            CreateError::Io { source, .. } => MarkerError::Create {
-                path: path.clone(),
-                source,
-            },
-            other => MarkerError::Create {
-                path: path.clone(),
-                source: std::io::Error::other(other),
-            },
-        })?;
+        // Canonical: the path perf records for the mapping.
+        let path = std::fs::canonicalize(dir)
+            .map_err(create_error)?
+            .join(&name);
+        let file = create(&path, &name)?;
         let mapping = ExecMarkerMapping::new(&file).map_err(|source| MarkerError::Map {
             path: path.clone(),
             source,
@@ -107,7 +100,7 @@ impl SharedFile {
             }),
             _mapping: mapping,
         });
-        files.push(Arc::clone(&shared));
+        files.insert(key, &shared);
         Ok(shared)
     }
 
@@ -168,6 +161,22 @@ impl SharedFile {
             source,
         })
     }
+}
+
+/// Creates `path` (`name` in its directory) exclusively.
+fn create(path: &Path, name: &str) -> Result<File, MarkerError> {
+    let dir = path.parent().expect("joined onto a directory");
+    create_exclusive(dir, name, 0o644).map_err(|error| match error {
+        CreateError::Taken(taken) => MarkerError::NameTaken(taken),
+        CreateError::Io { source, .. } => MarkerError::Create {
+            path: path.to_owned(),
+            source,
+        },
+        other => MarkerError::Create {
+            path: path.to_owned(),
+            source: io::Error::other(other),
+        },
+    })
 }
 
 /// Writes the old last line back in place and cuts the file at `len`.

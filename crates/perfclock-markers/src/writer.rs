@@ -13,7 +13,7 @@ use crate::error::MarkerError;
 use crate::file::SharedFile;
 use crate::line::{clean_name, clean_name_bytes, push_line_with};
 use crate::process::{self, current_pid};
-use crate::MarkerClock;
+use crate::{ForkChild, MarkerClock};
 
 /// A thread's buffer is written out once it holds this many bytes (about 400 markers of short
 /// names): one `write(2)` per that many markers on the thread that fills it.
@@ -286,15 +286,7 @@ impl Inner {
     }
 
     fn check_process(&self) -> Result<(), MarkerError> {
-        let pid = current_pid();
-        if pid == self.file.pid {
-            Ok(())
-        } else {
-            Err(MarkerError::ForkChild {
-                opened_by: self.file.pid,
-                pid,
-            })
-        }
+        ForkChild::check(self.file.pid, current_pid()).map_err(MarkerError::ForkChild)
     }
 
     /// Writes out every buffer; the caller is in the writer's process.

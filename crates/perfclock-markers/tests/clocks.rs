@@ -4,7 +4,7 @@
 //!
 //! Needs the perfclock clock (`SKIPPED` without it, fatal under `PERFCLOCK_REQUIRE_PERF=1`).
 
-use perfclock_markers::{MarkerClock, MarkerError, Markers};
+use perfclock_markers::{ClockMismatch, MarkerClock, MarkerError, Markers};
 use perfclock_testutil::time::monotonic_ns;
 use perfclock_testutil::{ok_or_skip, Need};
 
@@ -77,11 +77,11 @@ fn one_clock_per_file() {
     let dir = fresh_dir("mismatch");
     let perf = Markers::open(&dir).unwrap();
     match Markers::open_with_clock(&dir, MarkerClock::Monotonic) {
-        Err(MarkerError::ClockMismatch {
+        Err(MarkerError::ClockMismatch(ClockMismatch {
             open: MarkerClock::Perf,
             requested: MarkerClock::Monotonic,
             ..
-        }) => {}
+        })) => {}
         other => panic!("{other:?}"),
     }
     perf.close().unwrap();

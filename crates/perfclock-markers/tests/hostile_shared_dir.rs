@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use perfclock_markers::{MarkerError, Markers};
+use perfclock_markers::{ForkChild, MarkerError, Markers};
 use perfclock_testutil::hostile;
 use perfclock_testutil::samply;
 use perfclock_testutil::shared_dir;
@@ -158,7 +158,7 @@ fn fork_case(dir: &Path) {
         if pid == 0 {
             let mut code = 0;
             let mut expect_fork_child = |what: &str, result: Result<(), MarkerError>| match result {
-                Err(MarkerError::ForkChild { opened_by, pid })
+                Err(MarkerError::ForkChild(ForkChild { opened_by, pid }))
                     if opened_by == parent && pid != parent => {}
                 other => {
                     hostile::raw_print(&format!("{does:?} {what}: {other:?}\n"));
