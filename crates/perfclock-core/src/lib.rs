@@ -27,6 +27,7 @@ pub mod counter;
 mod error;
 mod fast_path;
 pub mod page;
+pub mod published_offset;
 pub mod pvclock;
 mod page_fields;
 mod reader;
