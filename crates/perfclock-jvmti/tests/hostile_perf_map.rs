@@ -1,6 +1,6 @@
 //! The JVMTI agent's perf map (`perfmap=1`, `/tmp/perf-<pid>.map`) against what a local user can
 //! plant at that predictable name before the JVM starts (issue 18): a shell plants it with its
-//! own pid, then `exec`s java, exactly as an attacker would. A symlink (to a victim file), a FIFO
+//! own pid, then `exec`s java, exactly as an attacker would. Under `strict=1`, a symlink (to a victim file), a FIFO
 //! and another user's file must make the JVM refuse to start with a message naming the path and
 //! the owner, and be left as they were; a stale regular file of the JVM's own user is replaced.
 //!
@@ -100,7 +100,7 @@ fn planted_perf_maps_are_refused_and_left_alone() {
         std::fs::write(&victim, b"the victim's own bytes\n").unwrap();
         let script = format!(
             "MAP=/tmp/perf-$$.map; echo \"$MAP\"; {} || exit 99; \
-             exec \"$JAVA\" -Xint -agentpath:\"$AGENT\"=jitdump=off,perfmap=1,allow_no_clock=1 \
+             exec \"$JAVA\" -Xint -agentpath:\"$AGENT\"=jitdump=off,perfmap=1,allow_no_clock=1,strict=1 \
              -version",
             case.plant
         );
