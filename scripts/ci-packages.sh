@@ -43,6 +43,16 @@ check_arch() { # $1 = tree root (bin/, lib/), $2 = expected readelf Machine
         [ "$m" = "$2" ] || fail "$f is a '$m' ELF file, expected $2"
     done
 }
+# The glibc the ELF files under $1 need is no newer than the .deb $2's Depends: libc6 (>= X).
+check_glibc() {
+    local needed declared
+    needed=$(find "$1" -type f \( -path '*/bin/perfclock' -o -name '*.so*' \) -exec readelf -W --dyn-syms {} + |
+        grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1)
+    declared=$(dpkg-deb -f "$2" Depends | sed -n 's/.*libc6 (>= \([0-9.]*\)).*/\1/p')
+    [ -n "$needed" ] && [ -n "$declared" ] || fail "cannot compare glibc needed '$needed' with Depends '$declared' of $2"
+    dpkg --compare-versions "$needed" le "$declared" ||
+        fail "$2's files need glibc $needed, its Depends says libc6 (>= $declared)"
+}
 a64_tar=$out/perfclock-$version-linux-aarch64.tar.gz
 a64_deb=$out/perfclock_${version}-1_arm64.deb
 [ -f "$a64_tar" ] && [ -f "$a64_deb" ] || fail "no aarch64 packages in $out: run scripts/package.sh aarch64"
@@ -52,6 +62,7 @@ check_arch "$work/a64-tar/perfclock-$version-linux-aarch64" AArch64
 dpkg-deb -x "$a64_deb" "$work/a64-deb"
 check_arch "$work/a64-deb/usr" AArch64
 [ "$(dpkg-deb -f "$a64_deb" Architecture)" = arm64 ] || fail "$a64_deb is not Architecture: arm64"
+check_glibc "$work/a64-deb/usr" "$a64_deb"
 say "aarch64: tarball and .deb hold AArch64 ELF files ($(file -b "$work/a64-tar/perfclock-$version-linux-aarch64/bin/perfclock" | cut -d, -f1-2))"
 
 # --- x86_64: the artifacts, unpacked and installed ----------------------------------------------
@@ -62,6 +73,7 @@ mkdir -p "$work/tar"
 tar -xzf "$x64_tar" -C "$work/tar"
 prefix=$work/tar/perfclock-$version-linux-x86_64
 check_arch "$prefix" "Advanced Micro Devices X86-64"
+check_glibc "$prefix" "$x64_deb"
 
 # dpkg -i into a throwaway root (its own dpkg database; the host's is never touched), then -r.
 dpkg_root=$work/dpkg-root
