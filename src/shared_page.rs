@@ -9,8 +9,9 @@
 //!
 //! # Trust
 //! Whoever can write the page can shift every client's clock. A page is used only if it is a
-//! regular file owned by root or by this process's real or effective uid, not writable by group or
-//! others, in this format's version, written in this boot, with a fresh heartbeat and a sane
+//! regular file owned by root or by this process's real or effective uid (root only in a setuid,
+//! setgid or file-capability process, which reads no `PERFCLOCK_*` or `XDG_RUNTIME_DIR` either),
+//! not writable by group or others, in this format's version, written in this boot, with a fresh heartbeat and a sane
 //! conversion; [`probe`] says which test a page failed.
 //!
 //! # A server that stops
@@ -38,6 +39,9 @@ use perfclock_core::shared_page::{
 };
 use perfclock_core::{PageDefect, PageReader};
 
+use perfclock_core::published_offset::{self, PublishedOffset};
+use perfclock_event::sys;
+
 use crate::Refusal;
 
 /// The environment variable naming the page (`off` disables it).
@@ -49,7 +53,7 @@ pub const USER_RELATIVE_PATH: &str = "perfclock/clock";
 
 /// The pages a client tries, in order: `None` when `PERFCLOCK_SHARED_PAGE=off`.
 pub fn candidates() -> Option<Vec<PathBuf>> {
-    candidates_from(std::env::var_os(ENV), std::env::var_os("XDG_RUNTIME_DIR"))
+    candidates_from(sys::env_var_os(ENV), sys::env_var_os("XDG_RUNTIME_DIR"))
 }
 
 fn candidates_from(setting: Option<OsString>, runtime: Option<OsString>) -> Option<Vec<PathBuf>> {
@@ -76,8 +80,61 @@ pub fn default_server_path() -> Option<PathBuf> {
     if unsafe { libc::geteuid() } == 0 {
         return Some(PathBuf::from(SYSTEM_PATH));
     }
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR").filter(|dir| !dir.is_empty())?;
+    let runtime = sys::env_var_os("XDG_RUNTIME_DIR").filter(|dir| !dir.is_empty())?;
     Some(Path::new(&runtime).join(USER_RELATIVE_PATH))
+}
+
+/// The environment variable naming the published paravirt offset (`off` disables it).
+pub const OFFSET_ENV: &str = "PERFCLOCK_PUBLISHED_OFFSET";
+/// Where root publishes the paravirt offset (`perfclock serve`, `perfclock serve --once`).
+pub const OFFSET_SYSTEM_PATH: &str = "/run/perfclock/pvclock-offset";
+
+/// The published offsets a client tries: `PERFCLOCK_PUBLISHED_OFFSET` (`off`: none), else
+/// [`OFFSET_SYSTEM_PATH`]. In an AT_SECURE process the variable is not read.
+fn offset_candidates() -> Vec<PathBuf> {
+    match sys::env_var_os(OFFSET_ENV) {
+        Some(value) if value == "off" => Vec::new(),
+        Some(value) if !value.is_empty() => vec![PathBuf::from(value)],
+        _ => vec![PathBuf::from(OFFSET_SYSTEM_PATH)],
+    }
+}
+
+/// Reads and judges the published paravirt offset at `path`: the trust checks of a shared page
+/// (see the module docs), the format (`perfclock_core::published_offset`) and this boot's id.
+/// Read once with `read()`, never mapped: nothing done to the file afterwards reaches the
+/// caller.
+///
+/// # Errors
+/// The [`Refusal`].
+pub fn probe_published_offset(path: &Path) -> Result<PublishedOffset, Refusal> {
+    use std::io::Read as _;
+    let (file, _) = open_trusted(path)?;
+    let mut bytes = Vec::with_capacity(published_offset::MAX_BYTES + 1);
+    file.take(published_offset::MAX_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| Refusal::Open {
+            kind: error.kind(),
+            errno: error.raw_os_error(),
+        })?;
+    let offset = published_offset::parse(&bytes).map_err(Refusal::Defect)?;
+    if offset.boot_id != boot_id().ok_or(Refusal::NoBootId)? {
+        return Err(Refusal::Defect(PageDefect::OtherBoot));
+    }
+    Ok(offset)
+}
+
+/// The published paravirt offset, if one passes, with the refusals of the files that did not
+/// (an absent file is no refusal).
+pub fn open_published_offset() -> (Option<PublishedOffset>, Vec<(PathBuf, Refusal)>) {
+    let mut refused = Vec::new();
+    for path in offset_candidates() {
+        match probe_published_offset(&path) {
+            Ok(offset) => return (Some(offset), refused),
+            Err(refusal) if refusal.is_absent() => {}
+            Err(refusal) => refused.push((path, refusal)),
+        }
+    }
+    (None, refused)
 }
 
 /// What a client knows of the page it reads.
@@ -121,17 +178,46 @@ pub(crate) fn boot_id() -> Option<[u64; 2]> {
     let mut buffer = [0u8; 64];
     let mut file = File::open("/proc/sys/kernel/random/boot_id").ok()?;
     let len = file.read(&mut buffer).ok()?;
-    parse_boot_id(std::str::from_utf8(&buffer[..len]).ok()?.trim())
+    published_offset::parse_boot_id(std::str::from_utf8(&buffer[..len]).ok()?)
 }
 
-fn parse_boot_id(text: &str) -> Option<[u64; 2]> {
-    let hex: String = text.chars().filter(|c| *c != '-').collect();
-    if hex.len() != 32 {
-        return None;
+/// Opens `path` without following a symlink and checks that whoever can write it may set this
+/// process's clock: a regular file, owned by root or (outside AT_SECURE) by this process's real
+/// or effective uid, not writable by group or others.
+fn open_trusted(path: &Path) -> Result<(File, std::fs::Metadata), Refusal> {
+    let open_error = |error: io::Error| Refusal::Open {
+        kind: error.kind(),
+        errno: error.raw_os_error(),
+    };
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(open_error)?;
+    let meta = file.metadata().map_err(open_error)?;
+    if !meta.file_type().is_file() {
+        return Err(Refusal::NotRegular);
     }
-    let high = u64::from_str_radix(&hex[..16], 16).ok()?;
-    let low = u64::from_str_radix(&hex[16..], 16).ok()?;
-    Some([high, low])
+    if !trusted_owner(meta.uid()) {
+        return Err(Refusal::OtherOwner { uid: meta.uid() });
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(Refusal::Writable { mode: meta.mode() });
+    }
+    Ok((file, meta))
+}
+
+/// Whether a file owned by `owner` may set this process's clock: root's always; this user's
+/// (real or effective uid) unless the process runs setuid, setgid or with file capabilities
+/// (AT_SECURE), where the real user is whoever started it and must not set a privileged
+/// program's clock.
+fn trusted_owner(owner: u32) -> bool {
+    if owner == 0 {
+        return true;
+    }
+    // SAFETY: getuid and geteuid have no preconditions and cannot fail.
+    let (real, effective) = unsafe { (libc::getuid(), libc::geteuid()) };
+    !sys::is_secure_execution() && (owner == real || owner == effective)
 }
 
 fn counter_now() -> u64 {
@@ -141,30 +227,7 @@ fn counter_now() -> u64 {
 impl SharedMapping {
     /// Opens `path` and maps it if it passes every check (see the module docs).
     pub(crate) fn open(path: &Path) -> Result<SharedMapping, Refusal> {
-        let file = File::options()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(path)
-            .map_err(|error| Refusal::Open {
-                kind: error.kind(),
-                errno: error.raw_os_error(),
-            })?;
-        let meta = file.metadata().map_err(|error| Refusal::Open {
-            kind: error.kind(),
-            errno: error.raw_os_error(),
-        })?;
-        if !meta.file_type().is_file() {
-            return Err(Refusal::NotRegular);
-        }
-        // SAFETY: getuid and geteuid have no preconditions and cannot fail.
-        let ours =
-            |owner| owner == unsafe { libc::getuid() } || owner == unsafe { libc::geteuid() };
-        if meta.uid() != 0 && !ours(meta.uid()) {
-            return Err(Refusal::OtherOwner { uid: meta.uid() });
-        }
-        if meta.mode() & 0o022 != 0 {
-            return Err(Refusal::Writable { mode: meta.mode() });
-        }
+        let (file, meta) = open_trusted(path)?;
         if meta.len() < FILE_BYTES as u64 {
             return Err(Refusal::Defect(PageDefect::Truncated {
                 len: meta.len() as usize,
@@ -297,16 +360,7 @@ mod tests {
     }
 
     #[test]
-    fn boot_ids_parse_as_the_kernel_prints_them() {
-        assert_eq!(
-            parse_boot_id("0123456789abcdef-0123-4567-89ab-cdef01234567"),
-            None,
-            "too long"
-        );
-        assert_eq!(
-            parse_boot_id("01234567-89ab-cdef-0123-456789abcdef"),
-            Some([0x0123_4567_89ab_cdef, 0x0123_4567_89ab_cdef])
-        );
+    fn this_boots_id_reads() {
         assert!(boot_id().is_some(), "this kernel's boot id");
     }
 }

@@ -7,16 +7,19 @@
 use std::fs;
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::ptr::NonNull;
 
-use perfclock::shared_page::probe;
+use perfclock::shared_page::{candidates, probe, probe_published_offset, SYSTEM_PATH};
 use perfclock::Refusal;
 use perfclock_core::counter;
+use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::shared_page::{
     SharedBound, SharedPageWriter, FILE_BYTES, HEADER_OFFSET, STALE_AFTER_NS,
 };
 use perfclock_core::{PageDefect, TimeConversion};
+use perfclock_testutil::{skip, Need};
 
 /// 0.4 ns per tick (a 2.5 GHz counter), shift 31.
 const MULT: u32 = 858_993_459;
@@ -26,11 +29,15 @@ struct Page([u8; FILE_BYTES]);
 
 fn boot_id() -> [u64; 2] {
     let text = fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
-    let hex: String = text.trim().chars().filter(|c| *c != '-').collect();
-    [
-        u64::from_str_radix(&hex[..16], 16).unwrap(),
-        u64::from_str_radix(&hex[16..], 16).unwrap(),
-    ]
+    perfclock_core::published_offset::parse_boot_id(&text).expect("a boot id")
+}
+
+fn scratch_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("perfclock-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    dir
 }
 
 /// A page as a server would write it, with `boot` and a heartbeat `age_ns` old.
@@ -157,5 +164,181 @@ fn each_refused_page_names_its_reason() {
     assert_eq!(probe(&fifo), Err(Refusal::NotRegular));
 
     assert!(probe(&dir.join("absent")).unwrap_err().is_absent());
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+fn offset_file(boot: [u64; 2]) -> String {
+    let mut text = String::new();
+    PublishedOffset {
+        boot_id: boot,
+        offset_ns: -5_000_000,
+        origin: OffsetOrigin::KernelLog,
+        intersection_ns: (-5_000_400, -4_999_700),
+        brackets: 400,
+        writer_pid: 4242,
+    }
+    .encode(&mut text)
+    .unwrap();
+    text
+}
+
+#[test]
+fn each_refused_published_offset_names_its_reason() {
+    let dir = scratch_dir("offset-refusals");
+    let path = dir.join("pvclock-offset");
+    let good = offset_file(boot_id());
+
+    write(&path, good.as_bytes(), 0o644);
+    let offset = probe_published_offset(&path).expect("the control file is valid");
+    assert_eq!((offset.offset_ns, offset.writer_pid), (-5_000_000, 4242));
+
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        write(&path, good.as_bytes(), 0o644);
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        assert_eq!(
+            probe_published_offset(&path),
+            Err(Refusal::OtherOwner { uid: 65534 })
+        );
+    } else {
+        skip(
+            "each_refused_published_offset_names_its_reason (other owner)",
+            Need::Root,
+            "only root can give a file away",
+        );
+    }
+    write(&path, good.as_bytes(), 0o664);
+    assert_eq!(
+        probe_published_offset(&path).map_err(|r| r.reason()),
+        Err("writable")
+    );
+    write(&path, &good.as_bytes()[..good.len() - 3], 0o644);
+    assert!(matches!(
+        probe_published_offset(&path),
+        Err(Refusal::Defect(PageDefect::Garbage(_)))
+    ));
+    write(&path, good.repeat(3).as_bytes(), 0o644);
+    assert!(matches!(
+        probe_published_offset(&path),
+        Err(Refusal::Defect(PageDefect::Garbage(_)))
+    ));
+    let [a, b] = boot_id();
+    write(&path, offset_file([a, b ^ 1]).as_bytes(), 0o644);
+    assert_eq!(
+        probe_published_offset(&path),
+        Err(Refusal::Defect(PageDefect::OtherBoot))
+    );
+    let link = dir.join("link");
+    write(&path, good.as_bytes(), 0o644);
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    assert_eq!(
+        probe_published_offset(&link).map_err(|r| r.reason()),
+        Err("unopenable")
+    );
+    assert!(probe_published_offset(&dir.join("absent"))
+        .unwrap_err()
+        .is_absent());
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Set in the child of [`a_setuid_client_trusts_only_roots_pages`]: the page to judge.
+const SECURE_CHILD_PAGE: &str = "PERFCLOCK_TEST_SECURE_CHILD_PAGE";
+
+/// The child role of [`a_setuid_client_trusts_only_roots_pages`] (does nothing otherwise):
+/// prints which pages this process would try and what it makes of the one it was given.
+#[test]
+fn secure_child_role() {
+    let Some(page) = std::env::var_os(SECURE_CHILD_PAGE) else {
+        return;
+    };
+    // SAFETY: getauxval takes a constant and has no preconditions.
+    let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
+    let verdict = probe(Path::new(&page)).map(|_| ()).map_err(|r| r.reason());
+    println!(
+        "secure={secure} candidates={:?} verdict={verdict:?}",
+        candidates()
+    );
+}
+
+/// A setuid-root copy of this test program, run as `nobody` with `PERFCLOCK_SHARED_PAGE`
+/// naming nobody's page, ignores the variable and refuses the page (its real user is not to set
+/// a privileged program's clock) but accepts root's; the same copy without the setuid bit
+/// (the control) follows the variable and accepts nobody's page.
+#[test]
+fn a_setuid_client_trusts_only_roots_pages() {
+    const TEST: &str = "a_setuid_client_trusts_only_roots_pages";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip(
+            TEST,
+            Need::Root,
+            "making a setuid-root program and running it as nobody",
+        );
+        return;
+    }
+    if !counter::SUPPORTED {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {TEST}: no supported counter here"
+        );
+        return;
+    }
+    let dir = scratch_dir("secure");
+    let program = dir.join("client");
+    fs::copy(std::env::current_exe().unwrap(), &program).unwrap();
+    let nobodys = dir.join("nobodys-page");
+    write(&nobodys, &page(boot_id(), 0).0, 0o644);
+    std::os::unix::fs::chown(&nobodys, Some(65534), Some(65534)).unwrap();
+    let roots = dir.join("roots-page");
+    write(&roots, &page(boot_id(), 0).0, 0o644);
+    let run = |mode: u32, page: &Path| {
+        fs::set_permissions(&program, fs::Permissions::from_mode(mode)).unwrap();
+        let output = std::process::Command::new(&program)
+            .args([
+                "--exact",
+                "secure_child_role",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(SECURE_CHILD_PAGE, page)
+            .env("PERFCLOCK_SHARED_PAGE", &nobodys)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        // libtest prints the test's name before the line: keep what the child printed.
+        stdout
+            .lines()
+            .find_map(|line| line.find("secure=").map(|at| line[at..].to_owned()))
+            .unwrap_or_else(|| panic!("the child printed no verdict: {stdout}"))
+    };
+    let control = run(0o755, &nobodys);
+    assert_eq!(
+        control,
+        format!("secure=false candidates=Some([{nobodys:?}]) verdict=Ok(())"),
+        "the control: nobody's own program follows the variable and trusts nobody's page"
+    );
+    let secure = run(0o4755, &nobodys);
+    assert_eq!(
+        secure,
+        format!(
+            "secure=true candidates=Some([{:?}]) verdict=Err(\"other-owner\")",
+            Path::new(SYSTEM_PATH)
+        )
+    );
+    let secure_roots = run(0o4755, &roots);
+    assert_eq!(
+        secure_roots,
+        format!(
+            "secure=true candidates=Some([{:?}]) verdict=Ok(())",
+            Path::new(SYSTEM_PATH)
+        )
+    );
     fs::remove_dir_all(&dir).unwrap();
 }
