@@ -110,28 +110,27 @@ pub(crate) fn line_entries<'a, K: Copy + Eq>(
     entries
 }
 
-/// The entries of a whole method's table `entries` that apply to its part `[start, end)`: the
+/// The entries of a whole method's table `entries` (in address order, as [`line_entries`]
+/// makes them) that apply to its part `[start, end)`: the
 /// line in effect at `start` moved there, those inside, and a closing entry at `end`.
 pub(crate) fn entries_within<K: Copy>(
     entries: &[LineAt<K>],
     start: u64,
     end: u64,
 ) -> Vec<LineAt<K>> {
-    let mut out: Vec<LineAt<K>> = entries
-        .iter()
-        .rposition(|e| e.addr <= start)
+    // `entries` are in address order: the stretch is found by bisection, not by a scan per
+    // inlined range (a large compiled method has hundreds of both).
+    let first_after = entries.partition_point(|e| e.addr <= start);
+    let mut out: Vec<LineAt<K>> = first_after
+        .checked_sub(1)
         .map(|i| LineAt {
             addr: start,
             ..entries[i]
         })
         .into_iter()
         .collect();
-    out.extend(
-        entries
-            .iter()
-            .filter(|e| e.addr > start && e.addr < end)
-            .copied(),
-    );
+    let inside = entries[first_after..].partition_point(|e| e.addr < end);
+    out.extend_from_slice(&entries[first_after..first_after + inside]);
     close(&mut out, end);
     out
 }

@@ -216,10 +216,16 @@ impl Session {
         } else {
             Vec::new()
         };
+        let mut previous: &[JmethodId] = &[];
         for region in &regions {
+            // Neighbouring regions mostly share their stack: look its methods up once.
+            if region.stack == previous {
+                continue;
+            }
             for &m in &region.stack {
                 methods.entry(m).or_insert_with(|| self.method_info(env, m));
             }
+            previous = &region.stack;
         }
         let lines = if self.lines {
             code::line_entries(addr, end, method, &regions, |m| {
