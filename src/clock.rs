@@ -6,7 +6,7 @@
 
 #[cfg(all(feature = "calibrated", target_os = "linux"))]
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
-use perfclock_core::pvclock::PvclockReader;
+use perfclock_core::pvclock::{PvclockParams, PvclockReader};
 use perfclock_core::{counter, PageReader, ReadError, TimeConversion};
 
 use crate::diagnosis::Withheld;
@@ -133,6 +133,22 @@ pub struct Clock {
     source: os::Source,
 }
 
+/// A conversion read once: perf's form, or the pvclock entry and the offset `C`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExactConversion {
+    Perf(TimeConversion),
+    Pvclock(PvclockParams, i64),
+}
+
+impl ExactConversion {
+    pub(crate) fn cycles_to_ns(&self, cycles: u64) -> u64 {
+        match self {
+            ExactConversion::Perf(conversion) => conversion.cycles_to_ns(cycles),
+            ExactConversion::Pvclock(params, offset_ns) => params.perf_ns(cycles, *offset_ns),
+        }
+    }
+}
+
 /// What a [`Clock`] reads.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum ClockReader {
@@ -237,25 +253,32 @@ impl Clock {
     /// As [`Clock::now_ns`].
     #[inline]
     pub fn cycles_to_ns(&self, cycles: u64) -> Result<u64, ReadError> {
+        self.exact_conversion()
+            .map(|conversion| conversion.cycles_to_ns(cycles))
+    }
+
+    /// The conversion published now, read once and exact in every mode (for conversions of
+    /// several counter values that must not straddle a republish).
+    pub(crate) fn exact_conversion(&self) -> Result<ExactConversion, ReadError> {
         match self.reader {
-            ClockReader::Page(_) => self
-                .conversion()
-                .map(|conversion| conversion.cycles_to_ns(cycles)),
+            ClockReader::Page(reader) => reader.conversion().map(ExactConversion::Perf),
             ClockReader::Pvclock { entry, offset_ns } => entry
                 .params()
-                .map(|params| params.perf_ns(cycles, offset_ns))
+                .map(|params| ExactConversion::Pvclock(params, offset_ns))
                 .map_err(ReadError::Pvclock),
         }
     }
 
-    /// The counter value at perf time `ns` (rounded down; in paravirt mode through
-    /// [`Clock::conversion`], so within a few cycles).
+    /// The counter value at perf time `ns`, rounded down: `cycles_to_ns(c) <= ns <=
+    /// cycles_to_ns(c + 1)` (in paravirt mode the exact inverse of the pvclock arithmetic).
     ///
     /// # Errors
     /// As [`Clock::now_ns`].
     pub fn ns_to_cycles(&self, ns: u64) -> Result<u64, ReadError> {
-        self.conversion()
-            .map(|conversion| conversion.ns_to_cycles(ns))
+        self.exact_conversion().map(|conversion| match conversion {
+            ExactConversion::Perf(conversion) => conversion.ns_to_cycles(ns),
+            ExactConversion::Pvclock(params, offset_ns) => params.perf_ns_to_cycles(ns, offset_ns),
+        })
     }
 
     /// A raw counter read (TSC, `CNTVCT_EL0`), for stamping first and converting later.
@@ -270,7 +293,9 @@ impl Clock {
     }
 
     /// The most a reading taken now can be off the kernel's perf clock, in nanoseconds: 0 in
-    /// kernel mode; in calibrated mode the bound the calibrator derived from the brackets, grown
+    /// kernel mode; in paravirt mode 0 with the offset from the kernel log or a published page,
+    /// half the brackets' intersection with brackets alone, and `u64::MAX` once the pvclock
+    /// entry has lost `PVCLOCK_TSC_STABLE_BIT` (open a new clock to fall back); in calibrated mode the bound the calibrator derived from the brackets, grown
     /// by the slope's uncertainty over the time since the last fit; `u64::MAX` in a fork child
     /// whose refiner was not started again once the parent's jump-detection latency has passed
     /// (see [`Clock::resume_after_fork`]). Signal-safe.

@@ -15,7 +15,7 @@ use std::fmt;
 use perfclock_calib::pvclock_offset::{bracket_offsets, OffsetError, OffsetIntersection};
 #[cfg(feature = "calibrated")]
 use perfclock_calib::GroundTruth;
-use perfclock_core::pvclock::{PvclockError, PvclockReader};
+use perfclock_core::pvclock::{PvclockError, PvclockParams, PvclockReader};
 use perfclock_event::kmsg::{self, KmsgError};
 use perfclock_event::pvclock_page::{self, PvclockPage, PvclockPageError};
 
@@ -183,10 +183,7 @@ impl ParavirtClock {
     /// does not (or cannot be read): the kernel then clamps its readings, which this clock does
     /// not follow. Signal-safe (atomic loads of the entry).
     pub fn error_bound_ns(&self) -> u64 {
-        match self.reader.params() {
-            Ok(params) if params.is_stable() => self.measured.bound_ns,
-            _ => u64::MAX,
-        }
+        bound_while_stable(self.reader.params(), self.measured.bound_ns)
     }
 
     /// Opens paravirt mode: the page, then `C` from a root-published page, the kernel log
@@ -226,6 +223,14 @@ impl ParavirtClock {
             measured,
             refused,
         })
+    }
+}
+
+/// `bound_ns` while the entry read keeps the stable bit, else unknown (`u64::MAX`).
+fn bound_while_stable(entry: Result<PvclockParams, PvclockError>, bound_ns: u64) -> u64 {
+    match entry {
+        Ok(params) if params.is_stable() => bound_ns,
+        _ => u64::MAX,
     }
 }
 
@@ -351,4 +356,22 @@ fn brackets(
     let mut truth = GroundTruth::open_available()
         .map_err(|error| ParavirtRefusal::Brackets(OffsetError::Brackets(error)))?;
     bracket_offsets(&mut truth, reader, per_kind).map_err(ParavirtRefusal::Brackets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfclock_core::pvclock::TSC_STABLE_BIT;
+
+    #[test]
+    fn the_bound_is_unknown_once_the_stable_bit_is_gone() {
+        let entry = |flags| PvclockParams::new(1, 2, 3_310_237_869, -1, flags);
+        assert_eq!(bound_while_stable(entry(TSC_STABLE_BIT), 0), 0);
+        assert_eq!(bound_while_stable(entry(TSC_STABLE_BIT), 480), 480);
+        assert_eq!(bound_while_stable(entry(0), 0), u64::MAX);
+        assert_eq!(
+            bound_while_stable(Err(PvclockError::VersionNeverSettled), 0),
+            u64::MAX
+        );
+    }
 }

@@ -116,7 +116,7 @@ impl ClockSnapshot {
                 let clock_ns = clock_gettime_ns(id, name)?;
                 let after = read_counter_ordered().ok_or(SnapshotError::NoCounter)?;
                 // One conversion for both ends: a republish between them cannot skew the width.
-                let conversion = clock.conversion().map_err(SnapshotError::Read)?;
+                let conversion = clock.exact_conversion().map_err(SnapshotError::Read)?;
                 let (before_ns, after_ns) = (
                     conversion.cycles_to_ns(before),
                     conversion.cycles_to_ns(after),

@@ -291,6 +291,45 @@ impl PvclockParams {
         self.pvclock_ns(tsc).wrapping_add(offset as u64)
     }
 
+    /// The counter value at perf time `ns` (`offset` as in [`PvclockParams::perf_ns`]), rounded
+    /// down as [`TimeConversion::ns_to_cycles`] is: `perf_ns(c) <= ns <= perf_ns(c + 1)`, and
+    /// the first counter value that converts to `ns` when one does. Exact: the continuous
+    /// inverse, then corrected against [`PvclockParams::perf_ns`] itself.
+    pub fn perf_ns_to_cycles(&self, ns: u64, offset: i64) -> u64 {
+        // Signed distances, so that values on either side of `system_time` (and of `ns`) compare.
+        let after = |a: u64, b: u64| (a.wrapping_sub(b) as i64) > 0;
+        let since = ns
+            .wrapping_sub(offset as u64)
+            .wrapping_sub(self.system_time) as i64;
+        let shifted = (i128::from(since) << 32).div_euclid(i128::from(self.mul));
+        let delta = if self.shift >= 0 {
+            shifted >> self.shift
+        } else {
+            shifted << (self.shift as i32).unsigned_abs()
+        };
+        let mut cycles = self.tsc_timestamp.wrapping_add(delta as u64);
+        // The guess is within a few cycles (the floors, and 2^-shift cycles per step for a
+        // negative shift); the bounds only keep absurd inputs from looping long.
+        for _ in 0..1_024 {
+            if !after(self.perf_ns(cycles, offset), ns) && self.perf_ns(cycles, offset) != ns {
+                break;
+            }
+            cycles = cycles.wrapping_sub(1);
+        }
+        for _ in 0..1_024 {
+            if !after(ns, self.perf_ns(cycles.wrapping_add(1), offset)) {
+                break;
+            }
+            cycles = cycles.wrapping_add(1);
+        }
+        // Now `perf_ns(cycles) < ns <= perf_ns(cycles + 1)`.
+        if self.perf_ns(cycles.wrapping_add(1), offset) == ns {
+            cycles.wrapping_add(1)
+        } else {
+            cycles
+        }
+    }
+
     /// The same clock in perf's form (`time_zero + (cyc * time_mult) >> time_shift`), for
     /// `PERF_RECORD_TIME_CONV` records and readers that only take that form. perf computes it
     /// with the uapi header's quotient/remainder split in `u64` (`tsc_to_perf_time`), where

@@ -176,6 +176,27 @@ proptest! {
     }
 
     #[test]
+    fn perf_ns_to_cycles_inverts_exactly(
+        e in plausible(),
+        offset in -(1i64 << 40)..1 << 40,
+        delta in -(1i64 << 44)..1 << 44,
+        extra in 0u64..3,
+    ) {
+        let e = PvclockVcpuTimeInfo { system_time: 1 << 60, tsc_timestamp: 1 << 60, ..e };
+        let params = PvclockParams::of(&e).unwrap();
+        let cycles = e.tsc_timestamp.wrapping_add(delta as u64);
+        let ns = params.perf_ns(cycles, offset) + extra;
+        let back = params.perf_ns_to_cycles(ns, offset);
+        prop_assert!(params.perf_ns(back, offset) <= ns, "{back} -> {}", params.perf_ns(back, offset));
+        prop_assert!(ns <= params.perf_ns(back + 1, offset));
+        if extra == 0 {
+            prop_assert_eq!(params.perf_ns(back, offset), ns);
+            prop_assert!(back <= cycles);
+            prop_assert!(params.perf_ns(back - 1, offset) < ns, "not the first cycle of {}", ns);
+        }
+    }
+
+    #[test]
     fn time_conversion_stays_within_its_stated_error_in_perfs_own_arithmetic(
         e in plausible(),
         offset in any::<i64>(),
