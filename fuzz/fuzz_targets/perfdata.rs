@@ -2,7 +2,8 @@
 //! is patched consistently. Structure-aware: the input describes a perf.data (records of the
 //! kinds the scan reads, jitdump names, compressed records, feature sections, where the
 //! attributes go) built by the synth builder, then corrupted at chosen bytes, so the fuzzer
-//! spends its time past the magic and the header checks; raw bytes are tried too.
+//! spends its time past the magic and the header checks; raw bytes are tried too, and the
+//! recordings `perf record` wrote (perfdata's test fixtures), cut and corrupted.
 #![no_main]
 
 use std::io::Cursor;
@@ -39,6 +40,32 @@ enum Input {
         attrs_after_data: bool,
         corruptions: Vec<(u16, u8)>,
     },
+    /// One of the fixtures perf wrote, cut to `cut` bytes (when shorter) and corrupted.
+    Recorded {
+        which: u8,
+        cut: u32,
+        corruptions: Vec<(u32, u8)>,
+    },
+}
+
+/// perfdata's fixtures (`crates/perfclock-perfdata/tests/fixtures/regenerate.sh`).
+const RECORDED: [&[u8]; 5] = [
+    include_bytes!("../../crates/perfclock-perfdata/tests/fixtures/default.data"),
+    include_bytes!("../../crates/perfclock-perfdata/tests/fixtures/callgraph.data"),
+    include_bytes!("../../crates/perfclock-perfdata/tests/fixtures/dwarf.data"),
+    include_bytes!("../../crates/perfclock-perfdata/tests/fixtures/zstd.data"),
+    include_bytes!("../../crates/perfclock-perfdata/tests/fixtures/jitdump.data"),
+];
+
+fn recorded(which: u8, cut: u32, corruptions: Vec<(u32, u8)>) -> Vec<u8> {
+    let file = RECORDED[usize::from(which) % RECORDED.len()];
+    let mut file = file[..file.len().min(cut as usize)].to_vec();
+    for (at, value) in corruptions {
+        if let Some(byte) = file.get_mut(at as usize) {
+            *byte = value;
+        }
+    }
+    file
 }
 
 /// A jitdump-like name: the same few pids recur, so repeats and distinct names both occur.
@@ -133,6 +160,11 @@ fuzz_target!(|input: Input| {
             attrs_after_data,
             corruptions,
         } => build(records, features, attrs_after_data, corruptions),
+        Input::Recorded {
+            which,
+            cut,
+            corruptions,
+        } => recorded(which, cut, corruptions),
     };
     let mut file = Cursor::new(&bytes);
     let Ok(layout) = read_layout(&mut file) else {
