@@ -47,14 +47,16 @@ pub(crate) fn regions<K: Copy + Eq>(
         .collect()
 }
 
-/// The line a bytecode index belongs to: the entry with the greatest start at or before `bci`
-/// (JVMTI's `GetLineNumberTable`, which need not be sorted).
+/// The line a bytecode index belongs to: the entry with the greatest start at or before `bci`.
+/// `table` is sorted by start (JVMTI's `GetLineNumberTable` need not be: [`sort_line_table`]).
 pub(crate) fn line_of(table: &[(i64, i32)], bci: i32) -> Option<i32> {
-    table
-        .iter()
-        .filter(|(start, _)| *start <= i64::from(bci))
-        .max_by_key(|(start, _)| *start)
-        .map(|(_, line)| *line)
+    let after = table.partition_point(|(start, _)| *start <= i64::from(bci));
+    after.checked_sub(1).map(|i| table[i].1)
+}
+
+/// Sorts a method's line table by start once, so each region's line is found by bisection.
+pub(crate) fn sort_line_table(table: &mut [(i64, i32)]) {
+    table.sort_by_key(|(start, _)| *start);
 }
 
 /// One line entry: from `addr` on, the code is `method`'s line `line`.
@@ -71,8 +73,9 @@ pub(crate) struct LineAt<K> {
 /// at `end`. The closing entry is needed because perf's `genelf_debug.c` ends the DWARF line
 /// sequence at the last entry's own address, so the last entry covers no code (a method with
 /// one entry, common for C2 code, would get no line at all, as under perf's own agent).
-/// `lines(method)` is the method's line table, or `None` when it has none (native, no debug
-/// information): its regions get no entry and keep the previous line.
+/// `lines(method)` is the method's line table sorted by start ([`sort_line_table`]), or `None`
+/// when it has none (native, no debug information): its regions get no entry and keep the
+/// previous line.
 pub(crate) fn line_entries<'a, K: Copy + Eq>(
     start: u64,
     end: u64,
@@ -218,7 +221,8 @@ mod tests {
 
     #[test]
     fn line_of_takes_the_last_start_at_or_before_the_bci() {
-        let table = [(10, 3), (0, 1), (4, 2)];
+        let mut table = [(10, 3), (0, 1), (4, 2)];
+        sort_line_table(&mut table);
         assert_eq!(line_of(&table, 0), Some(1));
         assert_eq!(line_of(&table, 5), Some(2));
         assert_eq!(line_of(&table, 10), Some(3));

@@ -187,7 +187,11 @@ impl Session {
                 .zip(class_signature.as_deref())
                 .and_then(|(c, sig)| Some(names::source_path(sig, &env.source_file_name(c).ok()?)));
             // ABSENT_INFORMATION (compiled without -g:lines) and NATIVE_METHOD: no lines.
-            (source, env.line_number_table(method).ok())
+            let mut table = env.line_number_table(method).ok();
+            if let Some(table) = &mut table {
+                code::sort_line_table(table);
+            }
+            (source, table)
         } else {
             (None, None)
         };
