@@ -8,6 +8,9 @@ use tracing_core::Subscriber;
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
+use perfclock::Clock;
+
+use crate::error::MarkerError;
 use crate::writer::Markers;
 
 /// Writes every closed span as a marker named `name field=value ...`, from the perf clock at its
@@ -17,22 +20,40 @@ use crate::writer::Markers;
 /// use tracing_subscriber::layer::SubscriberExt;
 /// let markers = perfclock_markers::Markers::open("/tmp")?;
 /// let subscriber = tracing_subscriber::registry()
-///     .with(perfclock_markers::MarkerLayer::new(markers.clone()));
+///     .with(perfclock_markers::MarkerLayer::new(markers.clone())?);
 /// tracing::subscriber::set_global_default(subscriber).expect("no other subscriber");
 /// # Ok::<(), perfclock_markers::MarkerError>(())
 /// ```
 /// A span's marker is written when its last handle is dropped, so a span entered several times
-/// (an async task polled repeatedly) is one marker covering its whole life. Spans created before
-/// the perf clock could be read are dropped and counted in [`Markers::lost`].
+/// (an async task polled repeatedly) is one marker covering its whole life. The layer holds an
+/// open clock, so a tracing callback never opens or calibrates one; a span whose start or end
+/// the clock could not read (a read failure, not an unopened clock) is dropped and counted in
+/// [`Markers::lost`].
 #[derive(Debug, Clone)]
 pub struct MarkerLayer {
     markers: Markers,
+    clock: &'static Clock,
 }
 
 impl MarkerLayer {
-    /// A layer writing to `markers`. Opens the process-wide perf clock on first use.
-    pub fn new(markers: Markers) -> MarkerLayer {
-        MarkerLayer { markers }
+    /// A layer writing to `markers`, stamping with the process-wide perf clock, which is
+    /// opened now ([`perfclock::init`]) rather than at the first span.
+    ///
+    /// # Errors
+    /// [`MarkerError::Clock`] if the perf clock cannot be opened.
+    pub fn new(markers: Markers) -> Result<MarkerLayer, MarkerError> {
+        let clock = perfclock::init().map_err(MarkerError::Clock)?;
+        Ok(MarkerLayer::with_clock(markers, clock))
+    }
+
+    /// A layer writing to `markers`, stamping with `clock` (already open).
+    pub fn with_clock(markers: Markers, clock: &'static Clock) -> MarkerLayer {
+        MarkerLayer { markers, clock }
+    }
+
+    /// The clock's reading now; 0 if it cannot be read.
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns().unwrap_or(0)
     }
 }
 
@@ -65,8 +86,8 @@ where
         };
         let mut name = attrs.metadata().name().to_owned();
         attrs.record(&mut FieldsToName(&mut name));
-        // `now_ns` opens the clock on the first span; 0 means no clock (counted at close).
-        let start_ns = perfclock::now_ns();
+        // 0: no reading (counted at close).
+        let start_ns = self.now_ns();
         span.extensions_mut().insert(Started { name, start_ns });
     }
 
@@ -83,7 +104,7 @@ where
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        let end_ns = perfclock::now_ns();
+        let end_ns = self.now_ns();
         let Some(span) = ctx.span(&id) else {
             return;
         };
@@ -120,7 +141,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("pcm-layer-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let markers = Markers::open(&dir).unwrap();
-        let subscriber = tracing_subscriber::registry().with(MarkerLayer::new(markers.clone()));
+        let layer = MarkerLayer::new(markers.clone()).unwrap();
+        let subscriber = tracing_subscriber::registry().with(layer);
         tracing::subscriber::with_default(subscriber, || {
             let outer = tracing::info_span!("outer", phase = 3, file = "a\nb");
             let _entered = outer.enter();
