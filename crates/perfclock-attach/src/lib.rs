@@ -55,7 +55,10 @@
 //!   the JVM then prints a thread dump on SIGQUIT and the attach times out.
 //! - Signals go through a pidfd: Linux 5.3 or later ([`AttachError::ProcessHandle`] before).
 //! - A step blocked in the kernel past the deadline ([`AttachError::Stalled`]) leaves its thread
-//!   behind until the kernel lets it go; it then ends without touching the JVM.
+//!   behind until the kernel lets it go; it then ends without touching the JVM. A FUSE server
+//!   that has taken a request and never answers holds that thread in an uninterruptible wait:
+//!   the caller has its error at the deadline, but the process cannot exit before the server
+//!   answers, dies or is aborted (`/sys/fs/fuse/connections/N/abort`).
 //! - OpenJ9's attach mechanism is not supported.
 #![deny(unsafe_code)]
 

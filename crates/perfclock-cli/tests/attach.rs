@@ -862,11 +862,111 @@ int main(void) {
 }
 "#;
 
+/// A FUSE file system (the raw protocol on `/dev/fuse`, no library) holding one file,
+/// `argfile`, whose reads are never answered: a read of it blocks in the kernel until the
+/// server ends. Run as `stall_fuse MOUNTPOINT` (root); prints `mounted` once it serves.
+const STALL_FUSE_C: &str = r#"
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int dev;
+
+static void reply(uint64_t unique, int error, const void *body, size_t len) {
+    char buffer[4096];
+    struct fuse_out_header out = {.len = (uint32_t)(sizeof out + len), .error = error, .unique = unique};
+    memcpy(buffer, &out, sizeof out);
+    if (len) memcpy(buffer + sizeof out, body, len);
+    (void)write(dev, buffer, sizeof out + len);
+}
+
+static void attr(struct fuse_attr *a, uint64_t ino) {
+    memset(a, 0, sizeof *a);
+    a->ino = ino;
+    a->mode = ino == FUSE_ROOT_ID ? (S_IFDIR | 0755) : (S_IFREG | 0644);
+    a->nlink = 1;
+    a->size = ino == FUSE_ROOT_ID ? 0 : 64;
+    a->blksize = 4096;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) return 2;
+    dev = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+    char options[128];
+    snprintf(options, sizeof options, "fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other", dev);
+    if (dev < 0 || mount("perfclock-stall", argv[1], "fuse", MS_NOSUID | MS_NODEV, options) != 0) {
+        perror("mount fuse");
+        return 2;
+    }
+    printf("mounted\n");
+    fflush(stdout);
+    static char request[1 << 20];
+    for (;;) {
+        ssize_t n = read(dev, request, sizeof request);
+        if (n < (ssize_t)sizeof(struct fuse_in_header)) {
+            if (n < 0 && errno == EINTR) continue;
+            return n < 0 && errno == ENODEV ? 0 : 1;
+        }
+        struct fuse_in_header *in = (struct fuse_in_header *)request;
+        const char *body = request + sizeof *in;
+        switch (in->opcode) {
+        case FUSE_INIT: {
+            struct fuse_init_out init = {.major = FUSE_KERNEL_VERSION, .minor = 31, .max_readahead = 0, .max_write = 4096};
+            reply(in->unique, 0, &init, sizeof init);
+            break;
+        }
+        case FUSE_LOOKUP:
+            if (strcmp(body, "argfile") == 0) {
+                struct fuse_entry_out entry;
+                memset(&entry, 0, sizeof entry);
+                entry.nodeid = 2;
+                attr(&entry.attr, 2);
+                reply(in->unique, 0, &entry, sizeof entry);
+            } else {
+                reply(in->unique, -ENOENT, NULL, 0);
+            }
+            break;
+        case FUSE_GETATTR: {
+            struct fuse_attr_out out;
+            memset(&out, 0, sizeof out);
+            attr(&out.attr, in->nodeid);
+            reply(in->unique, 0, &out, sizeof out);
+            break;
+        }
+        case FUSE_OPEN: {
+            struct fuse_open_out open_out = {.fh = 1, .open_flags = FOPEN_DIRECT_IO};
+            reply(in->unique, 0, &open_out, sizeof open_out);
+            break;
+        }
+        case FUSE_READ:
+            break; /* never answered */
+        case FUSE_FORGET:
+        case FUSE_BATCH_FORGET:
+            break; /* no reply */
+        case FUSE_FLUSH:
+        case FUSE_RELEASE:
+        case FUSE_INTERRUPT:
+            if (in->opcode != FUSE_INTERRUPT) reply(in->unique, 0, NULL, 0);
+            break;
+        default:
+            reply(in->unique, -ENOSYS, NULL, 0);
+        }
+    }
+}
+"#;
+
 /// The fake JVM, compiled once with `cc`, and the file it maps as `libjvm.so`, in a directory
 /// every user can read (one test runs it as nobody).
 struct FakeFixture {
     dir: PathBuf,
     program: PathBuf,
+    stall_fuse: PathBuf,
     libjvm: PathBuf,
 }
 
@@ -879,20 +979,23 @@ fn fake_fixture(test: &str) -> Option<&'static FakeFixture> {
             .map_err(|e| format!("a directory in /var/tmp: {e}"))?
             .keep();
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
-        let source = dir.join("fake_jvm.c");
-        fs::write(&source, FAKE_JVM_C).unwrap();
+        for (name, source) in [("fake_jvm", FAKE_JVM_C), ("stall_fuse", STALL_FUSE_C)] {
+            let c = dir.join(format!("{name}.c"));
+            fs::write(&c, source).unwrap();
+            let status = Command::new("cc")
+                .args(["-O1", "-Wall", "-Werror", "-o"])
+                .arg(dir.join(name))
+                .arg(&c)
+                .status()
+                .map_err(|e| format!("cc: {e} (Debian: apt-get install -y gcc libc6-dev)"))?;
+            assert!(status.success(), "cc {name}.c failed");
+        }
         let program = dir.join("fake_jvm");
-        let status = Command::new("cc")
-            .args(["-O1", "-Wall", "-Werror", "-o"])
-            .arg(&program)
-            .arg(&source)
-            .status()
-            .map_err(|e| format!("cc: {e} (Debian: apt-get install -y gcc libc6-dev)"))?;
-        assert!(status.success(), "cc fake_jvm.c failed");
         let libjvm = dir.join("libjvm.so");
         fs::write(&libjvm, vec![0u8; 4096]).unwrap();
         fs::set_permissions(&libjvm, fs::Permissions::from_mode(0o644)).unwrap();
         Ok(FakeFixture {
+            stall_fuse: dir.join("stall_fuse"),
             dir,
             program,
             libjvm,
@@ -1153,4 +1256,120 @@ fn a_jvm_that_dies_on_sigquit_ends_the_wait_at_once() {
         &format!("JVM {pid} exited while perfclock waited for its attach socket"),
     );
     assert!(result.1 < Duration::from_secs(4), "waited {:?}", result.1);
+}
+
+/// A mounted [`STALL_FUSE_C`] file system: the server is killed and the mount detached on drop
+/// (which ends every read waiting on it).
+struct StallFuse {
+    server: Child,
+    mountpoint: PathBuf,
+}
+
+impl Drop for StallFuse {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&self.mountpoint)
+            .status();
+    }
+}
+
+#[test]
+fn an_option_file_whose_read_never_returns_ends_at_the_deadline() {
+    const TEST: &str = "an_option_file_whose_read_never_returns_ends_at_the_deadline";
+    let Some(fixture) = fake_fixture(TEST) else {
+        return;
+    };
+    if !is_root() || !Path::new("/dev/fuse").exists() {
+        skip(
+            TEST,
+            "not root, or no /dev/fuse: mounting the stalling file system needs both",
+        );
+        return;
+    }
+    let mountpoint = fixture.dir.join("stall-mount");
+    fs::create_dir_all(&mountpoint).unwrap();
+    let mut server = Command::new(&fixture.stall_fuse)
+        .arg(&mountpoint)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut mounted = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut mounted)
+        .unwrap();
+    let fuse = StallFuse { server, mountpoint };
+    assert_eq!(mounted.trim(), "mounted", "the FUSE server did not mount");
+    let argfile = fuse.mountpoint.join("argfile");
+    // The setup: the file is there, and a read of it blocks.
+    assert_eq!(fs::metadata(&argfile).unwrap().len(), 64);
+    let (tx, rx) = mpsc::channel();
+    let blocked = argfile.clone();
+    thread::spawn(move || {
+        let _ = tx.send(fs::read(blocked).map(|bytes| bytes.len()));
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(1)).is_err(),
+        "a read of {} did not block",
+        argfile.display()
+    );
+    // A target that names the file as an @argfile (a JVM started from such a directory).
+    let fake = FakeJvm::start(
+        fixture,
+        "quit",
+        &[format!("@{}", argfile.display()), "Main".into()],
+        &fixture.dir,
+        false,
+        &[],
+    );
+    let pid = fake.pid.to_string();
+    // The error must come at the deadline; the process itself can only end once the blocked
+    // read does (the kernel waits for a FUSE request the server has taken, uninterruptibly),
+    // so stderr is read as it comes, then the server is stopped.
+    let started = Instant::now();
+    let mut perfclock = Command::new(env!("CARGO_BIN_EXE_perfclock"))
+        .args(["attach", &pid, "", "--agent", "/bin/sh", "--timeout", "2"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = perfclock.stderr.take().unwrap();
+    let (line_tx, line) = mpsc::channel();
+    thread::spawn(move || {
+        let mut error = String::new();
+        let _ = BufReader::new(stderr).read_line(&mut error);
+        let _ = line_tx.send(error);
+    });
+    let Ok(error) = line.recv_timeout(ERROR_BOUND) else {
+        drop(fuse);
+        let _ = perfclock.kill();
+        let _ = perfclock.wait();
+        panic!("perfclock attach said nothing within {ERROR_BOUND:?}");
+    };
+    let elapsed = started.elapsed();
+    eprintln!("after {elapsed:?}: {error}");
+    assert!(
+        error.contains(&format!(
+            "perfclock attach: error: timeout: reading the JVM's option files for process {pid} \
+             did not finish within 2.0 s"
+        )),
+        "{error}"
+    );
+    assert!(
+        (Duration::from_secs(2)..ERROR_BOUND).contains(&elapsed),
+        "the error came after {elapsed:?}"
+    );
+    drop(fuse);
+    let exited = Instant::now();
+    while perfclock.try_wait().unwrap().is_none() {
+        assert!(
+            exited.elapsed() < WATCHDOG,
+            "perfclock did not end with the FUSE server"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(perfclock.wait().unwrap().code(), Some(1));
+    // The read the test left behind ends with the server too.
+    assert!(rx.recv_timeout(Duration::from_secs(10)).is_ok());
 }
