@@ -45,8 +45,9 @@ use perfclock_calib::published::{continue_within, union_bound, BoundModel, Solut
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::counter;
 use perfclock_core::shared_page::{
-    parse, SharedBound, SharedPageWriter, FILE_BYTES, HEARTBEAT_INTERVAL_NS,
+    parse, SharedBound, SharedPageWriter, FILE_BYTES, HEADER_OFFSET, HEARTBEAT_INTERVAL_NS, MAGIC,
 };
+use perfclock_core::PageDefect;
 
 use crate::output::errln;
 
@@ -406,7 +407,9 @@ impl Drop for Mapping {
 }
 
 /// The file at `path` if an earlier server of this user left it (a regular file owned by us,
-/// of the page's size, writable by us alone, with one link), mapped to be written in place.
+/// writable by us alone, with one link, holding a page in this format), mapped to be written in
+/// place. A symlink, a FIFO, an empty file or a damaged page (or one of another version) is
+/// replaced by a new file; any other file is an error: it is not ours to overwrite.
 fn reuse_existing(path: &Path, euid: u32) -> Result<Option<Mapping>, String> {
     let file = match File::options()
         .read(true)
@@ -423,17 +426,70 @@ fn reuse_existing(path: &Path, euid: u32) -> Result<Option<Mapping>, String> {
     let ours = meta.file_type().is_file()
         && meta.uid() == euid
         && meta.mode() & 0o022 == 0
-        && meta.nlink() == 1
-        && meta.len() == FILE_BYTES as u64;
+        && meta.nlink() == 1;
     if !ours {
         return Ok(None);
     }
-    Mapping::of(&file)
-        .map(Some)
-        .map_err(|error| format!("cannot map {}: {error}", path.display()))
+    let mut bytes = vec![0u8; FILE_BYTES + 1];
+    let len = read_up_to(&file, &mut bytes)
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    if len == 0 {
+        // Emptied (`truncate -s 0`, `> file`): nothing in it to lose or to continue.
+        return Ok(None);
+    }
+    if !has_page_magic(&bytes) {
+        return Err(format!(
+            "{} is not a perfclock page (no page magic): serve neither overwrites nor replaces \
+             a file it did not write; remove it or choose another --path",
+            path.display()
+        ));
+    }
+    match parse(&bytes[..len]) {
+        // A page of ours, complete, in this format (perhaps stale or from another boot): written
+        // in place so that clients which mapped it keep reading it.
+        Ok(_) | Err(PageDefect::Stale { .. } | PageDefect::OtherBoot | PageDefect::Busy)
+            if len == FILE_BYTES =>
+        {
+            Mapping::of(&file)
+                .map(Some)
+                .map_err(|error| format!("cannot map {}: {error}", path.display()))
+        }
+        // Another version, cut short or damaged: replaced by a new file.
+        _ => Ok(None),
+    }
 }
 
-/// Writes a new page with `fill` under a temporary name in `dir` and renames it to `path`.
+/// Whether `bytes` start a page header's magic at its place.
+fn has_page_magic(bytes: &[u8]) -> bool {
+    bytes
+        .get(HEADER_OFFSET..HEADER_OFFSET + 8)
+        .is_some_and(|magic| magic == MAGIC.to_ne_bytes())
+}
+
+/// Reads from the start of `file` until `buffer` is full or the file ends; the bytes read.
+fn read_up_to(file: &File, buffer: &mut [u8]) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt as _;
+    let mut len = 0;
+    while len < buffer.len() {
+        match file.read_at(&mut buffer[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(len)
+}
+
+/// A page-aligned buffer of the page's size, in which a new page is prepared before its bytes
+/// are written to the file.
+#[repr(C, align(4096))]
+struct PageBytes([u8; FILE_BYTES]);
+
+/// Writes a new page, prepared with `fill`, under a temporary name in `dir` (`write`, then
+/// `fsync`: every block of the file is allocated before it is mapped, so a full file system is
+/// an error here and never a fault later) and renames it to `path`. The temporary file is
+/// removed on every error.
 fn create_new(
     dir: &Path,
     path: &Path,
@@ -465,17 +521,27 @@ fn create_new(
         other => other,
     }
     .map_err(|error| format!("cannot create {}: {error}", temp.display()))?;
+    let mut page = Box::new(PageBytes([0; FILE_BYTES]));
+    // SAFETY: an aligned FILE_BYTES buffer that lives until its bytes are written below, written
+    // by this one writer and read by no one meanwhile.
+    fill(&unsafe { SharedPageWriter::new(NonNull::from(&mut page.0).cast()) });
     let result = (|| {
+        use std::io::Write as _;
         file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-        file.set_len(FILE_BYTES as u64)?;
+        (&file).write_all(&page.0)?;
+        file.sync_all()?;
         let mapping = Mapping::of(&file)?;
-        fill(&mapping.writer());
         std::fs::rename(&temp, path)?;
         Ok::<_, io::Error>(mapping)
     })();
     result.map_err(|error: io::Error| {
         let _ = std::fs::remove_file(&temp);
-        format!("cannot publish {}: {error}", path.display())
+        let hint = if error.raw_os_error() == Some(libc::ENOSPC) {
+            " (the file system is full: free space there or choose another --path)"
+        } else {
+            ""
+        };
+        format!("cannot publish {}: {error}{hint}", path.display())
     })
 }
 

@@ -654,3 +654,109 @@ fn idle_clients_spend_no_cpu() {
     assert_eq!(spent, 0, "shared clients spent CPU while idle");
     drop(server);
 }
+
+/// `perfclock serve --path P` run to its end (at most `limit`; killed past it): its exit status
+/// (`None` if it was still running) and its stderr.
+fn serve_until_exit(page: &Path, limit: Duration) -> (Option<std::process::ExitStatus>, String) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--path"])
+        .arg(page)
+        .env("PERFCLOCK_PARAVIRT", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > limit {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    (status, stderr)
+}
+
+/// A file of the page's size at `--path` that is not a page is left as it is: serve refuses it
+/// instead of writing its page into it.
+#[test]
+fn serve_leaves_a_file_that_is_not_a_page_alone() {
+    if role().is_some() {
+        return;
+    }
+    if !calibrated_machine() {
+        eprintln!("SKIPPED serve_leaves_a_file_that_is_not_a_page_alone: kernel mode");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("clock");
+    let notes = vec![b'x'; FILE_BYTES];
+    write_page(&page, &notes, 0o644);
+    let (status, stderr) = serve_until_exit(&page, Duration::from_secs(20));
+    assert_eq!(
+        fs::read(&page).unwrap(),
+        notes,
+        "the file was changed: {stderr}"
+    );
+    let status = status.unwrap_or_else(|| panic!("serve kept serving into the file: {stderr}"));
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is not a perfclock page"), "{stderr}");
+}
+
+/// Unmounts its mount point on drop.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `serve` on a full file system: a clear error naming the full disk, an exit (not a SIGBUS),
+/// and no temporary file left behind.
+#[test]
+fn serve_on_a_full_file_system_fails_cleanly() {
+    const TEST: &str = "serve_on_a_full_file_system_fails_cleanly";
+    if role().is_some() {
+        return;
+    }
+    if !calibrated_machine() {
+        eprintln!("SKIPPED {TEST}: kernel mode");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mount = dir.path().join("tiny");
+    fs::create_dir(&mount).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k,mode=0755", "perfclock-full"])
+        .arg(&mount)
+        .output();
+    match mounted {
+        Ok(output) if output.status.success() => {}
+        other => {
+            perfclock_testutil::skip(TEST, perfclock_testutil::Need::Mount, format!("{other:?}"));
+            return;
+        }
+    }
+    let _mounted = Mounted(mount.clone());
+    let mut filler = fs::File::create(mount.join("filler")).unwrap();
+    let chunk = vec![0u8; 4096];
+    while filler.write_all(&chunk).is_ok() {}
+    let page = mount.join("clock");
+    let (status, stderr) = serve_until_exit(&page, Duration::from_secs(60));
+    let status = status.unwrap_or_else(|| panic!("serve kept running: {stderr}"));
+    assert_eq!(status.code(), Some(1), "{status:?} {stderr}");
+    assert!(stderr.contains("the file system is full"), "{stderr}");
+    let left: Vec<_> = fs::read_dir(&mount)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .filter(|name| name != "filler")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
