@@ -146,7 +146,7 @@ impl fmt::Display for InjectError {
                 "IN {} is not a regular file: pass the perf.data file",
                 path.display()
             ),
-            Self::PerfData(error) => write!(f, "{error}"),
+            Self::PerfData(error) => perf_data_message(f, error),
             Self::ClockData(error) => write!(f, "{error}"),
             Self::NoJitMarker => write!(
                 f,
@@ -240,6 +240,25 @@ impl fmt::Display for InjectError {
 }
 
 impl std::error::Error for InjectError {}
+
+/// The library's message in this command's names (IN, OUT, -o), with its cause: InjectError has
+/// no `source()`, so this is where the cause is printed, once.
+fn perf_data_message(f: &mut fmt::Formatter<'_>, error: &PerfDataError) -> fmt::Result {
+    match error {
+        PerfDataError::OutputKind { path, kind } => write!(
+            f,
+            "OUT {} is {kind}, not a regular file: it would be replaced by a regular file; pass \
+             -o a new path or an existing regular file",
+            path.display()
+        )?,
+        PerfDataError::Output { path, .. } => write!(f, "cannot write OUT {}", path.display())?,
+        other => write!(f, "IN: {other}")?,
+    }
+    match std::error::Error::source(error) {
+        Some(cause) => write!(f, ": {cause}"),
+        None => Ok(()),
+    }
+}
 
 impl From<PerfDataError> for InjectError {
     fn from(error: PerfDataError) -> Self {
