@@ -432,7 +432,7 @@ fn hostile_inputs_are_refused_cleanly() {
     let mut swapped = built.bytes.clone();
     swapped[..8].copy_from_slice(b"2ELIFREP");
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("empty", vec![], "IN is empty"),
+        ("empty", vec![], "IN: the file is empty"),
         ("garbage", garbage, "not a perf.data"),
         ("pipe mode", pipe, "pipe-mode"),
         ("byte-swapped", swapped, "other byte order"),

@@ -3,7 +3,9 @@
 //! Policy (the same in every crate of the workspace): a public error enum is
 //! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
 //! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps: `Display`
+//! never repeats that cause, so a caller printing the chain prints each cause once. Front ends
+//! (`perfclock inject-time-conv`) name the files their own way around these messages.
 
 use std::fmt;
 use std::io;
@@ -13,9 +15,8 @@ use crate::features::Feature;
 use crate::header::{FILE_HEADER_SIZE, MAX_ATTRS};
 use crate::scan::MAX_JIT_DUMPS;
 
-/// Why a perf.data cannot be read, scanned, patched or written. Each message names the input
-/// as `IN` and the output as `OUT` (the names `perfclock inject-time-conv` uses) and says what
-/// to do.
+/// Why a perf.data cannot be read, scanned, patched or written. Each message says what is wrong
+/// with the perf.data read (or the file written) and what to do.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum PerfDataError {
@@ -131,43 +132,83 @@ pub enum PerfDataError {
 impl fmt::Display for PerfDataError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Io(error) => write!(f, "reading IN failed: {error}"),
-            Self::TooShort { len: 0 } => write!(f, "IN is empty: not a perf.data"),
+            Self::Io(_)
+            | Self::TooShort { .. }
+            | Self::NotPerfData { .. }
+            | Self::PipeMode
+            | Self::ByteSwapped
+            | Self::VersionOne
+            | Self::HeaderSize(_)
+            | Self::AttrSize(_) => self.fmt_format(f),
+            Self::OutOfFile { .. }
+            | Self::InsideData { .. }
+            | Self::TooManyAttrs(_)
+            | Self::AttrLayout { .. }
+            | Self::Auxtrace
+            | Self::DirFormat
+            | Self::OverlappingFields
+            | Self::Unfinished { .. } => self.fmt_layout(f),
+            Self::RecordTooSmall { .. }
+            | Self::RecordPastData { .. }
+            | Self::Compressed { .. }
+            | Self::CompressedUnsupported { .. }
+            | Self::TooManyJitDumps { .. } => self.fmt_records(f),
+            Self::OffsetOverflow
+            | Self::FeaturePresent(_)
+            | Self::BadInsertion(_)
+            | Self::OutputKind { .. }
+            | Self::Output { .. } => self.fmt_patch(f),
+        }
+    }
+}
+
+impl PerfDataError {
+    /// The file as a whole: not a perf.data, or one of a format this crate does not read.
+    fn fmt_format(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io(_) => f.write_str("reading the perf.data failed"),
+            Self::TooShort { len: 0 } => f.write_str("the file is empty: not a perf.data"),
             Self::TooShort { len } => write!(
                 f,
-                "IN has {len} bytes, fewer than a perf.data header ({FILE_HEADER_SIZE}): not a \
-                 perf.data, or truncated"
+                "the file has {len} bytes, fewer than a perf.data header ({FILE_HEADER_SIZE}): \
+                 not a perf.data, or truncated"
             ),
             Self::NotPerfData { magic } => write!(
                 f,
-                "IN is not a perf.data: it starts with {:?}, not \"PERFILE2\"",
+                "not a perf.data: the file starts with {:?}, not \"PERFILE2\"",
                 String::from_utf8_lossy(magic)
             ),
-            Self::PipeMode => write!(
-                f,
-                "IN is a pipe-mode perf.data (perf record -o - | ...), which has no header to \
-                 patch: record to a file instead, or convert it first with `perf inject -i IN -o \
-                 FILE`"
+            Self::PipeMode => f.write_str(
+                "a pipe-mode perf.data (perf record -o - | ...) has no header to patch: record \
+                 to a file instead, or convert it first with `perf inject -i PIPE.data -o \
+                 FILE.data`",
             ),
-            Self::ByteSwapped => write!(
-                f,
-                "IN is a perf.data of the other byte order (recorded on a big-endian machine): \
-                 not supported; run inject-time-conv on a machine of the recording's byte order"
+            Self::ByteSwapped => f.write_str(
+                "a perf.data of the other byte order (recorded on a big-endian machine): not \
+                 supported; patch it on a machine of the recording's byte order",
             ),
-            Self::VersionOne => write!(
-                f,
-                "IN is in perf's first file format (PERFFILE): not supported; re-record with a \
-                 current perf"
+            Self::VersionOne => f.write_str(
+                "a perf.data in perf's first file format (PERFFILE): not supported; re-record \
+                 with a current perf",
             ),
             Self::HeaderSize(size) => write!(
                 f,
-                "IN's header says it is {size} bytes, not {FILE_HEADER_SIZE}: a perf.data format \
-                 this tool does not know, or a corrupt file"
+                "the perf.data header says it is {size} bytes, not {FILE_HEADER_SIZE}: a \
+                 perf.data format this crate does not know, or a corrupt file"
             ),
             Self::AttrSize(size) => write!(
                 f,
-                "IN's attribute entries are {size} bytes, no perf_file_attr size: corrupt perf.data"
+                "the perf.data's attribute entries are {size} bytes, no perf_file_attr size: \
+                 corrupt perf.data"
             ),
+            // Not reached: `fmt` routes each variant to its group.
+            other => fmt::Debug::fmt(other, f),
+        }
+    }
+
+    /// The header's sections and tables.
+    fn fmt_layout(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Self::OutOfFile {
                 what,
                 offset,
@@ -175,89 +216,110 @@ impl fmt::Display for PerfDataError {
                 file_len,
             } => write!(
                 f,
-                "IN's {what} ({size} bytes at offset {offset}) reaches past the end of the file \
-                 ({file_len} bytes): IN is truncated (was perf record stopped before it finished \
-                 writing?)"
+                "the perf.data's {what} ({size} bytes at offset {offset}) reaches past the end \
+                 of the file ({file_len} bytes): it is truncated (was perf record stopped before \
+                 it finished writing?)"
             ),
             Self::InsideData { what } => write!(
                 f,
-                "IN's {what} lies inside the data section or the feature table: a layout perf \
-                 does not write, refused rather than guessed at"
+                "the perf.data's {what} lies inside the data section or the feature table: a \
+                 layout perf does not write, refused rather than guessed at"
             ),
             Self::TooManyAttrs(count) => write!(
                 f,
-                "IN claims {count} event attributes, more than the {MAX_ATTRS} this tool accepts: \
-                 corrupt perf.data"
+                "the perf.data claims {count} event attributes, more than the {MAX_ATTRS} this \
+                 crate accepts: corrupt perf.data"
             ),
             Self::AttrLayout { index } => write!(
                 f,
-                "IN's event attribute {index} has a size that disagrees with the header's \
-                 attr_size: corrupt perf.data"
+                "the perf.data's event attribute {index} has a size that disagrees with the \
+                 header's attr_size: corrupt perf.data"
             ),
-            Self::Auxtrace => write!(
+            Self::Auxtrace => f.write_str(
+                "the perf.data has an AUX area trace index (HEADER_AUXTRACE, e.g. intel_pt), \
+                 whose absolute offsets into the data are not rewritten: record without AUX \
+                 tracing",
+            ),
+            Self::DirFormat => f.write_str(
+                "a directory-format perf.data (perf record --threads): not supported; record \
+                 without --threads",
+            ),
+            Self::OverlappingFields => f.write_str(
+                "the perf.data's header, attribute and feature tables overlap each other: \
+                 corrupt perf.data",
+            ),
+            Self::Unfinished { trailing } => write!(
                 f,
-                "IN has an AUX area trace index (HEADER_AUXTRACE, e.g. intel_pt), whose absolute \
-                 offsets into the data this tool does not rewrite: record without AUX tracing"
+                "the perf.data's header says its data section is empty, but {trailing} bytes \
+                 follow it: perf record did not finish writing it (killed?); re-record and stop \
+                 perf record with Ctrl-C or by ending the command"
             ),
-            Self::DirFormat => write!(
-                f,
-                "IN is a directory-format perf.data (perf record --threads): not supported; \
-                 record without --threads"
-            ),
+            // Not reached: `fmt` routes each variant to its group.
+            other => fmt::Debug::fmt(other, f),
+        }
+    }
+
+    /// The records of the data section.
+    fn fmt_records(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Self::RecordTooSmall { offset, size } => write!(
                 f,
-                "IN's record at offset {offset} claims {size} bytes, less than its own header: \
-                 the data section is corrupt or truncated"
+                "the perf.data's record at offset {offset} claims {size} bytes, less than its \
+                 own header: the data section is corrupt or truncated"
             ),
             Self::RecordPastData { offset } => write!(
                 f,
-                "IN's record at offset {offset} runs past the end of the data section: IN is \
-                 truncated or corrupt"
+                "the perf.data's record at offset {offset} runs past the end of the data \
+                 section: the file is truncated or corrupt"
             ),
             Self::Compressed { offset, reason } => write!(
                 f,
-                "IN's compressed record at offset {offset} (perf record -z) is corrupt: {reason}"
+                "the perf.data's compressed record at offset {offset} (perf record -z) is \
+                 corrupt: {reason}"
             ),
             Self::CompressedUnsupported { offset } => write!(
                 f,
-                "IN holds a compressed record at offset {offset} (perf record -z), and this build \
-                 has no zstd: enable perfclock-perfdata's `zstd` feature, or record without -z"
+                "the perf.data holds a compressed record at offset {offset} (perf record -z), \
+                 and this build has no zstd: enable perfclock-perfdata's `zstd` feature, or \
+                 record without -z"
             ),
             Self::TooManyJitDumps { offset } => write!(
                 f,
-                "IN maps more than {MAX_JIT_DUMPS} distinct jit-<pid>.dump files (the limit was \
-                 passed at the record at offset {offset}): no recording of ordinary JIT \
-                 processes has that many; split the recording (perf record with a shorter run), \
-                 or report the workload if it is real"
+                "the perf.data maps more than {MAX_JIT_DUMPS} distinct jit-<pid>.dump files \
+                 (the limit was passed at the record at offset {offset}): no recording of \
+                 ordinary JIT processes has that many; split the recording (perf record with a \
+                 shorter run), or report the workload if it is real"
             ),
-            Self::OffsetOverflow => write!(f, "IN's sections would end past 2^64 bytes once moved"),
-            Self::Unfinished { trailing } => write!(
-                f,
-                "IN's header says its data section is empty, but {trailing} bytes follow it: perf \
-                 record did not finish writing IN (killed?); re-record and stop perf record with \
-                 Ctrl-C or by ending the command"
-            ),
-            Self::OverlappingFields => write!(
-                f,
-                "IN's header, attribute and feature tables overlap each other: corrupt perf.data"
-            ),
+            // Not reached: `fmt` routes each variant to its group.
+            other => fmt::Debug::fmt(other, f),
+        }
+    }
+
+    /// The patch and the file it is written to.
+    fn fmt_patch(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::OffsetOverflow => {
+                f.write_str("the perf.data's sections would end past 2^64 bytes once moved")
+            }
             Self::FeaturePresent(feature) => write!(
                 f,
-                "IN has a {feature} section already: it is kept, not replaced (was IN recorded \
-                 with -k/--clockid, or patched before?)"
+                "the perf.data has a {feature} section already: it is kept, not replaced (was it \
+                 recorded with -k/--clockid, or patched before?)"
             ),
-            Self::BadInsertion(reason) => write!(f, "cannot insert into IN: {reason}"),
+            Self::BadInsertion(reason) => write!(f, "cannot insert into the perf.data: {reason}"),
             Self::OutputKind { path, kind } => write!(
                 f,
-                "OUT {} is {kind}, not a regular file: it would be replaced by a regular file; \
-                 pass -o a new path or an existing regular file",
+                "{} is {kind}, not a regular file: it would be replaced by a regular file; \
+                 write to a new path or an existing regular file",
                 path.display()
             ),
-            Self::Output { path, error } => write!(
+            Self::Output { path, .. } => write!(
                 f,
-                "cannot write OUT {}: {error} (nothing was left there)",
+                "cannot write {} (nothing was left there)",
                 path.display()
             ),
+            // Not reached: `fmt` routes each variant to its group.
+            other => fmt::Debug::fmt(other, f),
         }
     }
 }
