@@ -1,5 +1,5 @@
 //! `perfclock_jitdump_open` and `perfclock_markers_open` take their clock from the environment
-//! (`PERFCLOCK_JITDUMP_CLOCK`, `PERFCLOCK_MARKERS_CLOCK`, issue 21): each case runs in a child
+//! (`PERFCLOCK_JITDUMP_CLOCK`, `PERFCLOCK_MARKERS_CLOCK`): each case runs in a child
 //! process of its own (the environment is process-wide), and a bad value must be
 //! `PERFCLOCK_E_INVALID_ARGUMENT` with nothing created, never a silent default.
 //!

@@ -1,4 +1,4 @@
-//! The jitdump's clock choice (issue 21): `perf` and `monotonic` dumps carry flags 0 and stamps
+//! The jitdump's clock choice: `perf` and `monotonic` dumps carry flags 0 and stamps
 //! in that clock, taken between readings of it around each load; the sidecar names the clock; a
 //! second open of the same directory in another clock is refused.
 //!

@@ -1,4 +1,4 @@
-//! The writer where others can write too (issue 18): a link, a FIFO or another user's file at
+//! The writer where others can write too: a link, a FIFO or another user's file at
 //! `jit-<pid>.dump` or its `.timeconv` name is refused with a typed error and left as it was
 //! (as root, and as `nobody`); a stale file of our own is replaced; a fork child never writes
 //! into its parent's dump, whatever it does with the inherited handle; a second open in one

@@ -1,4 +1,4 @@
-//! The marker writer's clock (issue 21): a `monotonic` file holds `CLOCK_MONOTONIC` times for the
+//! The marker writer's clock: a `monotonic` file holds `CLOCK_MONOTONIC` times for the
 //! perf-clock times given, within the pairing's uncertainty; a second open of the same directory
 //! in another clock is refused.
 //!

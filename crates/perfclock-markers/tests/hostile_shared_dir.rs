@@ -1,4 +1,4 @@
-//! The marker writer where others can write too, and where its callers are hostile (issue 18):
+//! The marker writer where others can write too, and where its callers are hostile:
 //! a link, a FIFO or another user's file at `marker-<pid>.txt` is refused with a typed error and
 //! left as it was (as root, and as `nobody`); a stale file of our own is replaced; a fork child
 //! gets `MarkerError::ForkChild` from every call on an inherited handle and the parent's file

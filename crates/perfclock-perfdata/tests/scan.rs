@@ -116,9 +116,9 @@ fn scans_inside_compressed_records_split_anywhere() {
     assert!(message.contains("less than its own header"), "{message}");
 }
 
-/// Issue 18 finding 5: the distinct names were kept in a list searched for each map (quadratic)
-/// and without bound. Now a set, capped: one more than [`MAX_JIT_DUMPS`] distinct names is a
-/// typed error naming the record, while repeats of known names cost nothing.
+/// The distinct names are a set, capped: one more than [`MAX_JIT_DUMPS`] distinct names is a
+/// typed error naming the record, while repeats of known names cost nothing (no search of a
+/// list per map).
 #[test]
 fn distinct_dumps_beyond_the_cap_are_refused_and_repeats_are_free() {
     let names: Vec<Vec<u8>> = (0..=MAX_JIT_DUMPS as u32)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The jitdump and marker clocks (issue 21) in samply, the tool that needs them: jit_reload.c
+# The jitdump and marker clocks in samply, the tool that needs them: jit_reload.c
 # loads a different function at the same address every PERIOD_MS and writes a marker per
 # function ("phase jit_fn_<k>"); check_samply.py requires the samples samply places inside each
 # phase marker to be named by that phase's function, on samply's own time axis.
@@ -7,7 +7,7 @@
 #   2. default perf record + samply import (no perf inject), both in the perf clock: at least 95%.
 # Negative controls that must fail:
 #   3. samply record with an arch (raw counter) jitdump: samply names none of the functions;
-#   4. default perf record + samply import with an arch jitdump: none (what issue 21 measured);
+#   4. default perf record + samply import with an arch jitdump: none (the arch counter is not samply's time axis);
 #   5. samply record with the markers 2 ms late: under 95% (the check resolves 2 ms).
 #
 # Usage: samply.sh [WORKDIR]   (default: a new temporary directory, kept for inspection)
