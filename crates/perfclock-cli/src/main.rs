@@ -88,6 +88,10 @@ enum Command {
         /// otherwise); its directory must be writable by its owner alone.
         #[arg(long, value_name = "P")]
         path: Option<PathBuf>,
+        /// Publish the paravirt offset of this KVM guest (a constant for the boot, beside the
+        /// page: /run/perfclock/pvclock-offset as root) and exit: for a oneshot unit at boot.
+        #[arg(long)]
+        once: bool,
     },
     /// Profile CMD with `perf record -g` (perf's default clock), every JVM in it writing a
     /// jitdump through perfclock's agent, then add the TIME_CONV record and run `perf inject
@@ -131,7 +135,7 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Doctor { records_per_kind } => doctor::run(records_per_kind),
-        Command::Serve { path } => serve::run(path),
+        Command::Serve { path, once } => serve::run(path, once),
         Command::InjectTimeConv {
             input,
             output,

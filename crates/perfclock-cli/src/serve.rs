@@ -40,10 +40,12 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use perfclock::paravirt::{self, OffsetSource};
 use perfclock::{Clock, Error};
 use perfclock_calib::published::{continue_within, union_bound, BoundModel, Solution};
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::counter;
+use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::shared_page::{
     parse, SharedBound, SharedPageWriter, FILE_BYTES, HEADER_OFFSET, HEARTBEAT_INTERVAL_NS, MAGIC,
 };
@@ -69,9 +71,10 @@ extern "C" fn request_stop(_signal: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-/// Runs the server on `path` (or the default location) until SIGINT or SIGTERM.
-pub(crate) fn run(path: Option<PathBuf>) -> ExitCode {
-    match serve(path) {
+/// Runs the server on `path` (or the default location) until SIGINT or SIGTERM; with `once`,
+/// publishes the paravirt offset and exits.
+pub(crate) fn run(path: Option<PathBuf>, once: bool) -> ExitCode {
+    match serve(path, once) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             errln!("{NAME}: error: {message}");
@@ -80,7 +83,7 @@ pub(crate) fn run(path: Option<PathBuf>) -> ExitCode {
     }
 }
 
-fn serve(path: Option<PathBuf>) -> Result<(), String> {
+fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
     match Clock::open_kernel_only() {
         Ok(_) => {
             errln!(
@@ -107,6 +110,20 @@ fn serve(path: Option<PathBuf>) -> Result<(), String> {
         .to_owned();
     let dir_lock = prepare_dir(&dir)?;
     let boot_id = boot_id()?;
+    if paravirt::disabled_by_environment() {
+        if once {
+            return Err(format!(
+                "--once publishes the paravirt offset, which {}=off disables",
+                paravirt::ENV
+            ));
+        }
+    } else {
+        match publish_paravirt_offset(&dir, boot_id) {
+            Ok(()) => return Ok(()),
+            Err(message) if once => return Err(message),
+            Err(message) => errln!("{NAME}: {message}; serving a calibration instead"),
+        }
+    }
     // SAFETY: both calls have no preconditions.
     let (pid, euid) = unsafe { (libc::getpid(), libc::geteuid()) };
     let existing = reuse_existing(&path, euid)?;
@@ -197,6 +214,77 @@ fn serve(path: Option<PathBuf>) -> Result<(), String> {
     );
     drop(dir_lock);
     Ok(())
+}
+
+/// Kernel-stamped brackets per record kind that cross-check the published offset (taken once).
+const OFFSET_BRACKETS_PER_KIND: usize = 200;
+
+/// On a KVM guest read through paravirt mode: measures `C` (the kernel log, cross-checked
+/// against brackets) and publishes it in `dir` (see `perfclock::shared_page::OFFSET_SYSTEM_PATH`).
+/// `C` is fixed for the boot: there is nothing to refresh afterwards.
+fn publish_paravirt_offset(dir: &Path, boot_id: [u64; 2]) -> Result<(), String> {
+    let measured = paravirt::measure_offset(OFFSET_BRACKETS_PER_KIND)
+        .map_err(|refusal| format!("no paravirt offset to publish: {}", chain(&refusal)))?;
+    let origin = match measured.source {
+        OffsetSource::KernelLog => OffsetOrigin::KernelLog,
+        OffsetSource::Brackets => OffsetOrigin::Brackets,
+        other => {
+            return Err(format!(
+                "no paravirt offset to publish: it came from {other}"
+            ))
+        }
+    };
+    let intersection = measured
+        .intersection
+        .ok_or("no paravirt offset to publish: no bracket intersection checked it")?;
+    let offset = PublishedOffset {
+        boot_id,
+        offset_ns: measured.offset_ns,
+        origin,
+        intersection_ns: (intersection.lo(), intersection.hi()),
+        brackets: intersection.brackets(),
+        writer_pid: std::process::id(),
+    };
+    let mut text = String::new();
+    offset
+        .encode(&mut text)
+        .map_err(|_| "cannot format the offset".to_owned())?;
+    let path = dir.join(OFFSET_FILE_NAME);
+    let (file, temp) = create_temp(dir, &path)?;
+    let written = (|| {
+        use std::io::Write as _;
+        (&file).write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&temp, &path)
+    })();
+    written.map_err(|error| publish_error(&path, &temp, &error))?;
+    errln!(
+        "{NAME}: paravirt mode: published C = {} ns ({}, inside the intersection [{}, {}] ns of \
+         {} kernel-stamped brackets) in {}; clients read it once at init(): nothing to refresh, \
+         exiting",
+        offset.offset_ns,
+        measured.source,
+        offset.intersection_ns.0,
+        offset.intersection_ns.1,
+        offset.brackets,
+        path.display()
+    );
+    Ok(())
+}
+
+/// The published offset's file name, beside the page.
+const OFFSET_FILE_NAME: &str = "pvclock-offset";
+
+/// `error` and each of its causes, separated by `: `.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
 }
 
 struct Server {
@@ -495,6 +583,24 @@ fn create_new(
     path: &Path,
     fill: impl FnOnce(&SharedPageWriter),
 ) -> Result<Mapping, String> {
+    let (file, temp) = create_temp(dir, path)?;
+    let mut page = Box::new(PageBytes([0; FILE_BYTES]));
+    // SAFETY: an aligned FILE_BYTES buffer that lives until its bytes are written below, written
+    // by this one writer and read by no one meanwhile.
+    fill(&unsafe { SharedPageWriter::new(NonNull::from(&mut page.0).cast()) });
+    let result = (|| {
+        use std::io::Write as _;
+        (&file).write_all(&page.0)?;
+        file.sync_all()?;
+        let mapping = Mapping::of(&file)?;
+        std::fs::rename(&temp, path)?;
+        Ok::<_, io::Error>(mapping)
+    })();
+    result.map_err(|error| publish_error(path, &temp, &error))
+}
+
+/// Creates `.NAME.PID.tmp` beside `path` in `dir` (new, mode 0644, never through a link).
+fn create_temp(dir: &Path, path: &Path) -> Result<(File, PathBuf), String> {
     let name = path
         .file_name()
         .ok_or_else(|| format!("{} names no file", path.display()))?;
@@ -521,28 +627,20 @@ fn create_new(
         other => other,
     }
     .map_err(|error| format!("cannot create {}: {error}", temp.display()))?;
-    let mut page = Box::new(PageBytes([0; FILE_BYTES]));
-    // SAFETY: an aligned FILE_BYTES buffer that lives until its bytes are written below, written
-    // by this one writer and read by no one meanwhile.
-    fill(&unsafe { SharedPageWriter::new(NonNull::from(&mut page.0).cast()) });
-    let result = (|| {
-        use std::io::Write as _;
-        file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-        (&file).write_all(&page.0)?;
-        file.sync_all()?;
-        let mapping = Mapping::of(&file)?;
-        std::fs::rename(&temp, path)?;
-        Ok::<_, io::Error>(mapping)
-    })();
-    result.map_err(|error: io::Error| {
-        let _ = std::fs::remove_file(&temp);
-        let hint = if error.raw_os_error() == Some(libc::ENOSPC) {
-            " (the file system is full: free space there or choose another --path)"
-        } else {
-            ""
-        };
-        format!("cannot publish {}: {error}{hint}", path.display())
-    })
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(|error| publish_error(path, &temp, &error))?;
+    Ok((file, temp))
+}
+
+/// Removes `temp` and says why `path` could not be published.
+fn publish_error(path: &Path, temp: &Path, error: &io::Error) -> String {
+    let _ = std::fs::remove_file(temp);
+    let hint = if error.raw_os_error() == Some(libc::ENOSPC) {
+        " (the file system is full: free space there or choose another --path)"
+    } else {
+        ""
+    };
+    format!("cannot publish {}: {error}{hint}", path.display())
 }
 
 #[cfg(test)]

@@ -86,6 +86,8 @@ impl Server {
         let child = Command::new(BIN)
             .args(["serve", "--path"])
             .arg(path)
+            // The calibrated page is under test, not the offset a KVM guest publishes instead.
+            .env("PERFCLOCK_PARAVIRT", "off")
             .stderr(Stdio::inherit())
             .spawn()
             .expect("run perfclock serve");
@@ -759,4 +761,50 @@ fn serve_on_a_full_file_system_fails_cleanly() {
         .filter(|name| name != "filler")
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// On a KVM guest read through paravirt mode, `serve --once` publishes `C` (no page, no
+/// resident process) in a file the client's reader accepts, and plain `serve` does the same and
+/// exits: there is nothing to refresh.
+#[test]
+fn serve_once_publishes_the_paravirt_offset() {
+    const TEST: &str = "serve_once_publishes_the_paravirt_offset";
+    if role().is_some() {
+        return;
+    }
+    if let Err(refusal) = perfclock::paravirt::measure_offset(50) {
+        perfclock_testutil::skip(TEST, perfclock_testutil::Need::ParavirtMode, refusal);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("clock");
+    let offset_path = dir.path().join("pvclock-offset");
+    for args in [&["serve", "--once", "--path"][..], &["serve", "--path"][..]] {
+        let _ = fs::remove_file(&offset_path);
+        let output = Command::new(BIN).args(args).arg(&page).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains("published C = "), "{stderr}");
+        let offset = perfclock::shared_page::probe_published_offset(&offset_path)
+            .unwrap_or_else(|refusal| panic!("{args:?}: the published offset refused: {refusal}"));
+        let (lo, hi) = offset.intersection_ns;
+        assert!(lo <= offset.offset_ns && offset.offset_ns <= hi && offset.brackets > 0);
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names,
+            ["pvclock-offset"],
+            "{args:?}: only the offset is published"
+        );
+    }
+    let disabled = Command::new(BIN)
+        .args(["serve", "--once", "--path"])
+        .arg(&page)
+        .env("PERFCLOCK_PARAVIRT", "off")
+        .output()
+        .unwrap();
+    assert_eq!(disabled.status.code(), Some(1), "{disabled:?}");
+    assert!(String::from_utf8_lossy(&disabled.stderr).contains("PERFCLOCK_PARAVIRT=off"));
 }
