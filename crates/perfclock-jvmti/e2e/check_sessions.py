@@ -4,12 +4,17 @@
 Dumps: each ends with a JIT_CODE_CLOSE record (finished); session 1 (inline=0) has no inlined
 range (a load named `a <- b`), session 2 (defaults) has some: each session took its own options;
 session 2 holds a load of Names.__call__, compiled before it began (replayed).
-Names: every kind of method appears, in the Java form, among the frames `perf script` prints
-and the symbols `perf report` lists; no frame of either is in the JVM form (`Lpkg/Class;name(`).
+Names: every kind of method appears, in the Java form, among the frames `perf script` prints,
+the symbols `perf report` lists and the JIT frames of `samply import`'s profile; no frame of
+any is in the JVM form (`Lpkg/Class;name(`). samply symbolizes in its server, not in the file:
+its frames point at the `jitted-*.so` images `perf inject --jit` wrote, each holding the one
+symbol samply shows (read with `nm`).
 """
 import argparse
+import json
 import re
 import struct
+import subprocess
 import sys
 
 JIT_CODE_LOAD, JIT_CODE_CLOSE = 0, 3
@@ -78,6 +83,40 @@ def check_names(work, problems):
     print(f"  names: {frames} Names frames in perf script")
 
 
+def samply_jit_names(profile_path):
+    """The symbols of the jitted-*.so images the frames of samply's profile point at."""
+    with open(profile_path) as f:
+        profile = json.load(f)
+    libs = profile["libs"]
+    paths = set()
+    for t in profile["threads"]:
+        ft, fn, rt = t["frameTable"], t["funcTable"], t["resourceTable"]
+        for func in ft["func"]:
+            r = fn["resource"][func]
+            if r is not None and r >= 0 and rt["lib"][r] is not None:
+                path = libs[rt["lib"][r]]["path"]
+                if "/jitted-" in path:
+                    paths.add(path)
+    names = []
+    for path in sorted(paths):
+        out = subprocess.run(["nm", path], capture_output=True, text=True, check=True).stdout
+        # `ADDRESS TYPE NAME`, where NAME may hold spaces (inlined chains).
+        names += [line.split(" ", 2)[2] for line in out.splitlines() if line.count(" ") >= 2]
+    return names
+
+
+def check_samply(work, problems):
+    names = samply_jit_names(f"{work}/samply.json")
+    text = "\n".join(names)
+    for kind, pattern in KINDS.items():
+        if not re.search(pattern, text):
+            problems.append(f"samply import: no {kind} frame matching {pattern}")
+    jvm = [n for n in names if JVM_FORM.search(n)]
+    if jvm:
+        problems.append(f"samply import: {len(jvm)} JIT frames in the JVM form, e.g. {jvm[0]}")
+    print(f"  samply import: {len(names)} JIT frames' symbols")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--label", required=True)
@@ -88,6 +127,7 @@ def main():
     print(f"sessions e2e: {args.label}")
     check_dumps(args.work, args.pid, problems)
     check_names(args.work, problems)
+    check_samply(args.work, problems)
     for p in problems:
         print(f"SESSIONS E2E FAIL ({args.label}): {p}", file=sys.stderr)
     if not problems:

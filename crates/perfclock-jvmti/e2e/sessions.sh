@@ -12,9 +12,12 @@
 # after its session ended; session 2 holds methods compiled before it began, and inlined ranges
 # while session 1 holds none) and the names perf report and perf script print for the samples
 # after `perfclock inject-time-conv` and `perf inject --jit` (every kind, in the Java form, and
-# no frame in the JVM form).
+# no frame in the JVM form); the same for the JIT frames of `samply import` of the injected
+# recording.
 #
-# Needs: perf, a JDK (java, javac, jcmd), python3, cargo; root or perf_event_paranoid <= 1.
+# Needs: perf, a JDK (java, javac, jcmd), python3, cargo, samply, nm; root or
+# perf_event_paranoid <= 1. Skipped on stderr without a tool (fatal under
+# PERFCLOCK_REQUIRE_TOOLS=1).
 # Environment: CARGO_TARGET_DIR (default <repo>/target), PERFCLOCK_E2E_DIR (work directory,
 # default a fresh /tmp/perfclock-sessions.*).
 set -euo pipefail
@@ -32,7 +35,7 @@ fail() {
 
 # shellcheck source=scripts/lib/skip.sh
 . "$root/scripts/lib/skip.sh"
-perfclock_need_tools "jvmti sessions.sh" perf java javac jcmd python3 cargo
+perfclock_need_tools "jvmti sessions.sh" perf java javac jcmd python3 cargo samply nm
 
 if [ $# -gt 0 ]; then
     jdks=("$@")
@@ -99,6 +102,8 @@ for jdk in "${jdks[@]}"; do
     HOME="$work/home" perf script -i "$work/jitted.data" -F comm,ip,sym >"$work/script.txt" 2>/dev/null
     HOME="$work/home" perf report -i "$work/jitted.data" --stdio --no-children --sort sym \
         -g none >"$work/report.txt" 2>/dev/null
+    (cd "$work" && HOME="$work/home" samply import -s -n -o samply.json jitted.data >samply.log 2>&1) \
+        || fail "$name: samply import: $(tail -3 "$work/samply.log")"
     python3 "$here/check_sessions.py" --label "$name" --work "$work" --pid "$java_pid" || status=1
 done
 echo "sessions e2e: artifacts in $out"
