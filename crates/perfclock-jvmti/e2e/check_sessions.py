@@ -8,7 +8,8 @@ Names: every kind of method appears, in the Java form, among the frames `perf sc
 the symbols `perf report` lists and the JIT frames of `samply import`'s profile; no frame of
 any is in the JVM form (`Lpkg/Class;name(`). samply symbolizes in its server, not in the file:
 its frames point at the `jitted-*.so` images `perf inject --jit` wrote, each holding the one
-symbol samply shows (read with `nm`).
+symbol samply shows (read with `nm`). `samply record` reads the dump itself and writes its
+names into the profile's strings, checked there.
 """
 import argparse
 import json
@@ -117,6 +118,21 @@ def check_samply(work, problems):
     print(f"  samply import: {len(names)} JIT frames' symbols")
 
 
+def check_samply_record(work, problems):
+    """samply record reads the dump itself and puts the names in each thread's strings."""
+    with open(f"{work}/samply-record.json") as f:
+        profile = json.load(f)
+    names = [s for t in profile["threads"] for s in t["stringArray"]]
+    text = "\n".join(names)
+    for kind, pattern in KINDS.items():
+        if not re.search(pattern, text):
+            problems.append(f"samply record: no {kind} function matching {pattern}")
+    jvm = [n for n in names if JVM_FORM.search(n)]
+    if jvm:
+        problems.append(f"samply record: {len(jvm)} functions in the JVM form, e.g. {jvm[0]}")
+    print(f"  samply record: {len(set(names))} distinct strings")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--label", required=True)
@@ -128,6 +144,7 @@ def main():
     check_dumps(args.work, args.pid, problems)
     check_names(args.work, problems)
     check_samply(args.work, problems)
+    check_samply_record(args.work, problems)
     for p in problems:
         print(f"SESSIONS E2E FAIL ({args.label}): {p}", file=sys.stderr)
     if not problems:

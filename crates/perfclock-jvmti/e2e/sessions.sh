@@ -13,7 +13,7 @@
 # while session 1 holds none) and the names perf report and perf script print for the samples
 # after `perfclock inject-time-conv` and `perf inject --jit` (every kind, in the Java form, and
 # no frame in the JVM form); the same for the JIT frames of `samply import` of the injected
-# recording.
+# recording, and for `samply record` of Names.java under the agent (jitdump_clock=monotonic).
 #
 # Needs: perf, a JDK (java, javac, jcmd), python3, cargo, samply, nm; root or
 # perf_event_paranoid <= 1. Skipped on stderr without a tool (fatal under
@@ -36,6 +36,15 @@ fail() {
 # shellcheck source=scripts/lib/skip.sh
 . "$root/scripts/lib/skip.sh"
 perfclock_need_tools "jvmti sessions.sh" perf java javac jcmd python3 cargo samply nm
+
+# samply record needs perf_event_paranoid <= 1: lowered for the run (as root), restored after.
+paranoid_file=/proc/sys/kernel/perf_event_paranoid
+paranoid=$(cat "$paranoid_file")
+if [ "$paranoid" -gt 1 ]; then
+    [ "$(id -u)" = 0 ] || perfclock_skip perf "jvmti sessions.sh" "samply record needs perf_event_paranoid <= 1 (it is $paranoid) or root"
+    echo 1 >"$paranoid_file"
+    trap 'echo "$paranoid" >"$paranoid_file"' EXIT
+fi
 
 if [ $# -gt 0 ]; then
     jdks=("$@")
@@ -104,6 +113,13 @@ for jdk in "${jdks[@]}"; do
         -g none >"$work/report.txt" 2>/dev/null
     (cd "$work" && HOME="$work/home" samply import -s -n -o samply.json jitted.data >samply.log 2>&1) \
         || fail "$name: samply import: $(tail -3 "$work/samply.log")"
+    # samply record reads the dump itself: its clock must be samply's, CLOCK_MONOTONIC.
+    mkdir -p "$work/samply-dump"
+    (cd "$work" && samply record -s -o samply-record.json -- "$jdk/bin/java" -XX:CompileCommand=quiet \
+        '-XX:CompileCommand=dontinline,Names*::*' \
+        "-agentpath:$agent=jitdump=$work/samply-dump,jitdump_clock=monotonic" \
+        -cp "$work/classes" Names 4 >samply-record.log 2>&1) \
+        || fail "$name: samply record: $(tail -3 "$work/samply-record.log")"
     python3 "$here/check_sessions.py" --label "$name" --work "$work" --pid "$java_pid" || status=1
 done
 echo "sessions e2e: artifacts in $out"
