@@ -10,14 +10,18 @@
 #![allow(unsafe_code)]
 
 use std::fmt;
+use std::path::PathBuf;
 
 #[cfg(feature = "calibrated")]
 use perfclock_calib::pvclock_offset::{bracket_offsets, OffsetError, OffsetIntersection};
 #[cfg(feature = "calibrated")]
 use perfclock_calib::GroundTruth;
+use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::pvclock::{PvclockError, PvclockParams, PvclockReader};
 use perfclock_event::kmsg::{self, KmsgError};
 use perfclock_event::pvclock_page::{self, PvclockPage, PvclockPageError};
+
+use crate::error::Refusal;
 
 /// Brackets of each record kind taken when `C` comes from brackets alone at open: about
 /// 1 ms of bracketing (about 4 us a bracket), for a bound of about 500 ns on this project's guests.
@@ -83,6 +87,14 @@ pub enum ParavirtRefusal {
     Page(PvclockPageError),
     /// The page's entry became unreadable or unusable; `source()` says why.
     Entry(PvclockError),
+    /// A published offset file was refused (its trust checks, format or boot); `source()` says
+    /// why.
+    Published {
+        /// The file.
+        path: PathBuf,
+        /// Why it was refused.
+        refusal: Refusal,
+    },
     /// The kernel log gave no `C`; `source()` says why.
     KernelLog(KmsgError),
     /// Brackets could not be taken or contradict every `C`; `source()` says why.
@@ -110,6 +122,9 @@ impl fmt::Display for ParavirtRefusal {
         match self {
             ParavirtRefusal::Page(_) => f.write_str("no usable pvclock page"),
             ParavirtRefusal::Entry(_) => f.write_str("the pvclock entry is unusable"),
+            ParavirtRefusal::Published { path, .. } => {
+                write!(f, "the published offset {} was refused", path.display())
+            }
             ParavirtRefusal::KernelLog(_) => f.write_str("no offset from the kernel log"),
             #[cfg(feature = "calibrated")]
             ParavirtRefusal::Brackets(_) => f.write_str("no offset from kernel-stamped brackets"),
@@ -141,6 +156,7 @@ impl std::error::Error for ParavirtRefusal {
         match self {
             ParavirtRefusal::Page(error) => Some(error),
             ParavirtRefusal::Entry(error) => Some(error),
+            ParavirtRefusal::Published { refusal, .. } => Some(refusal),
             ParavirtRefusal::KernelLog(error) => Some(error),
             #[cfg(feature = "calibrated")]
             ParavirtRefusal::Brackets(error) => Some(error),
@@ -155,6 +171,8 @@ pub struct ParavirtClock {
     page: PvclockPage,
     reader: PvclockReader,
     measured: MeasuredOffset,
+    /// The published file `C` came from, if it did.
+    published: Option<PublishedOffset>,
     refused: Vec<ParavirtRefusal>,
 }
 
@@ -172,6 +190,12 @@ impl ParavirtClock {
     /// `C`, where it came from, and the brackets it was checked against.
     pub fn offset(&self) -> &MeasuredOffset {
         &self.measured
+    }
+
+    /// The published offset `C` came from (its origin, the intersection that checked it, the
+    /// writer), when it came from one.
+    pub fn published(&self) -> Option<&PublishedOffset> {
+        self.published.as_ref()
     }
 
     /// The sources of `C` tried first and refused, in order.
@@ -193,7 +217,21 @@ impl ParavirtClock {
     /// Every refusal, in the order tried.
     pub(crate) fn open() -> Result<ParavirtClock, Vec<ParavirtRefusal>> {
         let (page, reader) = find_page().map_err(|refusal| vec![refusal])?;
-        let mut refused = Vec::new();
+        // Root's file first: its publisher cross-checked `C` once for the boot.
+        let (published, refusals) = crate::shared_page::open_published_offset();
+        let mut refused: Vec<ParavirtRefusal> = refusals
+            .into_iter()
+            .map(|(path, refusal)| ParavirtRefusal::Published { path, refusal })
+            .collect();
+        if let Some(published) = published {
+            return Ok(ParavirtClock {
+                page,
+                reader,
+                measured: measured_from_published(&published),
+                published: Some(published),
+                refused,
+            });
+        }
         let from_log = kmsg::read_offset()
             .map_err(ParavirtRefusal::KernelLog)
             .and_then(|offset_ns| {
@@ -221,8 +259,24 @@ impl ParavirtClock {
             page,
             reader,
             measured,
+            published: None,
             refused,
         })
+    }
+}
+
+/// `C` as a published file gives it: bound 0 when its publisher took it from the kernel log
+/// (and checked it against brackets), the brackets' own bound otherwise.
+fn measured_from_published(published: &PublishedOffset) -> MeasuredOffset {
+    MeasuredOffset {
+        offset_ns: published.offset_ns,
+        source: OffsetSource::Published,
+        bound_ns: match published.origin {
+            OffsetOrigin::KernelLog => 0,
+            OffsetOrigin::Brackets => published.bracket_bound_ns(),
+        },
+        #[cfg(feature = "calibrated")]
+        intersection: None,
     }
 }
 

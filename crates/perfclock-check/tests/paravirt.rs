@@ -251,3 +251,86 @@ fn nobody_child(test: &str) {
     assert_eq!(report.violations(), 0, "{report}");
     println!("PARAVIRT-NOBODY-OK bound {bound}");
 }
+
+const PUBLISHED_ROLE: &str = "PERFCLOCK_PARAVIRT_TEST_PUBLISHED";
+
+/// A published offset (written here as `perfclock serve --once` writes it, from the kernel log
+/// cross-checked against brackets) is what a fresh process opens with: bound 0, no kernel log
+/// read, and its readings hold against kernel stamps.
+#[test]
+fn published_offset_opens_with_bound_0_and_holds() {
+    use perfclock_core::published_offset::{parse_boot_id, OffsetOrigin, PublishedOffset};
+    let test = "published_offset_opens_with_bound_0_and_holds";
+    if std::env::var_os(PUBLISHED_ROLE).is_some() {
+        return published_child(test);
+    }
+    let measured = match perfclock::paravirt::measure_offset(100) {
+        Ok(measured) => measured,
+        Err(refusal) => {
+            skip(test, Need::ParavirtMode, refusal);
+            return;
+        }
+    };
+    let intersection = measured
+        .intersection
+        .expect("the log's C was cross-checked");
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let published = PublishedOffset {
+        boot_id: parse_boot_id(&boot_id).expect("a boot id"),
+        offset_ns: measured.offset_ns,
+        origin: OffsetOrigin::KernelLog,
+        intersection_ns: (intersection.lo(), intersection.hi()),
+        brackets: intersection.brackets(),
+        writer_pid: std::process::id(),
+    };
+    let mut text = String::new();
+    published.encode(&mut text).unwrap();
+    let dir = tempfile_dir();
+    let path = dir.join("pvclock-offset");
+    std::fs::write(&path, text).unwrap();
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads", "1"])
+        .env(PUBLISHED_ROLE, "1")
+        .env("PERFCLOCK_PUBLISHED_OFFSET", &path)
+        .output()
+        .expect("child");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    print!("{stdout}");
+    if child_skipped(output.status, &stderr) {
+        return;
+    }
+    assert!(output.status.success(), "child failed: {stderr}");
+    assert!(
+        stdout.contains(&format!("PUBLISHED-OK C {}", measured.offset_ns)),
+        "{stdout}"
+    );
+}
+
+/// A directory only this user can write (the published file's trust checks want one).
+fn tempfile_dir() -> std::path::PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(format!("perfclock-published-{}", std::process::id()));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    dir
+}
+
+fn published_child(test: &str) {
+    let clock = match Options::default().open() {
+        Ok(clock) => clock,
+        Err(error) => skip_child(test, Need::Perf, error),
+    };
+    let paravirt = clock.paravirt().expect("paravirt mode");
+    assert_eq!(
+        paravirt.offset().source,
+        OffsetSource::Published,
+        "{paravirt:?}"
+    );
+    assert!(paravirt.published().is_some());
+    assert_eq!(clock.error_bound_ns(), 0);
+    let report = verify(&clock, 600).expect("kernel stamps");
+    print!("{report}");
+    assert_eq!(report.violations(), 0, "{report}");
+    println!("PUBLISHED-OK C {}", paravirt.offset().offset_ns);
+}

@@ -119,6 +119,17 @@ fn describe_paravirt(clock: &Clock) {
     if let Some(intersection) = offset.intersection {
         outln!("kernel-stamped brackets' intersection: {intersection}");
     }
+    if let Some(published) = paravirt.published() {
+        outln!(
+            "published by pid {} from {}, checked against {} kernel-stamped brackets: \
+             intersection [{}, {}] ns",
+            published.writer_pid,
+            published.origin.as_str(),
+            published.brackets,
+            published.intersection_ns.0,
+            published.intersection_ns.1
+        );
+    }
     for refusal in paravirt.refused() {
         outln!("offset source refused first: {}", error_chain(refusal));
     }

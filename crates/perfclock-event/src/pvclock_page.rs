@@ -356,11 +356,33 @@ fn probe_candidate(candidate: Candidate, vcpus: &[usize]) -> Result<PvclockPage,
     Err(last)
 }
 
+/// The text of a procfs or sysfs file. Read in large chunks from the start: procfs files report
+/// size 0, so `read_to_string` would begin with 32-byte reads, and `/proc/self/maps` walks the
+/// mappings again for every read.
 fn read_text(path: &'static str) -> Result<String, PvclockPageError> {
-    std::fs::read_to_string(path).map_err(|error| PvclockPageError::Unreadable {
+    let unreadable = |error: io::Error| PvclockPageError::Unreadable {
         path,
         errno: error.raw_os_error().unwrap_or(0),
-    })
+    };
+    let mut file = File::open(path).map_err(unreadable)?;
+    let mut bytes = Vec::with_capacity(16 * 1024);
+    loop {
+        if bytes.len() == bytes.capacity() {
+            bytes.reserve(bytes.capacity());
+        }
+        let start = bytes.len();
+        bytes.resize(bytes.capacity(), 0);
+        match file.read(&mut bytes[start..]) {
+            Ok(0) => {
+                bytes.truncate(start);
+                break;
+            }
+            Ok(n) => bytes.truncate(start + n),
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => bytes.truncate(start),
+            Err(error) => return Err(unreadable(error)),
+        }
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// A copy of the page at `candidate`, made by the kernel (`write` into a pipe, read back), so
