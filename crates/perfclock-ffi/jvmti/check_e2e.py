@@ -15,7 +15,7 @@ Definitions
     only the code of Workload$PhaseA, $PhaseB, $PhaseC respectively (Workload.java), so the
     class of every compiled frame they execute is known without asking perf.
   in JIT-compiled code: a phase sample whose leaf ip lies inside the code range of some
-    compiled-method load in the jitdump (a CODE_LOAD whose name is a Java method, `Lclass;name(`),
+    compiled-method load in the jitdump (a CODE_LOAD whose name is a Java method, `class.name(`),
     of any method at any time. Timestamps play no part here, so a wrong clock cannot move a sample
     out of the denominator. Interpreter and stub samples (DynamicCodeGenerated loads) are not in it.
   attributed right: perf script names the leaf of such a sample with a method of the thread's
@@ -40,7 +40,9 @@ import sys
 
 PHASE_THREADS = {"phaseA": "Workload$PhaseA", "phaseB": "Workload$PhaseB",
                  "phaseC": "Workload$PhaseC"}
-JAVA_METHOD = re.compile(r"^L[^;]+;[^(;]+\(")
+# A Java method in either of the agent's forms: `Lpkg/Class;name(` (names=jvm) or
+# `pkg.Class.name(` (names=java, the default); stub names hold spaces or no `(`.
+JAVA_METHOD = re.compile(r"^(L[^;]+;[^(;]+\(|[\w$/.]+\.[\w$<>]+\()")
 # comm pid/tid secs.nanos: ip sym (dso); comm may hold spaces, a Java symbol holds parentheses.
 SAMPLE = re.compile(r"^\s*(.*?)\s+(\d+)/(\d+)\s+(\d+)\.(\d{9}):\s+([0-9a-f]+)\s+(.*?)\s+\(([^()]*)\)\s*$")
 MIN_JIT_SAMPLES = 2000
