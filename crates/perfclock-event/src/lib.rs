@@ -30,8 +30,9 @@
 //! Unsafe code is denied at the root and allowed only in [`event`](PerfEvent) (the system
 //! calls), the mapping module (owned mappings), the ring reader (loads from kernel-written
 //! memory), [`shared_file`] (`openat`, `fstatat`, `unlinkat`) and [`sys`] (`sysconf`, `gettid`,
-//! `clock_gettime`, the marker `mmap`) and [`peer`] (thread credentials, pidfds, a UNIX
-//! socket `connect`); each says why at its top.
+//! `clock_gettime`, the marker `mmap`), [`peer`] (thread credentials, pidfds, a UNIX
+//! socket `connect`) and [`sealed_page`] (`memfd_create`, seals, `SCM_RIGHTS`); each says why at
+//! its top.
 #![deny(unsafe_code)]
 
 mod attr;
@@ -42,6 +43,7 @@ pub mod kmsg;
 pub mod peer;
 pub mod pvclock_page;
 pub mod record;
+pub mod sealed_page;
 mod ring;
 pub mod shared_file;
 pub mod sys;
