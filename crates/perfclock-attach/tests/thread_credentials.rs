@@ -15,6 +15,11 @@ fn a_thread_becomes_another_user_without_roots_groups() {
         );
         return;
     }
+    // Root's group as a supplementary group, as a root login has it (glibc's wrapper: every
+    // thread of this test process). The thread below must drop it.
+    let groups: [libc::gid_t; 1] = [0];
+    // SAFETY: setgroups reads `groups.len()` ids from a live local array.
+    assert_eq!(unsafe { libc::setgroups(groups.len(), groups.as_ptr()) }, 0);
     let status = std::thread::spawn(|| {
         peer::become_user_on_this_thread(65534, 65534).unwrap();
         std::fs::read_to_string("/proc/thread-self/status").unwrap()
@@ -37,4 +42,6 @@ fn a_thread_becomes_another_user_without_roots_groups() {
     assert_eq!(field("CapPrm:"), ["0000000000000000"]);
     // The rest of the process is untouched.
     assert_eq!((peer::effective_uid(), peer::effective_gid()), (0, 0));
+    let ours = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    assert!(ours.contains("\nGroups:\t0 \n"), "{ours}");
 }
