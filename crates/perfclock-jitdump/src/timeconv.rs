@@ -184,6 +184,59 @@ const KEYS: [&str; 12] = [
     "written_counter",
 ];
 
+/// The values of a record's lines, by [`KEYS`] slot, and its `clock` line's value; lines of
+/// other keys are skipped.
+fn fields(text: &str) -> Result<([Option<&str>; KEYS.len()], Option<&str>), TimeConvError> {
+    // Lines end at '\n' only: `str::lines` would also drop a '\r' before it, so a value ending
+    // in '\r' would lose one at every rewrite (found by the fuzz target).
+    let mut lines = text.split('\n');
+    let first_line = lines.next().unwrap_or("");
+    if first_line != MAGIC_LINE {
+        return Err(TimeConvError::NotARecord {
+            first_line: first_line.to_owned(),
+        });
+    }
+    let mut values: [Option<&str>; KEYS.len()] = [None; KEYS.len()];
+    let mut clock = None;
+    for (index, line) in lines.enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .ok_or(TimeConvError::MalformedLine { line: index + 2 })?;
+        if key == "clock" {
+            if clock.replace(value).is_some() {
+                return Err(TimeConvError::DuplicateKey("clock"));
+            }
+            continue;
+        }
+        let Some(slot) = KEYS.iter().position(|known| *known == key) else {
+            continue;
+        };
+        if values[slot].replace(value).is_some() {
+            return Err(TimeConvError::DuplicateKey(KEYS[slot]));
+        }
+    }
+    Ok((values, clock))
+}
+
+/// The choice `value` names among `choices`.
+fn one_of<T: Copy>(
+    key: &'static str,
+    value: &str,
+    choices: &[(&str, T)],
+) -> Result<T, TimeConvError> {
+    choices
+        .iter()
+        .find(|(name, _)| *name == value)
+        .map(|(_, choice)| *choice)
+        .ok_or_else(|| TimeConvError::InvalidValue {
+            key,
+            value: value.to_owned(),
+        })
+}
+
 fn number<T: std::str::FromStr>(key: &'static str, value: &str) -> Result<T, TimeConvError> {
     // `from_str` accepts a leading '+'; the format is plain decimal digits.
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
@@ -205,37 +258,7 @@ impl TimeConvRecord {
     /// [`TimeConvError`] for a wrong first line, a line that is not `key=value`, a missing,
     /// duplicate or unparsable key, or a conversion no kernel would publish.
     pub fn parse(text: &str) -> Result<Self, TimeConvError> {
-        // Lines end at '\n' only: `str::lines` would also drop a '\r' before it, so a value
-        // ending in '\r' would lose one at every rewrite (found by the fuzz target).
-        let mut lines = text.split('\n');
-        let first_line = lines.next().unwrap_or("");
-        if first_line != MAGIC_LINE {
-            return Err(TimeConvError::NotARecord {
-                first_line: first_line.to_owned(),
-            });
-        }
-        let mut values: [Option<&str>; KEYS.len()] = [None; KEYS.len()];
-        let mut clock = None;
-        for (index, line) in lines.enumerate() {
-            if line.is_empty() {
-                continue;
-            }
-            let (key, value) = line
-                .split_once('=')
-                .ok_or(TimeConvError::MalformedLine { line: index + 2 })?;
-            if key == "clock" {
-                if clock.replace(value).is_some() {
-                    return Err(TimeConvError::DuplicateKey("clock"));
-                }
-                continue;
-            }
-            let Some(slot) = KEYS.iter().position(|known| *known == key) else {
-                continue;
-            };
-            if values[slot].replace(value).is_some() {
-                return Err(TimeConvError::DuplicateKey(KEYS[slot]));
-            }
-        }
+        let (values, clock) = fields(text)?;
         // Every key asked for is one of KEYS; one that is not would read as missing.
         let get = |key: &'static str| {
             KEYS.iter()
@@ -244,26 +267,19 @@ impl TimeConvRecord {
                 .and_then(|(_, value)| value)
                 .ok_or(TimeConvError::MissingKey(key))
         };
-        let mode = match get("mode")? {
-            "kernel" => TimeConvMode::Kernel,
-            "calibrated" => TimeConvMode::Calibrated,
-            other => {
-                return Err(TimeConvError::InvalidValue {
-                    key: "mode",
-                    value: other.to_owned(),
-                })
-            }
-        };
-        let short = match get("cap_user_time_short")? {
-            "0" => false,
-            "1" => true,
-            other => {
-                return Err(TimeConvError::InvalidValue {
-                    key: "cap_user_time_short",
-                    value: other.to_owned(),
-                })
-            }
-        };
+        let mode = one_of(
+            "mode",
+            get("mode")?,
+            &[
+                ("kernel", TimeConvMode::Kernel),
+                ("calibrated", TimeConvMode::Calibrated),
+            ],
+        )?;
+        let short = one_of(
+            "cap_user_time_short",
+            get("cap_user_time_short")?,
+            &[("0", false), ("1", true)],
+        )?;
         let mult = number("time_mult", get("time_mult")?)?;
         let shift = number("time_shift", get("time_shift")?)?;
         let zero = number("time_zero", get("time_zero")?)?;

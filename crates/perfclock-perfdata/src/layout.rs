@@ -76,80 +76,118 @@ pub fn read_layout<R: Read + Seek>(reader: &mut R) -> Result<Layout, PerfDataErr
     let file_len = reader.seek(SeekFrom::End(0))?;
     reader.seek(SeekFrom::Start(0))?;
     let header = FileHeader::read(reader, file_len)?;
-    let FileHeader {
-        attr_size,
-        attrs,
-        data,
-        event_types,
-        features,
-    } = header;
-    if features.contains(Feature::DIR_FORMAT) {
+    if header.features.contains(Feature::DIR_FORMAT) {
         return Err(PerfDataError::DirFormat);
     }
-    if features.contains(Feature::AUXTRACE) {
+    if header.features.contains(Feature::AUXTRACE) {
         return Err(PerfDataError::Auxtrace);
     }
+    let bounds = Bounds::of(&header, file_len)?;
+    bounds.outside_data("attribute section", header.attrs)?;
+    bounds.outside_data("event type section", header.event_types)?;
+    let mut offset_fields = vec![
+        OffsetField {
+            position: at::ATTRS as u64,
+            section: header.attrs,
+        },
+        OffsetField {
+            position: at::EVENT_TYPES as u64,
+            section: header.event_types,
+        },
+    ];
+    let clockid = read_attrs(reader, &header, &bounds, &mut offset_fields)?;
+    let feature_sections = read_feature_table(reader, &header, &bounds, &mut offset_fields)?;
+    check_fields_apart(&offset_fields)?;
+    Ok(Layout {
+        file_len,
+        header,
+        data: header.data,
+        feature_table: bounds.feature_table,
+        feature_sections,
+        clockid,
+        offset_fields,
+    })
+}
 
-    let data_end = data.end().ok_or(PerfDataError::OffsetOverflow)?;
-    let within_file = |what: &str, section: Section| match section.end() {
-        Some(end) if end <= file_len => Ok(()),
-        _ => Err(PerfDataError::OutOfFile {
-            what: what.to_owned(),
-            offset: section.offset,
-            size: section.size,
+/// Where sections may lie: inside the file, and wholly before the data or wholly after the
+/// feature table.
+struct Bounds {
+    file_len: u64,
+    data: Section,
+    feature_table: Section,
+}
+
+impl Bounds {
+    /// The data section and the feature table of `header`, checked to lie inside the file.
+    fn of(header: &FileHeader, file_len: u64) -> Result<Bounds, PerfDataError> {
+        let data = header.data;
+        let data_end = data.end().ok_or(PerfDataError::OffsetOverflow)?;
+        let bounds = Bounds {
             file_len,
-        }),
-    };
-    within_file("data section", data)?;
-    // perf record writes a header with no data and no features first, and the real one when
-    // it finishes.
-    if data.size == 0 && features.is_empty() && file_len > data.offset {
-        return Err(PerfDataError::Unfinished {
-            trailing: file_len - data.offset,
-        });
+            data,
+            feature_table: Section {
+                offset: data_end,
+                size: SECTION_SIZE * header.features.len() as u64,
+            },
+        };
+        bounds.within_file("data section", data)?;
+        // perf record writes a header with no data and no features first, and the real one
+        // when it finishes.
+        if data.size == 0 && header.features.is_empty() && file_len > data.offset {
+            return Err(PerfDataError::Unfinished {
+                trailing: file_len - data.offset,
+            });
+        }
+        if data.offset < FILE_HEADER_SIZE {
+            return Err(PerfDataError::InsideData {
+                what: "header".to_owned(),
+            });
+        }
+        bounds.within_file("feature section table", bounds.feature_table)?;
+        Ok(bounds)
     }
-    if data.offset < FILE_HEADER_SIZE {
-        return Err(PerfDataError::InsideData {
-            what: "header".to_owned(),
-        });
+
+    fn within_file(&self, what: &str, section: Section) -> Result<(), PerfDataError> {
+        match section.end() {
+            Some(end) if end <= self.file_len => Ok(()),
+            _ => Err(PerfDataError::OutOfFile {
+                what: what.to_owned(),
+                offset: section.offset,
+                size: section.size,
+                file_len: self.file_len,
+            }),
+        }
     }
-    let feature_table = Section {
-        offset: data_end,
-        size: SECTION_SIZE * features.len() as u64,
-    };
-    within_file("feature section table", feature_table)?;
-    let table_end = data_end + feature_table.size;
-    // A metadata section must lie wholly before the data or wholly after the feature table:
-    // it is moved with what it follows or not at all, and never cut by an insertion. Empty
-    // sections are never read, only moved if after an insertion.
-    let outside_data = |what: &str, section: Section| {
+
+    /// A metadata section must lie wholly before the data or wholly after the feature table:
+    /// it is moved with what it follows or not at all, and never cut by an insertion. Empty
+    /// sections are never read, only moved if after an insertion.
+    fn outside_data(&self, what: &str, section: Section) -> Result<(), PerfDataError> {
         if section.size == 0 {
             return Ok(());
         }
-        within_file(what, section)?;
+        self.within_file(what, section)?;
         let end = section.offset + section.size;
-        if end <= data.offset || section.offset >= table_end {
+        let table_end = self.feature_table.offset + self.feature_table.size;
+        if end <= self.data.offset || section.offset >= table_end {
             Ok(())
         } else {
             Err(PerfDataError::InsideData {
                 what: what.to_owned(),
             })
         }
-    };
-    outside_data("attribute section", attrs)?;
-    outside_data("event type section", event_types)?;
+    }
+}
 
-    let mut offset_fields = vec![
-        OffsetField {
-            position: at::ATTRS as u64,
-            section: attrs,
-        },
-        OffsetField {
-            position: at::EVENT_TYPES as u64,
-            section: event_types,
-        },
-    ];
-
+/// Reads and checks the attribute entries, adding their ID sections to `offset_fields`;
+/// returns the clock of the first event opened with `use_clockid`.
+fn read_attrs<R: Read + Seek>(
+    reader: &mut R,
+    header: &FileHeader,
+    bounds: &Bounds,
+    offset_fields: &mut Vec<OffsetField>,
+) -> Result<Option<i32>, PerfDataError> {
+    let (attrs, attr_size) = (header.attrs, header.attr_size);
     if !(ATTR_SIZE_VER0 + SECTION_SIZE..=MAX_ATTR_SIZE).contains(&attr_size) || attr_size % 8 != 0 {
         return Err(PerfDataError::AttrSize(attr_size));
     }
@@ -182,30 +220,42 @@ pub fn read_layout<R: Read + Seek>(reader: &mut R) -> Result<Layout, PerfDataErr
                 -1
             });
         }
-        let ids_at = own_size as usize;
-        let ids = Section::parse(&entry[ids_at..]);
-        outside_data(&format!("ID section of event attribute {index}"), ids)?;
+        let ids = Section::parse(&entry[own_size as usize..]);
+        bounds.outside_data(&format!("ID section of event attribute {index}"), ids)?;
         offset_fields.push(OffsetField {
             position: attrs.offset + index * attr_size + own_size,
             section: ids,
         });
     }
+    Ok(clockid)
+}
 
-    reader.seek(SeekFrom::Start(feature_table.offset))?;
+/// Reads the feature table, adding each feature's section to `offset_fields`.
+fn read_feature_table<R: Read + Seek>(
+    reader: &mut R,
+    header: &FileHeader,
+    bounds: &Bounds,
+    offset_fields: &mut Vec<OffsetField>,
+) -> Result<Vec<(Feature, Section)>, PerfDataError> {
+    reader.seek(SeekFrom::Start(bounds.feature_table.offset))?;
     let mut table_entry = [0u8; SECTION_SIZE as usize];
-    let mut feature_sections = Vec::with_capacity(features.len());
-    for (index, feature) in features.iter().enumerate() {
+    let mut feature_sections = Vec::with_capacity(header.features.len());
+    for (index, feature) in header.features.iter().enumerate() {
         reader.read_exact(&mut table_entry)?;
         let section = Section::parse(&table_entry);
-        outside_data(&format!("{feature} section"), section)?;
+        bounds.outside_data(&format!("{feature} section"), section)?;
         offset_fields.push(OffsetField {
-            position: feature_table.offset + SECTION_SIZE * index as u64,
+            position: bounds.feature_table.offset + SECTION_SIZE * index as u64,
             section,
         });
         feature_sections.push((feature, section));
     }
-    // The copy rewrites offset fields in one pass, in file order: no two section descriptors
-    // (offset, size) may overlap, or one rewrite would change another descriptor.
+    Ok(feature_sections)
+}
+
+/// The copy rewrites offset fields in one pass, in file order: no two section descriptors
+/// (offset, size) may overlap, or one rewrite would change another descriptor.
+fn check_fields_apart(offset_fields: &[OffsetField]) -> Result<(), PerfDataError> {
     let mut descriptors: Vec<u64> = offset_fields.iter().map(|field| field.position).collect();
     descriptors.push(at::DATA as u64);
     descriptors.sort_unstable();
@@ -215,13 +265,5 @@ pub fn read_layout<R: Read + Seek>(reader: &mut R) -> Result<Layout, PerfDataErr
     {
         return Err(PerfDataError::OverlappingFields);
     }
-    Ok(Layout {
-        file_len,
-        header,
-        data,
-        feature_table,
-        feature_sections,
-        clockid,
-        offset_fields,
-    })
+    Ok(())
 }

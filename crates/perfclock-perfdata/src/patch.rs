@@ -151,16 +151,28 @@ impl<'a> Patch<'a> {
                 Edit::Insert(Cow::Borrowed(&contents[..])),
             ));
         }
+        edits.extend(self.field_edits(moved)?);
+        edits.sort_by_key(|(at, rank, _)| (*at, *rank));
+        Ok(edits)
+    }
+
+    /// The header's data size and feature bits, and every offset field `moved` changes, as
+    /// overwrites (rank 3: after any insertion at the same position).
+    fn field_edits(
+        &self,
+        moved: impl Fn(u64) -> Result<u64, PerfDataError>,
+    ) -> Result<Vec<(u64, u8, Edit<'_>)>, PerfDataError> {
+        let layout = self.layout;
         let data_size = layout
             .data
             .size
             .checked_add(self.records.len() as u64)
             .ok_or(PerfDataError::OffsetOverflow)?;
-        edits.push((
+        let mut edits = vec![(
             at::DATA_SIZE as u64,
             3,
             Edit::Overwrite(data_size.to_le_bytes().to_vec()),
-        ));
+        )];
         if !self.features.is_empty() {
             let mut features = layout.features();
             for (feature, _) in &self.features {
@@ -183,7 +195,6 @@ impl<'a> Patch<'a> {
                 ));
             }
         }
-        edits.sort_by_key(|(at, rank, _)| (*at, *rank));
         Ok(edits)
     }
 

@@ -117,19 +117,7 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
     let mut body = Vec::new();
     let mut decompressed: Option<crate::decompress::Decompressed> = None;
     while offset < data_end {
-        if data_end - offset < RECORD_HEADER_SIZE as u64 {
-            return Err(PerfDataError::RecordPastData { offset });
-        }
-        let mut header = [0u8; RECORD_HEADER_SIZE];
-        reader.read_exact(&mut header)?;
-        let RecordHeader { kind, size, .. } = RecordHeader::parse(header);
-        let size = u64::from(size);
-        if size < RECORD_HEADER_SIZE as u64 {
-            return Err(PerfDataError::RecordTooSmall { offset, size });
-        }
-        if size > data_end - offset {
-            return Err(PerfDataError::RecordPastData { offset });
-        }
+        let (kind, size) = read_record_header(&mut reader, offset, data_end)?;
         let body_len = (size - RECORD_HEADER_SIZE as u64) as usize;
         let mut extra = 0u64;
         match kind {
@@ -141,22 +129,7 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
             RecordType::COMPRESSED | RecordType::COMPRESSED2 => {
                 body.resize(body_len, 0);
                 reader.read_exact(&mut body)?;
-                // COMPRESSED2 says how much of its body is data (the rest is padding).
-                let compressed = if kind == RecordType::COMPRESSED {
-                    &body[..]
-                } else {
-                    match body.get(..8).map(|field| u64_at(field, 0)) {
-                        Some(data_size) if data_size <= body_len as u64 - 8 => {
-                            &body[8..8 + data_size as usize]
-                        }
-                        _ => {
-                            return Err(PerfDataError::Compressed {
-                                offset,
-                                reason: "its data size exceeds the record".to_owned(),
-                            })
-                        }
-                    }
-                };
+                let compressed = compressed_data(kind, &body, offset)?;
                 let decompressor = match &mut decompressed {
                     Some(decompressor) => decompressor,
                     empty => empty.insert(crate::decompress::Decompressed::new(offset)?),
@@ -194,4 +167,43 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
         decompressor.finish(offset)?;
     }
     Ok(inspector.scan)
+}
+
+/// The kind and size of the record at `offset`, checked to lie inside the data section.
+fn read_record_header<R: Read>(
+    reader: &mut R,
+    offset: u64,
+    data_end: u64,
+) -> Result<(RecordType, u64), PerfDataError> {
+    if data_end - offset < RECORD_HEADER_SIZE as u64 {
+        return Err(PerfDataError::RecordPastData { offset });
+    }
+    let mut header = [0u8; RECORD_HEADER_SIZE];
+    reader.read_exact(&mut header)?;
+    let RecordHeader { kind, size, .. } = RecordHeader::parse(header);
+    let size = u64::from(size);
+    if size < RECORD_HEADER_SIZE as u64 {
+        return Err(PerfDataError::RecordTooSmall { offset, size });
+    }
+    if size > data_end - offset {
+        return Err(PerfDataError::RecordPastData { offset });
+    }
+    Ok((kind, size))
+}
+
+/// The zstd data of a compressed record's `body`: all of it for COMPRESSED; for COMPRESSED2
+/// the part its first field says is data (the rest is padding).
+fn compressed_data(kind: RecordType, body: &[u8], offset: u64) -> Result<&[u8], PerfDataError> {
+    if kind == RecordType::COMPRESSED {
+        return Ok(body);
+    }
+    match body.get(..8).map(|field| u64_at(field, 0)) {
+        Some(data_size) if data_size <= body.len() as u64 - 8 => {
+            Ok(&body[8..8 + data_size as usize])
+        }
+        _ => Err(PerfDataError::Compressed {
+            offset,
+            reason: "its data size exceeds the record".to_owned(),
+        }),
+    }
 }

@@ -153,10 +153,10 @@ impl Synth {
     }
 }
 
-/// u64 at `at`, little-endian.
+/// u64 at `at`, little-endian: the reader's own, for tests that check fields of what they built.
 ///
 /// # Panics
 /// If `bytes` is shorter than `at + 8`.
 pub fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+    crate::section::u64_at(bytes, at)
 }
