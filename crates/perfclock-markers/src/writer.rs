@@ -97,11 +97,12 @@ fn new_buffer() -> Mutex<Vec<u8>> {
 }
 
 impl Markers {
-    /// Creates `dir/marker-<pid>.txt` and maps it executable, so a `perf record`
-    /// running now or started later records the mapping samply looks for. Writers opened on the
-    /// same directory in one process share the file. The file is created exclusively: never
-    /// through a link or into a file another user prepared; a stale file of an earlier process
-    /// with this pid is replaced only if it is a regular file of this user.
+    /// Creates `dir/marker-<pid>.txt` and maps it executable, so a `perf record` running now or
+    /// started later records the mapping samply looks for. Writers opened on the same directory
+    /// in one process share the file, whatever name reached the directory (a symlink, a bind
+    /// mount). The file is created exclusively: never through a link or into a file another
+    /// user prepared; a stale file of an earlier process with this pid is replaced only if it is
+    /// a regular file of this user.
     ///
     /// # Errors
     /// [`MarkerError::Create`] if `dir` is missing or not writable, [`MarkerError::NameTaken`] if
