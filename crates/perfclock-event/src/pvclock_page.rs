@@ -8,7 +8,9 @@
 //! - [`VvarLayout::VvarPage`]: a page of the `[vvar]` mapping: the second on kernels 4.x to
 //!   6.12 (vvar page, pvclock page, hvclock page, time namespace page), the third in the layout
 //!   between those and `[vvar_vclock]` (vvar page, time namespace page, pvclock page, hvclock
-//!   page). Each candidate is probed and validated; the first that passes is used.
+//!   page). Each candidate is probed and validated; the first that passes is used. The page two
+//!   below the vDSO ([`VvarLayout::BelowVdso`], `[vvar_vclock]`'s first where it exists) is
+//!   tried before reading `/proc/self/maps` at all.
 //!
 //! The kernel populates that page only if kvm-clock's vDSO mode was ever in use; otherwise its
 //! fault handler raises SIGBUS. So the page is never touched before a probe that cannot fault:
@@ -21,7 +23,7 @@
 //! # Safety
 //! The probe passes the page's address to `write(2)`, which reads it in the kernel (where a
 //! missing page is an `EFAULT`, not a signal); the pipe's two descriptors are owned here and
-//! closed on every path.
+//! closed on every path. `getauxval` reads the saved auxiliary vector.
 #![allow(unsafe_code)]
 
 use std::fmt;
@@ -46,6 +48,9 @@ const PROBE_ATTEMPTS: u32 = 8;
 pub enum VvarLayout {
     /// The first page of `[vvar_vclock]` (recent kernels: 6.18 here).
     VvarVclock,
+    /// Two pages below the vDSO, found without `/proc/self/maps`: `[vvar_vclock]`'s first
+    /// page on the kernels that have that mapping.
+    BelowVdso,
     /// Page `index` of `[vvar]` (1 on kernels 4.x to 6.12, 2 in the layout after them).
     VvarPage {
         /// The page's index in the mapping.
@@ -57,6 +62,9 @@ impl fmt::Display for VvarLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             VvarLayout::VvarVclock => f.write_str("first page of [vvar_vclock]"),
+            VvarLayout::BelowVdso => {
+                f.write_str("page two below the vDSO (first page of [vvar_vclock])")
+            }
             VvarLayout::VvarPage { index } => write!(f, "page {index} of [vvar]"),
         }
     }
@@ -318,9 +326,16 @@ pub fn find() -> Result<PvclockPage, PvclockPageError> {
     if !cfg!(target_arch = "x86_64") {
         return Err(PvclockPageError::NoVvar);
     }
-    let maps = read_text("/proc/self/maps")?;
     let online = read_text("/sys/devices/system/cpu/online")?;
     let vcpus = parse_cpu_list(&online).unwrap_or_else(|| vec![0]);
+    // Where recent kernels put it, found without reading /proc/self/maps (which costs more than
+    // the rest of opening together); the maps' names otherwise.
+    if let Some(candidate) = below_vdso() {
+        if let Ok(page) = probe_candidate(candidate, &vcpus) {
+            return Ok(page);
+        }
+    }
+    let maps = read_text("/proc/self/maps")?;
     let mut first_error = None;
     for candidate in candidates(&maps) {
         match probe_candidate(candidate, &vcpus) {
@@ -331,6 +346,23 @@ pub fn find() -> Result<PvclockPage, PvclockPageError> {
         }
     }
     Err(first_error.unwrap_or(PvclockPageError::NoVvar))
+}
+
+/// The page two pages below the vDSO's start (`getauxval(AT_SYSINFO_EHDR)`, no system call):
+/// the first of `[vvar_vclock]`, whose two pages (pvclock, hvclock) sit right below the vDSO on
+/// the kernels that have it. On older kernels that address is another vvar page (the vvar data,
+/// the Hyper-V page, the pvclock page itself), which the probe and the validation refuse unless
+/// it is a pvclock page.
+fn below_vdso() -> Option<Candidate> {
+    // SAFETY: getauxval reads the auxiliary vector the C library saved; no pointer is passed.
+    let vdso = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+    let address = vdso
+        .checked_sub(2 * VVAR_PAGE_BYTES)
+        .filter(|_| vdso != 0)?;
+    Some(Candidate {
+        address,
+        layout: VvarLayout::BelowVdso,
+    })
 }
 
 fn probe_candidate(candidate: Candidate, vcpus: &[usize]) -> Result<PvclockPage, PvclockPageError> {
