@@ -43,8 +43,8 @@ fn code(error: &JitDumpError) -> c_int {
         | JitDumpError::EmptyCode
         | JitDumpError::RecordTooLarge { .. } => PERFCLOCK_E_INVALID_ARGUMENT,
         JitDumpError::NameTaken(_) => PERFCLOCK_E_NAME_TAKEN,
-        JitDumpError::ForkChild { .. } => PERFCLOCK_E_FORK_CHILD,
-        JitDumpError::ClockMismatch { .. } => PERFCLOCK_E_INVALID_ARGUMENT,
+        JitDumpError::ForkChild(_) => PERFCLOCK_E_FORK_CHILD,
+        JitDumpError::ClockMismatch(_) => PERFCLOCK_E_INVALID_ARGUMENT,
         // Io, Torn, and kinds added later: all are about the file.
         _ => PERFCLOCK_E_IO,
     }

@@ -35,10 +35,10 @@ fn marker_error_code(error: &MarkerError) -> c_int {
         MarkerError::EndBeforeStart { .. } | MarkerError::EmptyName => PERFCLOCK_E_INVALID_ARGUMENT,
         MarkerError::Clock(_) => PERFCLOCK_E_NOT_INITIALIZED,
         MarkerError::NameTaken(_) => PERFCLOCK_E_NAME_TAKEN,
-        MarkerError::ForkChild { .. } => PERFCLOCK_E_FORK_CHILD,
+        MarkerError::ForkChild(_) => PERFCLOCK_E_FORK_CHILD,
         MarkerError::Busy => PERFCLOCK_E_BUSY,
         MarkerError::NoPairing => PERFCLOCK_E_READ,
-        MarkerError::ClockMismatch { .. } => PERFCLOCK_E_INVALID_ARGUMENT,
+        MarkerError::ClockMismatch(_) => PERFCLOCK_E_INVALID_ARGUMENT,
         _ => PERFCLOCK_E_IO,
     }
 }
