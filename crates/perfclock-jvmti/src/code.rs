@@ -9,16 +9,19 @@
 //! compiled method itself (no line). Pure functions over method keys, so they are tested
 //! without a JVM.
 
-use std::hash::Hash;
-
 /// A stretch `[start, end)` of a compiled method's code and the inlining stack that produced
-/// it, innermost first (`stack[0]` is the method whose bytecode it is); bcis in `bcis`.
+/// it, borrowed from its pc descriptor: `(method, bci)` innermost first (`frames[0]` is the
+/// method whose bytecode it is).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Region<K> {
+pub(crate) struct Region<'a, K> {
     pub start: u64,
     pub end: u64,
-    pub stack: Vec<K>,
-    pub bcis: Vec<i32>,
+    pub frames: &'a [(K, i32)],
+}
+
+/// Whether two inlining stacks hold the same methods (bcis aside).
+pub(crate) fn same_methods<K: Eq>(a: &[(K, i32)], b: &[(K, i32)]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0 == y.0)
 }
 
 /// The regions of the code `[start, end)` described by `scopes` (`(pc, stack of (method,
@@ -28,7 +31,7 @@ pub(crate) fn regions<K: Copy + Eq>(
     start: u64,
     end: u64,
     scopes: &[(u64, Vec<(K, i32)>)],
-) -> Vec<Region<K>> {
+) -> Vec<Region<'_, K>> {
     let mut inside: Vec<&(u64, Vec<(K, i32)>)> = scopes
         .iter()
         .filter(|(pc, stack)| (start..end).contains(pc) && !stack.is_empty())
@@ -41,8 +44,7 @@ pub(crate) fn regions<K: Copy + Eq>(
         .map(|(i, (pc, stack))| Region {
             start: *pc,
             end: inside.get(i + 1).map_or(end, |next| next.0),
-            stack: stack.iter().map(|(method, _)| *method).collect(),
-            bcis: stack.iter().map(|(_, bci)| *bci).collect(),
+            frames: stack.as_slice(),
         })
         .collect()
 }
@@ -80,7 +82,7 @@ pub(crate) fn line_entries<'a, K: Copy + Eq>(
     start: u64,
     end: u64,
     compiled: K,
-    regions: &[Region<K>],
+    regions: &[Region<'_, K>],
     mut lines: impl FnMut(K) -> Option<&'a [(i64, i32)]>,
 ) -> Vec<LineAt<K>> {
     let mut entries: Vec<LineAt<K>> = Vec::new();
@@ -93,8 +95,8 @@ pub(crate) fn line_entries<'a, K: Copy + Eq>(
         });
     }
     for region in regions {
-        let method = region.stack[0];
-        let Some(line) = lines(method).and_then(|table| line_of(table, region.bcis[0])) else {
+        let (method, bci) = region.frames[0];
+        let Some(line) = lines(method).and_then(|table| line_of(table, bci)) else {
             continue;
         };
         if entries
@@ -157,21 +159,35 @@ pub(crate) struct InlinedRange<K> {
 
 /// The inlined stretches of `regions`: adjacent regions with the same method stack merged,
 /// those whose stack is deeper than the compiled method alone kept.
-pub(crate) fn inlined_ranges<K: Copy + Eq + Hash>(regions: &[Region<K>]) -> Vec<InlinedRange<K>> {
+pub(crate) fn inlined_ranges<K: Copy + Eq>(regions: &[Region<'_, K>]) -> Vec<InlinedRange<K>> {
     let mut ranges: Vec<InlinedRange<K>> = Vec::new();
+    let mut keep = |run: Region<'_, K>| {
+        if run.frames.len() > 1 && run.end > run.start {
+            ranges.push(InlinedRange {
+                start: run.start,
+                end: run.end,
+                stack: run.frames.iter().map(|(method, _)| *method).collect(),
+            });
+        }
+    };
+    let mut run: Option<Region<'_, K>> = None;
     for region in regions {
-        match ranges.last_mut() {
-            Some(last) if last.stack == region.stack && last.end == region.start => {
-                last.end = region.end;
+        match &mut run {
+            Some(current)
+                if current.end == region.start && same_methods(current.frames, region.frames) =>
+            {
+                current.end = region.end;
             }
-            _ => ranges.push(InlinedRange {
-                start: region.start,
-                end: region.end,
-                stack: region.stack.clone(),
-            }),
+            _ => {
+                if let Some(done) = run.replace(region.clone()) {
+                    keep(done);
+                }
+            }
         }
     }
-    ranges.retain(|range| range.stack.len() > 1 && range.end > range.start);
+    if let Some(done) = run {
+        keep(done);
+    }
     ranges
 }
 
@@ -206,14 +222,12 @@ mod tests {
                 Region {
                     start: 0x110,
                     end: 0x130,
-                    stack: vec![2, 1],
-                    bcis: vec![4, 3]
+                    frames: &[(2, 4), (1, 3)][..],
                 },
                 Region {
                     start: 0x130,
                     end: 0x200,
-                    stack: vec![1],
-                    bcis: vec![9]
+                    frames: &[(1, 9)][..],
                 },
             ]
         );
@@ -260,7 +274,8 @@ mod tests {
             ]
         );
         // One descriptor at the very start: one line, closed at the end.
-        let regions = super::regions(0x100, 0x130, &[scope(0x100, &[(2, 0)])]);
+        let start_only = [scope(0x100, &[(2, 0)])];
+        let regions = super::regions(0x100, 0x130, &start_only);
         let got: Vec<_> = line_entries(0x100, 0x130, 1, &regions, table)
             .iter()
             .map(|e| (e.addr, e.line))

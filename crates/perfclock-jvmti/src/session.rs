@@ -215,21 +215,21 @@ impl Session {
         let end = addr + code.len() as u64;
         let mut methods: HashMap<JmethodId, MethodInfo> = HashMap::new();
         methods.insert(method, self.method_info(env, method));
-        let regions: Vec<Region<JmethodId>> = if self.wants_scopes() {
+        let regions: Vec<Region<'_, JmethodId>> = if self.wants_scopes() {
             code::regions(addr, end, scopes)
         } else {
             Vec::new()
         };
-        let mut previous: &[JmethodId] = &[];
+        let mut previous: &[(JmethodId, i32)] = &[];
         for region in &regions {
             // Neighbouring regions mostly share their stack: look its methods up once.
-            if region.stack == previous {
+            if code::same_methods(region.frames, previous) {
                 continue;
             }
-            for &m in &region.stack {
+            for &(m, _) in region.frames {
                 methods.entry(m).or_insert_with(|| self.method_info(env, m));
             }
-            previous = &region.stack;
+            previous = region.frames;
         }
         let lines = if self.lines {
             code::line_entries(addr, end, method, &regions, |m| {
