@@ -231,6 +231,12 @@ pub enum Refusal {
     NoBootId,
     /// The bytes are not a usable page (truncated, garbage, another version or boot, stale).
     Defect(PageDefect),
+    /// The file is a valid page, but no server hands out its live copy on the socket beside it
+    /// (`PATH.sock`), or what came is not a sealed page.
+    NoServer {
+        /// The OS error number of the connection, if any.
+        errno: Option<i32>,
+    },
 }
 
 #[cfg(target_os = "linux")]
@@ -254,6 +260,7 @@ impl Refusal {
             Refusal::OtherOwner { .. } => "other-owner",
             Refusal::Writable { .. } => "writable",
             Refusal::NoBootId => "no-boot-id",
+            Refusal::NoServer { .. } => "no-server",
             Refusal::Defect(PageDefect::Truncated { .. }) => "truncated",
             Refusal::Defect(PageDefect::Garbage(_)) => "garbage",
             Refusal::Defect(PageDefect::Version { .. }) => "version",
@@ -288,6 +295,13 @@ impl fmt::Display for Refusal {
                 mode & 0o7777
             ),
             Refusal::NoBootId => f.write_str("cannot read /proc/sys/kernel/random/boot_id"),
+            Refusal::NoServer { errno } => {
+                f.write_str("no server hands out the page on its socket (PATH.sock)")?;
+                match errno {
+                    Some(errno) => write!(f, " (errno {errno}): is `perfclock serve` running?"),
+                    None => f.write_str(": is `perfclock serve` running?"),
+                }
+            }
             Refusal::Defect(defect) => defect.fmt(f),
         }
     }
