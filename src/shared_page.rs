@@ -1,5 +1,6 @@
 //! The client side of `perfclock serve`: finding, judging and mapping the shared clock page
-//! (layout: `perfclock_core::shared_page`), so that a process reads the machine's one calibrated
+//! (layout: `perfclock_core::shared_page`), and reading the published paravirt offset
+//! (`perfclock_core::published_offset`), so that a process reads the machine's one calibrated
 //! conversion with no thread, no perf event and no ring of its own.
 //!
 //! # Where
@@ -8,39 +9,54 @@
 //! `$XDG_RUNTIME_DIR/perfclock/clock` (a server run by this user).
 //!
 //! # Trust
-//! Whoever can write the page can shift every client's clock. A page is used only if it is a
-//! regular file owned by root or by this process's real or effective uid (root only in a setuid,
-//! setgid or file-capability process, which reads no `PERFCLOCK_*` or `XDG_RUNTIME_DIR` either),
-//! not writable by group or others, in this format's version, written in this boot, with a fresh heartbeat and a sane
-//! conversion; [`probe`] says which test a page failed.
+//! Whoever can write the page can shift every client's clock. A page is used only if its file is
+//! a regular file owned by root or by this process's real or effective uid (root only in a
+//! setuid, setgid or file-capability process, which reads no `PERFCLOCK_*` or `XDG_RUNTIME_DIR`
+//! either), not writable by group or others, and the server listening beside it (`PATH.sock`,
+//! [`socket_path`]) runs as the file's owner (`SO_PEERCRED`) and hands out a sealed page in this
+//! format's version, written in this boot, with a fresh heartbeat and a sane conversion;
+//! [`probe`] says which test a page failed (for a file without a server, what is wrong with the
+//! file's own bytes, read with `read()`).
+//!
+//! # Nothing done to the file can fault a client
+//! A client never maps the file: it maps the memfd the server hands it over the socket, sealed
+//! against shrinking (`perfclock_event::sealed_page`), which no one can truncate. Emptying,
+//! overwriting or replacing the file or the socket changes nothing for clients that have their
+//! page; new clients then find no valid page and calibrate on their own.
 //!
 //! # A server that stops
 //! A client keeps reading the page it mapped (its conversion does not change under it), but once
-//! the heartbeat is older than `STALE_AFTER_NS` (5 s) its bound is unknown (`u64::MAX`); a
-//! server started again on the same path writes the same file in place and continues the
-//! conversion, and the bound comes back. A process that opens the clock while the page is
-//! stale refuses it and calibrates on its own.
+//! the heartbeat is older than `STALE_AFTER_NS` (5 s) its bound is unknown (`u64::MAX`). A
+//! server started again on the same path continues the conversion from the file (which the
+//! server keeps up to date with `pwrite`); a client asking for its bound then maps the new
+//! server's page over the old one at the same address, and the bound comes back. A process that
+//! opens the clock while the page is stale refuses it and calibrates on its own.
 //!
 //! # Safety
-//! The page is a read-only `MAP_SHARED` mapping of the file, unmapped on drop; it is read only
-//! through the core's atomic readers.
+//! The page is a read-only `MAP_SHARED` mapping of a sealed memfd at least as long as the
+//! mapping, unmapped on drop, replaced whole (`MAP_FIXED`) only by another such page whose lock
+//! words are all past the old one's; it is read only through the core's atomic readers.
 #![allow(unsafe_code)]
 
 use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use perfclock_core::counter;
 use perfclock_core::shared_page::{
-    parse, SharedPageReader, SharedSnapshot, FILE_BYTES, HEARTBEAT_INTERVAL_NS, STALE_AFTER_NS,
+    parse, SharedPageReader, SharedSnapshot, FILE_BYTES, HEADER_OFFSET, HEARTBEAT_INTERVAL_NS,
+    MIRROR_OFFSET, PRIMARY_OFFSET, STALE_AFTER_NS,
 };
 use perfclock_core::{PageDefect, PageReader};
 
 use perfclock_core::published_offset::{self, PublishedOffset};
-use perfclock_event::sys;
+use perfclock_event::{sealed_page, sys};
 
 use crate::Refusal;
 
@@ -156,6 +172,8 @@ pub(crate) struct SharedMapping {
     base: NonNull<u8>,
     reader: SharedPageReader,
     path: PathBuf,
+    /// When [`SharedMapping::reattach`] last tried.
+    last_reattach: Mutex<Option<Instant>>,
 }
 
 // SAFETY: the mapping is read only through atomics (the core's readers), from any thread.
@@ -228,45 +246,72 @@ impl SharedMapping {
     /// Opens `path` and maps it if it passes every check (see the module docs).
     pub(crate) fn open(path: &Path) -> Result<SharedMapping, Refusal> {
         let (file, meta) = open_trusted(path)?;
-        if meta.len() < FILE_BYTES as u64 {
-            return Err(Refusal::Defect(PageDefect::Truncated {
-                len: meta.len() as usize,
-            }));
-        }
         let boot = boot_id().ok_or(Refusal::NoBootId)?;
-        // SAFETY: maps FILE_BYTES of a regular file at least that long, read-only and shared;
-        // the kernel picks the address. The descriptor may be closed right after.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                FILE_BYTES,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-            )
+        let memfd = match receive_page(path, meta.uid()) {
+            Ok(memfd) => memfd,
+            // No server: the file's own bytes say what is wrong with it, if anything.
+            Err(no_server @ Refusal::NoServer { .. }) => {
+                return Err(judge_file(file, boot).err().unwrap_or(no_server))
+            }
+            Err(refusal) => return Err(refusal),
         };
-        drop(file);
-        if base == libc::MAP_FAILED {
-            let error = io::Error::last_os_error();
-            return Err(Refusal::Open {
-                kind: error.kind(),
-                errno: error.raw_os_error(),
-            });
-        }
-        let base = NonNull::new(base.cast::<u8>()).ok_or(Refusal::NotRegular)?;
+        let base = map_read_only(&memfd, None)?;
         let mapping = SharedMapping {
             base,
-            // SAFETY: a page-aligned FILE_BYTES mapping that lives as long as `mapping`, which
-            // owns the reader; the server writes it only through the core's atomic writer.
+            // SAFETY: a page-aligned FILE_BYTES mapping of a sealed memfd at least that long
+            // (it cannot shrink: the mapping cannot fault), that lives as long as `mapping`,
+            // which owns the reader; the server writes it only through the core's atomic
+            // writer.
             reader: unsafe { SharedPageReader::new(base) },
             path: path.to_owned(),
+            last_reattach: Mutex::new(None),
         };
         let snapshot = mapping.snapshot()?;
         snapshot
             .check_fresh(boot, counter_now())
             .map_err(Refusal::Defect)?;
         Ok(mapping)
+    }
+
+    /// After its server stopped: the page of a server started since on the same path, mapped
+    /// over this one at the same address (`MAP_FIXED`), if it is fresh and every lock word in it
+    /// is past this page's (a reader that started on this page then retries rather than pairing
+    /// the two). At most once every [`REATTACH_INTERVAL`]; what fails leaves this page as it is.
+    fn reattach(&self) {
+        let Ok(mut last) = self.last_reattach.try_lock() else {
+            return;
+        };
+        if last.is_some_and(|at| at.elapsed() < REATTACH_INTERVAL) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let Some(boot) = boot_id() else { return };
+        let Ok((_, meta)) = open_trusted(&self.path) else {
+            return;
+        };
+        let Ok(memfd) = receive_page(&self.path, meta.uid()) else {
+            return;
+        };
+        let Ok(candidate) = map_read_only(&memfd, None) else {
+            return;
+        };
+        // SAFETY: a page-aligned FILE_BYTES mapping of a sealed memfd, unmapped below after the
+        // reader's last use.
+        let reader = unsafe { SharedPageReader::new(candidate) };
+        let usable = match (reader.snapshot(), self.reader.snapshot()) {
+            (Ok(new), Ok(old)) => {
+                parse(&new).is_ok_and(|page| page.check_fresh(boot, counter_now()).is_ok())
+                    && LOCK_WORDS
+                        .iter()
+                        .all(|&at| lock_word(&new, at) > lock_word(&old, at))
+            }
+            _ => false,
+        };
+        // SAFETY: the temporary mapping made above, no longer read.
+        unsafe { libc::munmap(candidate.as_ptr().cast(), FILE_BYTES) };
+        if usable {
+            let _ = map_read_only(&memfd, Some(self.base));
+        }
     }
 
     fn snapshot(&self) -> Result<SharedSnapshot, Refusal> {
@@ -282,19 +327,23 @@ impl SharedMapping {
     /// The bound at counter value `now`: the server's, or `u64::MAX` once the heartbeat is
     /// older than `STALE_AFTER_NS` (or ahead of `now` by more than an interval). Loads only.
     pub(crate) fn error_bound_at(&self, now: u64) -> u64 {
-        let Some((bound, beat)) = self.reader.bound_and_heartbeat() else {
-            return u64::MAX;
-        };
-        let Ok(conversion) = self.page_reader().conversion() else {
-            return u64::MAX;
-        };
-        let (now_ns, beat_ns) = (conversion.cycles_to_ns(now), conversion.cycles_to_ns(beat));
-        if beat_ns > now_ns.saturating_add(HEARTBEAT_INTERVAL_NS)
-            || now_ns.saturating_sub(beat_ns) > STALE_AFTER_NS
-        {
-            return u64::MAX;
+        match self.fresh_bound_at(now) {
+            Some(bound) => bound,
+            None => {
+                self.reattach();
+                self.fresh_bound_at(now).unwrap_or(u64::MAX)
+            }
         }
-        bound.at(now)
+    }
+
+    /// The server's bound at `now`, `None` once the heartbeat is stale.
+    fn fresh_bound_at(&self, now: u64) -> Option<u64> {
+        let (bound, beat) = self.reader.bound_and_heartbeat()?;
+        let conversion = self.page_reader().conversion().ok()?;
+        let (now_ns, beat_ns) = (conversion.cycles_to_ns(now), conversion.cycles_to_ns(beat));
+        let fresh = beat_ns <= now_ns.saturating_add(HEARTBEAT_INTERVAL_NS)
+            && now_ns.saturating_sub(beat_ns) <= STALE_AFTER_NS;
+        fresh.then(|| bound.at(now))
     }
 
     /// What the page says now.
@@ -311,6 +360,104 @@ impl SharedMapping {
             error_bound_ns: self.error_bound_at(now),
         }
     }
+}
+
+/// The socket beside the page at `path` on which its server hands out the live page:
+/// `PATH.sock`.
+pub fn socket_path(path: &Path) -> PathBuf {
+    let mut socket = path.as_os_str().to_owned();
+    socket.push(".sock");
+    PathBuf::from(socket)
+}
+
+/// How long a client waits for the server's descriptor.
+const SERVER_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often a client whose server stopped looks for a new one.
+const REATTACH_INTERVAL: Duration = Duration::from_millis(250);
+/// Offsets of the page's lock words (the two perf pages' seqlocks and the header's).
+const LOCK_WORDS: [usize; 3] = [
+    PRIMARY_OFFSET + PAGE_LOCK_OFFSET,
+    MIRROR_OFFSET + PAGE_LOCK_OFFSET,
+    HEADER_OFFSET + 12,
+];
+/// `perf_event_mmap_page::lock`.
+const PAGE_LOCK_OFFSET: usize = 8;
+
+fn lock_word(bytes: &[u8], at: usize) -> u32 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_ne_bytes(word)
+}
+
+/// The live page from the server listening beside `path`, which must run as `owner` (the
+/// file's owner) and be trusted: a sealed memfd (`perfclock_event::sealed_page`).
+fn receive_page(path: &Path, owner: u32) -> Result<File, Refusal> {
+    let no_server = |error: io::Error| Refusal::NoServer {
+        errno: error.raw_os_error(),
+    };
+    let stream = UnixStream::connect(socket_path(path)).map_err(no_server)?;
+    stream
+        .set_read_timeout(Some(SERVER_TIMEOUT))
+        .map_err(no_server)?;
+    let uid = sealed_page::peer_uid(&stream).map_err(no_server)?;
+    if uid != owner || !trusted_owner(uid) {
+        return Err(Refusal::OtherOwner { uid });
+    }
+    let memfd = File::from(sealed_page::recv_fd(&stream).map_err(no_server)?);
+    match sealed_page::is_sealed_page(&memfd, FILE_BYTES as u64) {
+        Ok(true) => Ok(memfd),
+        Ok(false) | Err(_) => Err(Refusal::NoServer { errno: None }),
+    }
+}
+
+/// Maps FILE_BYTES of `memfd` read-only and shared, at `fixed` (replacing what is there) if
+/// given.
+fn map_read_only(memfd: &File, fixed: Option<NonNull<u8>>) -> Result<NonNull<u8>, Refusal> {
+    let (hint, flags) = match fixed {
+        Some(base) => (base.as_ptr().cast(), libc::MAP_SHARED | libc::MAP_FIXED),
+        None => (std::ptr::null_mut(), libc::MAP_SHARED),
+    };
+    // SAFETY: maps FILE_BYTES of a sealed memfd at least that long (checked by
+    // `receive_page`), read-only. With `fixed`, the range is this module's own mapping of the
+    // same size (`SharedMapping::base`), replaced whole: readers of it see the old page or the
+    // new one, both mapped read-only and never unmapped in between.
+    let base = unsafe {
+        libc::mmap(
+            hint,
+            FILE_BYTES,
+            libc::PROT_READ,
+            flags,
+            std::os::fd::AsRawFd::as_raw_fd(memfd),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        let error = io::Error::last_os_error();
+        return Err(Refusal::Open {
+            kind: error.kind(),
+            errno: error.raw_os_error(),
+        });
+    }
+    NonNull::new(base.cast::<u8>()).ok_or(Refusal::NotRegular)
+}
+
+/// What is wrong with the page file `file` itself (read with `read()`, never mapped), if
+/// anything: for a page without a server, so that its refusal names the defect.
+fn judge_file(file: File, boot: [u64; 2]) -> Result<(), Refusal> {
+    use std::io::Read as _;
+    let mut bytes = Vec::with_capacity(FILE_BYTES);
+    file.take(FILE_BYTES as u64)
+        .read_to_end(&mut bytes)
+        .map_err(|error| Refusal::Open {
+            kind: error.kind(),
+            errno: error.raw_os_error(),
+        })?;
+    if bytes.len() < FILE_BYTES {
+        return Err(Refusal::Defect(PageDefect::Truncated { len: bytes.len() }));
+    }
+    parse(&bytes)
+        .and_then(|page| page.check_fresh(boot, counter_now()))
+        .map_err(Refusal::Defect)
 }
 
 /// Judges the page at `path` as `init()` would: what it says, or why it would be refused.

@@ -1,39 +1,50 @@
 //! `perfclock serve`: one calibration per machine. Calibrates the perf clock in this process
 //! (perfclock-calib's refiner, as a client would) and mirrors its conversion and bound into a
 //! shared page (`perfclock_core::shared_page`) that every client maps read-only instead of
-//! calibrating on its own.
+//! calibrating on its own. On a KVM guest read through paravirt mode it publishes the boot's
+//! constant offset instead (`perfclock_core::published_offset`) and exits: nothing to refresh.
 //!
 //! ```text
-//! perfclock serve [--path P]
+//! perfclock serve [--path P] [--once]
 //! ```
 //! Foreground, logs to stderr, stops on SIGINT/SIGTERM (the page stays; its heartbeat stops, so
 //! clients' bound turns unknown after `STALE_AFTER_NS`). In kernel mode it says so and exits.
+//! `--once` publishes the paravirt offset and exits (an error where there is none to publish).
 //!
-//! # The file
+//! # The page and the file
+//! The page lives in a memfd sealed against shrinking, growing and other writers
+//! (`perfclock_event::sealed_page`), mapped writable by this process alone; a thread hands its
+//! descriptor to every client that connects to the socket `P.sock`, and clients map it
+//! read-only: no truncation can fault them. The file `P` holds a copy, written with `pwrite`
+//! every poll (never mapped: nothing done to it can fault the server either), for the trust
+//! checks clients make and for a server started later to continue the conversion.
+//!
 //! Default [`perfclock::shared_page::SYSTEM_PATH`] as root, `$XDG_RUNTIME_DIR/perfclock/clock`
 //! otherwise. Its directory is created with mode 0755 if missing and must be a real directory
 //! owned by this user and writable by no one else (so nobody else can put a file there). A new
-//! file is written complete under a temporary name (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0644)
-//! and renamed into place; a file left by an earlier server of this user is written in place, so
-//! that clients which mapped it keep reading it, and its conversion is continued (never stepped
-//! back). One server per directory: it holds an exclusive `flock` on the directory.
+//! file is written complete under a temporary name (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0644,
+//! `write` and `fsync`: a full file system is an error, never a fault) and renamed into place; a
+//! page left by an earlier server of this user is continued (never stepped back); a file there
+//! that is not a perfclock page is an error, never overwritten. One server per directory: it
+//! holds an exclusive `flock` on the directory.
 //!
 //! # What is published
 //! Every [`POLL_INTERVAL`] the server takes the in-process conversion and bound; when they
-//! changed, it publishes a line that continues the one in the file (perfclock-calib's
+//! changed, it publishes a line that continues the one in the page (perfclock-calib's
 //! `continue_within`: the same slewing the in-process refiner does between its own fits), with
 //! the union of both bounds while the two switch; every poll refreshes the heartbeat. After a
 //! clock jump the in-process refiner detected, the new line is published as it is.
 //!
 //! # Safety
-//! The file is mapped `MAP_SHARED` read-write and written only through the core's atomic writer;
-//! the signal handler only stores an atomic.
+//! The memfd is mapped `MAP_SHARED` read-write and written only through the core's atomic
+//! writer; the signal handler only stores an atomic.
 #![allow(unsafe_code)]
 
 use std::fs::{DirBuilder, File};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::ptr::NonNull;
@@ -41,15 +52,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use perfclock::paravirt::{self, OffsetSource};
+use perfclock::shared_page::socket_path;
 use perfclock::{Clock, Error};
 use perfclock_calib::published::{continue_within, union_bound, BoundModel, Solution};
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::counter;
 use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::shared_page::{
-    parse, SharedBound, SharedPageWriter, FILE_BYTES, HEADER_OFFSET, HEARTBEAT_INTERVAL_NS, MAGIC,
+    parse, SharedBound, SharedPageReader, SharedPageWriter, FILE_BYTES, HEADER_OFFSET,
+    HEARTBEAT_INTERVAL_NS, MAGIC,
 };
 use perfclock_core::PageDefect;
+use perfclock_event::sealed_page;
 
 use crate::output::errln;
 
@@ -127,10 +141,8 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
     // SAFETY: both calls have no preconditions.
     let (pid, euid) = unsafe { (libc::getpid(), libc::geteuid()) };
     let existing = reuse_existing(&path, euid)?;
-    let inherited = existing.as_ref().and_then(|mapping| {
-        // SAFETY: our own mapping of FILE_BYTES, read through atomics.
-        let reader = unsafe { perfclock_core::shared_page::SharedPageReader::new(mapping.base) };
-        let snapshot = parse(&reader.snapshot().ok()?).ok()?;
+    let inherited = existing.as_ref().and_then(|(_, bytes)| {
+        let snapshot = parse(bytes).ok()?;
         (snapshot.boot_id == boot_id).then_some(Solution {
             conversion: snapshot.conversion,
             bound: model_of(&snapshot.bound),
@@ -153,35 +165,34 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
     server.jumps = server.clock.stats().jumps;
     let target = server.target()?;
     let now = counter_now()?;
-    let mapping = match existing {
-        Some(mapping) => {
-            let writer = mapping.writer();
-            writer.claim(boot_id, pid as u32, now);
-            server.publish(&writer, target, now);
+    let page = Page::new(existing.as_ref().map(|(_, bytes)| bytes))
+        .map_err(|error| format!("cannot make the page in memory: {error}"))?;
+    let writer = page.writer();
+    writer.claim(boot_id, pid as u32, now);
+    server.publish(&writer, target, now);
+    let file = match existing {
+        Some((file, _)) => {
+            page.persist(&file)
+                .map_err(|error| publish_error(&path, &path, &error))?;
             if inherited.is_some() {
                 errln!(
-                    "{NAME}: continuing the conversion of the earlier server in {} (written in \
-                     place: its clients keep reading it)",
+                    "{NAME}: continuing the conversion of the earlier server in {}",
                     path.display()
                 );
-            } else {
-                errln!("{NAME}: writing {} in place", path.display());
             }
-            mapping
+            file
         }
-        None => {
-            let mapping = create_new(&dir, &path, |writer| {
-                writer.claim(boot_id, pid as u32, now);
-                server.publish(writer, target, now);
-            })?;
-            errln!("{NAME}: publishing in {}", path.display());
-            mapping
-        }
+        None => create_new(&dir, &path, &page.bytes()?)?,
     };
-    let writer = mapping.writer();
+    page.seal()
+        .map_err(|error| format!("cannot seal the page: {error}"))?;
+    let socket = socket_path(&path);
+    serve_descriptors(&socket, &page)?;
     errln!(
-        "{NAME}: serving (pid {pid}); clients read it through PERFCLOCK_SHARED_PAGE={} or the \
-         default location; SIGINT/SIGTERM stops",
+        "{NAME}: serving (pid {pid}) {} through {}; clients read it through \
+         PERFCLOCK_SHARED_PAGE={} or the default location; SIGINT/SIGTERM stops",
+        path.display(),
+        socket.display(),
         path.display()
     );
     let mut last_status = Instant::now();
@@ -191,6 +202,9 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
         match server.target() {
             Ok(target) => server.publish(&writer, target, now),
             Err(message) => errln!("{NAME}: {message}; keeping the last publication"),
+        }
+        if let Err(error) = page.persist(&file) {
+            errln!("{NAME}: cannot update {}: {error}", path.display());
         }
         if last_status.elapsed() >= STATUS_INTERVAL {
             last_status = Instant::now();
@@ -212,6 +226,7 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
         path.display(),
         perfclock_core::shared_page::STALE_AFTER_NS / 1_000_000_000
     );
+    let _ = std::fs::remove_file(&socket);
     drop(dir_lock);
     Ok(())
 }
@@ -453,22 +468,26 @@ fn prepare_dir(dir: &Path) -> Result<File, String> {
     Ok(handle)
 }
 
-/// The page file mapped read-write; unmapped on drop.
-struct Mapping {
+/// The page: a memfd mapped read-write by this process only, sealed once written (see
+/// `perfclock_event::sealed_page`), handed to clients over the socket; unmapped on drop.
+struct Page {
+    memfd: File,
     base: NonNull<u8>,
 }
 
-impl Mapping {
-    fn of(file: &File) -> io::Result<Mapping> {
-        // SAFETY: maps FILE_BYTES of a regular file of exactly that size, shared; the kernel
-        // picks the address.
+impl Page {
+    /// A new page, holding `inherited` (an earlier server's file) if given.
+    fn new(inherited: Option<&Vec<u8>>) -> io::Result<Page> {
+        let memfd = sealed_page::create_memfd(c"perfclock-clock", FILE_BYTES as u64)?;
+        // SAFETY: maps FILE_BYTES of a memfd of exactly that size, shared and writable (before
+        // the seals forbid new writable mappings); the kernel picks the address.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 FILE_BYTES,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
-                file.as_raw_fd(),
+                memfd.as_raw_fd(),
                 0,
             )
         };
@@ -476,29 +495,91 @@ impl Mapping {
             return Err(io::Error::last_os_error());
         }
         let base = NonNull::new(base.cast::<u8>()).ok_or(io::ErrorKind::Other)?;
-        Ok(Mapping { base })
+        let page = Page { memfd, base };
+        if let Some(bytes) = inherited {
+            // Before any client can see the page: its lock words continue the earlier
+            // server's, so a client moving over from that page never pairs their values.
+            use std::os::unix::fs::FileExt as _;
+            page.memfd.write_at(&bytes[..FILE_BYTES], 0)?;
+        }
+        Ok(page)
     }
 
     fn writer(&self) -> SharedPageWriter {
         // SAFETY: a page-aligned FILE_BYTES mapping that lives while `self` does (the writers
-        // made here are used only while the mapping lives); this process is the file's only
-        // writer (the directory lock), and clients only load atomically.
+        // made here are used only while the page lives); this process is the page's only
+        // writer (the directory lock, the seals), and clients only load atomically.
         unsafe { SharedPageWriter::new(self.base) }
+    }
+
+    /// A consistent copy of the page's bytes.
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        // SAFETY: as for `writer`; read through atomics.
+        let reader = unsafe { SharedPageReader::new(self.base) };
+        let layout = reader
+            .snapshot()
+            .map_err(|defect| format!("the page is unreadable: {defect}"))?;
+        let mut bytes = vec![0u8; FILE_BYTES];
+        bytes[..layout.len()].copy_from_slice(&layout);
+        Ok(bytes)
+    }
+
+    /// Writes the page's bytes into `file` (with `pwrite`: the file is never mapped, so what
+    /// others do to it cannot fault this process), for a server started later to continue.
+    fn persist(&self, file: &File) -> io::Result<()> {
+        use std::os::unix::fs::FileExt as _;
+        let bytes = self.bytes().map_err(io::Error::other)?;
+        file.write_all_at(&bytes, 0)
+    }
+
+    fn seal(&self) -> io::Result<()> {
+        sealed_page::seal(&self.memfd)
     }
 }
 
-impl Drop for Mapping {
+impl Drop for Page {
     fn drop(&mut self) {
         // SAFETY: our mapping, unmapped once.
         unsafe { libc::munmap(self.base.as_ptr().cast(), FILE_BYTES) };
     }
 }
 
+/// Listens on `socket` (replacing a socket an earlier server left: the directory is ours and
+/// locked) and hands every client that connects the page's sealed descriptor, from a thread of
+/// its own. A client costs nothing once it has its descriptor: it keeps no connection.
+fn serve_descriptors(socket: &Path, page: &Page) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt as _;
+    if std::fs::symlink_metadata(socket).is_ok_and(|meta| meta.file_type().is_socket()) {
+        let _ = std::fs::remove_file(socket);
+    }
+    let listener = UnixListener::bind(socket)
+        .map_err(|error| format!("cannot listen on {}: {error}", socket.display()))?;
+    // Anyone may connect: the page's trust comes from this process's credentials, which the
+    // client reads (SO_PEERCRED), not from the socket file.
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))
+        .map_err(|error| format!("cannot open {} to clients: {error}", socket.display()))?;
+    let memfd = page
+        .memfd
+        .try_clone()
+        .map_err(|error| format!("cannot share the page: {error}"))?;
+    std::thread::Builder::new()
+        .name("perfclock-serve-fds".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                // A client that does not read its descriptor holds this thread no longer.
+                let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+                let _ = sealed_page::send_fd(&stream, memfd.as_fd());
+            }
+        })
+        .map_err(|error| format!("cannot start the socket's thread: {error}"))?;
+    Ok(())
+}
+
 /// The file at `path` if an earlier server of this user left it (a regular file owned by us,
 /// writable by us alone, with one link, holding a page in this format), mapped to be written in
 /// place. A symlink, a FIFO, an empty file or a damaged page (or one of another version) is
 /// replaced by a new file; any other file is an error: it is not ours to overwrite.
-fn reuse_existing(path: &Path, euid: u32) -> Result<Option<Mapping>, String> {
+fn reuse_existing(path: &Path, euid: u32) -> Result<Option<(File, Vec<u8>)>, String> {
     let file = match File::options()
         .read(true)
         .write(true)
@@ -538,9 +619,8 @@ fn reuse_existing(path: &Path, euid: u32) -> Result<Option<Mapping>, String> {
         Ok(_) | Err(PageDefect::Stale { .. } | PageDefect::OtherBoot | PageDefect::Busy)
             if len == FILE_BYTES =>
         {
-            Mapping::of(&file)
-                .map(Some)
-                .map_err(|error| format!("cannot map {}: {error}", path.display()))
+            bytes.truncate(FILE_BYTES);
+            Ok(Some((file, bytes)))
         }
         // Another version, cut short or damaged: replaced by a new file.
         _ => Ok(None),
@@ -569,34 +649,19 @@ fn read_up_to(file: &File, buffer: &mut [u8]) -> io::Result<usize> {
     Ok(len)
 }
 
-/// A page-aligned buffer of the page's size, in which a new page is prepared before its bytes
-/// are written to the file.
-#[repr(C, align(4096))]
-struct PageBytes([u8; FILE_BYTES]);
-
-/// Writes a new page, prepared with `fill`, under a temporary name in `dir` (`write`, then
-/// `fsync`: every block of the file is allocated before it is mapped, so a full file system is
-/// an error here and never a fault later) and renames it to `path`. The temporary file is
-/// removed on every error.
-fn create_new(
-    dir: &Path,
-    path: &Path,
-    fill: impl FnOnce(&SharedPageWriter),
-) -> Result<Mapping, String> {
+/// Writes `bytes` under a temporary name in `dir` (`write`, then `fsync`: a full file system is
+/// an error here, never a fault later) and renames it to `path`; the temporary file is removed on
+/// every error. The file, open for the page's later updates.
+fn create_new(dir: &Path, path: &Path, bytes: &[u8]) -> Result<File, String> {
     let (file, temp) = create_temp(dir, path)?;
-    let mut page = Box::new(PageBytes([0; FILE_BYTES]));
-    // SAFETY: an aligned FILE_BYTES buffer that lives until its bytes are written below, written
-    // by this one writer and read by no one meanwhile.
-    fill(&unsafe { SharedPageWriter::new(NonNull::from(&mut page.0).cast()) });
     let result = (|| {
         use std::io::Write as _;
-        (&file).write_all(&page.0)?;
+        (&file).write_all(bytes)?;
         file.sync_all()?;
-        let mapping = Mapping::of(&file)?;
-        std::fs::rename(&temp, path)?;
-        Ok::<_, io::Error>(mapping)
+        std::fs::rename(&temp, path)
     })();
-    result.map_err(|error| publish_error(path, &temp, &error))
+    result.map_err(|error| publish_error(path, &temp, &error))?;
+    Ok(file)
 }
 
 /// Creates `.NAME.PID.tmp` beside `path` in `dir` (new, mode 0644, never through a link).

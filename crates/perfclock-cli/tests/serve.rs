@@ -130,22 +130,21 @@ fn count_dir(path: &str) -> usize {
     fs::read_dir(path).unwrap().count()
 }
 
-fn maps_of(page: &Path) -> usize {
-    let name = page.to_str().unwrap();
+/// Mappings of the server's page (a memfd the server names `perfclock-clock`).
+fn page_maps() -> usize {
     fs::read_to_string("/proc/self/maps")
         .unwrap()
         .lines()
-        .filter(|line| line.ends_with(name))
+        .filter(|line| line.contains("/memfd:perfclock-clock"))
         .count()
 }
 
 /// Client: what `init()` costs and leaves behind.
 fn role_init() {
-    let page = PathBuf::from(std::env::var_os("PERFCLOCK_SHARED_PAGE").unwrap());
     let (threads, fds, maps) = (
         count_dir("/proc/self/task"),
         count_dir("/proc/self/fd"),
-        maps_of(&page),
+        page_maps(),
     );
     let start = Instant::now();
     let clock = match perfclock::init() {
@@ -159,7 +158,7 @@ fn role_init() {
     let after = (
         count_dir("/proc/self/task"),
         count_dir("/proc/self/fd"),
-        maps_of(&page),
+        page_maps(),
     );
     let pid = clock.shared_page().map_or(0, |info| info.server_pid);
     println!(
@@ -298,6 +297,28 @@ fn role_idle() {
     std::thread::sleep(Duration::from_secs(3600));
 }
 
+/// Client: reads the clock (ordered, and its bound) until the stop file appears, counting
+/// readings that went back.
+fn role_survive() {
+    let dir = dir_of_role();
+    let clock = perfclock::init().expect("a clock");
+    println!("SURVIVE mode {:?}", clock.mode());
+    std::io::stdout().flush().unwrap();
+    let (mut last, mut backs) = (0u64, 0u64);
+    let start = Instant::now();
+    while !dir.join("stop").exists() && start.elapsed() < ROLE_DEADLINE {
+        for _ in 0..1_000 {
+            let now = perfclock::now_ns_ordered();
+            backs += u64::from(now < last);
+            last = now;
+        }
+        let _ = clock.error_bound_ns();
+        let _ = clock.shared_page();
+        std::thread::sleep(PAUSE);
+    }
+    println!("DONE backs {backs}");
+}
+
 fn dispatch(role: &str) {
     match role {
         "init" => role_init(),
@@ -305,6 +326,7 @@ fn dispatch(role: &str) {
         "produce" => role_produce(),
         "consume" => role_consume(),
         "idle" => role_idle(),
+        "survive" => role_survive(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -807,4 +829,78 @@ fn serve_once_publishes_the_paravirt_offset() {
         .unwrap();
     assert_eq!(disabled.status.code(), Some(1), "{disabled:?}");
     assert!(String::from_utf8_lossy(&disabled.stderr).contains("PERFCLOCK_PARAVIRT=off"));
+}
+
+/// Whatever is done to the page file and to the socket beside it (emptied as `> file` and
+/// `truncate -s 0` do, overwritten as `cp` does, the socket replaced by a file), no client
+/// that maps the page and not the server dies: clients map the server's sealed memfd, which
+/// cannot shrink, never the file.
+#[test]
+fn vandalising_the_page_file_kills_no_one() {
+    if let Some(role) = role() {
+        return dispatch(&role);
+    }
+    if !calibrated_machine() {
+        eprintln!("SKIPPED vandalising_the_page_file_kills_no_one: kernel mode");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("clock");
+    let mut server = Server::start(&page);
+    let mut clients: Vec<_> = (0..3)
+        .map(|_| {
+            let mut child = client(
+                "vandalising_the_page_file_kills_no_one",
+                "survive",
+                &page,
+                dir.path(),
+            )
+            .spawn()
+            .unwrap();
+            let mut out = BufReader::new(child.stdout.take().unwrap());
+            let seen = read_until(&mut out, Duration::from_secs(60), |l| {
+                l.starts_with("SURVIVE")
+            });
+            assert!(seen.contains("SURVIVE mode Shared"), "{seen}");
+            (child, out)
+        })
+        .collect();
+    let pause = || std::thread::sleep(Duration::from_millis(600));
+    // `> file`
+    fs::File::create(&page).unwrap();
+    pause();
+    // `cp other file`
+    let other = dir.path().join("other");
+    fs::write(&other, b"not a page").unwrap();
+    fs::copy(&other, &page).unwrap();
+    pause();
+    // `truncate -s 0`
+    fs::File::options()
+        .write(true)
+        .open(&page)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    pause();
+    // The socket replaced by a file: new clients find no server; the old ones keep their page.
+    let socket = perfclock::shared_page::socket_path(&page);
+    fs::remove_file(&socket).unwrap();
+    fs::write(&socket, b"").unwrap();
+    pause();
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server died"
+    );
+    fs::write(dir.path().join("stop"), b"").unwrap();
+    for (mut child, mut out) in clients.drain(..) {
+        let status = child.wait().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        assert!(
+            status.success(),
+            "a client died: {status:?}; it said: {rest}"
+        );
+        assert!(rest.contains("DONE backs 0"), "{rest}");
+    }
+    server.kill();
 }
