@@ -1,5 +1,5 @@
 //! The small operating-system calls the perfclock crates share, written once: the page size, the
-//! thread id, `clock_gettime`, the environment as a privileged process may read it, a lock that survives a panicking holder, and the executable
+//! thread id, the boot id, `clock_gettime`, the environment as a privileged process may read it, a lock that survives a panicking holder, and the executable
 //! marker mapping through which `perf record` learns of a jitdump or marker file.
 //!
 //! Written by hand over `libc` (which this crate already binds for `perf_event_open` and its
@@ -118,6 +118,25 @@ pub fn env_var_os(name: &str) -> Option<std::ffi::OsString> {
     }
 }
 
+/// Where the kernel publishes this boot's id.
+pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`) as its 16 bytes, read with one `read()`
+/// (`init()` pays for every system call here); its text is
+/// `perfclock_core::published_offset::write_boot_id` of them.
+///
+/// # Errors
+/// The open's or read's error, or `InvalidData` if the text is not a boot id.
+pub fn boot_id() -> io::Result<[u64; 2]> {
+    use std::io::Read as _;
+    let mut buffer = [0u8; 64];
+    let len = File::open(BOOT_ID_PATH)?.read(&mut buffer)?;
+    std::str::from_utf8(&buffer[..len])
+        .ok()
+        .and_then(perfclock_core::published_offset::parse_boot_id)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not a boot id"))
+}
+
 /// Locks `mutex`, taking over a lock that a panicking thread left poisoned.
 ///
 /// For the writers' state, whose every critical section leaves it consistent between statements
@@ -232,6 +251,14 @@ mod tests {
         // Test binaries are never setuid: the variable must come through.
         assert!(!is_secure_execution());
         assert_eq!(env_var_os("PATH"), std::env::var_os("PATH"));
+    }
+
+    #[test]
+    fn boot_id_is_the_kernels() {
+        let text = std::fs::read_to_string(BOOT_ID_PATH).unwrap();
+        let mut spelled = String::new();
+        perfclock_core::published_offset::write_boot_id(&mut spelled, boot_id().unwrap()).unwrap();
+        assert_eq!(spelled, text.trim());
     }
 
     #[test]
