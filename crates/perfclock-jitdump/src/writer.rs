@@ -25,7 +25,6 @@ const TIMECONV_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 /// calibrator republishes, which takes microseconds.
 const CONVERSION_READ_ATTEMPTS: usize = 100;
 
-const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
 /// An open `jit-<pid>.dump`: JIT code loads, stamped with the raw counter that `perf inject
 /// --jit` converts with `PERF_RECORD_TIME_CONV`, plus `jit-<pid>.dump.timeconv` holding the
@@ -364,10 +363,9 @@ impl Shared {
         names: &Names<'_>,
         key: FileKey,
     ) -> Result<Shared, JitDumpError> {
-        let boot_id = std::fs::read_to_string(BOOT_ID_PATH)
-            .map_err(io_error("read", Path::new(BOOT_ID_PATH)))?
-            .trim()
-            .to_owned();
+        let mut boot_id = String::new();
+        let words = sys::boot_id().map_err(io_error("read", Path::new(sys::BOOT_ID_PATH)))?;
+        let _ = perfclock_core::published_offset::write_boot_id(&mut boot_id, words);
         // The sidecar's name first: it is renamed over later, so only a stale file of ours may
         // be there; nothing is created if the name is taken.
         shared_file::remove_stale_at(names.dir, &names.timeconv_name)
