@@ -191,12 +191,7 @@ impl Drop for SharedMapping {
 
 /// This boot's id as the page stores it.
 pub(crate) fn boot_id() -> Option<[u64; 2]> {
-    use std::io::Read as _;
-    // One read into a buffer (the id is 37 bytes): `init()` pays for every system call here.
-    let mut buffer = [0u8; 64];
-    let mut file = File::open("/proc/sys/kernel/random/boot_id").ok()?;
-    let len = file.read(&mut buffer).ok()?;
-    published_offset::parse_boot_id(std::str::from_utf8(&buffer[..len]).ok()?)
+    sys::boot_id().ok()
 }
 
 /// Opens `path` without following a symlink and checks that whoever can write it may set this

@@ -401,18 +401,12 @@ fn counter_now() -> Result<u64, String> {
 }
 
 fn boot_id() -> Result<[u64; 2], String> {
-    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map_err(|error| format!("cannot read /proc/sys/kernel/random/boot_id: {error}"))?;
-    let hex: String = text.trim().chars().filter(|c| *c != '-').collect();
-    let parsed = (hex.len() == 32)
-        .then(|| {
-            Some([
-                u64::from_str_radix(&hex[..16], 16).ok()?,
-                u64::from_str_radix(&hex[16..], 16).ok()?,
-            ])
-        })
-        .flatten();
-    parsed.ok_or_else(|| format!("unexpected boot id {:?}", text.trim()))
+    perfclock_event::sys::boot_id().map_err(|error| {
+        format!(
+            "cannot read {}: {error}",
+            perfclock_event::sys::BOOT_ID_PATH
+        )
+    })
 }
 
 fn install_stop_handlers() {
