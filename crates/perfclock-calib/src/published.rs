@@ -35,45 +35,11 @@ pub const PREFERRED_SHIFT: u16 = 31;
 /// Added to every bound for rounding `time_zero` and the kernel formula's floor, ns.
 pub const ROUNDING_NS: u64 = 2;
 /// Fixed-point scale of [`BoundModel::growth_q48`]: ns per counter tick times 2^48.
-pub const GROWTH_SCALE_LOG2: u32 = 48;
+pub use perfclock_core::shared_page::GROWTH_SCALE_LOG2;
 
-/// `bound(c) = base_ns + growth * |c - counter_ref|` (see the module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BoundModel {
-    /// Bound at `counter_ref`, ns.
-    pub base_ns: u64,
-    /// Growth in ns per counter tick, times 2^48, rounded up.
-    pub growth_q48: u64,
-    /// Counter value the bound is anchored at.
-    pub counter_ref: u64,
-}
-
-impl BoundModel {
-    /// A bound that says "no idea": what readers get while nothing is published.
-    pub const UNKNOWN: BoundModel = BoundModel {
-        base_ns: u64::MAX,
-        growth_q48: 0,
-        counter_ref: 0,
-    };
-
-    /// The bound at counter value `counter`, ns, saturating at `u64::MAX`.
-    pub fn at(&self, counter: u64) -> u64 {
-        let distance = counter.abs_diff(self.counter_ref);
-        let grown = (u128::from(distance) * u128::from(self.growth_q48)) >> GROWTH_SCALE_LOG2;
-        let grown = u64::try_from(grown).unwrap_or(u64::MAX);
-        self.base_ns.saturating_add(grown).saturating_add(1)
-    }
-
-    /// Counter ticks after `counter_ref` until the bound exceeds `base_ns + extra_ns`
-    /// (`u64::MAX` if it never grows).
-    pub fn ticks_until_growth(&self, extra_ns: u64) -> u64 {
-        if self.growth_q48 == 0 {
-            return u64::MAX;
-        }
-        let ticks = (u128::from(extra_ns) << GROWTH_SCALE_LOG2) / u128::from(self.growth_q48);
-        u64::try_from(ticks).unwrap_or(u64::MAX)
-    }
-}
+/// `bound(c) = base_ns + growth * |c - counter_ref|` (see the module docs): the type the
+/// shared page stores, so a calibration's bound is published there as it is.
+pub use perfclock_core::shared_page::SharedBound as BoundModel;
 
 /// What one fit publishes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -54,13 +54,13 @@ use std::time::{Duration, Instant};
 use perfclock::paravirt::{self, OffsetSource};
 use perfclock::shared_page::socket_path;
 use perfclock::{Clock, Error};
-use perfclock_calib::published::{continue_within, union_bound, BoundModel, Solution};
+use perfclock_calib::published::{continue_within, union_bound, Solution};
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::counter;
 use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::shared_page::{
-    parse, SharedBound, SharedPageReader, SharedPageWriter, FILE_BYTES, HEADER_OFFSET,
-    HEARTBEAT_INTERVAL_NS, MAGIC,
+    parse, SharedPageReader, SharedPageWriter, FILE_BYTES, HEADER_OFFSET, HEARTBEAT_INTERVAL_NS,
+    MAGIC,
 };
 use perfclock_core::PageDefect;
 use perfclock_event::sealed_page;
@@ -145,7 +145,7 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
         let snapshot = parse(bytes).ok()?;
         (snapshot.boot_id == boot_id).then_some(Solution {
             conversion: snapshot.conversion,
-            bound: model_of(&snapshot.bound),
+            bound: snapshot.bound,
         })
     });
     install_stop_handlers();
@@ -333,15 +333,15 @@ impl Server {
     fn publish(&mut self, writer: &SharedPageWriter, target: Solution, now: u64) {
         let jumps = self.clock.stats().jumps;
         let Some(old) = self.published else {
-            writer.store_bound(&shared_of(&target.bound), now);
+            writer.store_bound(&target.bound, now);
             writer.publish(&target.conversion);
-            writer.store_bound(&shared_of(&target.bound), now);
+            writer.store_bound(&target.bound, now);
             self.published = Some(target);
             self.jumps = jumps;
             return;
         };
         if old.conversion == target.conversion && old.bound == target.bound {
-            writer.store_bound(&shared_of(&old.bound), now);
+            writer.store_bound(&old.bound, now);
             return;
         }
         let (next, publish_before) = if jumps != self.jumps {
@@ -358,41 +358,25 @@ impl Server {
             match continue_within(&old.conversion, &target, now, horizon) {
                 Some(continued) => continued,
                 None => {
-                    writer.store_bound(&shared_of(&old.bound), now);
+                    writer.store_bound(&old.bound, now);
                     return;
                 }
             }
         };
         if next.conversion != old.conversion {
             // A reader may pair either conversion with either bound while they switch.
-            writer.store_bound(&shared_of(&union_bound(&old.bound, &next.bound, now)), now);
+            writer.store_bound(&union_bound(&old.bound, &next.bound, now), now);
             // The new line is above the old one only up to `publish_before`: a server preempted
             // past it (a loaded machine) must not publish it any more.
             if counter::read_counter().is_none_or(|late| late >= publish_before) {
-                writer.store_bound(&shared_of(&old.bound), now);
+                writer.store_bound(&old.bound, now);
                 return;
             }
             writer.publish(&next.conversion);
         }
-        writer.store_bound(&shared_of(&next.bound), now);
+        writer.store_bound(&next.bound, now);
         self.published = Some(next);
         self.jumps = jumps;
-    }
-}
-
-fn shared_of(model: &BoundModel) -> SharedBound {
-    SharedBound {
-        base_ns: model.base_ns,
-        growth_q48: model.growth_q48,
-        counter_ref: model.counter_ref,
-    }
-}
-
-fn model_of(bound: &SharedBound) -> BoundModel {
-    BoundModel {
-        base_ns: bound.base_ns,
-        growth_q48: bound.growth_q48,
-        counter_ref: bound.counter_ref,
     }
 }
 
@@ -708,25 +692,11 @@ mod tests {
     use perfclock_core::TimeConversion;
 
     #[test]
-    fn the_shared_bound_is_calibs_bound() {
-        let model = BoundModel {
-            base_ns: 123,
-            growth_q48: 987_654_321,
-            counter_ref: 5_000_000,
-        };
-        let shared = shared_of(&model);
-        for counter in [0, 4_999_999, 5_000_000, 9_000_000_000, u64::MAX] {
-            assert_eq!(shared.at(counter), model.at(counter), "{counter}");
-        }
-        assert_eq!(model_of(&shared), model);
-    }
-
-    #[test]
     fn a_step_back_is_continued_not_taken() {
         let old = TimeConversion::new(1 << 31, 31, 1_000_000).unwrap();
         let target = Solution {
             conversion: TimeConversion::new(1 << 31, 31, 0).unwrap(),
-            bound: BoundModel {
+            bound: perfclock_calib::published::BoundModel {
                 base_ns: 10,
                 growth_q48: 0,
                 counter_ref: 5_000_000_000,

@@ -96,7 +96,8 @@ const _: () = {
     assert!(offset_of!(SharedHeader, bound_counter_ref) == 64);
 };
 
-/// An error bound as the server publishes it (perfclock-calib's `BoundModel`).
+/// An error bound, `bound(c) = base_ns + growth * |c - counter_ref|`: what a calibration
+/// publishes (perfclock-calib's `BoundModel` is this type) and what the shared page stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SharedBound {
     /// Bound at `counter_ref`, ns.
@@ -108,13 +109,29 @@ pub struct SharedBound {
 }
 
 impl SharedBound {
-    /// The bound at counter value `counter`, ns, saturating (perfclock-calib's
-    /// `BoundModel::at`, the same formula).
+    /// A bound that says "no idea": what readers get while nothing is published.
+    pub const UNKNOWN: SharedBound = SharedBound {
+        base_ns: u64::MAX,
+        growth_q48: 0,
+        counter_ref: 0,
+    };
+
+    /// The bound at counter value `counter`, ns, saturating at `u64::MAX`.
     pub fn at(&self, counter: u64) -> u64 {
         let distance = counter.abs_diff(self.counter_ref);
         let grown = (u128::from(distance) * u128::from(self.growth_q48)) >> GROWTH_SCALE_LOG2;
         let grown = u64::try_from(grown).unwrap_or(u64::MAX);
         self.base_ns.saturating_add(grown).saturating_add(1)
+    }
+
+    /// Counter ticks after `counter_ref` until the bound exceeds `base_ns + extra_ns`
+    /// (`u64::MAX` if it never grows).
+    pub fn ticks_until_growth(&self, extra_ns: u64) -> u64 {
+        if self.growth_q48 == 0 {
+            return u64::MAX;
+        }
+        let ticks = (u128::from(extra_ns) << GROWTH_SCALE_LOG2) / u128::from(self.growth_q48);
+        u64::try_from(ticks).unwrap_or(u64::MAX)
     }
 }
 
