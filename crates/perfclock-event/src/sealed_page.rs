@@ -9,11 +9,13 @@
 //! I/O error can surface as SIGBUS). A file on a file system offers no such guarantee: anyone
 //! who can write it can truncate it under every mapping.
 //!
-//! The descriptor travels with `SCM_RIGHTS` ([`send_fd`], [`recv_fd`]); the receiver learns who
-//! sent it from `SO_PEERCRED` ([`peer_uid`]) and checks the seals ([`seals`]) before it maps it.
+//! The descriptor travels with `SCM_RIGHTS` ([`send_fd`], [`recv_fd`]) over a connection made
+//! without waiting ([`connect`]); the receiver learns who sent it from `SO_PEERCRED`
+//! ([`peer_uid`]) and checks the seals ([`seals`]) before it maps it.
 //!
 //! # Safety
-//! Unsafe code here is single libc calls: `memfd_create`, `fcntl`, `getsockopt`, and
+//! Unsafe code here is single libc calls: `memfd_create`, `fcntl`, `getsockopt`, `socket` and
+//! `connect` (an address this module fills within its size), and
 //! `sendmsg`/`recvmsg` with a control buffer this module owns, sized with `CMSG_SPACE` and
 //! aligned for `cmsghdr`; a descriptor the kernel hands over is owned at once by an `OwnedFd`.
 #![allow(unsafe_code)]
@@ -97,6 +99,49 @@ pub fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
         return Err(io::Error::last_os_error());
     }
     Ok(cred.uid)
+}
+
+/// Connects to the listening UNIX socket at `path` without waiting: a server whose queue of
+/// pending connections is full (one that stopped accepting) is `EAGAIN` at once, never a wait.
+/// The stream returned blocks (reads wait up to the timeout the caller sets).
+///
+/// # Errors
+/// `socket`'s or `connect`'s errno (`ENOENT`, `ECONNREFUSED` when no one listens, `EAGAIN`),
+/// `ENAMETOOLONG` for a path longer than a socket address holds.
+pub fn connect(path: &std::path::Path) -> io::Result<UnixStream> {
+    use std::os::unix::ffi::OsStrExt as _;
+    // SAFETY: an all-zero sockaddr_un is valid; the family and path are set below.
+    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= address.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    for (slot, byte) in address.sun_path.iter_mut().zip(bytes) {
+        *slot = *byte as libc::c_char;
+    }
+    let flags = libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+    // SAFETY: constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, flags, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nothing else.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    let length = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: a live socket and an address of the length passed.
+    let rc = unsafe {
+        libc::connect(
+            stream.as_raw_fd(),
+            std::ptr::addr_of!(address).cast(),
+            length as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    stream.set_nonblocking(false)?;
+    Ok(stream)
 }
 
 /// A control buffer for one descriptor, aligned for `cmsghdr`.
@@ -226,6 +271,30 @@ mod tests {
             is_sealed_page(&regular, 1).is_err(),
             "a file that takes no seals"
         );
+    }
+
+    #[test]
+    fn connect_does_not_wait_for_a_server_that_stopped_accepting() {
+        let dir = std::env::temp_dir().join(format!("pce-sealed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("sock");
+        let error = connect(&path).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::ENOENT), "{error}");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let mut held = Vec::new();
+        let started = std::time::Instant::now();
+        let full = loop {
+            match connect(&path) {
+                Ok(stream) => held.push(stream),
+                Err(error) => break error,
+            }
+            assert!(held.len() < 100_000, "the queue never filled");
+        };
+        assert_eq!(full.raw_os_error(), Some(libc::EAGAIN), "{full}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        drop(listener);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
