@@ -42,7 +42,6 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Mutex;
@@ -242,7 +241,7 @@ impl SharedMapping {
     pub(crate) fn open(path: &Path) -> Result<SharedMapping, Refusal> {
         let (file, meta) = open_trusted(path)?;
         let boot = boot_id().ok_or(Refusal::NoBootId)?;
-        let memfd = match receive_page(path, meta.uid()) {
+        let memfd = match receive_page(path, meta.uid(), SERVER_TIMEOUT) {
             Ok(memfd) => memfd,
             // No server: the file's own bytes say what is wrong with it, if anything.
             Err(no_server @ Refusal::NoServer { .. }) => {
@@ -284,7 +283,7 @@ impl SharedMapping {
         let Ok((_, meta)) = open_trusted(&self.path) else {
             return;
         };
-        let Ok(memfd) = receive_page(&self.path, meta.uid()) else {
+        let Ok(memfd) = receive_page(&self.path, meta.uid(), REATTACH_TIMEOUT) else {
             return;
         };
         let Ok(candidate) = map_read_only(&memfd, None) else {
@@ -368,7 +367,10 @@ pub fn socket_path(path: &Path) -> PathBuf {
 /// How long a client waits for the server's descriptor.
 const SERVER_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often a client whose server stopped looks for a new one.
-const REATTACH_INTERVAL: Duration = Duration::from_millis(250);
+const REATTACH_INTERVAL: Duration = Duration::from_secs(1);
+/// How long `error_bound_ns()` waits for a new server's answer (a server that stopped without
+/// exiting never answers: the call must not wait long for it).
+const REATTACH_TIMEOUT: Duration = Duration::from_millis(20);
 /// Offsets of the page's lock words (the two perf pages' seqlocks and the header's).
 const LOCK_WORDS: [usize; 3] = [
     PRIMARY_OFFSET + PAGE_LOCK_OFFSET,
@@ -386,14 +388,13 @@ fn lock_word(bytes: &[u8], at: usize) -> u32 {
 
 /// The live page from the server listening beside `path`, which must run as `owner` (the
 /// file's owner) and be trusted: a sealed memfd (`perfclock_event::sealed_page`).
-fn receive_page(path: &Path, owner: u32) -> Result<File, Refusal> {
+/// Waits for the server's answer at most `timeout`.
+fn receive_page(path: &Path, owner: u32, timeout: Duration) -> Result<File, Refusal> {
     let no_server = |error: io::Error| Refusal::NoServer {
         errno: error.raw_os_error(),
     };
-    let stream = UnixStream::connect(socket_path(path)).map_err(no_server)?;
-    stream
-        .set_read_timeout(Some(SERVER_TIMEOUT))
-        .map_err(no_server)?;
+    let stream = sealed_page::connect(&socket_path(path)).map_err(no_server)?;
+    stream.set_read_timeout(Some(timeout)).map_err(no_server)?;
     let uid = sealed_page::peer_uid(&stream).map_err(no_server)?;
     if uid != owner || !trusted_owner(uid) {
         return Err(Refusal::OtherOwner { uid });

@@ -543,10 +543,17 @@ fn serve_descriptors(socket: &Path, page: &Page) -> Result<(), String> {
     std::thread::Builder::new()
         .name("perfclock-serve-fds".into())
         .spawn(move || {
-            for stream in listener.incoming().flatten() {
-                // A client that does not read its descriptor holds this thread no longer.
-                let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-                let _ = sealed_page::send_fd(&stream, memfd.as_fd());
+            loop {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        // A client that does not read its descriptor holds this thread no
+                        // longer.
+                        let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+                        let _ = sealed_page::send_fd(&stream, memfd.as_fd());
+                    }
+                    // Out of descriptors or memory: retry later rather than spin.
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
             }
         })
         .map_err(|error| format!("cannot start the socket's thread: {error}"))?;
