@@ -391,13 +391,13 @@ where
     C::Err: std::fmt::Display,
 {
     let error = |message: String| StartError::new(Failure::ClockVariable, message);
-    match std::env::var(var) {
-        Err(std::env::VarError::NotPresent) => Ok(C::default()),
-        Ok(name) if name.is_empty() => Ok(C::default()),
-        Ok(name) => name
+    match perfclock_event::sys::env_var_os(var).map(std::ffi::OsString::into_string) {
+        None => Ok(C::default()),
+        Some(Ok(name)) if name.is_empty() => Ok(C::default()),
+        Some(Ok(name)) => name
             .parse()
             .map_err(|e| error(format!("{var}: {e}; or pass {option}= to the agent"))),
-        Err(std::env::VarError::NotUnicode(_)) => Err(error(format!(
+        Some(Err(_)) => Err(error(format!(
             "{var} is not UTF-8; unset it or pass {option}= to the agent"
         ))),
     }
