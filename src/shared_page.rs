@@ -59,6 +59,8 @@ use perfclock_event::{sealed_page, sys};
 
 use crate::Refusal;
 
+pub mod publisher;
+
 /// The environment variable naming the page (`off` disables it).
 pub const ENV: &str = "PERFCLOCK_SHARED_PAGE";
 /// Where a server run as root publishes.

@@ -1,0 +1,438 @@
+//! The server side of the shared page, as a library: the page's directory (owned by the server
+//! alone, locked: one server per directory), the live page (a sealed memfd, see
+//! `perfclock_event::sealed_page`) and the thread that hands it to clients over `PATH.sock`,
+//! the file beside it (written with `write`/`pwrite`, never mapped) and the published paravirt
+//! offset's file. What is published and when is the caller's (`perfclock serve`).
+//!
+//! # Safety
+//! Unsafe code here: the live page's `mmap`/`munmap` (a memfd of exactly the page's size, mapped
+//! before it is sealed and unmapped once on drop; written only through the core's atomic writer,
+//! lent out only for the duration of a closure), `geteuid` and `flock` on a descriptor this
+//! module owns.
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::fs::{DirBuilder, File};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use perfclock_core::shared_page::{
+    parse, SharedPageReader, SharedPageWriter, FILE_BYTES, HEADER_OFFSET, MAGIC,
+};
+use perfclock_core::PageDefect;
+use perfclock_event::sealed_page;
+
+/// Why the server side could not publish.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// The page's directory is not the server's user's alone.
+    Directory {
+        /// The directory.
+        dir: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// Its mode bits.
+        mode: u32,
+        /// The server's effective uid.
+        euid: u32,
+    },
+    /// Another server holds the directory.
+    Busy {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A file at the page's path that is not a perfclock page.
+    NotAPage {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A file-system operation failed; `source()` says why.
+    Io {
+        /// What was done.
+        op: &'static str,
+        /// To what.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// The page in memory could not be made, read or sealed; `source()` says why.
+    Memory {
+        /// What was done.
+        op: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for PublishError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PublishError::Directory {
+                dir,
+                owner,
+                mode,
+                euid,
+            } => write!(
+                f,
+                "{} is owned by uid {owner} with mode {:04o}: the page's directory must be owned \
+                 by the server's user (uid {euid}) and writable by no one else, or anyone who \
+                 can write it could replace the page (choose another with --path)",
+                dir.display(),
+                mode & 0o7777
+            ),
+            PublishError::Busy { dir } => write!(
+                f,
+                "another perfclock serve holds {} (one server per directory)",
+                dir.display()
+            ),
+            PublishError::NotAPage { path } => write!(
+                f,
+                "{} is not a perfclock page (no page magic): serve neither overwrites nor \
+                 replaces a file it did not write; remove it or choose another --path",
+                path.display()
+            ),
+            PublishError::Io { op, path, source } => {
+                write!(f, "cannot {op} {}", path.display())?;
+                if source.raw_os_error() == Some(libc::ENOSPC) {
+                    f.write_str(
+                        " (the file system is full: free space there or choose another --path)",
+                    )?;
+                }
+                Ok(())
+            }
+            PublishError::Memory { op, .. } => write!(f, "cannot {op} the page in memory"),
+        }
+    }
+}
+
+impl std::error::Error for PublishError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PublishError::Io { source, .. } | PublishError::Memory { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+fn io_error(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> PublishError {
+    let path = path.to_owned();
+    move |source| PublishError::Io { op, path, source }
+}
+
+/// The page's directory, created with mode 0755 if missing, checked to be writable by its owner
+/// (the server's user) alone, and locked (`flock`): one server per directory. Unlocked on drop.
+#[derive(Debug)]
+pub struct PageDir {
+    /// Held for its `flock`, which lasts as long as the descriptor.
+    _lock: File,
+}
+
+impl PageDir {
+    /// Prepares and locks `dir`.
+    ///
+    /// # Errors
+    /// [`PublishError::Io`] (it cannot be created or opened as a directory without following a
+    /// symlink), [`PublishError::Directory`], [`PublishError::Busy`].
+    pub fn lock(dir: &Path) -> Result<PageDir, PublishError> {
+        match DirBuilder::new().mode(0o755).create(dir) {
+            Err(error) if error.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(io_error("create", dir)(error))
+            }
+            _ => {}
+        }
+        let lock = File::options()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(dir)
+            .map_err(io_error(
+                "open as a directory without following a symlink",
+                dir,
+            ))?;
+        let meta = lock.metadata().map_err(io_error("stat", dir))?;
+        // SAFETY: no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if meta.uid() != euid || meta.mode() & 0o022 != 0 {
+            return Err(PublishError::Directory {
+                dir: dir.to_owned(),
+                owner: meta.uid(),
+                mode: meta.mode(),
+                euid,
+            });
+        }
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(PublishError::Busy {
+                dir: dir.to_owned(),
+            });
+        }
+        Ok(PageDir { _lock: lock })
+    }
+}
+
+/// The live page: a memfd mapped read-write by this process only, sealed once written, handed to
+/// clients by [`LivePage::serve`]; unmapped on drop.
+#[derive(Debug)]
+pub struct LivePage {
+    memfd: File,
+    base: NonNull<u8>,
+}
+
+impl LivePage {
+    /// A new page, holding `inherited` (an earlier server's file, [`reuse_existing`]) if given:
+    /// its lock words then continue the earlier server's, so a client moving over from that
+    /// page never pairs their values.
+    ///
+    /// # Errors
+    /// [`PublishError::Memory`] (`memfd_create`, `mmap`, the copy).
+    pub fn new(inherited: Option<&[u8]>) -> Result<LivePage, PublishError> {
+        let memory = |op| move |source| PublishError::Memory { op, source };
+        let memfd = sealed_page::create_memfd(c"perfclock-clock", FILE_BYTES as u64)
+            .map_err(memory("create"))?;
+        // SAFETY: maps FILE_BYTES of a memfd of exactly that size, shared and writable (before
+        // the seals forbid new writable mappings); the kernel picks the address.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                FILE_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                memfd.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(memory("map")(io::Error::last_os_error()));
+        }
+        let base = NonNull::new(base.cast::<u8>())
+            .ok_or_else(|| memory("map")(io::ErrorKind::Other.into()))?;
+        let page = LivePage { memfd, base };
+        if let Some(bytes) = inherited {
+            let bytes = bytes.get(..FILE_BYTES).unwrap_or(bytes);
+            page.memfd.write_all_at(bytes, 0).map_err(memory("fill"))?;
+        }
+        Ok(page)
+    }
+
+    /// Runs `write` with the page's writer (this process is the page's only writer: the
+    /// directory lock, the seals).
+    pub fn with_writer<T>(&self, write: impl FnOnce(&SharedPageWriter) -> T) -> T {
+        // SAFETY: a page-aligned FILE_BYTES mapping that lives while `self` does, and the writer
+        // does not outlive this call; clients only load atomically.
+        write(&unsafe { SharedPageWriter::new(self.base) })
+    }
+
+    /// A consistent copy of the page's bytes.
+    ///
+    /// # Errors
+    /// [`PublishError::Memory`] if the header lock stayed odd (a writer interrupted).
+    pub fn bytes(&self) -> Result<Vec<u8>, PublishError> {
+        // SAFETY: as for `with_writer`; read through atomics, the reader dropped here.
+        let reader = unsafe { SharedPageReader::new(self.base) };
+        let layout = reader.snapshot().map_err(|defect| PublishError::Memory {
+            op: "read",
+            source: io::Error::other(defect),
+        })?;
+        let mut bytes = vec![0u8; FILE_BYTES];
+        bytes[..layout.len()].copy_from_slice(&layout);
+        Ok(bytes)
+    }
+
+    /// Writes the page's bytes into `file` at `path` (with `pwrite`: the file is never mapped, so
+    /// what others do to it cannot fault this process; a truncated file is restored).
+    ///
+    /// # Errors
+    /// [`PublishError::Io`] or [`PublishError::Memory`].
+    pub fn persist(&self, file: &File, path: &Path) -> Result<(), PublishError> {
+        file.write_all_at(&self.bytes()?, 0)
+            .map_err(io_error("update", path))
+    }
+
+    /// Seals the page: from now on no one can shrink, grow or write it but through this
+    /// process's mapping.
+    ///
+    /// # Errors
+    /// [`PublishError::Memory`].
+    pub fn seal(&self) -> Result<(), PublishError> {
+        sealed_page::seal(&self.memfd).map_err(|source| PublishError::Memory { op: "seal", source })
+    }
+
+    /// Listens on `socket` (replacing a socket an earlier server left: the directory is the
+    /// caller's and locked) and hands every client that connects the page's sealed descriptor,
+    /// from a thread of its own. A client costs nothing once it has its descriptor: it keeps no
+    /// connection.
+    ///
+    /// # Errors
+    /// [`PublishError::Io`] (bind, the socket's mode, the thread) or [`PublishError::Memory`].
+    pub fn serve(&self, socket: &Path) -> Result<(), PublishError> {
+        use std::os::unix::fs::FileTypeExt as _;
+        if std::fs::symlink_metadata(socket).is_ok_and(|meta| meta.file_type().is_socket()) {
+            let _ = std::fs::remove_file(socket);
+        }
+        let listener = UnixListener::bind(socket).map_err(io_error("listen on", socket))?;
+        // Anyone may connect: the page's trust comes from this process's credentials, which the
+        // client reads (SO_PEERCRED), not from the socket file.
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))
+            .map_err(io_error("open to clients", socket))?;
+        let memfd = self
+            .memfd
+            .try_clone()
+            .map_err(|source| PublishError::Memory {
+                op: "share",
+                source,
+            })?;
+        std::thread::Builder::new()
+            .name("perfclock-serve-fds".into())
+            .spawn(move || loop {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        // A client that does not read its descriptor holds this thread no
+                        // longer.
+                        let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+                        let _ = sealed_page::send_fd(&stream, memfd.as_fd());
+                    }
+                    // Out of descriptors or memory: retry later rather than spin.
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            })
+            .map_err(io_error("start the thread serving", socket))?;
+        Ok(())
+    }
+}
+
+// SAFETY: the mapping is written only through the core's atomic writer and read through its
+// atomic reader, from any thread.
+unsafe impl Send for LivePage {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for LivePage {}
+
+impl Drop for LivePage {
+    fn drop(&mut self) {
+        // SAFETY: our mapping, unmapped once; no writer outlives `with_writer`.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), FILE_BYTES) };
+    }
+}
+
+/// The file at `path` if an earlier server of this user left it (a regular file owned by us,
+/// writable by us alone, with one link, holding a page in this format), with its bytes, to be
+/// continued and updated in place. A symlink, a FIFO, an empty file or a damaged page (or one of
+/// another version) is `None`: replaced by a new file.
+///
+/// # Errors
+/// [`PublishError::NotAPage`] for any other file of ours (not ours to overwrite);
+/// [`PublishError::Io`] if it cannot be read.
+pub fn reuse_existing(path: &Path) -> Result<Option<(File, Vec<u8>)>, PublishError> {
+    let Ok(file) = File::options()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        // Absent, a symlink (ELOOP), a FIFO, ...: replaced by a new file.
+        return Ok(None);
+    };
+    let meta = file.metadata().map_err(io_error("stat", path))?;
+    // SAFETY: no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let ours = meta.file_type().is_file()
+        && meta.uid() == euid
+        && meta.mode() & 0o022 == 0
+        && meta.nlink() == 1;
+    if !ours {
+        return Ok(None);
+    }
+    let mut bytes = vec![0u8; FILE_BYTES + 1];
+    let len = read_up_to(&file, &mut bytes).map_err(io_error("read", path))?;
+    if len == 0 {
+        // Emptied (`truncate -s 0`, `> file`): nothing in it to lose or to continue.
+        return Ok(None);
+    }
+    let magic = bytes.get(HEADER_OFFSET..HEADER_OFFSET + 8);
+    if magic != Some(&MAGIC.to_ne_bytes()[..]) {
+        return Err(PublishError::NotAPage {
+            path: path.to_owned(),
+        });
+    }
+    match parse(&bytes[..len]) {
+        // A page of ours, complete, in this format (perhaps stale or from another boot).
+        Ok(_) | Err(PageDefect::Stale { .. } | PageDefect::OtherBoot | PageDefect::Busy)
+            if len == FILE_BYTES =>
+        {
+            bytes.truncate(FILE_BYTES);
+            Ok(Some((file, bytes)))
+        }
+        // Another version, cut short or damaged: replaced by a new file.
+        _ => Ok(None),
+    }
+}
+
+/// Reads from the start of `file` until `buffer` is full or the file ends; the bytes read.
+fn read_up_to(file: &File, buffer: &mut [u8]) -> io::Result<usize> {
+    let mut len = 0;
+    while len < buffer.len() {
+        match file.read_at(&mut buffer[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(len)
+}
+
+/// Writes `bytes` under a temporary name beside `path` (`.NAME.PID.tmp`: new, mode 0644, never
+/// through a link; `write`, then `fsync`: a full file system is an error here, never a fault
+/// later) and renames it to `path`; the temporary file is removed on every error. The file,
+/// open for later updates.
+///
+/// # Errors
+/// [`PublishError::Io`].
+pub fn create_new(path: &Path, bytes: &[u8]) -> Result<File, PublishError> {
+    let dir = path
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| {
+        io_error("name", path)(io::Error::new(io::ErrorKind::InvalidInput, "no file name"))
+    })?;
+    let temp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let open = || {
+        File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&temp)
+    };
+    let file = match open() {
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+            // Left by a killed server of ours with this pid: the directory is ours alone.
+            let _ = std::fs::remove_file(&temp);
+            open()
+        }
+        other => other,
+    }
+    .map_err(io_error("create", &temp))?;
+    let written = (|| {
+        use std::io::Write as _;
+        file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        (&file).write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    written.map_err(|error| {
+        let _ = std::fs::remove_file(&temp);
+        io_error("publish", path)(error)
+    })?;
+    Ok(file)
+}
