@@ -42,6 +42,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Mutex;
@@ -241,9 +242,11 @@ fn counter_now() -> u64 {
 impl SharedMapping {
     /// Opens `path` and maps it if it passes every check (see the module docs).
     pub(crate) fn open(path: &Path) -> Result<SharedMapping, Refusal> {
+        // Connected first: the server's thread wakes and answers while the file is checked.
+        let connected = sealed_page::connect(&socket_path(path));
         let (file, meta) = open_trusted(path)?;
         let boot = boot_id().ok_or(Refusal::NoBootId)?;
-        let memfd = match receive_page(path, meta.uid(), SERVER_TIMEOUT) {
+        let memfd = match receive_page(connected, meta.uid(), SERVER_TIMEOUT) {
             Ok(memfd) => memfd,
             // No server: the file's own bytes say what is wrong with it, if anything.
             Err(no_server @ Refusal::NoServer { .. }) => {
@@ -285,7 +288,8 @@ impl SharedMapping {
         let Ok((_, meta)) = open_trusted(&self.path) else {
             return;
         };
-        let Ok(memfd) = receive_page(&self.path, meta.uid(), REATTACH_TIMEOUT) else {
+        let connected = sealed_page::connect(&socket_path(&self.path));
+        let Ok(memfd) = receive_page(connected, meta.uid(), REATTACH_TIMEOUT) else {
             return;
         };
         let Ok(candidate) = map_read_only(&memfd, None) else {
@@ -388,14 +392,19 @@ fn lock_word(bytes: &[u8], at: usize) -> u32 {
     u32::from_ne_bytes(word)
 }
 
-/// The live page from the server listening beside `path`, which must run as `owner` (the
+/// The live page from the server listening beside the page, which must run as `owner` (the
 /// file's owner) and be trusted: a sealed memfd (`perfclock_event::sealed_page`).
-/// Waits for the server's answer at most `timeout`.
-fn receive_page(path: &Path, owner: u32, timeout: Duration) -> Result<File, Refusal> {
+/// `connected` is the connection to [`socket_path`]; waits for the server's answer at most
+/// `timeout`.
+fn receive_page(
+    connected: io::Result<UnixStream>,
+    owner: u32,
+    timeout: Duration,
+) -> Result<File, Refusal> {
     let no_server = |error: io::Error| Refusal::NoServer {
         errno: error.raw_os_error(),
     };
-    let stream = sealed_page::connect(&socket_path(path)).map_err(no_server)?;
+    let stream = connected.map_err(no_server)?;
     stream.set_read_timeout(Some(timeout)).map_err(no_server)?;
     let uid = sealed_page::peer_uid(&stream).map_err(no_server)?;
     if uid != owner || !trusted_owner(uid) {
