@@ -158,6 +158,11 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
         .map_err(|error| chain(&error))?;
     page.with_writer(|writer| {
         writer.claim(boot_id, pid, now);
+        if let Some(old) = inherited {
+            // The same line again, so that every lock word of the page moves past the earlier
+            // server's: its clients then move over to this page (perfclock::shared_page).
+            writer.publish(&old.conversion);
+        }
         server.publish(writer, target, now);
     });
     let file = match existing {
