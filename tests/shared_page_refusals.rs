@@ -12,7 +12,8 @@ use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::ptr::NonNull;
 
-use perfclock::shared_page::{candidates, probe, probe_published_offset, SYSTEM_PATH};
+use perfclock::shared_page::publisher::LivePage;
+use perfclock::shared_page::{candidates, probe, probe_published_offset, socket_path, SYSTEM_PATH};
 use perfclock::Refusal;
 use perfclock_core::counter;
 use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
@@ -86,12 +87,23 @@ fn each_refused_page_names_its_reason() {
 
     write(&path, &good.0, 0o644);
     // The control passes every check of the file and lacks only its server (the socket beside
-    // it), which hands out the live page (crates/perfclock-cli/tests/serve.rs runs one).
+    // it), which hands out the live page: served from this process, it is accepted.
     assert_eq!(
         probe(&path).map_err(|r| r.reason()),
         Err("no-server"),
         "the control page is valid"
     );
+    let live = LivePage::new(Some(&good.0)).unwrap();
+    live.seal().unwrap();
+    live.serve(&socket_path(&path)).unwrap();
+    let info = probe(&path).expect("the control page, served, is accepted");
+    assert_eq!(info.server_pid, 4242);
+    assert!(info.error_bound_ns >= 500 && info.error_bound_ns < u64::MAX);
+    // With its server there, what is in the file does not matter: the page is the server's.
+    write(&path, &good.0[..100], 0o644);
+    assert_eq!(probe(&path).map(|info| info.server_pid), Ok(4242));
+    // Without it, the file's own bytes name what is wrong with them.
+    fs::remove_file(socket_path(&path)).unwrap();
 
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
