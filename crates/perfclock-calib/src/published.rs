@@ -287,6 +287,39 @@ impl BoundSlot {
     }
 }
 
+/// Where a line is published: a conversion page (or two, mirrored) and a bound readers pair
+/// with it. The in-process refiner's pages and `perfclock serve`'s shared page are both.
+pub trait LineTarget {
+    /// Publishes `conversion` (a seqlock write section of the page).
+    fn publish_conversion(&self, conversion: &TimeConversion);
+    /// Stores `bound`.
+    fn store_bound(&self, bound: &BoundModel);
+}
+
+/// The one publish step: switches `target` from the line `old` (if any) to `next`, at counter
+/// value `now`. While switching a reader may pair either conversion with either bound, so the
+/// bound covers both first; `next` lies above `old` only up to counter value
+/// `publish_before` (see [`continue_within`]), so a writer preempted past it publishes nothing
+/// and restores `old`'s bound. Whether `next` was published.
+pub fn switch_line(
+    target: &impl LineTarget,
+    old: Option<&Solution>,
+    next: &Solution,
+    now: u64,
+    publish_before: u64,
+) -> bool {
+    if let Some(old) = old {
+        target.store_bound(&union_bound(&old.bound, &next.bound, now));
+        if perfclock_core::counter::read_counter().is_none_or(|late| late >= publish_before) {
+            target.store_bound(&old.bound);
+            return false;
+        }
+    }
+    target.publish_conversion(&next.conversion);
+    target.store_bound(&next.bound);
+    true
+}
+
 /// The bound that covers both `a` and `b` from `counter` on: used while switching between two
 /// published conversions, when a reader may pair either page with either bound.
 pub fn union_bound(a: &BoundModel, b: &BoundModel, counter: u64) -> BoundModel {

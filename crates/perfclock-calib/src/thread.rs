@@ -21,7 +21,9 @@ use crate::fit::{Constraint, Fit, FitOptions, Rel};
 use crate::fork_gate;
 use crate::options::{CalibrationOptions, MIN_REFINE_BATCH};
 use crate::prune::{prune_hull_into, prune_into, HullScratch, PruneScratch};
-use crate::published::{continue_within, solve, union_bound, Solution};
+use crate::published::{
+    continue_within, solve, switch_line, BoundCell, BoundModel, LineTarget, Solution,
+};
 use crate::source::Probe;
 use crate::RecordKind;
 
@@ -116,6 +118,22 @@ impl Buffers {
     }
 }
 
+/// The refiner's pages and bound, as [`switch_line`] writes them.
+struct RefinerPages<'a> {
+    writer: &'a PageWriter,
+    bound: &'a BoundCell,
+}
+
+impl LineTarget for RefinerPages<'_> {
+    fn publish_conversion(&self, conversion: &TimeConversion) {
+        self.writer.publish(conversion);
+    }
+
+    fn store_bound(&self, bound: &BoundModel) {
+        self.bound.store(bound);
+    }
+}
+
 impl Calibrator {
     /// Publish `fit`. `continuous`: never step the clock back (refinements); off after a jump,
     /// where the old line is simply wrong. A continuation that cannot be written safely now
@@ -136,20 +154,14 @@ impl Calibrator {
         }
         // No fork may copy the page or the bound mid-update (see `fork_gate`).
         let gate = fork_gate::hold();
-        // While switching, a reader may pair either conversion with either bound: cover both.
-        if let Some((old, _)) = &self.current {
-            self.shared
-                .bound
-                .store(&union_bound(&old.bound, &sol.bound, now));
-            // The new line lies above the old one only up to `publish_before`: preempted past
-            // it (a loaded machine), this refiner must not write it any more.
-            if counter::read_counter().is_none_or(|late| late >= publish_before) {
-                self.shared.bound.store(&old.bound);
-                return Ok(());
-            }
+        let old = self.current.as_ref().map(|(old, _)| old);
+        let target = RefinerPages {
+            writer: &self.writer,
+            bound: &self.shared.bound,
+        };
+        if !switch_line(&target, old, &sol, now, publish_before) {
+            return Ok(());
         }
-        self.writer.publish(&sol.conversion);
-        self.shared.bound.store(&sol.bound);
         drop(gate);
         let st = &self.shared.stats;
         st.last_fit_span_ns.store(

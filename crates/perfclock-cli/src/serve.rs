@@ -49,11 +49,12 @@ use perfclock::paravirt::{self, OffsetSource};
 use perfclock::shared_page::publisher::{self, LivePage, PageDir};
 use perfclock::shared_page::socket_path;
 use perfclock::{Clock, Error};
-use perfclock_calib::published::{continue_within, union_bound, Solution};
+use perfclock_calib::published::{continue_within, switch_line, BoundModel, LineTarget, Solution};
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::counter;
 use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::shared_page::{parse, SharedPageWriter, HEARTBEAT_INTERVAL_NS};
+use perfclock_core::TimeConversion;
 
 use crate::output::errln;
 
@@ -322,10 +323,9 @@ impl Server {
     /// stays, its bound growing honestly.
     fn publish(&mut self, writer: &SharedPageWriter, target: Solution, now: u64) {
         let jumps = self.clock.stats().jumps;
+        let page = SharedLine { writer, now };
         let Some(old) = self.published else {
-            writer.store_bound(&target.bound, now);
-            writer.publish(&target.conversion);
-            writer.store_bound(&target.bound, now);
+            switch_line(&page, None, &target, now, u64::MAX);
             self.published = Some(target);
             self.jumps = jumps;
             return;
@@ -353,20 +353,30 @@ impl Server {
                 }
             }
         };
-        if next.conversion != old.conversion {
-            // A reader may pair either conversion with either bound while they switch.
-            writer.store_bound(&union_bound(&old.bound, &next.bound, now), now);
-            // The new line is above the old one only up to `publish_before`: a server preempted
-            // past it (a loaded machine) must not publish it any more.
-            if counter::read_counter().is_none_or(|late| late >= publish_before) {
-                writer.store_bound(&old.bound, now);
-                return;
-            }
-            writer.publish(&next.conversion);
+        if next.conversion == old.conversion {
+            writer.store_bound(&next.bound, now);
+        } else if !switch_line(&page, Some(&old), &next, now, publish_before) {
+            return;
         }
-        writer.store_bound(&next.bound, now);
         self.published = Some(next);
         self.jumps = jumps;
+    }
+}
+
+/// The shared page as [`switch_line`] writes it: every bound stored also refreshes the heartbeat
+/// (to `now`).
+struct SharedLine<'a> {
+    writer: &'a SharedPageWriter,
+    now: u64,
+}
+
+impl LineTarget for SharedLine<'_> {
+    fn publish_conversion(&self, conversion: &TimeConversion) {
+        self.writer.publish(conversion);
+    }
+
+    fn store_bound(&self, bound: &BoundModel) {
+        self.writer.store_bound(bound, self.now);
     }
 }
 
