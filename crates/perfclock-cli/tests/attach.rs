@@ -3,9 +3,10 @@
 //! cause with its message, a non-zero exit and the 10 s bound.
 //!
 //! The agent is a test library compiled here with `cc`: its `Agent_OnAttach` appends
-//! `attached <OPTIONS>` to the file named after the `@` in its options (options `<OPTIONS>@<FILE>`)
-//! and returns 42 when there is no `@`; a second library exports only `Agent_OnLoad`, as an
-//! agent built for `-agentpath` does.
+//! `attached <OPTIONS>` to the file named after the `@` in its options (options
+//! `<OPTIONS>@<FILE>`), returns N for options `code=N` (perfclock's agent's codes) and 42 when
+//! there is no `@`; a second library exports only `Agent_OnLoad`, as an agent built for
+//! `-agentpath` does.
 //!
 //! Needs a JDK under /usr/lib/jvm, cc, and root (namespaces, setpriv). Without them the tests
 //! print `SKIPPED` and return, unless PERFCLOCK_REQUIRE_PERF=1 (CI), where they fail instead.
@@ -30,11 +31,13 @@ const JVM_START: Duration = Duration::from_secs(90);
 
 const AGENT_C: &str = r#"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 /* The JVMTI entry point; the JavaVM* is not used, so no jni.h. */
 int Agent_OnAttach(void *vm, char *options, void *reserved) {
     (void)vm;
     (void)reserved;
+    if (strncmp(options, "code=", 5) == 0) return atoi(options + 5);
     const char *at = strchr(options, '@');
     if (at == NULL) return 42;
     FILE *marker = fopen(at + 1, "a");
@@ -430,6 +433,11 @@ fn attach_loads_the_agent_into_a_running_jvm_of_every_jdk() {
         assert_error(
             &attach(&[&pid, "no-marker", "--agent", agent]),
             "agent load failed: Agent_OnAttach returned 42",
+        );
+        // A code of perfclock's agent gets its meaning.
+        assert_error(
+            &attach(&[&pid, "code=104", "--agent", agent]),
+            "perfclock's agent returns 104 when the perf clock cannot be opened",
         );
         let load_only = fixture.load_only.to_str().unwrap();
         assert_error(
