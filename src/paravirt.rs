@@ -218,20 +218,10 @@ impl ParavirtClock {
     pub(crate) fn open() -> Result<ParavirtClock, Vec<ParavirtRefusal>> {
         let (page, reader) = find_page().map_err(|refusal| vec![refusal])?;
         // Root's file first: its publisher cross-checked `C` once for the boot.
-        let (published, refusals) = crate::shared_page::open_published_offset();
-        let mut refused: Vec<ParavirtRefusal> = refusals
-            .into_iter()
-            .map(|(path, refusal)| ParavirtRefusal::Published { path, refusal })
-            .collect();
-        if let Some(published) = published {
-            return Ok(ParavirtClock {
-                page,
-                reader,
-                measured: measured_from_published(&published),
-                published: Some(published),
-                refused,
-            });
-        }
+        let mut refused = match Self::from_published(page, reader) {
+            Ok(clock) => return Ok(clock),
+            Err(refused) => refused,
+        };
         let from_log = kmsg::read_offset()
             .map_err(ParavirtRefusal::KernelLog)
             .and_then(|offset_ns| {
@@ -262,6 +252,41 @@ impl ParavirtClock {
             published: None,
             refused,
         })
+    }
+}
+
+impl ParavirtClock {
+    /// Opens paravirt mode only if a published offset is accepted: `None` otherwise (the
+    /// caller then goes the whole way, kernel page first). A publisher writes an offset only
+    /// after its own kernel page withheld the parameters in this boot, and which sched_clock
+    /// the kernel uses is fixed at boot, so such a file also says that kernel mode does not
+    /// apply: the kernel page's `perf_event_open` (most of `init()`'s cost here) is skipped.
+    pub(crate) fn open_published() -> Option<ParavirtClock> {
+        let (page, reader) = find_page().ok()?;
+        Self::from_published(page, reader).ok()
+    }
+
+    /// The clock on `page` with `C` from the first published offset accepted, or the
+    /// refusals of every one looked at.
+    fn from_published(
+        page: PvclockPage,
+        reader: PvclockReader,
+    ) -> Result<ParavirtClock, Vec<ParavirtRefusal>> {
+        let (published, refusals) = crate::shared_page::open_published_offset();
+        let refused: Vec<ParavirtRefusal> = refusals
+            .into_iter()
+            .map(|(path, refusal)| ParavirtRefusal::Published { path, refusal })
+            .collect();
+        match published {
+            Some(published) => Ok(ParavirtClock {
+                page,
+                reader,
+                measured: measured_from_published(&published),
+                published: Some(published),
+                refused,
+            }),
+            None => Err(refused),
+        }
     }
 }
 

@@ -25,6 +25,13 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
         return Err(Error::Unsupported);
     }
     crate::diagnosis::counter_readable()?;
+    if !options.kernel_only && options.paravirt_wanted() {
+        // A published offset says kernel mode does not apply in this boot (see
+        // `ParavirtClock::open_published`); the kernel page's capabilities are read if asked.
+        if let Some(paravirt) = ParavirtClock::open_published() {
+            return Ok(paravirt_clock(paravirt, None));
+        }
+    }
     let page = KernelPage::map().map_err(|error| match error {
         MapError::Open(open) => Error::PerfEvent(open),
         MapError::TooManyClocks => Error::TooManyClocks,
@@ -46,17 +53,7 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
             drop(page);
             if options.paravirt_wanted() {
                 if let Ok(paravirt) = ParavirtClock::open() {
-                    return Ok(Clock {
-                        reader: ClockReader::Pvclock {
-                            entry: paravirt.reader(),
-                            offset_ns: paravirt.offset().offset_ns,
-                        },
-                        source: Source::Paravirt {
-                            paravirt,
-                            capabilities,
-                            withheld: OnceLock::new(),
-                        },
-                    });
+                    return Ok(paravirt_clock(paravirt, Some(capabilities)));
                 }
             }
             if !options.no_shared_page {
@@ -77,6 +74,33 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
         }
         Err(other) => Err(Error::Page(other)),
     }
+}
+
+/// A paravirt-mode clock; `capabilities` is the kernel page's word where it was read.
+fn paravirt_clock(paravirt: ParavirtClock, capabilities: Option<u64>) -> Clock {
+    Clock {
+        reader: ClockReader::Pvclock {
+            entry: paravirt.reader(),
+            offset_ns: paravirt.offset().offset_ns,
+        },
+        source: Source::Paravirt {
+            paravirt,
+            capabilities,
+            withheld: OnceLock::new(),
+        },
+    }
+}
+
+/// The kernel page's capability word, read now (for what the kernel withholds, when paravirt
+/// mode opened without it); 0 (nothing published) if the page cannot be had.
+fn kernel_capabilities() -> u64 {
+    let Ok(page) = KernelPage::map() else {
+        return 0;
+    };
+    // SAFETY: `page` is a live read-only mapping written only by the kernel; the reader does
+    // not outlive this function, where `page` stays mapped.
+    let reader = unsafe { PageReader::new(page.page()) };
+    reader.raw().map_or(0, |raw| raw.capabilities)
 }
 
 impl Options {
@@ -129,8 +153,9 @@ pub(super) enum Source {
     /// The pvclock page (mapped by the vDSO for the life of the process) and `C`.
     Paravirt {
         paravirt: ParavirtClock,
-        /// The kernel page's capability word, for `withheld`.
-        capabilities: u64,
+        /// The kernel page's capability word, for `withheld`: `None` when a published offset
+        /// opened the clock without the kernel page (read when `withheld` is first asked).
+        capabilities: Option<u64>,
         withheld: OnceLock<Withheld>,
     },
     /// Keeps the server's page mapped.
@@ -204,12 +229,14 @@ impl Source {
                 capabilities,
                 withheld,
                 ..
-            }
-            | Source::Paravirt {
+            } => Some(withheld.get_or_init(|| Withheld::observe(*capabilities))),
+            Source::Paravirt {
                 capabilities,
                 withheld,
                 ..
-            } => Some(withheld.get_or_init(|| Withheld::observe(*capabilities))),
+            } => Some(withheld.get_or_init(|| {
+                Withheld::observe(capabilities.unwrap_or_else(kernel_capabilities))
+            })),
             #[cfg(feature = "calibrated")]
             Source::Calibrated { withheld, .. } => Some(withheld),
         }
