@@ -89,7 +89,7 @@ pub(crate) fn run(path: Option<PathBuf>, once: bool) -> ExitCode {
 }
 
 fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
-    match Clock::open_kernel_only() {
+    let withheld = match Clock::open_kernel_only() {
         Ok(_) => {
             errln!(
                 "{NAME}: kernel mode: the kernel publishes the perf clock's conversion \
@@ -98,9 +98,9 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
             );
             return Ok(());
         }
-        Err(Error::KernelWithholdsTime(why)) => errln!("{NAME}: calibrated mode: {why}"),
+        Err(Error::KernelWithholdsTime(why)) => why,
         Err(other) => return Err(format!("no perf clock: {other}")),
-    }
+    };
     let path = match path {
         Some(path) => path,
         None => perfclock::shared_page::default_server_path().ok_or(
@@ -129,6 +129,7 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
             Err(message) => errln!("{NAME}: {message}; serving a calibration instead"),
         }
     }
+    errln!("{NAME}: calibrated mode: {withheld}");
     let pid = std::process::id();
     let existing = publisher::reuse_existing(&path).map_err(|error| chain(&error))?;
     let inherited = existing.as_ref().and_then(|(_, bytes)| {
