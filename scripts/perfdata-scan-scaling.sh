@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Scaling of the perf.data scan in the number of distinct jit-<pid>.dump names (issue 18
-# finding 5): generates synthetic recordings with N distinct names for each N given (default
+# Scaling of the perf.data scan in the number of distinct jit-<pid>.dump names (a
+# recording any process can fill with such names): generates synthetic recordings with N distinct names for each N given (default
 # 16384 and 100000), then times the library's layout+scan (the synth_perf_data example's --scan,
 # which prints its peak RSS) and the whole `perfclock inject-time-conv` (which stops at the
 # first missing sidecar, after the scan), with /usr/bin/time for elapsed time and peak RSS.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test bed's own negative control (issue 23): with the first reading of every bracket skewed
+# The test bed's own negative control: with the first reading of every bracket skewed
 # SKEW_NS ahead of the kernel's stamp (TESTBED_SELFTEST_SKEW_NS on the guest's kernel command
 # line, read by perfclock-testbed) the guest must FAIL, and for that reason only: the self-test
 # announced itself (the skew reached the guest), the guest ran to its end, and its brackets and

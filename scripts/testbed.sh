@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-kernel test bed (issue 3).
+# Real-kernel test bed.
 #
 # Boots Debian's current amd64 and arm64 kernels under qemu's software emulation (TCG), with
 # the perfclock-testbed binary as the guest's /init, and checks what it reports on the serial

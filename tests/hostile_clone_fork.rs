@@ -1,7 +1,7 @@
-//! `fork()` inside a child made by a raw `clone` system call (issue 13.3). A raw clone runs no
+//! `fork()` inside a child made by a raw `clone` system call. A raw clone runs no
 //! `pthread_atfork` handler, so the child can inherit the fork gate held by the calibration
-//! thread (a thread it does not have) and, before the fix, spun for ever in the gate's prepare
-//! handler when it forked. That case is reproduced deterministically by
+//! thread (a thread it does not have), and must not spin for ever in the gate's prepare handler
+//! when it forks. That case is reproduced deterministically by
 //! `perfclock-calib`'s `fork_gate` test (a gate held across the clone). Here, end to end:
 //!
 //! - `without_refiner` (CI): with `refine(false)` the calibration thread has ended after the

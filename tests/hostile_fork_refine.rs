@@ -1,4 +1,4 @@
-//! A fork child's calibrated clock (issue 13.5): `fork` copies the published page but not the
+//! A fork child's calibrated clock: `fork` copies the published page but not the
 //! refiner thread, so the child's clock is frozen: it would never notice a clock jump (a
 //! restored VM snapshot, a host migration) while still claiming its bound. Checked here, each in
 //! a child process with a watchdog:
@@ -10,8 +10,8 @@
 //!   refinements are counted in the child, and readings do not go back across the restart;
 //! - `drop`: a calibrated `Clock` the parent opened can be dropped in a fork child, and a
 //!   second one keeps working in the parent (the child's handle names the parent's thread; glibc
-//!   marks such threads finished in a fork child, so joining returned even before the fix,
-//!   which now forgets the handle instead: this case guards against a regression only).
+//!   marks such threads finished in a fork child, so joining would return too; the handle is
+//!   forgotten instead: this case guards against a regression only).
 //!
 //! Calibrated mode only: where the kernel publishes the parameters the test says `SKIPPED`.
 #![cfg(feature = "calibrated")]

@@ -1,6 +1,6 @@
 //! Calibration options that made the calibration thread panic, the process abort (an
 //! allocation of 2^40 brackets, or any panic under `panic = "abort"`), a duration overflow, or
-//! recalibrate endlessly (issue 13.6, and 13.2's `init_budget` 5 s with `start_timeout` 100 ms).
+//! recalibrate endlessly (an `init_budget` of 5 s with a `start_timeout` of 100 ms).
 //! Each must make `Options::open` return `Error::Calibration` with `CalibError::InvalidOptions`
 //! naming the setter to change, before any thread runs; each case runs in a child process with a
 //! watchdog, so an abort or a hang fails the test instead of the harness.

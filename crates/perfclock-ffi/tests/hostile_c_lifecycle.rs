@@ -3,13 +3,13 @@
 //! process with a watchdog (its own `alarm`, and a kill here), so a hang is a failure, never a
 //! stuck run.
 //!
-//! - A library whose constructor calls `perfclock_init()`, loaded with `dlopen` (issue 13.1): the
+//! - A library whose constructor calls `perfclock_init()`, loaded with `dlopen`: the
 //!   constructor runs with the dynamic loader's lock held, and the calibration thread blocks on
 //!   that lock (registering its thread-local destructors) until `dlopen` returns.
 //!   `perfclock_init` must give up after the start timeout with an error code instead of waiting
 //!   for the thread for ever, `dlopen` must return, and a `perfclock_init()` after it must
 //!   succeed (`dlopen_host.c`, `dlopen_plugin.c`).
-//! - A fork child that keeps running (issue 13.5): without a refiner its bound must become
+//! - A fork child that keeps running: without a refiner its bound must become
 //!   unknown, and `perfclock_init()` in the child must start refinement again (`fork_reinit.c`).
 
 use std::io::Read as _;

@@ -1,4 +1,4 @@
-//! The lazy path for preloaded libraries (issue 13.10): a library in `LD_PRELOAD` that opens the
+//! The lazy path for preloaded libraries: a library in `LD_PRELOAD` that opens the
 //! clock on first use costs a process that never reads the clock nothing, while one that calls
 //! `perfclock_init()` in its constructor opens perf events in every process it is loaded into.
 //! Each is built from C against the static library and preloaded into `ls -l /proc/self/fd`,

@@ -1,5 +1,5 @@
 //! The JVMTI agent's perf map (`perfmap=1`, `/tmp/perf-<pid>.map`) against what a local user can
-//! plant at that predictable name before the JVM starts (issue 18): a shell plants it with its
+//! plant at that predictable name before the JVM starts: a shell plants it with its
 //! own pid, then `exec`s java, exactly as an attacker would. Under `strict=1`, a symlink (to a victim file), a FIFO
 //! and another user's file must make the JVM refuse to start with a message naming the path and
 //! the owner, and be left as they were; a stale regular file of the JVM's own user is replaced.

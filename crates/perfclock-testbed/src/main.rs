@@ -81,7 +81,7 @@ impl Budget {
     }
 }
 
-/// Records required per architecture by issue 3, and per CPU through the facade by issue 2.
+/// Kernel-stamped records required per architecture, and per CPU through the facade.
 const MIN_EVENTS_PER_ARCH: u64 = 100_000;
 const MIN_FACADE_EVENTS_PER_CPU: u64 = 10_000;
 
