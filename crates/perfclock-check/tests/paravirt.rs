@@ -256,7 +256,8 @@ const PUBLISHED_ROLE: &str = "PERFCLOCK_PARAVIRT_TEST_PUBLISHED";
 
 /// A published offset (written here as `perfclock serve --once` writes it, from the kernel log
 /// cross-checked against brackets) is what a fresh process opens with: bound 0, no kernel log
-/// read, and its readings hold against kernel stamps.
+/// read, its readings hold against kernel stamps, and it needs no `perf_event_open` (the
+/// kernel page is not mapped when a published offset is accepted).
 #[test]
 fn published_offset_opens_with_bound_0_and_holds() {
     use perfclock_core::published_offset::{parse_boot_id, OffsetOrigin, PublishedOffset};
@@ -332,5 +333,19 @@ fn published_child(test: &str) {
     let report = verify(&clock, 600).expect("kernel stamps");
     print!("{report}");
     assert_eq!(report.violations(), 0, "{report}");
+    // The published file alone opens the clock: with `perf_event_open` refused on this thread,
+    // the kernel page cannot be mapped, and the clock still opens in paravirt mode from it.
+    perfclock_testutil::hostile::install_filter(&perfclock_testutil::hostile::fail_with_errno(
+        libc::SYS_perf_event_open,
+        libc::EACCES,
+    ));
+    let without_perf = Options::default()
+        .open()
+        .expect("a published offset opens the clock without perf_event_open");
+    assert_eq!(without_perf.mode(), Mode::Paravirt);
+    assert_eq!(
+        without_perf.paravirt().map(|p| p.offset().source),
+        Some(OffsetSource::Published)
+    );
     println!("PUBLISHED-OK C {}", paravirt.offset().offset_ns);
 }
