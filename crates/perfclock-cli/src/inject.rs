@@ -159,13 +159,8 @@ pub(crate) fn run(
         .collect::<Result<Vec<_>, _>>()?;
     check_consistent(&sidecars)?;
     warn_if_other_boot(&sidecars);
-    // All agree within their bounds, so the truth lies within each one's bound: the smallest
-    // bound is the tightest guarantee (a kernel-mode record, bound 0, wins). Among equal bounds
-    // the latest written holds the longest calibration.
-    let (sidecar, record) = sidecars
-        .iter()
-        .min_by_key(|(_, record)| (record.error_bound_ns(), u64::MAX - record.written_counter()))
-        .ok_or(InjectError::NoJitMarker)?;
+    // All agree within their bounds, so the truth lies within each one's bound.
+    let (sidecar, record) = reference(&sidecars).ok_or(InjectError::NoJitMarker)?;
     patch.insert_record(&time_conv_record(&record.conversion()))?;
     write_output(&options.output, mode, cleanup, |out| {
         patch.write(&mut file, out)
@@ -193,13 +188,14 @@ fn write_output(
     fill: impl FnOnce(&mut BufWriter<&mut File>) -> Result<(), PerfDataError>,
 ) -> Result<(), InjectError> {
     let mut out = OutputFile::create(output, mode)?;
-    cleanup.register(out.temp_path());
+    let temp = out.temp_path().to_path_buf();
+    cleanup.register(&temp);
     let filled = {
         let mut writer = BufWriter::new(out.file());
         fill(&mut writer).and_then(|()| writer.flush().map_err(PerfDataError::Io))
     };
     let result = match filled {
-        Ok(()) => cleanup.commit(|| out.commit()),
+        Ok(()) => cleanup.commit(&temp, || out.commit()),
         // IN's layout was read and checked, so an I/O error now is OUT's (a full disk).
         Err(PerfDataError::Io(error)) => {
             drop(out);
@@ -213,7 +209,7 @@ fn write_output(
             Err(other)
         }
     };
-    cleanup.forget();
+    cleanup.forget(&temp);
     Ok(result?)
 }
 
@@ -274,46 +270,92 @@ fn read_sidecar(
     Ok((path.clone(), record))
 }
 
-/// Sidecars of one recording must name one counter and one boot, and their conversions must
-/// agree within the sum of their bounds at each one's written counter; kernel-mode records
-/// (bound 0) must be identical.
+/// The sidecar whose conversion goes into OUT: the smallest bound is the tightest guarantee (a
+/// kernel-mode record, bound 0, wins); among equal bounds the latest written holds the longest
+/// calibration.
+fn reference(sidecars: &[(PathBuf, TimeConvRecord)]) -> Option<&(PathBuf, TimeConvRecord)> {
+    sidecars
+        .iter()
+        .min_by_key(|(_, record)| (record.error_bound_ns(), u64::MAX - record.written_counter()))
+}
+
+/// Whether `a` and `b` agree at `counter`: within the sum of their bounds, or identical when
+/// both are kernel-mode records; the error to return if not.
+fn agree_at(
+    (first, a): &(PathBuf, TimeConvRecord),
+    (second, b): &(PathBuf, TimeConvRecord),
+    counter: u64,
+) -> Result<(), InjectError> {
+    let allowed_ns = a.error_bound_ns().saturating_add(b.error_bound_ns());
+    let apart_ns = a
+        .conversion()
+        .cycles_to_ns(counter)
+        .abs_diff(b.conversion().cycles_to_ns(counter));
+    let differ = if a.mode() == TimeConvMode::Kernel && b.mode() == TimeConvMode::Kernel {
+        a.conversion() != b.conversion()
+    } else {
+        apart_ns > allowed_ns
+    };
+    if differ {
+        return Err(InjectError::Disagree {
+            first: first.clone(),
+            second: second.clone(),
+            counter,
+            apart_ns,
+            allowed_ns,
+        });
+    }
+    Ok(())
+}
+
+/// Sidecars of one recording must name one counter and one boot, kernel-mode records must be
+/// identical, and the conversions must agree within the sum of their bounds. In time linear in
+/// the number of sidecars (a system-wide recording may map a hundred thousand dump names):
+/// - counter, boot and kernel-mode conversions are compared with the first one (equality is
+///   transitive);
+/// - each record is compared with the reference ([`reference`], the one that goes into OUT) at
+///   its own written counter and at the reference's;
+/// - at the reference's written counter every pair must agree: intervals on a line meet pairwise
+///   exactly when the largest lower end is at most the smallest upper end, so that one
+///   comparison checks all pairs there.
 fn check_consistent(sidecars: &[(PathBuf, TimeConvRecord)]) -> Result<(), InjectError> {
-    for (index, (first, a)) in sidecars.iter().enumerate() {
-        for (second, b) in &sidecars[index + 1..] {
-            let inconsistent = |what| InjectError::Inconsistent {
-                what,
-                first: first.clone(),
-                second: second.clone(),
-            };
-            if a.counter() != b.counter() {
-                return Err(inconsistent("counter"));
-            }
-            if a.boot_id() != b.boot_id() {
-                return Err(inconsistent("boot_id"));
-            }
-            let allowed_ns = a.error_bound_ns().saturating_add(b.error_bound_ns());
-            let both_kernel = a.mode() == TimeConvMode::Kernel && b.mode() == TimeConvMode::Kernel;
-            for counter in [a.written_counter(), b.written_counter()] {
-                let apart_ns = a
-                    .conversion()
-                    .cycles_to_ns(counter)
-                    .abs_diff(b.conversion().cycles_to_ns(counter));
-                let differ = if both_kernel {
-                    a.conversion() != b.conversion()
-                } else {
-                    apart_ns > allowed_ns
-                };
-                if differ {
-                    return Err(InjectError::Disagree {
-                        first: first.clone(),
-                        second: second.clone(),
-                        counter,
-                        apart_ns,
-                        allowed_ns,
-                    });
-                }
+    let Some(reference) = reference(sidecars) else {
+        return Ok(());
+    };
+    let first = &sidecars[0];
+    let first_kernel = sidecars
+        .iter()
+        .find(|(_, record)| record.mode() == TimeConvMode::Kernel);
+    for sidecar in sidecars {
+        let inconsistent = |what| InjectError::Inconsistent {
+            what,
+            first: first.0.clone(),
+            second: sidecar.0.clone(),
+        };
+        if sidecar.1.counter() != first.1.counter() {
+            return Err(inconsistent("counter"));
+        }
+        if sidecar.1.boot_id() != first.1.boot_id() {
+            return Err(inconsistent("boot_id"));
+        }
+        if let Some(kernel) = first_kernel {
+            if sidecar.1.mode() == TimeConvMode::Kernel {
+                agree_at(kernel, sidecar, sidecar.1.written_counter())?;
             }
         }
+        agree_at(reference, sidecar, sidecar.1.written_counter())?;
+        agree_at(reference, sidecar, reference.1.written_counter())?;
+    }
+    let at = reference.1.written_counter();
+    let ends = |sidecar: &&(PathBuf, TimeConvRecord)| {
+        let ns = i128::from(sidecar.1.conversion().cycles_to_ns(at));
+        let bound = i128::from(sidecar.1.error_bound_ns());
+        (ns - bound, ns + bound)
+    };
+    let highest_lower = sidecars.iter().max_by_key(|sidecar| ends(sidecar).0);
+    let lowest_upper = sidecars.iter().min_by_key(|sidecar| ends(sidecar).1);
+    if let (Some(high), Some(low)) = (highest_lower, lowest_upper) {
+        agree_at(high, low, at)?;
     }
     Ok(())
 }

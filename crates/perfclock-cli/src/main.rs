@@ -2,10 +2,12 @@
 
 pub(crate) mod agent_path;
 pub(crate) mod attach;
+pub(crate) mod children;
 pub(crate) mod clock_data;
 pub(crate) mod doctor;
 pub(crate) mod error;
 pub(crate) mod inject;
+pub(crate) mod jvms;
 pub(crate) mod output;
 pub(crate) mod record;
 pub(crate) mod serve;
@@ -107,9 +109,25 @@ enum Command {
         /// The JVMTI agent [default: libperfclock_agent.so next to the perfclock executable].
         #[arg(long, value_name = "PATH")]
         agent: Option<PathBuf>,
-        /// Leave JAVA_TOOL_OPTIONS alone: no agent, no jitdump from JVMs.
+        /// Leave JAVA_TOOL_OPTIONS alone (and, with -p/-a, attach nothing): no agent, no
+        /// jitdump from JVMs.
         #[arg(long)]
         no_java_agent: bool,
+        /// Record these running processes instead of a command (`perf record -p`), attaching
+        /// the agent to each HotSpot JVM among them first; until SIGINT, or --duration.
+        #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]", value_delimiter = ',')]
+        pids: Vec<u32>,
+        /// Record the whole machine (`perf record -a`), attaching the agent to every HotSpot JVM
+        /// running and to each that starts during the recording; until SIGINT, or --duration.
+        #[arg(short = 'a', long = "all-cpus")]
+        system_wide: bool,
+        /// Stop recording after this many seconds.
+        #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+        duration: Option<f64>,
+        /// With -p: a JVM that cannot be attached is a warning (it is recorded without its JIT
+        /// code's names) instead of an error before recording.
+        #[arg(long)]
+        allow_unattached: bool,
         /// Options for `perf record` (after its `-g`), e.g. `-F 999 --call-graph dwarf`;
         /// `-k`/`--clockid` and `-z`/`--compression-level` are refused.
         #[arg(
@@ -166,12 +184,20 @@ fn main() -> ExitCode {
             output,
             agent,
             no_java_agent,
+            pids,
+            system_wide,
+            duration,
+            allow_unattached,
             perf_args,
             command,
         } => record::run(record::RecordOptions {
             output,
             agent,
             no_java_agent,
+            pids,
+            system_wide,
+            duration: duration.map(Duration::from_secs_f64),
+            allow_unattached,
             perf_args,
             command,
         }),

@@ -14,17 +14,20 @@
 //! Exit status: CMD's when it failed (128 + the signal when a signal ended it), 128 + the signal
 //! when perfclock itself was interrupted, 1 when perfclock or perf failed, else 0.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fs;
 use std::io::{self, Read};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use perfclock_perfdata::check_output_path;
 
 use crate::output::errln;
-use crate::{agent_path, inject, signals};
+use crate::{agent_path, children, inject, jvms, signals};
 
 const NAME: &str = "perfclock record";
 
@@ -37,6 +40,14 @@ pub(crate) struct RecordOptions {
     pub agent: Option<PathBuf>,
     /// Leave `JAVA_TOOL_OPTIONS` alone.
     pub no_java_agent: bool,
+    /// `-p`: the running processes to record.
+    pub pids: Vec<u32>,
+    /// `-a`: the whole machine.
+    pub system_wide: bool,
+    /// Stop recording after this long.
+    pub duration: Option<Duration>,
+    /// `-p`: a JVM that cannot be attached is a warning, not an error.
+    pub allow_unattached: bool,
     /// Options passed to `perf record` after `-g`.
     pub perf_args: Vec<OsString>,
     /// The command to profile and its arguments.
@@ -93,53 +104,6 @@ fn refused_option(perf_args: &[OsString]) -> Option<(String, &'static str)> {
     })
 }
 
-/// The signal perfclock received and forwarded (0: none).
-static RECEIVED_SIGNAL: AtomicI32 = AtomicI32::new(0);
-/// The perf process the signals go to (0: not started yet).
-static PERF_PID: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn forward_signal(signal: libc::c_int) {
-    RECEIVED_SIGNAL.store(signal, Ordering::SeqCst);
-    let pid = PERF_PID.load(Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill is async-signal-safe; pid is the perf child this process spawned and
-        // has not reaped yet (the handlers are restored before it is waited for).
-        unsafe {
-            libc::kill(pid, signal);
-        }
-    }
-}
-
-/// Installs [`forward_signal`] for SIGINT and SIGTERM, or restores the default.
-fn set_forwarding(on: bool) -> io::Result<()> {
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        let handler = if on {
-            forward_signal as extern "C" fn(libc::c_int) as libc::sighandler_t
-        } else {
-            libc::SIG_DFL
-        };
-        // SAFETY: a zeroed sigaction is valid (empty mask, no flags); the handler only touches
-        // atomics and calls kill, both async-signal-safe. SA_RESTART keeps waitpid going.
-        let result = unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = handler;
-            action.sa_flags = libc::SA_RESTART;
-            libc::sigaction(signal, &action, std::ptr::null_mut())
-        };
-        if result != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// `path` with `suffix` appended to its file name.
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_os_string();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
 /// The directory `path` is in (`.` for a bare file name).
 fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
@@ -148,20 +112,74 @@ fn parent_dir(path: &Path) -> &Path {
     }
 }
 
-/// A fresh private (0700, mkdtemp) directory for the jitdumps next to OUT, kept: the output's
-/// `jitted-*.so` are written into it by `perf inject --jit` and perf report reads them there.
-fn make_dump_dir(output: &Path) -> Result<PathBuf, String> {
+/// OUT's file name, for the names of what is created beside it.
+fn file_name(output: &Path) -> String {
+    output.file_name().map_or_else(
+        || "perf.data".into(),
+        |name| name.to_string_lossy().into_owned(),
+    )
+}
+
+/// The private (0700, mkdtemp) directory beside OUT that holds perf's raw recording and the
+/// intermediate files: nobody else can plant or read anything in it, and a final rename from
+/// it into OUT stays on one file system. Removed when dropped, unless kept.
+struct WorkDir {
+    dir: tempfile::TempDir,
+    /// perf record's output, created here exclusively before perf opens it.
+    raw: PathBuf,
+}
+
+impl WorkDir {
+    fn create(output: &Path) -> Result<Self, String> {
+        let parent = parent_dir(output);
+        let dir = tempfile::Builder::new()
+            .prefix(&format!(".{}.perfclock-", file_name(output)))
+            .permissions(fs::Permissions::from_mode(0o700))
+            .tempdir_in(parent)
+            .map_err(|e| {
+                format!(
+                    "cannot create a private directory in {}: {e}",
+                    parent.display()
+                )
+            })?;
+        let raw = dir.path().join(format!("{}.raw", file_name(output)));
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&raw)
+            .map_err(|e| format!("cannot create {}: {e}", raw.display()))?;
+        Ok(Self { dir, raw })
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Keeps the directory and the raw recording in it (after an error), removing the rest.
+    fn keep_raw(self) {
+        if let Ok(entries) = fs::read_dir(self.dir.path()) {
+            for entry in entries.flatten() {
+                if entry.path() != self.raw {
+                    let _ = fs::remove_file(entry.path());
+                }
+            }
+        }
+        let _ = self.dir.keep();
+    }
+}
+
+/// `OUT.jit-XXXXXX` (mkdtemp), mode 0711: the JVMs' jitdump directories are made inside it,
+/// where no other user can create or list anything. Kept: the output's `jitted-*.so` are
+/// written there by `perf inject --jit` and perf report reads them there.
+fn make_dump_root(output: &Path) -> Result<PathBuf, String> {
     let dir = parent_dir(output)
         .canonicalize()
         .map_err(|e| format!("cannot resolve the directory of {}: {e}", output.display()))?;
-    let prefix = format!(
-        "{}.jit-",
-        output
-            .file_name()
-            .map_or_else(|| "perf.data".into(), OsStr::to_string_lossy)
-    );
     let created = tempfile::Builder::new()
-        .prefix(&prefix)
+        .prefix(&format!("{}.jit-", file_name(output)))
+        .permissions(fs::Permissions::from_mode(0o711))
         .tempdir_in(&dir)
         .map_err(|e| {
             format!(
@@ -169,10 +187,32 @@ fn make_dump_dir(output: &Path) -> Result<PathBuf, String> {
                 dir.display()
             )
         })?;
+    Ok(created.keep())
+}
+
+/// The launched command's jitdump directory: a random name (128 bits) in the dump root, mode
+/// 1777. The command may switch users (`setpriv`, `sudo -u`, a service's own drop of root), so
+/// every user the command runs as must be able to create its dump there; a user outside the
+/// command cannot, for want of the name: the root (0711) cannot be listed, and the name is given
+/// only to the command (its environment). The sticky bit keeps one user's files from another's
+/// renames and removals, and lets the kernel refuse to follow a link another user plants there
+/// (protected_symlinks) when perf inject writes into it.
+fn make_command_dump_dir(root: &Path) -> Result<PathBuf, String> {
+    let created = tempfile::Builder::new()
+        .prefix("")
+        .rand_bytes(22)
+        .permissions(fs::Permissions::from_mode(0o700))
+        .tempdir_in(root)
+        .map_err(|e| {
+            format!(
+                "cannot create a jitdump directory in {}: {e}",
+                root.display()
+            )
+        })?;
     let path = created.keep();
-    // Private: only CMD's JVMs (this user) write there.
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("cannot make {} private: {e}", path.display()))?;
+    // After creation: mkdir's mode goes through the umask.
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o1777))
+        .map_err(|e| format!("cannot open {} to the command's users: {e}", path.display()))?;
     Ok(path)
 }
 
@@ -182,6 +222,15 @@ fn java_tool_options(
     agent: &Path,
     dump_dir: &Path,
 ) -> Result<OsString, String> {
+    // HotSpot ends -agentpath's path at the first `=` (the options follow it).
+    if agent.as_os_str().as_bytes().contains(&b'=') {
+        return Err(format!(
+            "the agent path {} holds a `=`, where HotSpot's -agentpath ends the path and starts \
+             the agent's options, so every JVM would fail to start: install the agent (or pass \
+             --agent) in a path without one",
+            agent.display()
+        ));
+    }
     // The JVM splits JAVA_TOOL_OPTIONS at white space, and the agent its options at commas.
     for (what, path) in [("agent", agent), ("jitdump directory", dump_dir)] {
         let text = path.to_string_lossy();
@@ -231,26 +280,25 @@ enum TimeConvStep {
 }
 
 /// The `inject-time-conv` step, in-process: `raw` to `out_tmp` with a TIME_CONV record where
-/// it lacks one, from the sidecars in `dump_dirs` (the one call site for that code).
+/// it lacks one, from the sidecars next to the dumps (the one call site for that code).
 fn add_time_conv(
     raw: &Path,
     out_tmp: &Path,
-    dump_dirs: &[PathBuf],
     snapshot: Option<&perfclock::ClockSnapshot>,
+    cleanup: &signals::TempCleanup,
 ) -> Result<TimeConvStep, String> {
+    // The sidecars are looked for next to each dump the recording names: every JVM has a
+    // directory of its own (pid namespaces may give two JVMs one pid).
     let options = inject::InjectOptions {
         input: raw.to_path_buf(),
         output: out_tmp.to_path_buf(),
-        dump_dirs: dump_dirs.to_vec(),
+        dump_dirs: Vec::new(),
         clock_data: match snapshot {
             Some(snapshot) => inject::ClockDataSource::Recorded(*snapshot),
             None => inject::ClockDataSource::None,
         },
     };
-    // A signal during the copy removes the temporary OUT, as in inject-time-conv.
-    let cleanup = signals::TempCleanup::install()
-        .map_err(|e| format!("cannot install the signal handlers: {e}"))?;
-    match inject::run(&options, &cleanup) {
+    match inject::run(&options, cleanup) {
         Ok((inject::Outcome::Copied, _)) => Ok(TimeConvStep::Written(
             "the recording holds a TIME_CONV already".into(),
         )),
@@ -338,195 +386,503 @@ pub(crate) fn run(options: RecordOptions) -> ExitCode {
     }
 }
 
-fn record(options: &RecordOptions) -> Result<u8, Failure> {
-    let fail = |message: String| Failure(message, 1);
-    if options.command.is_empty() {
-        return Err(Failure(
-            "no command to record: perfclock record [OPTIONS] [PERF-OPTIONS]... -- CMD [ARGS]"
-                .into(),
-            2,
-        ));
-    }
+fn usage(message: String) -> Failure {
+    Failure(message, 2)
+}
+
+fn fail(message: String) -> Failure {
+    Failure(message, 1)
+}
+
+/// What is recorded: a command, running processes, or the whole machine.
+enum Target<'a> {
+    Command(&'a [OsString]),
+    Pids(&'a [u32]),
+    SystemWide,
+}
+
+/// The usage errors, before anything is created or started.
+fn check_arguments(options: &RecordOptions) -> Result<Target<'_>, Failure> {
     if let Some((arg, why)) = refused_option(&options.perf_args) {
-        return Err(Failure(
-            format!("refusing perf option {arg}: {why}; record without it"),
-            2,
-        ));
+        return Err(usage(format!(
+            "refusing perf option {arg}: {why}; record without it"
+        )));
     }
-    if let Some(own) = options.perf_args.iter().find(|a| {
+    let own = [
+        "-o",
+        "--output",
+        "--agent",
+        "--no-java-agent",
+        "-p",
+        "--pid",
+        "-a",
+    ];
+    let own_long = [
+        "--output=",
+        "--agent=",
+        "--pid=",
+        "--all-cpus",
+        "--duration",
+    ];
+    if let Some(arg) = options.perf_args.iter().find(|a| {
         let a = a.to_string_lossy();
-        ["-o", "--output", "--agent", "--no-java-agent"].contains(&a.as_ref())
-            || a.starts_with("--output=")
-            || a.starts_with("--agent=")
+        own.contains(&a.as_ref()) || own_long.iter().any(|long| a.starts_with(long))
     }) {
-        return Err(Failure(
-            format!(
-                "{} after a perf option: perfclock record's own options (-o, --agent, \
-                 --no-java-agent) go before the perf options",
-                own.to_string_lossy()
-            ),
-            2,
-        ));
+        return Err(usage(format!(
+            "{} after a perf option: perfclock record's own options (-o, -p, -a, --duration, \
+             --agent, --no-java-agent, --allow-unattached) go before the perf options",
+            arg.to_string_lossy()
+        )));
     }
-    let output = &options.output;
-    let raw = with_suffix(output, ".raw");
-    let mut env_options = None;
-    let mut dump_dirs = Vec::new();
-    if !options.no_java_agent {
-        let agent = match &options.agent {
-            Some(path) => path
-                .canonicalize()
-                .map_err(|e| fail(format!("--agent {}: {e}", path.display())))?,
-            None => agent_path::find()
-                .map_err(|e| fail(format!("{e}; or pass --agent PATH, or --no-java-agent")))?,
+    let target =
+        match (&options.pids[..], options.system_wide, &options.command[..]) {
+            ([], false, []) => return Err(usage(
+                "nothing to record: perfclock record [OPTIONS] [PERF-OPTIONS]... -- CMD [ARGS], \
+                 or -p PID[,PID...], or -a"
+                    .into(),
+            )),
+            ([], false, command) => Target::Command(command),
+            (pids, false, []) => Target::Pids(pids),
+            ([], true, []) => Target::SystemWide,
+            _ => return Err(usage(
+                "-p, -a and a command exclude each other: pass one (--duration bounds -p and -a)"
+                    .into(),
+            )),
         };
-        let dump_dir = make_dump_dir(output).map_err(fail)?;
-        let value = java_tool_options(std::env::var_os("JAVA_TOOL_OPTIONS"), &agent, &dump_dir)
-            .map_err(fail)?;
-        errln!(
-            "{NAME}: JVMs in the command write their jitdumps into {} (keep it: the output's \
-             JIT symbols are read from there)",
-            dump_dir.display()
-        );
-        env_options = Some(value);
-        dump_dirs.push(dump_dir);
+    if options.allow_unattached && options.pids.is_empty() {
+        return Err(usage("--allow-unattached goes with -p".into()));
+    }
+    Ok(target)
+}
+
+/// The agent to use, unless `--no-java-agent`.
+fn agent(options: &RecordOptions) -> Result<Option<PathBuf>, Failure> {
+    if options.no_java_agent {
+        return Ok(None);
+    }
+    let agent = match &options.agent {
+        Some(path) => path
+            .canonicalize()
+            .map_err(|e| fail(format!("--agent {}: {e}", path.display())))?,
+        None => agent_path::find()
+            .map_err(|e| fail(format!("{e}; or pass --agent PATH, or --no-java-agent")))?,
+    };
+    Ok(Some(agent))
+}
+
+/// The jitdump directories and the JVMs attached so far.
+#[derive(Default)]
+struct Dumps {
+    root: Option<PathBuf>,
+    dirs: Vec<PathBuf>,
+    /// The JVMs `-p`/`-a` attached, whose sessions end with the recording.
+    attached: Vec<u32>,
+}
+
+impl Dumps {
+    /// Reports `outcome` ([`report`]); whether it is a failure to attach.
+    fn add(&mut self, outcome: &jvms::Outcome) -> bool {
+        self.keep(outcome);
+        report(outcome)
     }
 
-    let start = take_snapshot("start");
-    set_forwarding(true).map_err(|e| fail(format!("cannot handle SIGINT/SIGTERM: {e}")))?;
+    /// Keeps an attached JVM's directory and pid.
+    fn keep(&mut self, outcome: &jvms::Outcome) {
+        if let jvms::Outcome::Attached { pid, dir } = outcome {
+            self.dirs.push(dir.clone());
+            self.attached.push(*pid);
+        }
+    }
+
+    /// Ends the agent's session in every JVM attached for this recording: their dumps are
+    /// closed and their directories stop growing.
+    fn stop_sessions(&self, agent: Option<&Path>) {
+        let Some(agent) = agent else { return };
+        for &pid in &self.attached {
+            if let Err(why) = jvms::stop_session(pid, agent) {
+                errln!("{NAME}: warning: cannot end the agent's session in JVM {pid}: {why}");
+            }
+        }
+    }
+
+    /// After the recording: the JVMs' users can no longer write into the directories, and
+    /// empty ones go.
+    fn finish(&self) {
+        for dir in &self.dirs {
+            if let Err(error) = jvms::lock_down(dir) {
+                errln!(
+                    "{NAME}: warning: cannot take back {}: {error}",
+                    dir.display()
+                );
+            }
+            let _ = fs::remove_dir(dir);
+        }
+        if let Some(root) = &self.root {
+            let _ = fs::remove_dir(root);
+        }
+    }
+}
+
+/// `perf record` for `target`, writing `raw`.
+fn perf_record(options: &RecordOptions, target: &Target<'_>, raw: &Path) -> Command {
     let mut perf = Command::new("perf");
-    perf.arg("record")
-        .arg("-g")
-        .args(&options.perf_args)
-        .arg("-o")
-        .arg(&raw)
-        .arg("--")
-        .args(&options.command);
+    perf.arg("record").arg("-g").args(&options.perf_args);
+    match target {
+        Target::Pids(pids) => {
+            let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+            perf.arg("-p").arg(list.join(","));
+        }
+        Target::SystemWide => {
+            perf.arg("-a");
+        }
+        Target::Command(_) => {}
+    }
+    perf.arg("-o").arg(raw);
+    if let Target::Command(command) = target {
+        perf.arg("--").args(*command);
+    }
+    // perf writes its file on SIGINT, and stops the command it runs.
+    children::supervise(&mut perf, libc::SIGINT);
+    perf
+}
+
+/// Waits for perf, sending it SIGINT once `duration` has passed or a signal was received (the
+/// signal thread forwards it too; this retries, as a send fails while an attach runs as the
+/// JVM's user).
+fn wait_for_perf(
+    perf: &mut std::process::Child,
+    signals: &signals::TempCleanup,
+    duration: Option<Duration>,
+) -> io::Result<ExitStatus> {
+    let start = Instant::now();
+    let mut stopped = false;
+    loop {
+        if let Some(status) = perf.try_wait()? {
+            return Ok(status);
+        }
+        let due = duration.is_some_and(|d| start.elapsed() >= d) || signals.received().is_some();
+        if due && !stopped {
+            stopped = children::kill(perf.id(), libc::SIGINT).is_ok();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The attaches of `-p`, before recording: an error unless `--allow-unattached`.
+fn attach_pids(
+    pids: &[u32],
+    agent: &Path,
+    dumps: &mut Dumps,
+    allow_unattached: bool,
+) -> Result<(), Failure> {
+    let root = dumps.root.clone().unwrap_or_default();
+    let mut failed = Vec::new();
+    for &pid in pids {
+        if dumps.add(&jvms::attach(pid, agent, &root)) {
+            failed.push(pid.to_string());
+        }
+    }
+    if failed.is_empty() || allow_unattached {
+        return Ok(());
+    }
+    dumps.finish();
+    Err(fail(format!(
+        "could not attach JVM(s) {} (see above): nothing recorded; pass --allow-unattached to \
+         record them without their JIT code's names",
+        failed.join(", ")
+    )))
+}
+
+fn record(options: &RecordOptions) -> Result<u8, Failure> {
+    let target = check_arguments(options)?;
+    let output = &options.output;
+    // Before anything starts: a device, FIFO, socket, directory or symlink is never replaced.
+    check_output_path(output).map_err(|e| fail(e.to_string()))?;
+    let agent = agent(options)?;
+    let work = WorkDir::create(output).map_err(fail)?;
+    let mut dumps = Dumps::default();
+    let mut env_options = None;
+    if let Some(agent) = &agent {
+        let root = make_dump_root(output).map_err(fail)?;
+        dumps.root = Some(root.clone());
+        if let Target::Command(_) = target {
+            let dir = make_command_dump_dir(&root).map_err(fail)?;
+            let value = java_tool_options(std::env::var_os("JAVA_TOOL_OPTIONS"), agent, &dir);
+            env_options = Some(value.map_err(|message| {
+                dumps.dirs.push(dir.clone());
+                dumps.finish();
+                fail(message)
+            })?);
+            errln!(
+                "{NAME}: JVMs in the command write their jitdumps into {} (keep it: the \
+                 output's JIT symbols are read from there)",
+                dir.display()
+            );
+            dumps.dirs.push(dir);
+        }
+    }
+    let signals = signals::TempCleanup::install()
+        .map_err(|e| fail(format!("cannot handle SIGINT/SIGTERM/SIGHUP/SIGQUIT: {e}")))?;
+    signals.forward_to(0);
+    if let (Target::Pids(pids), Some(agent)) = (&target, &agent) {
+        attach_pids(pids, agent, &mut dumps, options.allow_unattached)?;
+    }
+    if let Some(signal) = signals.received() {
+        dumps.finish();
+        return Err(Failure(
+            format!("interrupted (signal {signal}) before recording"),
+            u8::try_from(128 + signal).unwrap_or(1),
+        ));
+    }
+    let recorded = run_perf_record(
+        options,
+        &target,
+        &work,
+        env_options,
+        &signals,
+        agent.clone(),
+        &mut dumps,
+    );
+    dumps.stop_sessions(agent.as_deref());
+    dumps.finish();
+    let (status, anchors) = match recorded {
+        Ok(recorded) => recorded,
+        Err(failure) => {
+            drop(work);
+            return Err(failure);
+        }
+    };
+    finish(&target, work, status, &anchors, &signals, output)
+}
+
+/// Starts `perf record` (and, for `-a`, the watcher that attaches JVMs), waits for it, and
+/// stops what it left of the command if it died.
+fn run_perf_record(
+    options: &RecordOptions,
+    target: &Target<'_>,
+    work: &WorkDir,
+    env_options: Option<OsString>,
+    signals: &signals::TempCleanup,
+    agent: Option<PathBuf>,
+    dumps: &mut Dumps,
+) -> Result<(ExitStatus, ClockAnchors), Failure> {
+    if let Target::Command(_) = target {
+        // If perf dies without stopping the command (SIGKILL), the command becomes ours.
+        if let Err(error) = children::become_subreaper() {
+            errln!("{NAME}: warning: cannot adopt what perf leaves running: {error}");
+        }
+    }
+    let start = take_snapshot("start");
+    let mut perf = perf_record(options, target, &work.raw);
     if let Some(value) = &env_options {
         perf.env("JAVA_TOOL_OPTIONS", value);
     }
-    let spawned = perf.spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(error) => {
-            let _ = set_forwarding(false);
-            // Nothing ran: the empty jitdump directory goes (remove_dir refuses a full one).
-            for dir in &dump_dirs {
-                let _ = fs::remove_dir(dir);
+    let mut child = perf.spawn().map_err(|error| {
+        fail(if error.kind() == io::ErrorKind::NotFound {
+            "no `perf` on PATH: install it (Debian: linux-perf; Fedora: perf) or add its \
+             directory to PATH"
+                .into()
+        } else {
+            format!("cannot run perf: {error}")
+        })
+    })?;
+    signals.forward_to(child.id());
+    errln!(
+        "{NAME}: recording to {} (perf record -g)",
+        work.raw.display()
+    );
+    let watcher = match (target, agent, &dumps.root) {
+        (Target::SystemWide, Some(agent), Some(root)) => {
+            let skip = vec![std::process::id(), child.id()];
+            match jvms::Watcher::start(agent, root.clone(), skip, report) {
+                Ok(watcher) => Some(watcher),
+                Err(error) => {
+                    errln!("{NAME}: warning: cannot watch for JVMs: {error}");
+                    None
+                }
             }
-            return Err(fail(if error.kind() == io::ErrorKind::NotFound {
-                "no `perf` on PATH: install it (Debian: linux-perf; Fedora: perf) or add its \
-                 directory to PATH"
-                    .into()
-            } else {
-                format!("cannot run perf: {error}")
-            }));
         }
+        _ => None,
     };
-    PERF_PID.store(i32::try_from(child.id()).unwrap_or(0), Ordering::SeqCst);
-    errln!("{NAME}: recording to {} (perf record -g)", raw.display());
-    let waited = child.wait();
-    PERF_PID.store(0, Ordering::SeqCst);
-    let _ = set_forwarding(false);
+    let waited = wait_for_perf(&mut child, signals, options.duration);
+    if let Some(watcher) = watcher {
+        let outcomes = watcher.finish();
+        list_unattached(&outcomes);
+        for outcome in &outcomes {
+            dumps.keep(outcome);
+        }
+    }
     let status = waited.map_err(|e| fail(format!("waiting for perf: {e}")))?;
+    if let (Target::Command(_), Some(signal)) = (target, status.signal()) {
+        let stopped = children::stop_adopted(Duration::from_secs(2));
+        errln!(
+            "{NAME}: perf record was killed by signal {signal}; stopped the {} process(es) of \
+             the command it left running",
+            stopped.len()
+        );
+    }
     let anchors = ClockAnchors {
         start,
         end: take_snapshot("end"),
     };
-    let interrupted = RECEIVED_SIGNAL.load(Ordering::SeqCst);
+    Ok((status, anchors))
+}
 
-    if !recording_complete(&raw) {
-        return Err(fail(format!(
-            "perf record ended with {status} and left no complete recording in {} (see perf's \
-             message above: a missing event, or perf_event_open refused, which \
-             /proc/sys/kernel/perf_event_paranoid or CAP_PERFMON decides; or CMD could not \
-             start)",
-            raw.display()
-        )));
+/// Says what happened to one process `-p` or `-a` looked at; whether it could not be attached.
+fn report(outcome: &jvms::Outcome) -> bool {
+    match outcome {
+        jvms::Outcome::Attached { pid, dir } => {
+            errln!(
+                "{NAME}: attached JVM {pid}: its jitdump goes to {}",
+                dir.display()
+            );
+            false
+        }
+        jvms::Outcome::NotJvm { pid, name } => {
+            errln!("{NAME}: {pid} ({name}) is not a HotSpot JVM: recorded without an agent");
+            false
+        }
+        jvms::Outcome::Failed { pid, why } => {
+            errln!("{NAME}: cannot attach JVM {pid}: {why}");
+            true
+        }
     }
-    // perf record exits with the workload's status (and dies by the workload's signal).
-    let command_code = status_code(status);
-    if interrupted != 0 {
-        errln!("{NAME}: interrupted (signal {interrupted}); perf stopped the command");
-    } else if !status.success() {
-        errln!("{NAME}: the command failed ({status}); post-processing what was recorded");
+}
+
+/// `-a`'s list, at the end, of the JVMs recorded without their JIT code's names.
+fn list_unattached(outcomes: &[jvms::Outcome]) {
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter_map(|outcome| match outcome {
+            jvms::Outcome::Failed { pid, why } => Some(format!("  {pid}: {why}")),
+            _ => None,
+        })
+        .collect();
+    if !failed.is_empty() {
+        errln!(
+            "{NAME}: {} JVM(s) could not be attached; their JIT code is not named:\n{}",
+            failed.len(),
+            failed.join("\n")
+        );
     }
+}
+
+/// After perf record: the exit code, the messages, and OUT.
+fn finish(
+    target: &Target<'_>,
+    work: WorkDir,
+    status: ExitStatus,
+    anchors: &ClockAnchors,
+    signals: &signals::TempCleanup,
+    output: &Path,
+) -> Result<u8, Failure> {
+    if !recording_complete(&work.raw) {
+        return Err(fail(match status.signal() {
+            Some(signal) => format!(
+                "perf record was killed by signal {signal} before it finished its file: nothing \
+                 recorded"
+            ),
+            None => format!(
+                "perf record ended with {status} and left no complete recording (see perf's \
+                 message above: a missing event, or perf_event_open refused, which \
+                 /proc/sys/kernel/perf_event_paranoid or CAP_PERFMON decides; or the command \
+                 could not start)"
+            ),
+        }));
+    }
+    let interrupted = signals.received();
+    let code = match (target, interrupted) {
+        (_, Some(signal)) if signal != libc::SIGINT || matches!(target, Target::Command(_)) => {
+            errln!("{NAME}: interrupted (signal {signal}); perf stopped recording");
+            u8::try_from(128 + signal).unwrap_or(1)
+        }
+        (Target::Command(_), None) => {
+            if !status.success() {
+                errln!("{NAME}: the command failed ({status}); post-processing what was recorded");
+            }
+            // perf record exits with the workload's status (and dies by the workload's signal).
+            status_code(status)
+        }
+        _ => 0,
+    };
     anchors.report();
-
-    post_process(&raw, output, &dump_dirs, anchors.start.as_ref()).map_err(|message| {
-        fail(format!(
-            "{message}; the recording is kept in {}",
-            raw.display()
-        ))
-    })?;
-    fs::remove_file(&raw).map_err(|e| fail(format!("removing {}: {e}", raw.display())))?;
-    // A jitdump directory no JVM wrote into goes (remove_dir refuses a full one).
-    for dir in &dump_dirs {
-        let _ = fs::remove_dir(dir);
+    if let Err(message) = post_process(&work, output, anchors.start.as_ref(), signals) {
+        let raw = work.raw.display().to_string();
+        work.keep_raw();
+        return Err(fail(format!("{message}; the recording is kept in {raw}")));
     }
+    drop(work);
     let out = output.display();
     errln!(
         "{NAME}: wrote {out}; next:\n  perf report -i {out}\n  perf script -i {out}\n  samply \
          import {out}"
     );
-    Ok(if interrupted != 0 {
-        u8::try_from(128 + interrupted).unwrap_or(1)
-    } else {
-        command_code
+    Ok(code)
+}
+
+/// Renames `from` over `output` (checked again first), with signals held off.
+fn commit(from: &Path, output: &Path, signals: &signals::TempCleanup) -> Result<(), String> {
+    signals.commit(from, || {
+        check_output_path(output).map_err(|e| e.to_string())?;
+        fs::rename(from, output).map_err(|e| format!("writing {}: {e}", output.display()))
     })
 }
 
-/// `raw` to `output`: TIME_CONV where missing, then `perf inject --jit` when a jitdump was
-/// mapped. `output` appears only complete; `raw` is left as it is.
+/// The raw recording to `output`: TIME_CONV where missing, then `perf inject --jit` when a
+/// jitdump was mapped. `output` appears only complete; a signal meanwhile removes the
+/// intermediate files, keeps the raw recording and says so.
 fn post_process(
-    raw: &Path,
+    work: &WorkDir,
     output: &Path,
-    dump_dirs: &[PathBuf],
     snapshot: Option<&perfclock::ClockSnapshot>,
+    signals: &signals::TempCleanup,
 ) -> Result<(), String> {
-    let dir = parent_dir(output);
-    let temp = |what: &str| {
-        tempfile::Builder::new()
-            .prefix(&format!(".perfclock-record-{what}-"))
-            .tempfile_in(dir)
-            .map_err(|e| format!("cannot create a temporary file in {}: {e}", dir.display()))
-    };
-    let converted = temp("conv")?;
-    match add_time_conv(raw, converted.path(), dump_dirs, snapshot)? {
+    let message = format!(
+        "{NAME}: interrupted (signal {{signal}}) while writing {}: it was not written; the \
+         recording is kept in {}",
+        output.display(),
+        work.raw.display()
+    );
+    signals.fatal(None, Some(message.clone()));
+    let converted = work.path("conv.data");
+    signals.register(&converted);
+    match add_time_conv(&work.raw, &converted, snapshot, signals)? {
         TimeConvStep::ClockDataOnly => {
             errln!("{NAME}: no jitdump was mapped: no JIT code to inject");
-            converted
-                .persist(output)
-                .map_err(|e| format!("writing {}: {}", output.display(), e.error))?;
+            commit(&converted, output, signals)?;
         }
         TimeConvStep::NoJitdump => {
             errln!("{NAME}: no jitdump was mapped: no JIT code to inject");
-            fs::copy(raw, converted.path())
-                .map_err(|e| format!("copying {}: {e}", raw.display()))?;
-            converted
-                .persist(output)
-                .map_err(|e| format!("writing {}: {}", output.display(), e.error))?;
+            commit(&work.raw, output, signals)?;
         }
         TimeConvStep::Written(what) => {
             errln!("{NAME}: {what}; perf inject --jit");
-            let injected = temp("jit")?;
-            let result = Command::new("perf")
+            let injected = work.path("jit.data");
+            signals.register(&injected);
+            let mut inject = Command::new("perf");
+            inject
                 .args(["inject", "--jit", "-i"])
-                .arg(converted.path())
+                .arg(&converted)
                 .arg("-o")
-                .arg(injected.path())
-                .status()
+                .arg(&injected);
+            children::supervise(&mut inject, libc::SIGTERM);
+            let mut child = inject
+                .spawn()
                 .map_err(|e| format!("cannot run perf inject: {e}"))?;
+            signals.fatal(Some(child.id()), Some(message.clone()));
+            let result = child.wait();
+            signals.fatal(None, Some(message));
+            let result = result.map_err(|e| format!("waiting for perf inject: {e}"))?;
             if !result.success() {
                 return Err(format!(
                     "perf inject --jit failed ({result}; see its message above)"
                 ));
             }
-            injected
-                .persist(output)
-                .map_err(|e| format!("writing {}: {}", output.display(), e.error))?;
+            commit(&injected, output, signals)?;
         }
     }
+    // OUT is complete: a signal now only ends the process.
+    signals.fatal(None, None);
     Ok(())
 }
 
