@@ -7,6 +7,7 @@
 //! (fatal under PERFCLOCK_REQUIRE_PERF=1 / PERFCLOCK_REQUIRE_TOOLS=1).
 
 use std::fs;
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -306,7 +307,8 @@ fn samply_names_the_hot_methods(work: &Path) {
             *hot_library.entry(path.to_path_buf()).or_insert_with(|| {
                 let symbols = Command::new("nm").arg(path).output().unwrap();
                 let symbols = text(&symbols.stdout);
-                symbols.contains("Hot;alpha(") || symbols.contains("Hot;beta(")
+                // The agent's Java form (`Hot.alpha(long)`), its default.
+                symbols.contains("Hot.alpha(") || symbols.contains("Hot.beta(")
             })
         })
         .count();
@@ -443,15 +445,19 @@ fn sigint_mid_run_still_post_processes() {
     .unwrap();
     // Mid-run: once a JVM has written its jitdump, and a few seconds of hot code later.
     let started = Instant::now();
+    // The dumps go to the command's directory inside the dump root `out.data.jit-XXXXXX`.
+    let has_dump = |dir: &Path| {
+        fs::read_dir(dir).is_ok_and(|mut d| {
+            d.any(|f| f.is_ok_and(|f| f.file_name().to_string_lossy().ends_with(".dump")))
+        })
+    };
     let dump_written = || {
-        fs::read_dir(work.path()).unwrap().flatten().any(|entry| {
-            entry
-                .file_name()
+        fs::read_dir(work.path()).unwrap().flatten().any(|root| {
+            root.file_name()
                 .to_string_lossy()
                 .starts_with("out.data.jit-")
-                && fs::read_dir(entry.path()).is_ok_and(|mut d| {
-                    d.any(|f| f.is_ok_and(|f| f.file_name().to_string_lossy().ends_with(".dump")))
-                })
+                && fs::read_dir(root.path())
+                    .is_ok_and(|mut dirs| dirs.any(|d| d.is_ok_and(|d| has_dump(&d.path()))))
         })
     };
     while !dump_written() {
@@ -639,4 +645,445 @@ fn wall_clock_times_fall_within_the_phases_the_workload_stamped() {
             "the control moved no sample of phase {phase} out of it"
         );
     }
+}
+
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find(|line| line.starts_with("Uid:"))
+            .and_then(|line| line.split_whitespace().nth(2))
+            == Some("0")
+    })
+}
+
+/// perf on PATH, or `None` after saying the test cannot run.
+fn perf_or_skip(test: &str) -> Option<tempfile::TempDir> {
+    if !runs("perf", "--version") {
+        skip(test, Need::Tool("perf"), "`perf --version` did not run");
+        return None;
+    }
+    let work = tempfile::tempdir().unwrap();
+    fs::create_dir(work.path().join("home")).unwrap();
+    Some(work)
+}
+
+/// Whether process `pid` is alive (a zombie is not).
+fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+fn send(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill with plain integers; the pid is one the test started (or its descendant).
+    unsafe {
+        libc::kill(libc::pid_t::try_from(pid).unwrap(), signal);
+    }
+}
+
+/// Waits up to `limit` for `done`.
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    done()
+}
+
+/// A command that writes its pid to `cmd.pid` in the work directory and sleeps for long.
+const SLEEPER: &[&str] = &["sh", "-c", "echo $$ > cmd.pid; exec sleep 1000"];
+
+/// Starts `perfclock record --no-java-agent -o out.data -- SLEEPER` in `work`; returns it and
+/// the command's pid once the command runs.
+fn record_sleeper(work: &Path, new_group: bool) -> (std::process::Child, u32) {
+    let mut args = vec!["--no-java-agent", "-o", "out.data", "--"];
+    args.extend_from_slice(SLEEPER);
+    let mut command = record(work, &args);
+    command.stderr(Stdio::piped());
+    if new_group {
+        use std::os::unix::process::CommandExt as _;
+        command.process_group(0);
+    }
+    let child = command.spawn().unwrap();
+    let pid_file = work.join("cmd.pid");
+    assert!(
+        wait_until(Duration::from_secs(20), || fs::read_to_string(&pid_file)
+            .is_ok_and(|text| text.ends_with('\n'))),
+        "the command never started"
+    );
+    let pid = fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // perf's first samples, so that the recording has data.
+    std::thread::sleep(Duration::from_millis(500));
+    (child, pid)
+}
+
+/// Stops a command left running (a failed test's debris) and says whether it was.
+fn reap_leftover(pid: u32) -> bool {
+    let was = alive(pid);
+    if was {
+        send(pid, libc::SIGKILL);
+    }
+    was
+}
+
+/// An OUT that is a symlink, a FIFO, a directory or (as root) a device node is refused before
+/// the command starts, and left as it is.
+#[test]
+fn an_out_that_is_not_a_regular_file_is_refused_before_the_command_starts() {
+    const TEST: &str = "an_out_that_is_not_a_regular_file_is_refused_before_the_command_starts";
+    let Some(work) = perf_or_skip(TEST) else {
+        return;
+    };
+    let dir = work.path();
+    fs::write(dir.join("target"), b"left alone").unwrap();
+    std::os::unix::fs::symlink(dir.join("target"), dir.join("link")).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(dir.join("fifo"))
+        .status()
+        .unwrap()
+        .success());
+    fs::create_dir(dir.join("directory")).unwrap();
+    let mut cases = vec![
+        ("link", "a symbolic link"),
+        ("fifo", "a FIFO"),
+        ("directory", "a directory"),
+    ];
+    if is_root() {
+        // The null device's numbers, a node of our own: nothing system-wide is at risk.
+        let made = Command::new("mknod")
+            .arg(dir.join("null"))
+            .args(["c", "1", "3"])
+            .status()
+            .unwrap();
+        assert!(made.success(), "mknod as root");
+        cases.push(("null", "a character device"));
+    } else {
+        skip(TEST, Need::Root, "the device-node case needs mknod");
+    }
+    for (out, kind) in cases {
+        let before = fs::symlink_metadata(dir.join(out)).unwrap();
+        let output = record(
+            dir,
+            &[
+                "--no-java-agent",
+                "-o",
+                out,
+                "--",
+                "sh",
+                "-c",
+                "touch started",
+            ],
+        )
+        .output()
+        .unwrap();
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{out}: {stderr}");
+        assert!(stderr.contains(kind), "{out}: {stderr}");
+        assert!(
+            !dir.join("started").exists(),
+            "{out}: the command ran: {stderr}"
+        );
+        let after = fs::symlink_metadata(dir.join(out)).unwrap();
+        assert_eq!(
+            (before.file_type(), before.ino()),
+            (after.file_type(), after.ino()),
+            "{out} was replaced"
+        );
+    }
+    assert_eq!(fs::read(dir.join("target")).unwrap(), b"left alone");
+}
+
+/// perf's raw recording goes into a private directory of perfclock's: a link planted at the
+/// name it had beside OUT (`out.data.raw`) is neither followed nor touched.
+#[test]
+fn the_raw_recording_never_follows_a_planted_link() {
+    let Some(work) = perf_or_skip("the_raw_recording_never_follows_a_planted_link") else {
+        return;
+    };
+    let dir = work.path();
+    let victim = dir.join("victim");
+    std::os::unix::fs::symlink(&victim, dir.join("out.data.raw")).unwrap();
+    let output = record(dir, &["--no-java-agent", "-o", "out.data", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        !victim.exists(),
+        "perf wrote through the planted link: {stderr}"
+    );
+    assert!(fs::symlink_metadata(dir.join("out.data.raw"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(dir.join("out.data").is_file(), "{stderr}");
+    // What perfclock created beside OUT is gone: only OUT and the test's files remain.
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["home", "out.data", "out.data.raw"], "{stderr}");
+}
+
+/// SIGHUP (a closed terminal), to perfclock alone or to its whole process group: perf stops the
+/// command, OUT is written, and perfclock exits 128 + SIGHUP; nothing is left running.
+#[test]
+fn sighup_stops_perf_and_the_command_and_still_writes_out() {
+    let Some(work) = perf_or_skip("sighup_stops_perf_and_the_command_and_still_writes_out") else {
+        return;
+    };
+    for group in [false, true] {
+        let dir = work.path();
+        let _ = fs::remove_file(dir.join("cmd.pid"));
+        let _ = fs::remove_file(dir.join("out.data"));
+        let (child, command_pid) = record_sleeper(dir, group);
+        let target = if group {
+            // The process group, as a terminal's hangup reaches it.
+            -i32::try_from(child.id()).unwrap()
+        } else {
+            i32::try_from(child.id()).unwrap()
+        };
+        // SAFETY: kill with plain integers, to the child (or its group) this test started.
+        unsafe {
+            libc::kill(target, libc::SIGHUP);
+        }
+        let output = child.wait_with_output().unwrap();
+        let stderr = text(&output.stderr);
+        let stopped = wait_until(Duration::from_secs(10), || !alive(command_pid));
+        let leftover = reap_leftover(command_pid);
+        assert!(
+            stopped && !leftover,
+            "group {group}: the command still runs: {stderr}"
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(128 + libc::SIGHUP),
+            "group {group}: {stderr}"
+        );
+        assert!(
+            dir.join("out.data").is_file(),
+            "group {group}: no OUT: {stderr}"
+        );
+    }
+}
+
+/// SIGKILL of perfclock stops perf (its parent-death signal), which stops the command.
+#[test]
+fn sigkill_of_perfclock_stops_perf_and_the_command() {
+    let Some(work) = perf_or_skip("sigkill_of_perfclock_stops_perf_and_the_command") else {
+        return;
+    };
+    let (mut child, command_pid) = record_sleeper(work.path(), false);
+    send(child.id(), libc::SIGKILL);
+    child.wait().unwrap();
+    let stopped = wait_until(Duration::from_secs(10), || !alive(command_pid));
+    let leftover = reap_leftover(command_pid);
+    assert!(
+        stopped && !leftover,
+        "the command outlived perfclock's SIGKILL"
+    );
+}
+
+/// The pids whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<u32> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1).map(str::to_owned))
+                    == Some(parent.to_string())
+            })
+        })
+        .collect()
+}
+
+/// SIGKILL of perf: perfclock stops the command perf leaves behind, and says perf was killed
+/// instead of blaming perf_event_paranoid.
+#[test]
+fn sigkill_of_perf_stops_the_command_and_names_the_signal() {
+    let Some(work) = perf_or_skip("sigkill_of_perf_stops_the_command_and_names_the_signal") else {
+        return;
+    };
+    let (child, command_pid) = record_sleeper(work.path(), false);
+    let perf = children_of(child.id());
+    assert_eq!(perf.len(), 1, "perfclock's children: {perf:?}");
+    send(perf[0], libc::SIGKILL);
+    let output = child.wait_with_output().unwrap();
+    let stderr = text(&output.stderr);
+    let stopped = wait_until(Duration::from_secs(10), || !alive(command_pid));
+    let leftover = reap_leftover(command_pid);
+    assert!(stopped && !leftover, "the command outlived perf: {stderr}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("killed by signal 9"), "{stderr}");
+    assert!(!stderr.contains("perf_event_paranoid"), "{stderr}");
+}
+
+/// HotSpot ends `-agentpath`'s path at its first `=`: such an agent path is refused before
+/// anything runs.
+#[test]
+fn an_agent_path_with_an_equals_sign_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("a=b");
+    fs::create_dir(&dir).unwrap();
+    let agent = dir.join("libperfclock_agent.so");
+    fs::write(&agent, b"not loaded").unwrap();
+    let output = record(
+        work.path(),
+        &[
+            "--agent",
+            agent.to_str().unwrap(),
+            "-o",
+            "out.data",
+            "--",
+            "sh",
+            "-c",
+            "touch started",
+        ],
+    )
+    .output()
+    .unwrap();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("holds a `=`"), "{stderr}");
+    assert!(
+        !work.path().join("started").exists(),
+        "the command ran: {stderr}"
+    );
+}
+
+/// SIGINT while `perf inject --jit` runs: perfclock exits 130 and either wrote OUT complete
+/// or wrote nothing and says so; no temporary file is left beside OUT (the raw recording is
+/// kept in perfclock's private directory, as the message says).
+#[test]
+fn sigint_during_perf_inject_leaves_out_complete_or_absent_and_no_temporary() {
+    let Some(work) =
+        setup("sigint_during_perf_inject_leaves_out_complete_or_absent_and_no_temporary")
+    else {
+        return;
+    };
+    let _lock = jvm_lock();
+    let mut child = record(
+        work.path(),
+        &[
+            "-o", "out.data", "--", "java", "-cp", ".", "Hot", "4000", "0",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut stderr = String::new();
+    let mut reader = std::io::BufReader::new(child.stderr.take().unwrap());
+    loop {
+        let mut line = String::new();
+        use std::io::BufRead as _;
+        if reader.read_line(&mut line).unwrap() == 0 {
+            panic!("perfclock ended before perf inject: {stderr}");
+        }
+        stderr.push_str(&line);
+        if line.contains("perf inject --jit") {
+            break;
+        }
+    }
+    send(child.id(), libc::SIGINT);
+    use std::io::Read as _;
+    reader.read_to_string(&mut stderr).unwrap();
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt as _;
+    assert!(
+        status.signal() == Some(libc::SIGINT) || status.code() == Some(130),
+        "{status}: {stderr}"
+    );
+    let out = work.path().join("out.data");
+    if out.exists() {
+        assert!(!stderr.contains("was not written"), "{stderr}");
+        assert_hot(work.path(), "out.data", "interrupted after OUT was written");
+    } else {
+        assert!(
+            stderr.contains("was not written"),
+            "no OUT and no message: {stderr}"
+        );
+        assert!(stderr.contains("the recording is kept in"), "{stderr}");
+    }
+    // Beside OUT: the test's files, the jitdump directory, and at most perfclock's private
+    // directory holding the raw recording alone.
+    for entry in fs::read_dir(work.path()).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".out.data.perfclock-") {
+            let inside: Vec<String> = fs::read_dir(entry.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(inside, ["out.data.raw"], "{stderr}");
+        } else {
+            assert!(
+                name.ends_with(".java")
+                    || name.ends_with(".class")
+                    || name == "home"
+                    || name == "out.data"
+                    || name.starts_with("out.data.jit-"),
+                "left beside OUT: {name}: {stderr}"
+            );
+        }
+    }
+}
+
+/// As root, a JVM that the command runs as another user (`setpriv --reuid=nobody`) starts,
+/// writes its jitdump, and its hot methods are named.
+#[test]
+fn root_records_a_jvm_run_as_another_user() {
+    const TEST: &str = "root_records_a_jvm_run_as_another_user";
+    let Some(work) = setup(TEST) else {
+        return;
+    };
+    if !is_root() {
+        skip(
+            TEST,
+            Need::Root,
+            "only root can run the command as another user",
+        );
+        return;
+    }
+    if !runs("setpriv", "--version") {
+        skip(TEST, Need::Tool("setpriv"), "no setpriv on PATH");
+        return;
+    }
+    let _lock = jvm_lock();
+    // nobody reads the classes; the work directory is the test's, 0700 until now.
+    fs::set_permissions(work.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let output = record(
+        work.path(),
+        &[
+            "-o",
+            "out.data",
+            "--",
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "java",
+            "-cp",
+            ".",
+            "Hot",
+            "4000",
+            "0",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_ok_output(work.path(), &output, 0);
+    assert_hot(work.path(), "out.data", "a JVM run as nobody");
 }
