@@ -40,17 +40,20 @@
 //! its file, its socket and its directory are `perfclock::shared_page::publisher`'s.
 #![allow(unsafe_code)]
 
+use std::fmt;
+use std::fs::File;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use perfclock::paravirt::{self, OffsetSource};
-use perfclock::shared_page::publisher::{self, LivePage, PageDir};
+use perfclock::paravirt::{self, OffsetSource, ParavirtRefusal};
+use perfclock::shared_page::publisher::{self, LivePage, PageDir, PublishError};
 use perfclock::shared_page::socket_path;
-use perfclock::{Clock, Error};
+use perfclock::{Clock, Error, ReadError, Withheld};
 use perfclock_calib::published::{continue_within, switch_line, BoundModel, LineTarget, Solution};
-use perfclock_calib::{CalibratedClock, CalibrationOptions};
+use perfclock_calib::{CalibError, CalibratedClock, CalibrationOptions};
 use perfclock_core::counter;
 use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::shared_page::{parse, SharedPageWriter, HEARTBEAT_INTERVAL_NS};
@@ -81,85 +84,153 @@ extern "C" fn request_stop(_signal: libc::c_int) {
 pub(crate) fn run(path: Option<PathBuf>, once: bool) -> ExitCode {
     match serve(path, once) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            errln!("{NAME}: error: {message}");
+        Err(error) => {
+            errln!("{NAME}: error: {}", chain(&error));
             ExitCode::FAILURE
         }
     }
 }
 
-fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
-    let withheld = match Clock::open_kernel_only() {
+fn serve(path: Option<PathBuf>, once: bool) -> Result<(), ServeError> {
+    let Some(withheld) = kernel_withholds_time()? else {
+        return Ok(());
+    };
+    let path = page_path(path)?;
+    let dir = path
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_owned();
+    let dir_lock = PageDir::lock(&dir).map_err(ServeError::Publish)?;
+    let boot_id = boot_id()?;
+    if published_paravirt_offset(&dir, boot_id, once)? {
+        return Ok(());
+    }
+    errln!("{NAME}: calibrated mode: {withheld}");
+    let existing = publisher::reuse_existing(&path).map_err(ServeError::Publish)?;
+    let inherited = inherited_solution(
+        existing.as_ref().map(|(_, bytes)| bytes.as_slice()),
+        boot_id,
+    );
+    install_stop_handlers();
+    let mut server = start_calibration(inherited)?;
+    let (page, file) = open_page(&mut server, existing, inherited, &path, boot_id)?;
+    let socket = socket_path(&path);
+    page.seal()
+        .and_then(|()| page.serve(&socket))
+        .map_err(ServeError::Publish)?;
+    errln!(
+        "{NAME}: serving (pid {}) {} through {}; clients read it through \
+         PERFCLOCK_SHARED_PAGE={} or the default location; SIGINT/SIGTERM stops",
+        std::process::id(),
+        path.display(),
+        socket.display(),
+        path.display()
+    );
+    poll_until_stopped(&mut server, &page, &file, &path)?;
+    errln!(
+        "{NAME}: stopping; {} stays, its heartbeat stops, so clients report an unknown bound \
+         after {} s until a server runs again",
+        path.display(),
+        perfclock_core::shared_page::STALE_AFTER_NS / 1_000_000_000
+    );
+    let _ = std::fs::remove_file(&socket);
+    drop(dir_lock);
+    Ok(())
+}
+
+/// Why the kernel withholds the perf clock's conversion, or `None` in kernel mode (said on
+/// stderr: every process reads the clock exactly and needs no server).
+fn kernel_withholds_time() -> Result<Option<Withheld>, ServeError> {
+    match Clock::open_kernel_only() {
         Ok(_) => {
             errln!(
                 "{NAME}: kernel mode: the kernel publishes the perf clock's conversion \
                  (cap_user_time_zero=1), so every process reads it exactly and needs no server; \
                  publishing nothing"
             );
-            return Ok(());
+            Ok(None)
         }
-        Err(Error::KernelWithholdsTime(why)) => why,
-        Err(other) => return Err(format!("no perf clock: {other}")),
-    };
-    let path = match path {
-        Some(path) => path,
-        None => perfclock::shared_page::default_server_path().ok_or(
-            "no XDG_RUNTIME_DIR for a per-user page: name the file with --path (in a directory \
-             only you can write)",
-        )?,
-    };
-    let dir = path
-        .parent()
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .to_owned();
-    let dir_lock = PageDir::lock(&dir).map_err(|error| chain(&error))?;
-    let boot_id = boot_id()?;
+        Err(Error::KernelWithholdsTime(why)) => Ok(Some(why)),
+        Err(other) => Err(ServeError::NoPerfClock(other)),
+    }
+}
+
+/// `--path`, or the default location.
+fn page_path(path: Option<PathBuf>) -> Result<PathBuf, ServeError> {
+    match path {
+        Some(path) => Ok(path),
+        None => perfclock::shared_page::default_server_path().ok_or(ServeError::NoDefaultPath),
+    }
+}
+
+/// Publishes the paravirt offset in `dir` unless `PERFCLOCK_PARAVIRT=off`; `true` when it did
+/// (nothing more to serve). Without `once`, an offset that cannot be published is said on
+/// stderr and a calibration is served instead.
+fn published_paravirt_offset(
+    dir: &Path,
+    boot_id: [u64; 2],
+    once: bool,
+) -> Result<bool, ServeError> {
     if paravirt::disabled_by_environment() {
-        if once {
-            return Err(format!(
-                "--once publishes the paravirt offset, which {}=off disables",
-                paravirt::ENV
-            ));
-        }
-    } else {
-        match publish_paravirt_offset(&dir, boot_id) {
-            Ok(()) => return Ok(()),
-            Err(message) if once => return Err(message),
-            Err(message) => errln!("{NAME}: {message}; serving a calibration instead"),
+        return if once {
+            Err(ServeError::OnceWithParavirtOff)
+        } else {
+            Ok(false)
+        };
+    }
+    match publish_paravirt_offset(dir, boot_id) {
+        Ok(()) => Ok(true),
+        Err(error) if once => Err(error),
+        Err(error) => {
+            errln!("{NAME}: {}; serving a calibration instead", chain(&error));
+            Ok(false)
         }
     }
-    errln!("{NAME}: calibrated mode: {withheld}");
-    let pid = std::process::id();
-    let existing = publisher::reuse_existing(&path).map_err(|error| chain(&error))?;
-    let inherited = existing.as_ref().and_then(|(_, bytes)| {
-        let snapshot = parse(bytes).ok()?;
-        (snapshot.boot_id == boot_id).then_some(Solution {
-            conversion: snapshot.conversion,
-            bound: snapshot.bound,
-        })
-    });
-    install_stop_handlers();
+}
+
+/// The line of a page an earlier server of this boot left, to continue.
+fn inherited_solution(existing: Option<&[u8]>, boot_id: [u64; 2]) -> Option<Solution> {
+    let snapshot = parse(existing?).ok()?;
+    (snapshot.boot_id == boot_id).then_some(Solution {
+        conversion: snapshot.conversion,
+        bound: snapshot.bound,
+    })
+}
+
+/// Calibrates in this process; the server starts from `inherited`, the line in the page.
+fn start_calibration(inherited: Option<Solution>) -> Result<Server, ServeError> {
     let started = Instant::now();
-    let clock = CalibratedClock::start(CalibrationOptions::default())
-        .map_err(|error| format!("calibration failed: {error}"))?;
+    let clock =
+        CalibratedClock::start(CalibrationOptions::default()).map_err(ServeError::Calibration)?;
     errln!(
         "{NAME}: calibrated in {:.1} ms, bound {} ns",
         started.elapsed().as_secs_f64() * 1e3,
         clock.error_bound_ns()
     );
-    let mut server = Server {
+    let jumps = clock.stats().jumps;
+    Ok(Server {
         clock,
         published: inherited,
-        jumps: 0,
-    };
-    server.jumps = server.clock.stats().jumps;
+        jumps,
+    })
+}
+
+/// The live page, claimed by this process with the first publication, and its file: the
+/// earlier server's `existing` one (continued) or a new one at `path`.
+fn open_page(
+    server: &mut Server,
+    existing: Option<(File, Vec<u8>)>,
+    inherited: Option<Solution>,
+    path: &Path,
+    boot_id: [u64; 2],
+) -> Result<(LivePage, File), ServeError> {
     let target = server.target()?;
     let now = counter_now()?;
     let page = LivePage::new(existing.as_ref().map(|(_, bytes)| bytes.as_slice()))
-        .map_err(|error| chain(&error))?;
+        .map_err(ServeError::Publish)?;
     page.with_writer(|writer| {
-        writer.claim(boot_id, pid, now);
+        writer.claim(boot_id, std::process::id(), now);
         if let Some(old) = inherited {
             // The same line again, so that every lock word of the page moves past the earlier
             // server's: its clients then move over to this page (perfclock::shared_page).
@@ -169,7 +240,7 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
     });
     let file = match existing {
         Some((file, _)) => {
-            page.persist(&file, &path).map_err(|error| chain(&error))?;
+            page.persist(&file, path).map_err(ServeError::Publish)?;
             if inherited.is_some() {
                 errln!(
                     "{NAME}: continuing the conversion of the earlier server in {}",
@@ -180,29 +251,29 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
         }
         None => page
             .bytes()
-            .and_then(|bytes| publisher::create_new(&path, &bytes))
-            .map_err(|error| chain(&error))?,
+            .and_then(|bytes| publisher::create_new(path, &bytes))
+            .map_err(ServeError::Publish)?,
     };
-    let socket = socket_path(&path);
-    page.seal()
-        .and_then(|()| page.serve(&socket))
-        .map_err(|error| chain(&error))?;
-    errln!(
-        "{NAME}: serving (pid {pid}) {} through {}; clients read it through \
-         PERFCLOCK_SHARED_PAGE={} or the default location; SIGINT/SIGTERM stops",
-        path.display(),
-        socket.display(),
-        path.display()
-    );
+    Ok((page, file))
+}
+
+/// Every [`POLL_INTERVAL`] until SIGINT/SIGTERM: publishes the in-process line, refreshes the
+/// heartbeat and the file; a status line every [`STATUS_INTERVAL`].
+fn poll_until_stopped(
+    server: &mut Server,
+    page: &LivePage,
+    file: &File,
+    path: &Path,
+) -> Result<(), ServeError> {
     let mut last_status = Instant::now();
     while !STOP.load(Ordering::Relaxed) {
         std::thread::sleep(POLL_INTERVAL);
         let now = counter_now()?;
         match server.target() {
             Ok(target) => page.with_writer(|writer| server.publish(writer, target, now)),
-            Err(message) => errln!("{NAME}: {message}; keeping the last publication"),
+            Err(error) => errln!("{NAME}: {}; keeping the last publication", chain(&error)),
         }
-        if let Err(error) = page.persist(&file, &path) {
+        if let Err(error) = page.persist(file, path) {
             errln!("{NAME}: {}", chain(&error));
         }
         if last_status.elapsed() >= STATUS_INTERVAL {
@@ -219,15 +290,93 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), String> {
             );
         }
     }
-    errln!(
-        "{NAME}: stopping; {} stays, its heartbeat stops, so clients report an unknown bound \
-         after {} s until a server runs again",
-        path.display(),
-        perfclock_core::shared_page::STALE_AFTER_NS / 1_000_000_000
-    );
-    let _ = std::fs::remove_file(&socket);
-    drop(dir_lock);
     Ok(())
+}
+
+/// Why `perfclock serve` failed: `Display` says what failed, the cause is its `source()`
+/// (printed once, by [`chain`]), except where the wrapped error's own `Display` already names it.
+#[derive(Debug)]
+enum ServeError {
+    /// No perf clock at all (not merely a withheld conversion).
+    NoPerfClock(Error),
+    /// No `--path` and no `XDG_RUNTIME_DIR` for the per-user default.
+    NoDefaultPath,
+    /// The page, its file, its socket or its directory: the publisher's error says which.
+    Publish(PublishError),
+    /// `/proc/sys/kernel/random/boot_id` unreadable.
+    BootId(io::Error),
+    /// `--once` with paravirt mode disabled.
+    OnceWithParavirtOff,
+    /// Paravirt mode measured no offset.
+    NoOffset(ParavirtRefusal),
+    /// The offset came from a source that is not published.
+    OffsetFromUnpublished(OffsetSource),
+    /// No bracket intersection checked the offset.
+    OffsetUnchecked,
+    /// The offset could not be encoded.
+    OffsetFormat,
+    /// The in-process calibration failed.
+    Calibration(CalibError),
+    /// This architecture has no counter.
+    NoCounter,
+    /// The in-process page could not be read.
+    PageUnreadable(ReadError),
+    /// The in-process refiner republished on every try.
+    KeptRepublishing,
+}
+
+impl fmt::Display for ServeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServeError::NoPerfClock(error) => write!(f, "no perf clock: {error}"),
+            ServeError::NoDefaultPath => f.write_str(
+                "no XDG_RUNTIME_DIR for a per-user page: name the file with --path (in a directory \
+                 only you can write)",
+            ),
+            ServeError::Publish(error) => error.fmt(f),
+            ServeError::BootId(_) => write!(f, "cannot read {}", perfclock_event::sys::BOOT_ID_PATH),
+            ServeError::OnceWithParavirtOff => write!(
+                f,
+                "--once publishes the paravirt offset, which {}=off disables",
+                paravirt::ENV
+            ),
+            ServeError::NoOffset(_) => f.write_str("no paravirt offset to publish"),
+            ServeError::OffsetFromUnpublished(source) => {
+                write!(f, "no paravirt offset to publish: it came from {source}")
+            }
+            ServeError::OffsetUnchecked => {
+                f.write_str("no paravirt offset to publish: no bracket intersection checked it")
+            }
+            ServeError::OffsetFormat => f.write_str("cannot format the offset"),
+            ServeError::Calibration(error) => write!(f, "calibration failed: {error}"),
+            ServeError::NoCounter => f.write_str("no counter on this architecture"),
+            ServeError::PageUnreadable(error) => write!(f, "in-process page unreadable: {error}"),
+            ServeError::KeptRepublishing => f.write_str("the in-process refiner kept republishing"),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            // Transparent: the publisher's own message is this one's.
+            ServeError::Publish(error) => error.source(),
+            ServeError::BootId(error) => Some(error),
+            ServeError::NoOffset(refusal) => Some(refusal),
+            // These three name their own cause in their `Display` (and give it again through
+            // `source()`), so they are printed whole above and their cause not again.
+            ServeError::NoPerfClock(_)
+            | ServeError::Calibration(_)
+            | ServeError::PageUnreadable(_) => None,
+            ServeError::NoDefaultPath
+            | ServeError::OnceWithParavirtOff
+            | ServeError::OffsetFromUnpublished(_)
+            | ServeError::OffsetUnchecked
+            | ServeError::OffsetFormat
+            | ServeError::NoCounter
+            | ServeError::KeptRepublishing => None,
+        }
+    }
 }
 
 /// Kernel-stamped brackets per record kind that cross-check the published offset (taken once).
@@ -236,21 +385,15 @@ const OFFSET_BRACKETS_PER_KIND: usize = 200;
 /// On a KVM guest read through paravirt mode: measures `C` (the kernel log, cross-checked
 /// against brackets) and publishes it in `dir` (see `perfclock::shared_page::OFFSET_SYSTEM_PATH`).
 /// `C` is fixed for the boot: there is nothing to refresh afterwards.
-fn publish_paravirt_offset(dir: &Path, boot_id: [u64; 2]) -> Result<(), String> {
-    let measured = paravirt::measure_offset(OFFSET_BRACKETS_PER_KIND)
-        .map_err(|refusal| format!("no paravirt offset to publish: {}", chain(&refusal)))?;
+fn publish_paravirt_offset(dir: &Path, boot_id: [u64; 2]) -> Result<(), ServeError> {
+    let measured =
+        paravirt::measure_offset(OFFSET_BRACKETS_PER_KIND).map_err(ServeError::NoOffset)?;
     let origin = match measured.source {
         OffsetSource::KernelLog => OffsetOrigin::KernelLog,
         OffsetSource::Brackets => OffsetOrigin::Brackets,
-        other => {
-            return Err(format!(
-                "no paravirt offset to publish: it came from {other}"
-            ))
-        }
+        other => return Err(ServeError::OffsetFromUnpublished(other)),
     };
-    let intersection = measured
-        .intersection
-        .ok_or("no paravirt offset to publish: no bracket intersection checked it")?;
+    let intersection = measured.intersection.ok_or(ServeError::OffsetUnchecked)?;
     let offset = PublishedOffset {
         boot_id,
         offset_ns: measured.offset_ns,
@@ -262,9 +405,9 @@ fn publish_paravirt_offset(dir: &Path, boot_id: [u64; 2]) -> Result<(), String> 
     let mut text = String::new();
     offset
         .encode(&mut text)
-        .map_err(|_| "cannot format the offset".to_owned())?;
+        .map_err(|_| ServeError::OffsetFormat)?;
     let path = dir.join(OFFSET_FILE_NAME);
-    publisher::create_new(&path, text.as_bytes()).map_err(|error| chain(&error))?;
+    publisher::create_new(&path, text.as_bytes()).map_err(ServeError::Publish)?;
     errln!(
         "{NAME}: paravirt mode: published C = {} ns ({}, inside the intersection [{}, {}] ns of \
          {} kernel-stamped brackets) in {}; clients read it once at init(): nothing to refresh, \
@@ -305,17 +448,16 @@ struct Server {
 impl Server {
     /// The in-process conversion and the bound that belongs to it (re-read if the refiner
     /// republished in between).
-    fn target(&self) -> Result<Solution, String> {
+    fn target(&self) -> Result<Solution, ServeError> {
         for _ in 0..100 {
             let bound = self.clock.bound_model();
             let conversion = self.clock.reader().conversion();
             if self.clock.bound_model() == bound {
-                let conversion =
-                    conversion.map_err(|error| format!("in-process page unreadable: {error}"))?;
+                let conversion = conversion.map_err(ServeError::PageUnreadable)?;
                 return Ok(Solution { conversion, bound });
             }
         }
-        Err("the in-process refiner kept republishing".into())
+        Err(ServeError::KeptRepublishing)
     }
 
     /// Publishes `target` at counter value `now`, continuing the line in the file unless the
@@ -381,17 +523,12 @@ impl LineTarget for SharedLine<'_> {
     }
 }
 
-fn counter_now() -> Result<u64, String> {
-    counter::read_counter().ok_or_else(|| "no counter on this architecture".to_owned())
+fn counter_now() -> Result<u64, ServeError> {
+    counter::read_counter().ok_or(ServeError::NoCounter)
 }
 
-fn boot_id() -> Result<[u64; 2], String> {
-    perfclock_event::sys::boot_id().map_err(|error| {
-        format!(
-            "cannot read {}: {error}",
-            perfclock_event::sys::BOOT_ID_PATH
-        )
-    })
+fn boot_id() -> Result<[u64; 2], ServeError> {
+    perfclock_event::sys::boot_id().map_err(ServeError::BootId)
 }
 
 fn install_stop_handlers() {
