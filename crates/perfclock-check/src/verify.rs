@@ -188,6 +188,73 @@ struct Acc {
     widths: Vec<u64>,
 }
 
+impl Acc {
+    /// Counts one record stamped `kernel_ns`, bracketed by the clock's `now_ns()` readings
+    /// `now` and its converted counter readings `counter` (each before, after).
+    fn add(&mut self, kernel_ns: u64, now: Around, counter: Around, bound: u64) {
+        let (before, after) = now;
+        self.events += 1;
+        self.widths.push(after.saturating_sub(before));
+        if let Some(d) = outside(kernel_ns, before, after, 0) {
+            self.worst_unbounded = self.worst_unbounded.max(d);
+        }
+        if let Some(d) = outside(kernel_ns, before, after, bound) {
+            self.violations_now += 1;
+            self.worst = self.worst.max(d);
+        }
+        if let Some(d) = outside(kernel_ns, counter.0, counter.1, bound) {
+            self.violations_counter += 1;
+            self.worst = self.worst.max(d);
+        }
+    }
+
+    fn into_report(mut self, kind: RecordKind, cpu: u32) -> KindReport {
+        self.widths.sort_unstable();
+        KindReport {
+            kind,
+            cpu,
+            events: self.events,
+            violations_now: self.violations_now,
+            violations_counter: self.violations_counter,
+            worst_violation_ns: self.worst,
+            worst_unbounded_ns: self.worst_unbounded,
+            tightest_ns: self.widths.first().copied().unwrap_or(0),
+            median_ns: self.widths.get(self.widths.len() / 2).copied().unwrap_or(0),
+        }
+    }
+}
+
+/// The accumulator of `key` (record kind, CPU), added if it is new.
+fn acc_for(accs: &mut Vec<((RecordKind, u32), Acc)>, key: (RecordKind, u32)) -> &mut Acc {
+    let idx = match accs.iter().position(|(k, _)| *k == key) {
+        Some(idx) => idx,
+        None => {
+            accs.push((key, Acc::default()));
+            accs.len() - 1
+        }
+    };
+    &mut accs[idx].1
+}
+
+/// Two readings around one record, before and after, in nanoseconds.
+type Around = (u64, u64);
+
+/// The clock's readings around one record, as `((now_ns before, after), (counter converted
+/// before, after))`.
+fn readings_ns(
+    clock: &impl PerfTimeSource,
+    before: &Reading,
+    after: &Reading,
+) -> Result<(Around, Around), VerifyError> {
+    let now_before = before.now.map_err(VerifyError::Clock)?;
+    let now_after = after.now.map_err(VerifyError::Clock)?;
+    let c_before = before.counter.ok_or(VerifyError::NoCounter)?;
+    let c_after = after.counter.ok_or(VerifyError::NoCounter)?;
+    let cb = clock.cycles_to_ns(c_before).map_err(VerifyError::Clock)?;
+    let ca = clock.cycles_to_ns(c_after).map_err(VerifyError::Clock)?;
+    Ok(((now_before, now_after), (cb, ca)))
+}
+
 /// Distance of `k` outside `[lo - bound, hi + bound]`, or None inside.
 fn outside(k: u64, lo: u64, hi: u64, bound: u64) -> Option<u64> {
     let lo = lo.saturating_sub(bound);
@@ -263,34 +330,8 @@ pub fn verify_with(
                 };
                 discards_in_a_row = 0;
                 got += 1;
-                let before = s.before.now.map_err(VerifyError::Clock)?;
-                let after = s.after.now.map_err(VerifyError::Clock)?;
-                let c_before = s.before.counter.ok_or(VerifyError::NoCounter)?;
-                let c_after = s.after.counter.ok_or(VerifyError::NoCounter)?;
-                let cb = clock.cycles_to_ns(c_before).map_err(VerifyError::Clock)?;
-                let ca = clock.cycles_to_ns(c_after).map_err(VerifyError::Clock)?;
-                let key = (kind, s.cpu);
-                let idx = match accs.iter().position(|(k, _)| *k == key) {
-                    Some(idx) => idx,
-                    None => {
-                        accs.push((key, Acc::default()));
-                        accs.len() - 1
-                    }
-                };
-                let acc = &mut accs[idx].1;
-                acc.events += 1;
-                acc.widths.push(after.saturating_sub(before));
-                if let Some(d) = outside(s.kernel_ns, before, after, 0) {
-                    acc.worst_unbounded = acc.worst_unbounded.max(d);
-                }
-                if let Some(d) = outside(s.kernel_ns, before, after, bound) {
-                    acc.violations_now += 1;
-                    acc.worst = acc.worst.max(d);
-                }
-                if let Some(d) = outside(s.kernel_ns, cb, ca, bound) {
-                    acc.violations_counter += 1;
-                    acc.worst = acc.worst.max(d);
-                }
+                let (now, counter) = readings_ns(clock, &s.before, &s.after)?;
+                acc_for(&mut accs, (kind, s.cpu)).add(s.kernel_ns, now, counter, bound);
             }
             done[i] += got;
         }
@@ -299,20 +340,7 @@ pub fn verify_with(
     drop(pin);
     let mut rows: Vec<KindReport> = accs
         .into_iter()
-        .map(|((kind, cpu), mut acc)| {
-            acc.widths.sort_unstable();
-            KindReport {
-                kind,
-                cpu,
-                events: acc.events,
-                violations_now: acc.violations_now,
-                violations_counter: acc.violations_counter,
-                worst_violation_ns: acc.worst,
-                worst_unbounded_ns: acc.worst_unbounded,
-                tightest_ns: acc.widths.first().copied().unwrap_or(0),
-                median_ns: acc.widths.get(acc.widths.len() / 2).copied().unwrap_or(0),
-            }
-        })
+        .map(|((kind, cpu), acc)| acc.into_report(kind, cpu))
         .collect();
     rows.sort_by_key(|r| (r.kind, r.cpu));
     Ok(VerifyReport {
