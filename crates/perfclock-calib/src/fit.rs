@@ -270,37 +270,9 @@ impl Fit {
         }
         let s0 = dy / dx;
 
-        let max_reject = ((rel.len() as f64 * options.max_reject_fraction) as usize).max(4);
-        let mut rejected = 0usize;
-        let mut trims_left = options.trim_per_side;
-        let best = loop {
-            if rel.len() < 2 {
-                return Err((FitError::Inconsistent { rejected }, rel));
-            }
-            let s = argmax_concave(s0 / 4.0, s0 * 4.0, |s| slack(&rel, noise, s));
-            let feasible = slack(&rel, noise, s) >= 0.0;
-            if feasible && trims_left == 0 {
-                break s;
-            }
-            if feasible {
-                trims_left -= 1;
-            } else if rejected + 2 > max_reject {
-                return Err((FitError::Inconsistent { rejected }, rel));
-            }
-            // Drop the binding constraint on each side (the latest one is kept as reference
-            // only through counter_ref, which stays valid).
-            let (_, i_lo) = lo_at(&rel, noise, s);
-            let (_, i_hi) = hi_at(&rel, noise, s);
-            let (a, b) = if i_lo > i_hi {
-                (i_lo, i_hi)
-            } else {
-                (i_hi, i_lo)
-            };
-            rel.swap_remove(a);
-            if a != b {
-                rel.swap_remove(b);
-            }
-            rejected += if a != b { 2 } else { 1 };
+        let (best, rejected) = match best_slope(&mut rel, noise, s0, options) {
+            Ok(found) => found,
+            Err(e) => return Err((e, rel)),
         };
         if best <= 0.0 {
             return Err((FitError::NotIncreasing, rel));
@@ -373,6 +345,51 @@ impl Fit {
             })
             .fold(f64::INFINITY, f64::min)
     }
+}
+
+/// The best slope of `rel` (around the first slope `s0`), once the constraint that binds on each
+/// side has been dropped `options.trim_per_side` times and until the rest is feasible (within
+/// `options.max_reject_fraction`); also how many constraints were dropped. Dropped constraints
+/// leave `rel`.
+fn best_slope(
+    rel: &mut Vec<Rel>,
+    noise: f64,
+    s0: f64,
+    options: &FitOptions,
+) -> Result<(f64, usize), FitError> {
+    let max_reject = ((rel.len() as f64 * options.max_reject_fraction) as usize).max(4);
+    let mut rejected = 0usize;
+    let mut trims_left = options.trim_per_side;
+    let best = loop {
+        if rel.len() < 2 {
+            return Err(FitError::Inconsistent { rejected });
+        }
+        let s = argmax_concave(s0 / 4.0, s0 * 4.0, |s| slack(rel, noise, s));
+        let feasible = slack(rel, noise, s) >= 0.0;
+        if feasible && trims_left == 0 {
+            break s;
+        }
+        if feasible {
+            trims_left -= 1;
+        } else if rejected + 2 > max_reject {
+            return Err(FitError::Inconsistent { rejected });
+        }
+        // Drop the binding constraint on each side (the latest one is kept as reference
+        // only through counter_ref, which stays valid).
+        let (_, i_lo) = lo_at(rel, noise, s);
+        let (_, i_hi) = hi_at(rel, noise, s);
+        let (a, b) = if i_lo > i_hi {
+            (i_lo, i_hi)
+        } else {
+            (i_hi, i_lo)
+        };
+        rel.swap_remove(a);
+        if a != b {
+            rel.swap_remove(b);
+        }
+        rejected += if a != b { 2 } else { 1 };
+    };
+    Ok((best, rejected))
 }
 
 #[cfg(test)]
