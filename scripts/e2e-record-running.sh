@@ -47,7 +47,7 @@ start_jvm() { # $1: stop file, $2: log; prints the pid once the code is hot
 
 # Samples per pid in OUT whose symbol is one of the workload's hot classes.
 named_by_pid() { # $1: OUT
-    perf script -i "$1" -F pid,sym 2>/dev/null | python3 -c '
+    perf script -i "$1" -F pid,ip,sym --hide-call-graph 2>/dev/null | python3 -c '
 import collections, sys
 named = collections.Counter()
 for line in sys.stdin:
@@ -63,6 +63,24 @@ dump_of() { # $1: OUT, $2: pid -> the JVM's jitdump in OUT's dump directory
 
 size() { stat -c %s "$1"; }
 
+# The id of a jitdump's last record (3: JIT_CODE_CLOSE, which the agent writes when its session
+# ends: the recording's `stop` request reached it).
+last_record() {
+    python3 - "$1" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+offset = struct.unpack_from("<I", data, 8)[0]   # header: magic, version, total_size
+last = None
+while offset + 16 <= len(data):
+    rid, size = struct.unpack_from("<II", data, offset)
+    if size < 16:
+        break
+    last = rid
+    offset += size
+print(last)
+PY
+}
+
 jvm1=$(start_jvm "$work/stop1" "$work/jvm1.log")
 pids+=("$jvm1")
 say "JVM 1 is $jvm1"
@@ -77,6 +95,7 @@ for n in 1 2; do
     sleep 3
     after=$(size "$dump")
     [ "$before" = "$after" ] || fail "record -p #$n: the dump grew from $before to $after bytes after the recording"
+    [ "$(last_record "$dump")" = 3 ] || fail "record -p #$n: the dump does not end with the session's close record (last: $(last_record "$dump"))"
     named=$(named_by_pid "$out" | awk -v p="$jvm1" '$1 == p { print $2 }')
     [ "${named:-0}" -ge 100 ] || fail "record -p #$n: ${named:-0} samples of JVM $jvm1 named after its hot classes"
     say "record -p #$n: $named samples named; dump $dump stays at $after bytes"
