@@ -38,7 +38,7 @@ use crate::page::Tolerance;
 use crate::report::Report;
 use crate::Budget;
 use judge::{judge_loads, skewed, Window, Writer};
-use read_back::{header_problems, parse_dump, timeconv_problems};
+use read_back::{header_problems, parse_dump, timeconv_problems, ParsedDump};
 
 /// The code every load registers: one `ret` of the architecture (its bytes are only carried
 /// into the dump, never run).
@@ -187,27 +187,7 @@ fn check(report: &mut Report, budget: &Budget, tolerance: Tolerance, dir: &DumpD
             return;
         }
     };
-    match std::fs::read_to_string(&written.timeconv_path) {
-        Ok(text) => match TimeConvRecord::parse(&text) {
-            Ok(record) => {
-                let problems = timeconv_problems(&record, &conversion, writer.pid);
-                report.check(
-                    problems.is_empty(),
-                    "jitdump-timeconv",
-                    format_args!(
-                        "mode={:?} same_conversion_as_page={} problems={problems:?}",
-                        record.mode(),
-                        record.conversion() == conversion
-                    ),
-                );
-            }
-            Err(e) => report.fail("jitdump-timeconv", format_args!("parse: {e}")),
-        },
-        Err(e) => report.fail(
-            "jitdump-timeconv",
-            format_args!("read {}: {e}", written.timeconv_path.display()),
-        ),
-    }
+    check_timeconv(report, &written.timeconv_path, &conversion, writer.pid);
     let bytes = match std::fs::read(&written.dump_path) {
         Ok(b) => b,
         Err(e) => {
@@ -234,7 +214,53 @@ fn check(report: &mut Report, budget: &Budget, tolerance: Tolerance, dir: &DumpD
             parsed.header.flags, parsed.header.elf_machine_arch, parsed.header.version
         ),
     );
-    let judged = skewed(&conversion, brackets::selftest_skew_ns());
+    check_loads(
+        report,
+        &parsed,
+        &written,
+        writer,
+        &conversion,
+        tolerance,
+        dir.mounted,
+    );
+}
+
+/// The timeconv sidecar at `path` against the page's `conversion` and the writer's `pid`.
+fn check_timeconv(report: &mut Report, path: &Path, conversion: &TimeConversion, pid: u32) {
+    match std::fs::read_to_string(path) {
+        Ok(text) => match TimeConvRecord::parse(&text) {
+            Ok(record) => {
+                let problems = timeconv_problems(&record, conversion, pid);
+                report.check(
+                    problems.is_empty(),
+                    "jitdump-timeconv",
+                    format_args!(
+                        "mode={:?} same_conversion_as_page={} problems={problems:?}",
+                        record.mode(),
+                        record.conversion() == *conversion
+                    ),
+                );
+            }
+            Err(e) => report.fail("jitdump-timeconv", format_args!("parse: {e}")),
+        },
+        Err(e) => report.fail(
+            "jitdump-timeconv",
+            format_args!("read {}: {e}", path.display()),
+        ),
+    }
+}
+
+/// The dump's code loads, header and close stamps against the windows they were written in.
+fn check_loads(
+    report: &mut Report,
+    parsed: &ParsedDump,
+    written: &Written,
+    writer: Writer,
+    conversion: &TimeConversion,
+    tolerance: Tolerance,
+    mounted: bool,
+) {
+    let judged = skewed(conversion, brackets::selftest_skew_ns());
     let stats = judge_loads(&parsed.loads, &written.windows, writer, &judged, tolerance);
     // The header is stamped at create, before the first COMM; the close record after the last.
     let header_ns = judged.cycles_to_ns(parsed.header.timestamp);
@@ -256,7 +282,7 @@ fn check(report: &mut Report, budget: &Budget, tolerance: Tolerance, dir: &DumpD
             stats.details(),
             close_ns.is_some(),
             written.discards,
-            dir.mounted,
+            mounted,
         ),
     );
 }
