@@ -319,7 +319,7 @@ fn add_time_conv(
 }
 
 /// The clock snapshots taken at the start and at the end of the recording: the anchors of
-/// HEADER_CLOCK_DATA (issue 21 item 4), which the perf.data library adds to OUT.
+/// HEADER_CLOCK_DATA, which the perf.data library adds to OUT.
 struct ClockAnchors {
     start: Option<perfclock::ClockSnapshot>,
     end: Option<perfclock::ClockSnapshot>,

@@ -228,7 +228,7 @@ fn inserts_the_sidecar_conversion_and_replaces_an_existing_out() {
     assert_eq!(fs::read(&again).unwrap(), written);
 }
 
-/// Issue 21: a dump written in the perf or the monotonic clock has nothing for a TIME_CONV to
+/// A dump written in the perf or the monotonic clock has nothing for a TIME_CONV to
 /// convert; inject-time-conv refuses it and says what to do instead.
 #[test]
 fn dumps_in_another_clock_than_arch_are_refused_with_what_to_do() {
@@ -562,7 +562,7 @@ fn accepted_input(dir: &Path) -> (PathBuf, synth::Built) {
     (input, built)
 }
 
-/// Issue 18 finding 4: OUT that exists and is no regular file is refused before anything is
+/// OUT that exists and is no regular file is refused before anything is
 /// written, by name and kind, and left as it was.
 fn assert_out_kind_refused(input: &Path, out: &Path, kind: &str) {
     let before = fs::symlink_metadata(out).unwrap().file_type();
@@ -669,7 +669,7 @@ fn out_is_always_readable_and_writable_by_its_owner() {
     }
 }
 
-/// Issue 18 finding 6: SIGTERM while OUT's temporary file is being written removes it, and the
+/// SIGTERM while OUT's temporary file is being written removes it, and the
 /// process dies of the signal; OUT is absent (or, had the rename won the race, complete).
 #[test]
 fn sigterm_mid_copy_leaves_no_temporary_file() {

@@ -371,7 +371,7 @@ fn sample_wall_times(dir: &Path, data: &Path) -> Vec<u64> {
     .collect()
 }
 
-/// Issue 21 item 4: `--clock-data-now` gives a default recording the HEADER_CLOCK_DATA perf
+/// `--clock-data-now` gives a default recording the HEADER_CLOCK_DATA perf
 /// needs for `-F+tod`, and the wall times perf prints put the samples inside the program's
 /// own CLOCK_REALTIME stamps: in its two spins, none in its sleep between them. Control: the
 /// same file with the wall clock moved 150 ms puts samples in the sleep.

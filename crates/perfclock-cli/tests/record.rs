@@ -570,7 +570,7 @@ fn outside(times: &[Vec<u64>; 2], stamps: [u64; 4]) -> [usize; 2] {
     ]
 }
 
-/// Issue 21: `perf script -F+tod` works on `perfclock record`'s output (HEADER_CLOCK_DATA from
+/// `perf script -F+tod` works on `perfclock record`'s output (HEADER_CLOCK_DATA from
 /// the snapshot taken at the start), and every sample of each phase's method has a wall-clock
 /// time inside that phase as the JVM stamped it with `Instant.now()`, within 1 ms. Control: the
 /// same file with the wall clock moved 20 ms late puts samples outside.
