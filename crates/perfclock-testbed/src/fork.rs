@@ -71,25 +71,7 @@ pub(crate) fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance) {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         drop(read_end);
-        let text = child(budget, tolerance);
-        let mut off = 0;
-        while off < text.len() {
-            // SAFETY: writes from a live buffer to the pipe we own.
-            let n = unsafe {
-                libc::write(
-                    std::os::fd::AsRawFd::as_raw_fd(&write_end),
-                    text[off..].as_ptr().cast(),
-                    text.len() - off,
-                )
-            };
-            if n <= 0 {
-                break;
-            }
-            off += n as usize;
-        }
-        // SAFETY: leaves the child at once, without running the parent's atexit handlers or
-        // flushing stdio buffers it inherited.
-        unsafe { libc::_exit(0) };
+        write_child_result_and_exit(&write_end, budget, tolerance);
     }
     drop(write_end);
     if pid < 0 {
@@ -108,6 +90,42 @@ pub(crate) fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance) {
     unsafe { libc::waitpid(pid, &mut status, 0) };
     let after = perfclock::now_ns();
     let exited = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    report_child(report, &text, (before, after), exited, status, read_ok);
+}
+
+/// In the child: writes its result to the pipe and leaves at once.
+fn write_child_result_and_exit(write_end: &OwnedFd, budget: &Budget, tolerance: Tolerance) -> ! {
+    let text = child(budget, tolerance);
+    let mut off = 0;
+    while off < text.len() {
+        // SAFETY: writes from a live buffer to the pipe we own.
+        let n = unsafe {
+            libc::write(
+                std::os::fd::AsRawFd::as_raw_fd(write_end),
+                text[off..].as_ptr().cast(),
+                text.len() - off,
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        off += n as usize;
+    }
+    // SAFETY: leaves the child at once, without running the parent's atexit handlers or
+    // flushing stdio buffers it inherited.
+    unsafe { libc::_exit(0) };
+}
+
+/// The child's result `text`, read between the parent's readings `parent` (before, after).
+fn report_child(
+    report: &mut Report,
+    text: &str,
+    parent: (u64, u64),
+    exited: bool,
+    status: libc::c_int,
+    read_ok: bool,
+) {
+    let (before, after) = parent;
     let mut lines = text.lines();
     let numbers: Vec<u64> = lines
         .next()
