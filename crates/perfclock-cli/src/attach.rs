@@ -10,6 +10,7 @@ use std::time::Duration;
 use perfclock_attach::{escape_untrusted, escape_untrusted_bytes};
 
 use crate::agent_path;
+use crate::output::chain;
 use crate::output::errln;
 
 /// The whole attach's default bound: HotSpot answers within milliseconds, so this is for a
@@ -79,7 +80,7 @@ pub(crate) fn run(
             ExitCode::SUCCESS
         }
         Err(error) => {
-            errln!("{NAME}: error: {}", with_causes(&error));
+            errln!("{NAME}: error: {}", chain(&error));
             if let perfclock_attach::AttachError::AgentFailed { return_code, .. } = error {
                 if let Some((meaning, fix)) = agent_failure(return_code) {
                     errln!(
@@ -140,16 +141,4 @@ pub(crate) fn agent_failure(return_code: i32) -> Option<(&'static str, &'static 
         ),
         _ => return None,
     })
-}
-
-/// The error and each cause below it, once each (the library's `Display` names none of them).
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        text.push_str(": ");
-        text.push_str(&next.to_string());
-        cause = next.source();
-    }
-    text
 }

@@ -12,6 +12,7 @@ use std::time::Instant;
 use perfclock::{shared_page, Clock, Mode};
 use perfclock_core::counter;
 
+use crate::output::chain;
 use crate::output::{out, outln};
 
 /// Kernel stamps checked per record kind when the command line names no number.
@@ -131,7 +132,7 @@ fn describe_paravirt(clock: &Clock) {
         );
     }
     for refusal in paravirt.refused() {
-        outln!("offset source refused first: {}", error_chain(refusal));
+        outln!("offset source refused first: {}", chain(refusal));
     }
     if clock.error_bound_ns() == u64::MAX {
         outln!(
@@ -157,20 +158,8 @@ fn describe_paravirt_refusal() {
              cross-check against kernel-stamped brackets",
             page.layout()
         ),
-        Err(refusal) => outln!("paravirt mode: not available: {}", error_chain(&refusal)),
+        Err(refusal) => outln!("paravirt mode: not available: {}", chain(&refusal)),
     }
-}
-
-/// `error`, then each `source()` in turn, joined by ": ".
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut line = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        line.push_str(": ");
-        line.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    line
 }
 
 /// Each shared page `init()` looks at, and what it made of it (`refused (REASON): ...` for

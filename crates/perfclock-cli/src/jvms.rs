@@ -23,6 +23,7 @@ use perfclock_attach::procfs::{self, ProcStatus, Vm};
 
 use crate::attach::DEFAULT_TIMEOUT_SECS;
 use crate::children;
+use crate::output::chain;
 
 /// How often `-a` looks for new processes: a JVM is attached within this (plus the attach,
 /// which waits until the JVM catches SIGQUIT) after it maps libjvm.so.
@@ -44,18 +45,6 @@ pub(crate) enum Outcome {
     NotJvm { pid: u32, name: String },
     /// A HotSpot JVM that could not be attached: recorded without its JIT names.
     Failed { pid: u32, why: String },
-}
-
-/// The error and every cause below it, once each.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn proc_status(pid: u32) -> io::Result<ProcStatus> {

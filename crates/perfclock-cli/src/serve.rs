@@ -59,6 +59,7 @@ use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::shared_page::{parse, SharedPageWriter, HEARTBEAT_INTERVAL_NS};
 use perfclock_core::TimeConversion;
 
+use crate::output::chain;
 use crate::output::errln;
 
 const NAME: &str = "perfclock serve";
@@ -424,18 +425,6 @@ fn publish_paravirt_offset(dir: &Path, boot_id: [u64; 2]) -> Result<(), ServeErr
 
 /// The published offset's file name, beside the page.
 const OFFSET_FILE_NAME: &str = "pvclock-offset";
-
-/// `error` and each of its causes, separated by `: `.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        text.push_str(": ");
-        text.push_str(&next.to_string());
-        cause = next.source();
-    }
-    text
-}
 
 struct Server {
     clock: CalibratedClock,
