@@ -13,7 +13,7 @@ use perfclock_jitdump::JitClock;
 use perfclock_jitdump::TimeConvError;
 use perfclock_perfdata::{
     check_output_path, read_layout, scan_records, time_conv_record, ClockData, Feature, OutputFile,
-    Patch, PerfDataError,
+    Patch, PerfDataError, Scan,
 };
 
 use crate::clock_data;
@@ -88,20 +88,7 @@ pub(crate) fn run(
             InjectError::ClockData(ClockDataError::Snapshot(error.to_string()))
         })?),
     };
-    let input = &options.input;
-    let mut file = File::open(input).map_err(|error| InjectError::Input(input.clone(), error))?;
-    let metadata = file
-        .metadata()
-        .map_err(|error| InjectError::Input(input.clone(), error))?;
-    if !metadata.is_file() {
-        return Err(InjectError::InputNotFile(input.clone(), metadata.is_dir()));
-    }
-    if names_same_file(&metadata, &options.output) {
-        return Err(InjectError::SameFile);
-    }
-    // Before anything is read or written: a device, FIFO, socket or directory is never
-    // replaced.
-    check_output_path(&options.output)?;
+    let (mut file, metadata) = open_input(options)?;
     let layout = read_layout(&mut file)?;
     let scan = scan_records(&mut file, &layout)?;
     let mode = metadata.permissions().mode();
@@ -143,6 +130,40 @@ pub(crate) fn run(
     if let Some(clockid) = layout.clockid {
         return Err(InjectError::OtherClock(clockid));
     }
+    let outcome = insert_time_conv(options, &scan, &mut patch, |patch| {
+        write_output(&options.output, mode, cleanup, |out| {
+            patch.write(&mut file, out)
+        })
+    })?;
+    Ok((outcome, clock_data))
+}
+
+/// IN opened, checked to be a regular file that is not OUT, and OUT checked: a device, FIFO,
+/// socket or directory is never replaced. Before anything is read or written.
+fn open_input(options: &InjectOptions) -> Result<(File, fs::Metadata), InjectError> {
+    let input = &options.input;
+    let file = File::open(input).map_err(|error| InjectError::Input(input.clone(), error))?;
+    let metadata = file
+        .metadata()
+        .map_err(|error| InjectError::Input(input.clone(), error))?;
+    if !metadata.is_file() {
+        return Err(InjectError::InputNotFile(input.clone(), metadata.is_dir()));
+    }
+    if names_same_file(&metadata, &options.output) {
+        return Err(InjectError::SameFile);
+    }
+    check_output_path(&options.output)?;
+    Ok((file, metadata))
+}
+
+/// The TIME_CONV record of the dumps' sidecars (which must agree) put into `patch`, and the
+/// patched file written by `write`.
+fn insert_time_conv(
+    options: &InjectOptions,
+    scan: &Scan,
+    patch: &mut Patch,
+    write: impl FnOnce(&Patch) -> Result<(), InjectError>,
+) -> Result<Outcome, InjectError> {
     if scan.compressed_markers {
         // Seen with perf 6.1: inject --jit passes compressed records through unread, so it
         // never sees the marker, and succeeds without injecting anything.
@@ -162,15 +183,12 @@ pub(crate) fn run(
     // All agree within their bounds, so the truth lies within each one's bound.
     let (sidecar, record) = reference(&sidecars).ok_or(InjectError::NoJitMarker)?;
     patch.insert_record(&time_conv_record(&record.conversion()))?;
-    write_output(&options.output, mode, cleanup, |out| {
-        patch.write(&mut file, out)
-    })?;
-    let outcome = Outcome::Inserted {
+    write(patch)?;
+    Ok(Outcome::Inserted {
         sidecar: sidecar.clone(),
         record: Box::new(record.clone()),
         sidecars: sidecars.len(),
-    };
-    Ok((outcome, clock_data))
+    })
 }
 
 /// Whether `output` is `input` (`input_metadata`'s file) under any name: the same inode.
