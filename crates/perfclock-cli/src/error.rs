@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use perfclock_jitdump::JitClock;
 use perfclock_perfdata::PerfDataError;
@@ -159,22 +159,7 @@ impl fmt::Display for InjectError {
                  clock PERF_RECORD_TIME_CONV converts to: its samples would be misplaced against \
                  the jitdump; record without -k"
             ),
-            Self::SidecarMissing { dump, looked } => {
-                write!(
-                    f,
-                    "no time conversion record for {} (looked for ",
-                    dump.display()
-                )?;
-                for (index, path) in looked.iter().enumerate() {
-                    let sep = if index == 0 { "" } else { ", " };
-                    write!(f, "{sep}{}", path.display())?;
-                }
-                write!(
-                    f,
-                    "): if the dump moved since the recording, pass --dump-dir with its directory; \
-                     the JIT must use perfclock's jitdump writer, which writes the record"
-                )
-            }
+            Self::SidecarMissing { dump, looked } => sidecar_missing(f, dump, looked),
             Self::SidecarRead(path, error) => write!(
                 f,
                 "cannot read the time conversion record {}: {error}",
@@ -193,23 +178,13 @@ impl fmt::Display for InjectError {
                  another dump; pass --dump-dir with the directory of the right one",
                 path.display()
             ),
-            Self::NotArchClock { path, clock } => {
-                write!(
+            Self::NotArchClock { path, clock } => write!(
                 f,
                 "{} says its dump's timestamps are {clock}, not raw counter values: a TIME_CONV \
                  record would not apply to them. {}",
                 path.display(),
-                match clock {
-                    JitClock::Perf => "A perf-clock dump needs no conversion: open the \
-                         recording with `samply import` as it is, or write the dump with \
-                         jitdump_clock=arch (PERFCLOCK_JITDUMP_CLOCK=arch) for perf inject --jit",
-                    _ => "A CLOCK_MONOTONIC dump goes with a recording stamped in \
-                         CLOCK_MONOTONIC: `samply record`, or `perf record -k monotonic` followed \
-                         by `perf inject --jit` directly; for a default perf record write the dump \
-                         with jitdump_clock=arch (PERFCLOCK_JITDUMP_CLOCK=arch)",
-                }
-            )
-            }
+                not_arch_clock_advice(*clock)
+            ),
             Self::Inconsistent {
                 what,
                 first,
@@ -240,6 +215,41 @@ impl fmt::Display for InjectError {
 }
 
 impl std::error::Error for InjectError {}
+
+/// [`InjectError::SidecarMissing`]'s message: every path looked at, and what to pass.
+fn sidecar_missing(f: &mut fmt::Formatter<'_>, dump: &Path, looked: &[PathBuf]) -> fmt::Result {
+    write!(
+        f,
+        "no time conversion record for {} (looked for ",
+        dump.display()
+    )?;
+    for (index, path) in looked.iter().enumerate() {
+        let sep = if index == 0 { "" } else { ", " };
+        write!(f, "{sep}{}", path.display())?;
+    }
+    write!(
+        f,
+        "): if the dump moved since the recording, pass --dump-dir with its directory; the JIT \
+         must use perfclock's jitdump writer, which writes the record"
+    )
+}
+
+/// What to do with a dump stamped in `clock` instead of raw counter values.
+fn not_arch_clock_advice(clock: JitClock) -> &'static str {
+    match clock {
+        JitClock::Perf => {
+            "A perf-clock dump needs no conversion: open the recording with `samply import` as \
+             it is, or write the dump with jitdump_clock=arch (PERFCLOCK_JITDUMP_CLOCK=arch) for \
+             perf inject --jit"
+        }
+        _ => {
+            "A CLOCK_MONOTONIC dump goes with a recording stamped in CLOCK_MONOTONIC: `samply \
+             record`, or `perf record -k monotonic` followed by `perf inject --jit` directly; for \
+             a default perf record write the dump with jitdump_clock=arch \
+             (PERFCLOCK_JITDUMP_CLOCK=arch)"
+        }
+    }
+}
 
 /// The library's message in this command's names (IN, OUT, -o), with its cause: InjectError has
 /// no `source()`, so this is where the cause is printed, once.
