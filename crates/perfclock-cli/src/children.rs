@@ -29,7 +29,14 @@ pub(crate) fn supervise(command: &mut Command, death_signal: i32) {
     // and getppid, which are async-signal-safe; it allocates nothing.
     unsafe {
         command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, death_signal as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                death_signal as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(io::Error::last_os_error());
             }
             // perfclock died between the fork and the prctl: nothing will deliver the signal.
@@ -44,7 +51,8 @@ pub(crate) fn supervise(command: &mut Command, death_signal: i32) {
 
 /// Sends `signal` to `pid`.
 pub(crate) fn kill(pid: u32, signal: i32) -> io::Result<()> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: kill has no memory-safety preconditions; pid is positive.
     if unsafe { libc::kill(pid, signal) } == 0 {
         Ok(())
