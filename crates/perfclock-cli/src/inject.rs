@@ -331,7 +331,7 @@ fn agree_at(
 /// the number of sidecars (a system-wide recording may map a hundred thousand dump names):
 /// - counter, boot and kernel-mode conversions are compared with the first one (equality is
 ///   transitive);
-/// - each record is compared with the reference ([`reference`], the one that goes into OUT) at
+/// - each record is compared with the reference ([`reference()`], the one that goes into OUT) at
 ///   its own written counter and at the reference's;
 /// - at the reference's written counter every pair must agree: intervals on a line meet pairwise
 ///   exactly when the largest lower end is at most the smallest upper end, so that one

@@ -115,7 +115,12 @@ enum Command {
         no_java_agent: bool,
         /// Record these running processes instead of a command (`perf record -p`), attaching
         /// the agent to each HotSpot JVM among them first; until SIGINT, or --duration.
-        #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]", value_delimiter = ',')]
+        #[arg(
+            short = 'p',
+            long = "pid",
+            value_name = "PID[,PID...]",
+            value_delimiter = ','
+        )]
         pids: Vec<u32>,
         /// Record the whole machine (`perf record -a`), attaching the agent to every HotSpot JVM
         /// running and to each that starts during the recording; until SIGINT, or --duration.

@@ -38,13 +38,13 @@
 mod attr;
 mod error;
 mod event;
-mod mapping;
 pub mod kmsg;
+mod mapping;
 pub mod peer;
 pub mod pvclock_page;
 pub mod record;
-pub mod sealed_page;
 mod ring;
+pub mod sealed_page;
 pub mod shared_file;
 pub mod sys;
 

@@ -1,7 +1,7 @@
 //! A page of memory one process writes and others map read-only, handed over a UNIX socket:
 //! the shared clock page's transport.
 //!
-//! The page is a memfd ([`SealedPage::create`]) sealed against shrinking and growing
+//! The page is a memfd ([`create_memfd`]) sealed against shrinking and growing
 //! (`F_SEAL_SHRINK | F_SEAL_GROW`), against any new write or writable mapping
 //! (`F_SEAL_FUTURE_WRITE`: only the creator's mapping, made before the seal, writes it) and
 //! against further seals (`F_SEAL_SEAL`). A mapping of such a file cannot fault: no one, its

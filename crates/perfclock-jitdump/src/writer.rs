@@ -25,7 +25,6 @@ const TIMECONV_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 /// calibrator republishes, which takes microseconds.
 const CONVERSION_READ_ATTEMPTS: usize = 100;
 
-
 /// An open `jit-<pid>.dump`: JIT code loads, stamped with the raw counter that `perf inject
 /// --jit` converts with `PERF_RECORD_TIME_CONV`, plus `jit-<pid>.dump.timeconv` holding the
 /// conversion for recordings that lack that record.
