@@ -70,7 +70,7 @@ struct Calibrator {
     current: Option<(Solution, f64)>,
     /// Buffers reused round after round: once [`Calibrator::reserve_steady_state`] has sized
     /// them, the refiner's loop never calls the allocator, so it never holds a malloc lock a raw
-    /// `clone()` could copy locked (issue 13.3).
+    /// `clone()` could copy locked.
     buffers: Buffers,
     /// Whether the buffers are sized: calibrations from scratch then stop at their capacity.
     steady: bool,
@@ -210,7 +210,7 @@ impl Calibrator {
                 && raw.len() >= MIN_FIRST_FIT_BRACKETS
                 && raw.len() + round_room > raw.capacity()
             {
-                // As many as the buffers hold: growing them would allocate (issue 13.3).
+                // As many as the buffers hold: growing them would allocate.
                 break;
             }
             if !selected && start.elapsed() * INIT_SELECT_KINDS_FRACTION >= budget {
