@@ -3,8 +3,8 @@
 #
 #   1. a JVM (scripts/e2e-attach/AttachWorkload.java: three threads, each hot in one nested
 #      class) runs without an agent; `perfclock record -p PID --duration 5` must name the hot
-#      classes in `perf report`, and its dump must stop growing once the recording ended (the
-#      agent's session is stopped);
+#      classes in `perf script` and in `samply import`, and its dump must end with the agent's
+#      close record and stop growing once the recording ended (the session is stopped);
 #   2. a second `record -p` of the same JVM gets a dump of its own, named again, while the first
 #      dump stays as it was;
 #   3. `perfclock record -a --duration 12` with that JVM running and a second JVM started
@@ -18,7 +18,7 @@ case $target in /*) ;; *) target="$root/$target" ;; esac
 fail() { echo "RECORD-RUNNING E2E FAIL: $*" >&2; exit 1; }
 say() { echo "record-running e2e: $*" >&2; }
 [ "$(id -u)" = 0 ] || fail "run as root (perf record -p/-a, attach)"
-for tool in perf java javac python3; do
+for tool in perf java javac python3 samply nm; do
     command -v "$tool" >/dev/null || fail "missing '$tool'"
 done
 
@@ -63,6 +63,34 @@ dump_of() { # $1: OUT, $2: pid -> the JVM's jitdump in OUT's dump directory
 
 size() { stat -c %s "$1"; }
 
+# Samples whose leaf frame samply import puts in a jitted-*.so holding one of the hot classes'
+# methods (samply symbolizes in its server; `nm` reads the symbol it would show).
+samply_named() { # $1: OUT
+    (cd "$(dirname "$1")" && HOME=$work samply import -s -n -o "$1.profile.json" "$1" >/dev/null 2>&1) ||
+        fail "samply import $1 failed"
+    python3 - "$1.profile.json" <<'PY'
+import json, subprocess, sys
+p = json.load(open(sys.argv[1]))
+libs, named, hot = p["libs"], 0, {}
+for t in p["threads"]:
+    st, ft, fn, rt = t["stackTable"], t["frameTable"], t["funcTable"], t["resourceTable"]
+    for s in t["samples"]["stack"]:
+        if s is None:
+            continue
+        r = fn["resource"][ft["func"][st["frame"][s]]]
+        if r is None or r < 0 or rt["lib"][r] is None:
+            continue
+        path = libs[rt["lib"][r]]["path"]
+        if "/jitted-" not in path:
+            continue
+        if path not in hot:
+            symbols = subprocess.run(["nm", path], capture_output=True, text=True).stdout
+            hot[path] = "AttachWorkload$Phase" in symbols
+        named += hot[path]
+print(named)
+PY
+}
+
 # The id of a jitdump's last record (3: JIT_CODE_CLOSE, which the agent writes when its session
 # ends: the recording's `stop` request reached it).
 last_record() {
@@ -98,7 +126,9 @@ for n in 1 2; do
     [ "$(last_record "$dump")" = 3 ] || fail "record -p #$n: the dump does not end with the session's close record (last: $(last_record "$dump"))"
     named=$(named_by_pid "$out" | awk -v p="$jvm1" '$1 == p { print $2 }')
     [ "${named:-0}" -ge 100 ] || fail "record -p #$n: ${named:-0} samples of JVM $jvm1 named after its hot classes"
-    say "record -p #$n: $named samples named; dump $dump stays at $after bytes"
+    in_samply=$(samply_named "$out")
+    [ "$in_samply" -ge 100 ] || fail "record -p #$n: samply import names $in_samply samples after the hot classes"
+    say "record -p #$n: $named samples named in perf script, $in_samply in samply import; dump $dump stays at $after bytes"
     [ "$n" = 1 ] && first_size=$after
 done
 first=$(dump_of "$work/out1.data" "$jvm1")

@@ -122,11 +122,39 @@ pub(crate) fn attach(pid: u32, agent: &Path, root: &Path) -> Outcome {
     };
     let mut options = OsString::from("jitdump=");
     options.push(&dir);
-    match perfclock_attach::attach(pid, agent, &options, ATTACH_TIMEOUT) {
-        Ok(_) => Outcome::Attached { pid, dir },
+    match attach_when_live(pid, agent, &options) {
+        Ok(()) => Outcome::Attached { pid, dir },
         Err(error) => {
             let _ = fs::remove_dir(&dir);
             failed(chain(&error))
+        }
+    }
+}
+
+/// The agent's return code when the JVM has no JVMTI environment to give it yet: a JVM caught
+/// while it starts (its attach listener answers before JVMTI's live phase begins).
+const AGENT_NO_JVMTI_YET: i32 = 102;
+
+/// How long a JVM that is still starting is given to reach JVMTI's live phase.
+const STARTING_JVM_GRACE: Duration = Duration::from_secs(5);
+
+/// Attaches, trying again every 200 ms while the JVM is too young for the agent, within
+/// [`STARTING_JVM_GRACE`] (`-a` attaches a JVM within moments of its start).
+fn attach_when_live(
+    pid: u32,
+    agent: &Path,
+    options: &OsString,
+) -> Result<(), perfclock_attach::AttachError> {
+    let give_up = Instant::now() + STARTING_JVM_GRACE;
+    loop {
+        match perfclock_attach::attach(pid, agent, options, ATTACH_TIMEOUT) {
+            Ok(_) => return Ok(()),
+            Err(perfclock_attach::AttachError::AgentFailed { return_code, .. })
+                if return_code == AGENT_NO_JVMTI_YET && Instant::now() < give_up =>
+            {
+                thread::sleep(POLL_INTERVAL);
+            }
+            Err(error) => return Err(error),
         }
     }
 }
