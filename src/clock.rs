@@ -248,6 +248,21 @@ impl Clock {
         }
     }
 
+    /// How far [`Clock::conversion`]'s value at counter value `cycles` can be from
+    /// [`Clock::cycles_to_ns`]'s, in ns: 0 where the conversion is the clock's own (kernel,
+    /// shared and calibrated modes); in paravirt mode, where it is perf's form of the pvclock,
+    /// `PvclockParams::time_conversion_error_ns` (its rounded slope drifts away from the
+    /// entry's `tsc_timestamp`); `u64::MAX` if the entry cannot be read. A `TIME_CONV` record
+    /// of [`Clock::conversion`] carries this on top of [`Clock::error_bound_ns`].
+    pub fn conversion_error_ns(&self, cycles: u64) -> u64 {
+        match self.reader {
+            ClockReader::Page(_) => 0,
+            ClockReader::Pvclock { entry, .. } => entry
+                .params()
+                .map_or(u64::MAX, |params| params.time_conversion_error_ns(cycles)),
+        }
+    }
+
     /// Converts a counter value taken with [`Clock::read_counter`], with the parameters
     /// published now (in paravirt mode the kernel's pvclock arithmetic, exactly).
     ///

@@ -527,7 +527,7 @@ impl Shared {
             return;
         }
         let unchanged = read_conversion(self.clock).is_ok_and(|c| c == last.conversion)
-            && self.clock.error_bound_ns() == last.error_bound_ns;
+            && self.sidecar_bound_ns(counter()) == last.error_bound_ns;
         if unchanged {
             // Checked again in a second, not on every load until then.
             *published = Some(Published {
@@ -540,10 +540,19 @@ impl Shared {
         let _ = self.publish(&mut published);
     }
 
+    /// The bound a sidecar written at counter value `cycles` carries: the clock's own (0 in
+    /// kernel mode) plus how far the recorded conversion is from the clock there (perf's form
+    /// of paravirt mode's pvclock drifts; 0 in the other modes).
+    fn sidecar_bound_ns(&self, cycles: u64) -> u64 {
+        self.clock
+            .error_bound_ns()
+            .saturating_add(self.clock.conversion_error_ns(cycles))
+    }
+
     fn publish(&self, published: &mut Option<Published>) -> Result<(), JitDumpError> {
         let conversion = read_conversion(self.clock)?;
-        // 0 in kernel mode, where the conversion is the kernel's own.
-        let error_bound_ns = self.clock.error_bound_ns();
+        let written = counter();
+        let error_bound_ns = self.sidecar_bound_ns(written);
         let record = TimeConvRecord::new(
             self.pid,
             self.boot_id.as_str(),
@@ -551,7 +560,7 @@ impl Shared {
             perfclock_core::counter::COUNTER_NAME,
             conversion,
             error_bound_ns,
-            counter(),
+            written,
         )
         .with_clock(self.jit_clock);
         record
