@@ -130,11 +130,38 @@ pub(crate) enum InjectError {
 impl fmt::Display for InjectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::SidecarMissing { .. }
+            | Self::SidecarRead(..)
+            | Self::SidecarInvalid(..)
+            | Self::SidecarPid { .. }
+            | Self::NotArchClock { .. }
+            | Self::Inconsistent { .. }
+            | Self::Disagree { .. } => self.fmt_sidecar(f),
+            _ => self.fmt_input(f),
+        }
+    }
+}
+
+impl std::error::Error for InjectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Input(_, error) | Self::SidecarRead(_, error) => Some(error),
+            // Display gives the library's message in this command's names; its cause follows.
+            Self::PerfData(error) => std::error::Error::source(error),
+            _ => None,
+        }
+    }
+}
+
+impl InjectError {
+    /// What is wrong with IN or OUT themselves.
+    fn fmt_input(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Self::SameFile => write!(
                 f,
                 "OUT is IN: the input is never modified; pass -o a different file"
             ),
-            Self::Input(path, error) => write!(f, "cannot read IN {}: {error}", path.display()),
+            Self::Input(path, _) => write!(f, "cannot read IN {}", path.display()),
             Self::InputNotFile(path, true) => write!(
                 f,
                 "IN {} is a directory, not a perf.data file (the directory format of perf \
@@ -159,10 +186,17 @@ impl fmt::Display for InjectError {
                  clock PERF_RECORD_TIME_CONV converts to: its samples would be misplaced against \
                  the jitdump; record without -k"
             ),
+            _ => self.fmt_sidecar(f),
+        }
+    }
+
+    /// What is wrong with the dumps' time conversion records.
+    fn fmt_sidecar(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Self::SidecarMissing { dump, looked } => sidecar_missing(f, dump, looked),
-            Self::SidecarRead(path, error) => write!(
+            Self::SidecarRead(path, _) => write!(
                 f,
-                "cannot read the time conversion record {}: {error}",
+                "cannot read the time conversion record {}",
                 path.display()
             ),
             Self::SidecarInvalid(path, reason) => {
@@ -210,11 +244,10 @@ impl fmt::Display for InjectError {
                 first.display(),
                 second.display()
             ),
+            _ => self.fmt_input(f),
         }
     }
 }
-
-impl std::error::Error for InjectError {}
 
 /// [`InjectError::SidecarMissing`]'s message: every path looked at, and what to pass.
 fn sidecar_missing(f: &mut fmt::Formatter<'_>, dump: &Path, looked: &[PathBuf]) -> fmt::Result {
@@ -251,8 +284,8 @@ fn not_arch_clock_advice(clock: JitClock) -> &'static str {
     }
 }
 
-/// The library's message in this command's names (IN, OUT, -o), with its cause: InjectError has
-/// no `source()`, so this is where the cause is printed, once.
+/// The library's message in this command's names (IN, OUT, -o); its cause is
+/// [`InjectError`]'s `source()`.
 fn perf_data_message(f: &mut fmt::Formatter<'_>, error: &PerfDataError) -> fmt::Result {
     match error {
         PerfDataError::OutputKind { path, kind } => write!(
@@ -260,13 +293,9 @@ fn perf_data_message(f: &mut fmt::Formatter<'_>, error: &PerfDataError) -> fmt::
             "OUT {} is {kind}, not a regular file: it would be replaced by a regular file; pass \
              -o a new path or an existing regular file",
             path.display()
-        )?,
-        PerfDataError::Output { path, .. } => write!(f, "cannot write OUT {}", path.display())?,
-        other => write!(f, "IN: {other}")?,
-    }
-    match std::error::Error::source(error) {
-        Some(cause) => write!(f, ": {cause}"),
-        None => Ok(()),
+        ),
+        PerfDataError::Output { path, .. } => write!(f, "cannot write OUT {}", path.display()),
+        other => write!(f, "IN: {other}"),
     }
 }
 

@@ -280,7 +280,7 @@ fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            errln!("{NAME}: error: {error}");
+            errln!("{NAME}: error: {}", output::chain(&error));
             ExitCode::FAILURE
         }
     }

@@ -464,10 +464,14 @@ fn hostile_inputs_are_refused_cleanly() {
         &out,
         "not a regular file",
     );
-    assert_refused(
-        &inject(&dir.join("absent.data"), &out, &[]),
-        &out,
-        "cannot read IN",
+    let missing = inject(&dir.join("absent.data"), &out, &[]);
+    assert_refused(&missing, &out, "cannot read IN");
+    // The cause comes once, after what failed.
+    let message = stderr(&missing);
+    assert_eq!(
+        message.matches("No such file or directory").count(),
+        1,
+        "{message}"
     );
 }
 
