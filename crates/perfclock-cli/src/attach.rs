@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use perfclock_attach::{escape_untrusted, escape_untrusted_bytes};
 
+use crate::agent::{attach_when_live, AgentFailure};
 use crate::agent_path;
 use crate::output::chain;
 use crate::output::errln;
@@ -45,7 +46,7 @@ pub(crate) fn run(
             return ExitCode::FAILURE;
         }
     };
-    match perfclock_attach::attach(pid, &agent, &options, timeout) {
+    match attach_when_live(pid, &agent, &options, timeout) {
         Ok(attached) => {
             let agent = escape_untrusted_bytes(attached.agent.as_os_str().as_bytes());
             let namespace = if attached.ns_pid == attached.pid {
@@ -81,64 +82,16 @@ pub(crate) fn run(
         }
         Err(error) => {
             errln!("{NAME}: error: {}", chain(&error));
-            if let perfclock_attach::AttachError::AgentFailed { return_code, .. } = error {
-                if let Some((meaning, fix)) = agent_failure(return_code) {
-                    errln!(
-                        "{NAME}: perfclock's agent returns {return_code} when {meaning}: {fix} \
-                         (its message is on the JVM's stderr)"
-                    );
-                }
+            if let Some(failure) = AgentFailure::of(&error) {
+                errln!(
+                    "{NAME}: perfclock's agent returns {} when {}: {} (its message is on the \
+                     JVM's stderr)",
+                    failure.code(),
+                    failure.meaning(),
+                    failure.fix()
+                );
             }
             ExitCode::FAILURE
         }
     }
-}
-
-/// What a code `Agent_OnAttach` of perfclock's agent returns means, and what fixes it
-/// (`crates/perfclock-jvmti/README.md`'s table).
-pub(crate) fn agent_failure(return_code: i32) -> Option<(&'static str, &'static str)> {
-    Some(match return_code {
-        101 => (
-            "the option string has an unknown, repeated or valueless option, or a bad value",
-            "fix the option its message names",
-        ),
-        102 => (
-            "the JVM gave no JVMTI 1.2 environment",
-            "use a JVM with JVMTI (not a minimal VM)",
-        ),
-        103 => (
-            "the JVM refused a capability the options need (compiled-method or GC events)",
-            "another agent may hold them exclusively; drop markers= for the GC ones",
-        ),
-        104 => (
-            "the perf clock cannot be opened",
-            "lower perf_event_paranoid, or pass allow_no_clock=1",
-        ),
-        105 => (
-            "PERFCLOCK_JITDUMP_CLOCK or PERFCLOCK_MARKERS_CLOCK (in the JVM's environment) names \
-             no clock",
-            "unset it, or pass jitdump_clock= / markers_clock=",
-        ),
-        106 => (
-            "the jitdump cannot be written in jitdump=DIR",
-            "pass a directory the JVM's user can write, or jitdump=off",
-        ),
-        107 => (
-            "the perf map /tmp/perf-<pid>.map cannot be written",
-            "remove what occupies the name, or pass perfmap=0",
-        ),
-        108 => (
-            "the marker file cannot be written in markers=DIR",
-            "pass a directory the JVM's user can write, or drop markers=",
-        ),
-        109 => (
-            "SetEventCallbacks or SetEventNotificationMode failed",
-            "a JVM bug: its message names the call",
-        ),
-        110 => (
-            "it failed internally (a panic)",
-            "report it, with the JVM's stderr",
-        ),
-        _ => return None,
-    })
 }

@@ -1,5 +1,6 @@
 //! Why a subcommand failed: `inject-time-conv` ([`InjectError`]) and its `--clock-data-now`
-//! ([`ClockDataError`]); each message says what to do.
+//! ([`ClockDataError`]), and why `record -p`/`-a` could not attach a JVM ([`JvmError`]); each
+//! message says what to do.
 //!
 //! The CLI is a binary, so these are not public API and the workspace's `#[non_exhaustive]`
 //! policy for public error enums does not apply; they implement `Display` and
@@ -9,6 +10,9 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::agent::AgentFailure;
+
+use perfclock_attach::AttachError;
 use perfclock_jitdump::JitClock;
 use perfclock_perfdata::PerfDataError;
 
@@ -302,5 +306,69 @@ fn perf_data_message(f: &mut fmt::Formatter<'_>, error: &PerfDataError) -> fmt::
 impl From<PerfDataError> for InjectError {
     fn from(error: PerfDataError) -> Self {
         Self::PerfData(error)
+    }
+}
+
+/// Why `record -p`/`-a` could not attach a HotSpot JVM: it is recorded without its JIT names.
+#[derive(Debug)]
+pub(crate) enum JvmError {
+    /// A file of the process in `/proc` could not be read (it exited, or is not ours to read).
+    Proc { path: String, source: io::Error },
+    /// An OpenJ9 JVM, whose attach protocol is not HotSpot's.
+    OpenJ9,
+    /// The JVM's dump directory could not be created.
+    CreateDir { dir: PathBuf, source: io::Error },
+    /// The dump directory could not be given to the JVM's user.
+    GiveDir {
+        dir: PathBuf,
+        uid: u32,
+        source: io::Error,
+    },
+    /// The JVM sees something else at the dump directory's path (another mount namespace).
+    NotVisible { dir: PathBuf },
+    /// The attach or the agent failed.
+    Attach(AttachError),
+}
+
+impl fmt::Display for JvmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Proc { path, .. } => write!(f, "cannot read {path}"),
+            Self::OpenJ9 => write!(f, "an OpenJ9 JVM: only HotSpot can be attached"),
+            Self::CreateDir { dir, .. } => write!(f, "cannot create {}", dir.display()),
+            Self::GiveDir { dir, uid, .. } => {
+                write!(f, "cannot give {} to uid {uid}", dir.display())
+            }
+            Self::NotVisible { dir } => write!(
+                f,
+                "the jitdump directory {} is not visible at that path in the JVM's mount \
+                 namespace (a container): write OUT (-o) in a directory the container mounts \
+                 at the same path",
+                dir.display()
+            ),
+            Self::Attach(error) => match AgentFailure::of(error) {
+                Some(failure) => write!(
+                    f,
+                    "{error} (perfclock's agent returns {} when {}: {})",
+                    failure.code(),
+                    failure.meaning(),
+                    failure.fix()
+                ),
+                None => write!(f, "{error}"),
+            },
+        }
+    }
+}
+
+impl std::error::Error for JvmError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Proc { source, .. }
+            | Self::CreateDir { source, .. }
+            | Self::GiveDir { source, .. } => Some(source),
+            // Display shows the attach error's own message; its cause follows it.
+            Self::Attach(error) => std::error::Error::source(error),
+            Self::OpenJ9 | Self::NotVisible { .. } => None,
+        }
     }
 }

@@ -20,10 +20,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use perfclock_attach::procfs::{self, ProcStatus, Vm};
+use perfclock_attach::AttachError;
 
+use crate::agent::attach_when_live;
 use crate::attach::DEFAULT_TIMEOUT_SECS;
 use crate::children;
-use crate::output::chain;
+use crate::error::JvmError;
 
 /// How often `-a` looks for new processes: a JVM is attached within this (plus the attach,
 /// which waits until the JVM catches SIGQUIT) after it maps libjvm.so.
@@ -44,7 +46,7 @@ pub(crate) enum Outcome {
     /// Not a HotSpot JVM: recorded without an agent.
     NotJvm { pid: u32, name: String },
     /// A HotSpot JVM that could not be attached: recorded without its JIT names.
-    Failed { pid: u32, why: String },
+    Failed { pid: u32, error: JvmError },
 }
 
 fn proc_status(pid: u32) -> io::Result<ProcStatus> {
@@ -60,37 +62,45 @@ fn proc_vm(pid: u32) -> io::Result<Vm> {
 /// Creates `root/pid-<pid>` for the JVM's effective user (0700, theirs when perfclock is root)
 /// and checks the JVM sees the same directory at that path (a JVM in a container opens it in
 /// its own mount namespace).
-fn jvm_dir(root: &Path, pid: u32, status: &ProcStatus) -> Result<PathBuf, String> {
+fn jvm_dir(root: &Path, pid: u32, status: &ProcStatus) -> Result<PathBuf, JvmError> {
     let dir = root.join(format!("pid-{pid}"));
     fs::DirBuilder::new()
         .mode(0o700)
         .create(&dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let result = (|| {
-        if is_root() {
-            std::os::unix::fs::chown(&dir, Some(status.euid), Some(status.egid)).map_err(|e| {
-                format!("cannot give {} to uid {}: {e}", dir.display(), status.euid)
-            })?;
-        }
-        let ours = fs::metadata(&dir).map_err(|e| e.to_string())?;
-        let in_jvm =
-            Path::new(&format!("/proc/{pid}/root")).join(dir.strip_prefix("/").unwrap_or(&dir));
-        match fs::metadata(in_jvm) {
-            Ok(theirs) if theirs.dev() == ours.dev() && theirs.ino() == ours.ino() => Ok(()),
-            _ => Err(format!(
-                "the jitdump directory {} is not visible at that path in the JVM's mount \
-                 namespace (a container): write OUT (-o) in a directory the container mounts \
-                 at the same path",
-                dir.display()
-            )),
-        }
-    })();
-    match result {
+        .map_err(|source| JvmError::CreateDir {
+            dir: dir.clone(),
+            source,
+        })?;
+    match give_and_check(&dir, pid, status) {
         Ok(()) => Ok(dir),
-        Err(why) => {
+        Err(error) => {
             let _ = fs::remove_dir(&dir);
-            Err(why)
+            Err(error)
         }
+    }
+}
+
+/// [`jvm_dir`]'s steps once `dir` exists: the JVM's user gets it, and the JVM sees it.
+fn give_and_check(dir: &Path, pid: u32, status: &ProcStatus) -> Result<(), JvmError> {
+    if is_root() {
+        std::os::unix::fs::chown(dir, Some(status.euid), Some(status.egid)).map_err(|source| {
+            JvmError::GiveDir {
+                dir: dir.to_owned(),
+                uid: status.euid,
+                source,
+            }
+        })?;
+    }
+    let ours = fs::metadata(dir).map_err(|source| JvmError::CreateDir {
+        dir: dir.to_owned(),
+        source,
+    })?;
+    let in_jvm = Path::new(&format!("/proc/{pid}/root")).join(dir.strip_prefix("/").unwrap_or(dir));
+    match fs::metadata(in_jvm) {
+        Ok(theirs) if theirs.dev() == ours.dev() && theirs.ino() == ours.ino() => Ok(()),
+        _ => Err(JvmError::NotVisible {
+            dir: dir.to_owned(),
+        }),
     }
 }
 
@@ -100,10 +110,16 @@ fn is_root() -> bool {
 
 /// Attaches the agent to `pid` if it is a HotSpot JVM, its dump going under `root`.
 pub(crate) fn attach(pid: u32, agent: &Path, root: &Path) -> Outcome {
-    let failed = |why: String| Outcome::Failed { pid, why };
+    let failed = |error: JvmError| Outcome::Failed { pid, error };
+    let proc_error = |file: &'static str| {
+        move |source| JvmError::Proc {
+            path: format!("/proc/{pid}/{file}"),
+            source,
+        }
+    };
     let status = match proc_status(pid) {
         Ok(status) => status,
-        Err(error) => return failed(format!("cannot read /proc/{pid}/status: {error}")),
+        Err(error) => return failed(proc_error("status")(error)),
     };
     match proc_vm(pid) {
         Ok(Vm::HotSpot) => {}
@@ -113,48 +129,20 @@ pub(crate) fn attach(pid: u32, agent: &Path, root: &Path) -> Outcome {
                 name: status.name,
             }
         }
-        Ok(Vm::OpenJ9) => return failed("an OpenJ9 JVM: only HotSpot can be attached".into()),
-        Err(error) => return failed(format!("cannot read /proc/{pid}/maps: {error}")),
+        Ok(Vm::OpenJ9) => return failed(JvmError::OpenJ9),
+        Err(error) => return failed(proc_error("maps")(error)),
     }
     let dir = match jvm_dir(root, pid, &status) {
         Ok(dir) => dir,
-        Err(why) => return failed(why),
+        Err(error) => return failed(error),
     };
     let mut options = OsString::from("jitdump=");
     options.push(&dir);
-    match attach_when_live(pid, agent, &options) {
-        Ok(()) => Outcome::Attached { pid, dir },
+    match attach_when_live(pid, agent, &options, ATTACH_TIMEOUT) {
+        Ok(_) => Outcome::Attached { pid, dir },
         Err(error) => {
             let _ = fs::remove_dir(&dir);
-            failed(chain(&error))
-        }
-    }
-}
-
-/// The agent's return code when the JVM has no JVMTI environment to give it yet: a JVM caught
-/// while it starts (its attach listener answers before JVMTI's live phase begins).
-const AGENT_NO_JVMTI_YET: i32 = 102;
-
-/// How long a JVM that is still starting is given to reach JVMTI's live phase.
-const STARTING_JVM_GRACE: Duration = Duration::from_secs(5);
-
-/// Attaches, trying again every 200 ms while the JVM is too young for the agent, within
-/// [`STARTING_JVM_GRACE`] (`-a` attaches a JVM within moments of its start).
-fn attach_when_live(
-    pid: u32,
-    agent: &Path,
-    options: &OsString,
-) -> Result<(), perfclock_attach::AttachError> {
-    let give_up = Instant::now() + STARTING_JVM_GRACE;
-    loop {
-        match perfclock_attach::attach(pid, agent, options, ATTACH_TIMEOUT) {
-            Ok(_) => return Ok(()),
-            Err(perfclock_attach::AttachError::AgentFailed { return_code, .. })
-                if return_code == AGENT_NO_JVMTI_YET && Instant::now() < give_up =>
-            {
-                thread::sleep(POLL_INTERVAL);
-            }
-            Err(error) => return Err(error),
+            failed(JvmError::Attach(error))
         }
     }
 }
@@ -162,11 +150,11 @@ fn attach_when_live(
 /// Ends the agent's session in `pid` (the attach request `stop`): its jitdump is finished and
 /// closed and the JVM stops posting compiled-code events to the agent, so nothing writes into
 /// the recording's directory after the recording. A JVM that has exited needs nothing.
-pub(crate) fn stop_session(pid: u32, agent: &Path) -> Result<(), String> {
+pub(crate) fn stop_session(pid: u32, agent: &Path) -> Result<(), AttachError> {
     match perfclock_attach::attach(pid, agent, std::ffi::OsStr::new("stop"), ATTACH_TIMEOUT) {
         Ok(_) => Ok(()),
         Err(_) if !Path::new(&format!("/proc/{pid}")).exists() => Ok(()),
-        Err(error) => Err(chain(&error)),
+        Err(error) => Err(error),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The `perfclock` command: `doctor`, `inject-time-conv`, `attach`, `agent-path`, `record`, `serve`.
 
+pub(crate) mod agent;
 pub(crate) mod agent_path;
 pub(crate) mod attach;
 pub(crate) mod children;

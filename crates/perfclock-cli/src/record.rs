@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use perfclock_perfdata::check_output_path;
 
-use crate::output::errln;
+use crate::output::{chain, errln};
 use crate::{agent_path, children, inject, jvms, signals};
 
 const NAME: &str = "perfclock record";
@@ -499,8 +499,11 @@ impl Dumps {
     fn stop_sessions(&self, agent: Option<&Path>) {
         let Some(agent) = agent else { return };
         for &pid in &self.attached {
-            if let Err(why) = jvms::stop_session(pid, agent) {
-                errln!("{NAME}: warning: cannot end the agent's session in JVM {pid}: {why}");
+            if let Err(error) = jvms::stop_session(pid, agent) {
+                errln!(
+                    "{NAME}: warning: cannot end the agent's session in JVM {pid}: {}",
+                    chain(&error)
+                );
             }
         }
     }
@@ -742,8 +745,8 @@ fn report(outcome: &jvms::Outcome) -> bool {
             errln!("{NAME}: {pid} ({name}) is not a HotSpot JVM: recorded without an agent");
             false
         }
-        jvms::Outcome::Failed { pid, why } => {
-            errln!("{NAME}: cannot attach JVM {pid}: {why}");
+        jvms::Outcome::Failed { pid, error } => {
+            errln!("{NAME}: cannot attach JVM {pid}: {}", chain(error));
             true
         }
     }
@@ -754,7 +757,7 @@ fn list_unattached(outcomes: &[jvms::Outcome]) {
     let failed: Vec<String> = outcomes
         .iter()
         .filter_map(|outcome| match outcome {
-            jvms::Outcome::Failed { pid, why } => Some(format!("  {pid}: {why}")),
+            jvms::Outcome::Failed { pid, error } => Some(format!("  {pid}: {}", chain(error))),
             _ => None,
         })
         .collect();

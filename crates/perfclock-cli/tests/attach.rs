@@ -1251,6 +1251,59 @@ fn the_jvms_answer_reaches_the_terminal_escaped_and_bounded() {
 }
 
 #[test]
+fn a_jvm_still_starting_is_attached_once_the_agent_can_run() {
+    const TEST: &str = "a_jvm_still_starting_is_attached_once_the_agent_can_run";
+    let Some(fixture) = fake_fixture(TEST) else {
+        return;
+    };
+    let answer = fixture.dir.join("answer-starting");
+    // Renamed in whole, so the fake never reads half an answer.
+    let set_answer = |return_code: i32| {
+        let next = fixture.dir.join("answer-starting.next");
+        fs::write(&next, format!("0\nreturn code: {return_code}\n")).unwrap();
+        fs::rename(&next, &answer).unwrap();
+    };
+    // perfclock's agent returns 102 while the JVM has no JVMTI environment yet.
+    set_answer(102);
+    let fake = FakeJvm::start(
+        fixture,
+        "answer",
+        &[],
+        &fixture.dir,
+        false,
+        &[("FAKE_ANSWER", &answer)],
+    );
+    let pid = fake.pid.to_string();
+
+    let starting = attach(&[&pid, "", "--agent", "/bin/sh", "--timeout", "1"]);
+    assert_error(&starting, "returned 102");
+    let message = stderr(&starting.0);
+    assert!(
+        message.contains("perfclock's agent returns 102 when the JVM gave no JVMTI"),
+        "{message}"
+    );
+    assert!(
+        starting.1 >= Duration::from_millis(800),
+        "gave up after {:?}, before its timeout",
+        starting.1
+    );
+
+    let live = thread::scope(|scope| {
+        scope.spawn(|| {
+            thread::sleep(Duration::from_millis(1000));
+            set_answer(0);
+        });
+        attach(&[&pid, "", "--agent", "/bin/sh", "--timeout", "6"])
+    });
+    assert_loaded(&live.0, "returned 0");
+    assert!(
+        live.1 >= Duration::from_millis(1000),
+        "loaded after {:?}, before the agent could run",
+        live.1
+    );
+}
+
+#[test]
 fn a_jvm_that_dies_on_sigquit_ends_the_wait_at_once() {
     const TEST: &str = "a_jvm_that_dies_on_sigquit_ends_the_wait_at_once";
     let Some(fixture) = fake_fixture(TEST) else {
