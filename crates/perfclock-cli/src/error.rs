@@ -1,6 +1,6 @@
 //! Why a subcommand failed: `inject-time-conv` ([`InjectError`]) and its `--clock-data-now`
-//! ([`ClockDataError`]), and why `record -p`/`-a` could not attach a JVM ([`JvmError`]); each
-//! message says what to do.
+//! ([`ClockDataError`]), `record`'s steps around perf ([`RecordError`]), and why `record -p`/`-a`
+//! could not attach a JVM ([`JvmError`]); each message says what to do.
 //!
 //! The CLI is a binary, so these are not public API and the workspace's `#[non_exhaustive]`
 //! policy for public error enums does not apply; they implement `Display` and
@@ -9,6 +9,7 @@
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 
 use crate::agent::AgentFailure;
 
@@ -369,6 +370,101 @@ impl std::error::Error for JvmError {
             // Display shows the attach error's own message; its cause follows it.
             Self::Attach(error) => std::error::Error::source(error),
             Self::OpenJ9 | Self::NotVisible { .. } => None,
+        }
+    }
+}
+
+/// Why a step of `perfclock record` around perf itself failed.
+#[derive(Debug)]
+pub(crate) enum RecordError {
+    /// The private directory beside OUT could not be created.
+    WorkDir { dir: PathBuf, source: io::Error },
+    /// The file perf records into could not be created in it.
+    CreateRaw { path: PathBuf, source: io::Error },
+    /// OUT's directory could not be resolved.
+    ResolveDir { output: PathBuf, source: io::Error },
+    /// A jitdump directory could not be created in `dir`.
+    DumpDir { dir: PathBuf, source: io::Error },
+    /// The command's jitdump directory could not be opened to its users.
+    OpenDumpDir { path: PathBuf, source: io::Error },
+    /// The agent's path holds a `=`, where `-agentpath` ends the path.
+    AgentPathEquals { agent: PathBuf },
+    /// A path `JAVA_TOOL_OPTIONS` cannot carry.
+    ToolOptionsPath { what: &'static str, path: PathBuf },
+    /// Adding the TIME_CONV record failed.
+    TimeConv(InjectError),
+    /// OUT is no longer something that may be replaced.
+    Output(PerfDataError),
+    /// The finished file could not be renamed over OUT.
+    Rename { output: PathBuf, source: io::Error },
+    /// `perf inject` could not be started.
+    RunInject(io::Error),
+    /// Waiting for `perf inject` failed.
+    WaitInject(io::Error),
+    /// `perf inject --jit` failed.
+    InjectFailed(ExitStatus),
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::WorkDir { dir, .. } => {
+                write!(f, "cannot create a private directory in {}", dir.display())
+            }
+            Self::CreateRaw { path, .. } => write!(f, "cannot create {}", path.display()),
+            Self::ResolveDir { output, .. } => {
+                write!(f, "cannot resolve the directory of {}", output.display())
+            }
+            Self::DumpDir { dir, .. } => {
+                write!(f, "cannot create a jitdump directory in {}", dir.display())
+            }
+            Self::OpenDumpDir { path, .. } => {
+                write!(f, "cannot open {} to the command's users", path.display())
+            }
+            Self::AgentPathEquals { agent } => write!(
+                f,
+                "the agent path {} holds a `=`, where HotSpot's -agentpath ends the path and \
+                 starts the agent's options, so every JVM would fail to start: install the agent \
+                 (or pass --agent) in a path without one",
+                agent.display()
+            ),
+            Self::ToolOptionsPath { what, path } => write!(
+                f,
+                "the {what} path {} holds white space, a comma or a quote, which \
+                 JAVA_TOOL_OPTIONS cannot carry: write OUT (-o) and keep the agent (--agent) in \
+                 paths without them, or pass --no-java-agent",
+                path.display()
+            ),
+            Self::TimeConv(_) => write!(f, "adding TIME_CONV"),
+            Self::Output(error) => perf_data_message(f, error),
+            Self::Rename { output, .. } => write!(f, "writing {}", output.display()),
+            Self::RunInject(_) => write!(f, "cannot run perf inject"),
+            Self::WaitInject(_) => write!(f, "waiting for perf inject"),
+            Self::InjectFailed(status) => write!(
+                f,
+                "perf inject --jit failed ({status}; see its message above)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RecordError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::WorkDir { source, .. }
+            | Self::CreateRaw { source, .. }
+            | Self::ResolveDir { source, .. }
+            | Self::DumpDir { source, .. }
+            | Self::OpenDumpDir { source, .. }
+            | Self::Rename { source, .. }
+            | Self::RunInject(source)
+            | Self::WaitInject(source) => Some(source),
+            Self::TimeConv(error) => Some(error),
+            // Display gives the library's message in this command's names; its cause follows.
+            Self::Output(error) => std::error::Error::source(error),
+            Self::AgentPathEquals { .. } | Self::ToolOptionsPath { .. } | Self::InjectFailed(_) => {
+                None
+            }
         }
     }
 }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use perfclock_perfdata::check_output_path;
 
+use crate::error::RecordError;
 use crate::output::{chain, errln};
 use crate::{agent_path, children, inject, jvms, signals};
 
@@ -130,17 +131,15 @@ struct WorkDir {
 }
 
 impl WorkDir {
-    fn create(output: &Path) -> Result<Self, String> {
+    fn create(output: &Path) -> Result<Self, RecordError> {
         let parent = parent_dir(output);
         let dir = tempfile::Builder::new()
             .prefix(&format!(".{}.perfclock-", file_name(output)))
             .permissions(fs::Permissions::from_mode(0o700))
             .tempdir_in(parent)
-            .map_err(|e| {
-                format!(
-                    "cannot create a private directory in {}: {e}",
-                    parent.display()
-                )
+            .map_err(|source| RecordError::WorkDir {
+                dir: parent.to_owned(),
+                source,
             })?;
         let raw = dir.path().join(format!("{}.raw", file_name(output)));
         fs::OpenOptions::new()
@@ -149,7 +148,10 @@ impl WorkDir {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&raw)
-            .map_err(|e| format!("cannot create {}: {e}", raw.display()))?;
+            .map_err(|source| RecordError::CreateRaw {
+                path: raw.clone(),
+                source,
+            })?;
         Ok(Self { dir, raw })
     }
 
@@ -173,20 +175,18 @@ impl WorkDir {
 /// `OUT.jit-XXXXXX` (mkdtemp), mode 0711: the JVMs' jitdump directories are made inside it,
 /// where no other user can create or list anything. Kept: the output's `jitted-*.so` are
 /// written there by `perf inject --jit` and perf report reads them there.
-fn make_dump_root(output: &Path) -> Result<PathBuf, String> {
+fn make_dump_root(output: &Path) -> Result<PathBuf, RecordError> {
     let dir = parent_dir(output)
         .canonicalize()
-        .map_err(|e| format!("cannot resolve the directory of {}: {e}", output.display()))?;
+        .map_err(|source| RecordError::ResolveDir {
+            output: output.to_owned(),
+            source,
+        })?;
     let created = tempfile::Builder::new()
         .prefix(&format!("{}.jit-", file_name(output)))
         .permissions(fs::Permissions::from_mode(0o711))
         .tempdir_in(&dir)
-        .map_err(|e| {
-            format!(
-                "cannot create a jitdump directory in {}: {e}",
-                dir.display()
-            )
-        })?;
+        .map_err(|source| RecordError::DumpDir { dir, source })?;
     Ok(created.keep())
 }
 
@@ -197,23 +197,22 @@ fn make_dump_root(output: &Path) -> Result<PathBuf, String> {
 /// only to the command (its environment). The sticky bit keeps one user's files from another's
 /// renames and removals, and lets the kernel refuse to follow a link another user plants there
 /// (protected_symlinks) when perf inject writes into it.
-fn make_command_dump_dir(root: &Path) -> Result<PathBuf, String> {
+fn make_command_dump_dir(root: &Path) -> Result<PathBuf, RecordError> {
     let created = tempfile::Builder::new()
         .prefix("")
         .rand_bytes(22)
         .permissions(fs::Permissions::from_mode(0o700))
         .tempdir_in(root)
-        .map_err(|e| {
-            format!(
-                "cannot create a jitdump directory in {}: {e}",
-                root.display()
-            )
+        .map_err(|source| RecordError::DumpDir {
+            dir: root.to_owned(),
+            source,
         })?;
     let path = created.keep();
     // After creation: mkdir's mode goes through the umask.
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o1777))
-        .map_err(|e| format!("cannot open {} to the command's users: {e}", path.display()))?;
-    Ok(path)
+    match fs::set_permissions(&path, fs::Permissions::from_mode(0o1777)) {
+        Ok(()) => Ok(path),
+        Err(source) => Err(RecordError::OpenDumpDir { path, source }),
+    }
 }
 
 /// `JAVA_TOOL_OPTIONS` with the agent appended to the user's value.
@@ -221,26 +220,21 @@ fn java_tool_options(
     current: Option<OsString>,
     agent: &Path,
     dump_dir: &Path,
-) -> Result<OsString, String> {
+) -> Result<OsString, RecordError> {
     // HotSpot ends -agentpath's path at the first `=` (the options follow it).
     if agent.as_os_str().as_bytes().contains(&b'=') {
-        return Err(format!(
-            "the agent path {} holds a `=`, where HotSpot's -agentpath ends the path and starts \
-             the agent's options, so every JVM would fail to start: install the agent (or pass \
-             --agent) in a path without one",
-            agent.display()
-        ));
+        return Err(RecordError::AgentPathEquals {
+            agent: agent.to_owned(),
+        });
     }
     // The JVM splits JAVA_TOOL_OPTIONS at white space, and the agent its options at commas.
     for (what, path) in [("agent", agent), ("jitdump directory", dump_dir)] {
         let text = path.to_string_lossy();
         if text.contains(|c: char| c.is_whitespace() || c == ',' || c == '"' || c == '\'') {
-            return Err(format!(
-                "the {what} path {} holds white space, a comma or a quote, which \
-                 JAVA_TOOL_OPTIONS cannot carry: write OUT (-o) and keep the agent (--agent) \
-                 in paths without them, or pass --no-java-agent",
-                path.display()
-            ));
+            return Err(RecordError::ToolOptionsPath {
+                what,
+                path: path.to_owned(),
+            });
         }
     }
     let mut value = current.unwrap_or_default();
@@ -286,7 +280,7 @@ fn add_time_conv(
     out_tmp: &Path,
     snapshot: Option<&perfclock::ClockSnapshot>,
     cleanup: &signals::TempCleanup,
-) -> Result<TimeConvStep, String> {
+) -> Result<TimeConvStep, RecordError> {
     // The sidecars are looked for next to each dump the recording names: every JVM has a
     // directory of its own (pid namespaces may give two JVMs one pid).
     let options = inject::InjectOptions {
@@ -314,7 +308,7 @@ fn add_time_conv(
             record.error_bound_ns()
         ))),
         Err(crate::error::InjectError::NoJitMarker) => Ok(TimeConvStep::NoJitdump),
-        Err(error) => Err(format!("adding TIME_CONV: {error}")),
+        Err(error) => Err(RecordError::TimeConv(error)),
     }
 }
 
@@ -392,6 +386,11 @@ fn usage(message: String) -> Failure {
 
 fn fail(message: String) -> Failure {
     Failure(message, 1)
+}
+
+/// `error` and its causes, as the command's failure.
+fn failed(error: RecordError) -> Failure {
+    fail(chain(&error))
 }
 
 /// What is recorded: a command, running processes, or the whole machine.
@@ -602,19 +601,19 @@ fn record(options: &RecordOptions) -> Result<u8, Failure> {
     // Before anything starts: a device, FIFO, socket, directory or symlink is never replaced.
     check_output_path(output).map_err(|e| fail(e.to_string()))?;
     let agent = agent(options)?;
-    let work = WorkDir::create(output).map_err(fail)?;
+    let work = WorkDir::create(output).map_err(failed)?;
     let mut dumps = Dumps::default();
     let mut env_options = None;
     if let Some(agent) = &agent {
-        let root = make_dump_root(output).map_err(fail)?;
+        let root = make_dump_root(output).map_err(failed)?;
         dumps.root = Some(root.clone());
         if let Target::Command(_) = target {
-            let dir = make_command_dump_dir(&root).map_err(fail)?;
+            let dir = make_command_dump_dir(&root).map_err(failed)?;
             let value = java_tool_options(std::env::var_os("JAVA_TOOL_OPTIONS"), agent, &dir);
-            env_options = Some(value.map_err(|message| {
+            env_options = Some(value.map_err(|error| {
                 dumps.dirs.push(dir.clone());
                 dumps.finish();
-                fail(message)
+                failed(error)
             })?);
             errln!(
                 "{NAME}: JVMs in the command write their jitdumps into {} (keep it: the \
@@ -809,10 +808,13 @@ fn finish(
         _ => 0,
     };
     anchors.report();
-    if let Err(message) = post_process(&work, output, anchors.start.as_ref(), signals) {
+    if let Err(error) = post_process(&work, output, anchors.start.as_ref(), signals) {
         let raw = work.raw.display().to_string();
         work.keep_raw();
-        return Err(fail(format!("{message}; the recording is kept in {raw}")));
+        return Err(fail(format!(
+            "{}; the recording is kept in {raw}",
+            chain(&error)
+        )));
     }
     drop(work);
     let out = output.display();
@@ -824,10 +826,13 @@ fn finish(
 }
 
 /// Renames `from` over `output` (checked again first), with signals held off.
-fn commit(from: &Path, output: &Path, signals: &signals::TempCleanup) -> Result<(), String> {
+fn commit(from: &Path, output: &Path, signals: &signals::TempCleanup) -> Result<(), RecordError> {
     signals.commit(from, || {
-        check_output_path(output).map_err(|e| e.to_string())?;
-        fs::rename(from, output).map_err(|e| format!("writing {}: {e}", output.display()))
+        check_output_path(output).map_err(RecordError::Output)?;
+        fs::rename(from, output).map_err(|source| RecordError::Rename {
+            output: output.to_owned(),
+            source,
+        })
     })
 }
 
@@ -839,7 +844,7 @@ fn post_process(
     output: &Path,
     snapshot: Option<&perfclock::ClockSnapshot>,
     signals: &signals::TempCleanup,
-) -> Result<(), String> {
+) -> Result<(), RecordError> {
     let message = format!(
         "{NAME}: interrupted (signal {{signal}}) while writing {}: it was not written; the \
          recording is kept in {}",
@@ -869,17 +874,13 @@ fn post_process(
                 .arg("-o")
                 .arg(&injected);
             children::supervise(&mut inject, libc::SIGTERM);
-            let mut child = inject
-                .spawn()
-                .map_err(|e| format!("cannot run perf inject: {e}"))?;
+            let mut child = inject.spawn().map_err(RecordError::RunInject)?;
             signals.fatal(Some(child.id()), Some(message.clone()));
             let result = child.wait();
             signals.fatal(None, Some(message));
-            let result = result.map_err(|e| format!("waiting for perf inject: {e}"))?;
+            let result = result.map_err(RecordError::WaitInject)?;
             if !result.success() {
-                return Err(format!(
-                    "perf inject --jit failed ({result}; see its message above)"
-                ));
+                return Err(RecordError::InjectFailed(result));
             }
             commit(&injected, output, signals)?;
         }
@@ -940,6 +941,6 @@ mod tests {
         );
         let error =
             java_tool_options(None, Path::new("/a b/agent.so"), Path::new("/d")).unwrap_err();
-        assert!(error.contains("--no-java-agent"), "{error}");
+        assert!(error.to_string().contains("--no-java-agent"), "{error}");
     }
 }
