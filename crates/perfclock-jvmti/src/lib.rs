@@ -54,3 +54,40 @@ mod status;
 
 /// The agent's lines on the JVM's stderr start with this.
 const PREFIX: &str = "perfclock_agent";
+
+/// The agent's parsers of bytes it did not write, for the fuzz targets (`fuzz/fuzz_targets/
+/// agent_names.rs`); not an API. Class and method signatures and source file names come from
+/// class files anyone may write; the option string from whoever loads or attaches the agent.
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::names::{method_symbol, source_path};
+    use crate::options::{NameForm, Request};
+
+    /// Every symbol the agent can write for this method, and its source path: each must come
+    /// back without a panic.
+    pub fn method_names(class_signature: &[u8], name: &[u8], signature: &[u8]) -> Vec<Vec<u8>> {
+        let mut names = Vec::new();
+        for form in [NameForm::Java, NameForm::Jvm] {
+            for dotted in [false, true] {
+                for with_signature in [false, true] {
+                    names.push(method_symbol(
+                        class_signature,
+                        name,
+                        signature,
+                        form,
+                        dotted,
+                        with_signature,
+                    ));
+                }
+            }
+        }
+        names.push(source_path(class_signature, name));
+        names
+    }
+
+    /// Parses an option string as a load or an attach does; `Err` is the message the agent
+    /// prints.
+    pub fn parse_options(text: &str) -> Result<(), String> {
+        Request::parse(text).map(drop)
+    }
+}
