@@ -24,6 +24,7 @@
 #![deny(unsafe_code)]
 
 pub mod bracket_line;
+pub mod error_chain;
 pub mod handoff;
 pub mod hostile;
 pub mod perf_script;
