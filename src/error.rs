@@ -4,7 +4,8 @@
 //! Policy (the same in every crate of the workspace): a public error enum is
 //! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
 //! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps: `Display`
+//! never repeats that cause, so a caller printing the chain prints each cause once.
 
 use std::fmt;
 
@@ -70,9 +71,10 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             #[cfg(target_os = "linux")]
+            // Transparent: the system call's own message, which names the errno and the knob.
             Error::PerfEvent(error) => error.fmt(f),
             Error::KernelWithholdsTime(withheld) => withheld.fmt(f),
-            Error::Page(error) => write!(f, "the kernel's perf page is unusable: {error}"),
+            Error::Page(_) => f.write_str("the kernel's perf page is unusable"),
             // On Linux x86_64 the TSC always exists: only a prctl can make it unreadable.
             #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
             Error::Unsupported => f.write_str(
@@ -91,13 +93,11 @@ impl fmt::Display for Error {
                 "{MAX_KERNEL_PAGES} kernel-mode clocks are open already: share one (`perfclock::init`)"
             ),
             #[cfg(all(feature = "calibrated", target_os = "linux"))]
-            Error::Calibration { withheld, reason } => {
-                write!(
-                    f,
-                    "calibration failed: {reason}. Kernel mode is not possible either: {}",
-                    withheld.without_calibration_advice()
-                )
-            }
+            Error::Calibration { withheld, .. } => write!(
+                f,
+                "kernel mode is not possible: {} Calibrated mode failed too",
+                withheld.without_calibration_advice()
+            ),
         }
     }
 }
@@ -105,8 +105,9 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
+            // Transparent: its Display is this one's, so its causes come next.
             #[cfg(target_os = "linux")]
-            Error::PerfEvent(error) => Some(error),
+            Error::PerfEvent(error) => std::error::Error::source(error),
             Error::Page(error) => Some(error),
             Error::KernelWithholdsTime(_) | Error::Unsupported => None,
             #[cfg(target_os = "linux")]
@@ -143,8 +144,8 @@ pub enum SnapshotError {
 impl fmt::Display for SnapshotError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SnapshotError::Clock(e) => write!(f, "no perf clock to snapshot: {e}"),
-            SnapshotError::Read(e) => write!(f, "reading the perf clock failed: {e}"),
+            SnapshotError::Clock(_) => f.write_str("no perf clock to snapshot"),
+            SnapshotError::Read(_) => f.write_str("reading the perf clock failed"),
             SnapshotError::NoCounter => {
                 f.write_str("no user-space counter on this platform to bracket the clocks with")
             }
@@ -165,6 +166,7 @@ impl std::error::Error for SnapshotError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             SnapshotError::Clock(e) => Some(e),
+            SnapshotError::Read(e) => Some(e),
             _ => None,
         }
     }
@@ -173,6 +175,32 @@ impl std::error::Error for SnapshotError {
 #[cfg(all(test, feature = "calibrated", target_os = "linux"))]
 mod tests {
     use super::*;
+    use perfclock_core::ParamError;
+    use perfclock_event::Op;
+    use perfclock_testutil::error_chain::{assert_each_cause_once, chain};
+
+    /// Each wrapper says what failed; its cause follows once, down to the system's text and the
+    /// knob that fixes it.
+    #[test]
+    fn each_cause_is_printed_once() {
+        let refused = || SysError::new(Op::PerfEventOpen, libc::EACCES);
+        let calibration = Error::Calibration {
+            withheld: Box::new(Withheld::observe(0)),
+            reason: CalibError::Open(refused()),
+        };
+        let printed = assert_each_cause_once(&calibration);
+        assert!(printed.contains("Permission denied"), "{printed}");
+        assert!(printed.contains("perf_event_paranoid"), "{printed}");
+
+        let page = Error::Page(ReadError::InvalidParameters(ParamError::ZeroMultiplier));
+        let printed = assert_each_cause_once(&page);
+        assert!(printed.ends_with("time_mult is 0"), "{printed}");
+
+        let snapshot = SnapshotError::Clock(Error::PerfEvent(refused()));
+        let printed = assert_each_cause_once(&snapshot);
+        assert_eq!(printed.matches("Permission denied").count(), 1, "{printed}");
+        assert!(printed.contains("perf_event_paranoid"), "{printed}");
+    }
 
     /// A failed calibration must not advise the calibrated mode that just failed, but still
     /// name the kernel-mode remedies and the calibration's own reason.
@@ -182,7 +210,7 @@ mod tests {
             withheld: Box::new(Withheld::observe(0)),
             reason: CalibError::Timeout,
         };
-        let message = error.to_string();
+        let message = chain(&error);
         assert!(!message.contains("calibrated mode"), "{message}");
         assert!(message.contains("start_timeout"), "{message}");
         assert!(message.contains("no-kvmclock"), "{message}");
@@ -197,7 +225,7 @@ mod tests {
             withheld: Box::new(Withheld::observe(0)),
             reason: CalibError::Spawn(std::io::ErrorKind::WouldBlock),
         };
-        let message = error.to_string();
+        let message = chain(&error);
         assert!(message.contains("ulimit -u"), "{message}");
         assert!(!message.contains("WouldBlock"), "{message}");
     }

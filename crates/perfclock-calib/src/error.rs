@@ -3,12 +3,13 @@
 //! Policy (the same in every crate of the workspace): a public error enum is
 //! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
 //! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps: `Display`
+//! never repeats that cause, so a caller printing the chain prints each cause once.
 //!
 //! [`CalibError`] is this crate's one public error: why ground truth could not be had or a
 //! calibrated clock could not be started. The reasons of each step (bracketing, fitting,
 //! publishing) are this crate's own and stay private: a variant carries them in an opaque
-//! [`StepFailure`], `Display` says what they are and `source()` gives them.
+//! [`StepFailure`], `Display` says which step failed and `source()` gives the step's reason.
 
 use perfclock_core::ParamError;
 use perfclock_event::{RingError, SysError};
@@ -19,7 +20,7 @@ use crate::kind::RecordKind;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CalibError {
-    /// The ground-truth events could not be opened or mapped.
+    /// The ground-truth events could not be opened or mapped; `source()` says why.
     Open(SysError),
     /// Bracketing (or setting up an action) failed for good, or this architecture has no
     /// counter; `source()` says which.
@@ -46,10 +47,10 @@ pub enum CalibError {
 impl core::fmt::Display for CalibError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Self::Open(e) => write!(f, "calibration records unavailable: {e}"),
-            Self::Bracket(e) => write!(f, "calibration bracketing failed: {e}"),
-            Self::Fit(e) => write!(f, "calibration fit failed: {e}"),
-            Self::Publish(e) => write!(f, "calibration result unpublishable: {e}"),
+            Self::Open(_) => f.write_str("calibration records unavailable"),
+            Self::Bracket(_) => f.write_str("calibration bracketing failed"),
+            Self::Fit(_) => f.write_str("calibration fit failed"),
+            Self::Publish(_) => f.write_str("calibration result unpublishable"),
             // pthread_create's EAGAIN (WouldBlock) is a thread limit, not a retry hint.
             Self::Spawn(std::io::ErrorKind::WouldBlock) => f.write_str(
                 "cannot spawn the calibration thread (EAGAIN): a limit on threads is reached: \
@@ -237,7 +238,8 @@ impl core::fmt::Display for BracketError {
             BracketError::Lost { kind, lost } => {
                 write!(f, "the kernel lost {lost} records around a {kind} action")
             }
-            BracketError::Ring(e) => write!(f, "{e}"),
+            // Transparent: the ring's own message, and its causes (none today) after it.
+            BracketError::Ring(e) => core::fmt::Display::fmt(&e, f),
             BracketError::Syscall { op, errno } => {
                 write!(
                     f,
@@ -271,7 +273,7 @@ impl core::fmt::Display for BracketError {
 impl std::error::Error for BracketError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            BracketError::Ring(e) => Some(e),
+            BracketError::Ring(e) => std::error::Error::source(e),
             _ => None,
         }
     }
@@ -329,7 +331,7 @@ pub(crate) enum PublishError {
     SlopeOutOfRange,
     /// The band is not finite.
     BandNotFinite,
-    /// The core crate refused the parameters.
+    /// The core crate refused the parameters; `source()` says why.
     Param(ParamError),
 }
 
@@ -340,7 +342,7 @@ impl core::fmt::Display for PublishError {
                 f.write_str("fitted slope cannot be expressed as mult/2^shift")
             }
             Self::BandNotFinite => f.write_str("fitted band is not finite"),
-            Self::Param(e) => write!(f, "conversion parameters refused: {e}"),
+            Self::Param(_) => f.write_str("conversion parameters refused"),
         }
     }
 }
@@ -367,5 +369,37 @@ mod tests {
         assert!(!limit.contains("WouldBlock"), "{limit}");
         let memory = CalibError::Spawn(std::io::ErrorKind::OutOfMemory).to_string();
         assert!(memory.contains("stack"), "{memory}");
+    }
+}
+
+#[cfg(test)]
+mod chain_tests {
+    use super::*;
+    use perfclock_testutil::error_chain::assert_each_cause_once;
+
+    /// Each step's reason comes once, through `source()`, down to the root cause.
+    #[test]
+    fn each_cause_is_printed_once() {
+        let open = CalibError::Open(SysError::new(
+            perfclock_event::Op::PerfEventOpen,
+            libc::EACCES,
+        ));
+        let printed = assert_each_cause_once(&open);
+        assert!(printed.contains("perf_event_paranoid"), "{printed}");
+
+        let ring = CalibError::from(BracketError::Ring(RingError::HeadOutOfRange {
+            head: 9,
+            tail: 1,
+        }));
+        let printed = assert_each_cause_once(&ring);
+        assert!(printed.contains("data_head 9"), "{printed}");
+        assert_eq!(printed.matches("data_head").count(), 1, "{printed}");
+
+        let publish = CalibError::from(PublishError::Param(ParamError::ZeroMultiplier));
+        let printed = assert_each_cause_once(&publish);
+        assert!(printed.ends_with("time_mult is 0"), "{printed}");
+
+        let fit = CalibError::from(FitError::NotIncreasing);
+        assert!(assert_each_cause_once(&fit).contains("do not increase"));
     }
 }

@@ -3,7 +3,8 @@
 //! Policy (the same in every crate of the workspace): a public error enum is
 //! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
 //! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps: `Display`
+//! never repeats that cause, so a caller printing the chain prints each cause once.
 
 use core::fmt;
 
@@ -27,9 +28,9 @@ pub enum VerifyError {
 impl fmt::Display for VerifyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            VerifyError::Open(e) => write!(f, "cannot open kernel ground truth: {e}"),
-            VerifyError::Bracket(e) => write!(f, "kernel ground truth failed: {e}"),
-            VerifyError::Clock(e) => write!(f, "the clock failed to read: {e}"),
+            VerifyError::Open(_) => f.write_str("cannot open kernel ground truth"),
+            VerifyError::Bracket(_) => f.write_str("kernel ground truth failed"),
+            VerifyError::Clock(_) => f.write_str("the clock failed to read"),
             VerifyError::NoCounter => f.write_str("the clock has no counter to read"),
         }
     }
@@ -43,5 +44,24 @@ impl std::error::Error for VerifyError {
             VerifyError::Clock(e) => Some(e),
             VerifyError::NoCounter => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfclock_core::ParamError;
+    use perfclock_event::{Op, SysError};
+    use perfclock_testutil::error_chain::assert_each_cause_once;
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let refused = CalibError::Open(SysError::new(Op::PerfEventOpen, libc::EACCES));
+        let printed = assert_each_cause_once(&VerifyError::Open(refused));
+        assert!(printed.contains("perf_event_paranoid"), "{printed}");
+
+        let read = ReadError::InvalidParameters(ParamError::ZeroMultiplier);
+        let printed = assert_each_cause_once(&VerifyError::Clock(read));
+        assert!(printed.ends_with("time_mult is 0"), "{printed}");
     }
 }

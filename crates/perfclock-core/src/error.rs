@@ -4,7 +4,8 @@
 //! Policy (the same in every crate of the workspace): a public error enum is
 //! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
 //! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `core::error::Error`, whose `source()` gives the error it wraps.
+//! knob fixes it, and `core::error::Error`, whose `source()` gives the error it wraps: `Display`
+//! never repeats that cause, so a caller printing the chain prints each cause once.
 
 use core::fmt;
 
@@ -46,7 +47,7 @@ pub enum ReadError {
         /// The page's capability word as read.
         capabilities: u64,
     },
-    /// The page publishes parameters that make no sense.
+    /// The page publishes parameters that make no sense; `source()` says which.
     InvalidParameters(ParamError),
     /// This architecture has no supported counter.
     CounterUnsupported,
@@ -72,8 +73,8 @@ impl fmt::Display for ReadError {
                 "the clock page does not publish the time conversion \
                  (cap_user_time_zero = 0, capabilities {capabilities:#x})"
             ),
-            ReadError::InvalidParameters(error) => {
-                write!(f, "the clock page publishes invalid parameters: {error}")
+            ReadError::InvalidParameters(_) => {
+                f.write_str("the clock page publishes invalid parameters")
             }
             ReadError::CounterUnsupported => {
                 f.write_str("no supported cycle counter on this architecture")
@@ -151,3 +152,16 @@ impl fmt::Display for PageDefect {
 }
 
 impl core::error::Error for PageDefect {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfclock_testutil::error_chain::assert_each_cause_once;
+
+    #[test]
+    fn a_read_error_gives_its_parameter_error_once() {
+        let printed =
+            assert_each_cause_once(&ReadError::InvalidParameters(ParamError::ShiftTooLarge(64)));
+        assert!(printed.contains("time_shift 64 is over 63"), "{printed}");
+    }
+}

@@ -5,7 +5,8 @@
 //! Policy (the same in every crate of the workspace): a public error enum is
 //! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
 //! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps.
+//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps: `Display`
+//! never repeats that cause, so a caller printing the chain prints each cause once.
 
 use core::fmt;
 use std::io;
@@ -295,9 +296,7 @@ impl fmt::Display for CreateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CreateError::Taken(taken) => taken.fmt(f),
-            CreateError::Io { path, source } => {
-                write!(f, "cannot create {}: {source}", path.display())
-            }
+            CreateError::Io { path, .. } => write!(f, "cannot create {}", path.display()),
         }
     }
 }
@@ -314,6 +313,22 @@ impl std::error::Error for CreateError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The io error is the `source()`, and the message does not repeat it.
+    #[test]
+    fn create_error_gives_its_io_cause_once() {
+        let source = io::Error::from_raw_os_error(libc::EACCES);
+        let cause = source.to_string();
+        let error = CreateError::Io {
+            path: PathBuf::from("/run/dir"),
+            source,
+        };
+        let message = error.to_string();
+        assert!(message.contains("/run/dir"), "{message}");
+        assert!(!message.contains(&cause), "{message} repeats {cause}");
+        let given = std::error::Error::source(&error).map(ToString::to_string);
+        assert_eq!(given, Some(cause));
+    }
 
     fn open(errno: i32) -> ErrorKind {
         SysError::new(Op::PerfEventOpen, errno).kind()
