@@ -26,7 +26,7 @@ pub(crate) fn run(per_kind: usize) -> ExitCode {
     let clock = match perfclock::init() {
         Ok(clock) => clock,
         Err(error) => {
-            outln!("perfclock: no clock: {error}");
+            outln!("perfclock: no clock: {}", chain(&error));
             return ExitCode::FAILURE;
         }
     };
@@ -206,7 +206,7 @@ fn describe_conversion(clock: &Clock) {
                 entry.tsc_shift,
                 entry.flags
             ),
-            Err(error) => outln!("pvclock entry unreadable: {error}"),
+            Err(error) => outln!("pvclock entry unreadable: {}", chain(&error)),
         }
         return;
     }
@@ -224,7 +224,7 @@ fn describe_conversion(clock: &Clock) {
             raw.time_cycles,
             raw.time_mask
         ),
-        Err(error) => outln!("published page unreadable: {error}"),
+        Err(error) => outln!("published page unreadable: {}", chain(&error)),
     }
 }
 
@@ -245,7 +245,10 @@ fn check_against_kernel(clock: &Clock, per_kind: usize) -> bool {
             report.passed()
         }
         Err(error) => {
-            outln!("result: FAILED: could not check against the kernel: {error}");
+            outln!(
+                "result: FAILED: could not check against the kernel: {}",
+                chain(&error)
+            );
             false
         }
     }
@@ -255,7 +258,10 @@ fn compare_with_monotonic(clock: &Clock) {
     let offset = match perfclock_check::monotonic_offset(clock) {
         Ok(offset) => offset,
         Err(error) => {
-            outln!("\nCLOCK_MONOTONIC - perf clock: not measured: {error}");
+            outln!(
+                "\nCLOCK_MONOTONIC - perf clock: not measured: {}",
+                chain(&error)
+            );
             return;
         }
     };

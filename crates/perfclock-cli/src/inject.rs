@@ -18,7 +18,7 @@ use perfclock_perfdata::{
 
 use crate::clock_data;
 use crate::error::{ClockDataError, InjectError};
-use crate::output::errln;
+use crate::output::{chain, errln};
 use crate::signals::TempCleanup;
 
 /// A sidecar is a dozen short lines; anything longer is not one.
@@ -84,9 +84,10 @@ pub(crate) fn run(
     // First, to be as close as possible to the recording.
     let snapshot = match &options.clock_data {
         ClockDataSource::None | ClockDataSource::Recorded(_) => None,
-        ClockDataSource::Now => Some(perfclock::snapshot().map_err(|error| {
-            InjectError::ClockData(ClockDataError::Snapshot(error.to_string()))
-        })?),
+        ClockDataSource::Now => Some(
+            perfclock::snapshot()
+                .map_err(|error| InjectError::ClockData(ClockDataError::Snapshot(chain(&error))))?,
+        ),
     };
     let (mut file, metadata) = open_input(options)?;
     let layout = read_layout(&mut file)?;
@@ -269,9 +270,8 @@ fn read_sidecar(
             "not ASCII text: not a time conversion record".to_owned(),
         )
     })?;
-    let record = TimeConvRecord::parse(&text).map_err(|error: TimeConvError| {
-        InjectError::SidecarInvalid(path.clone(), error.to_string())
-    })?;
+    let record = TimeConvRecord::parse(&text)
+        .map_err(|error: TimeConvError| InjectError::SidecarInvalid(path.clone(), chain(&error)))?;
     if record.clock() != JitClock::Arch {
         return Err(InjectError::NotArchClock {
             path: path.clone(),

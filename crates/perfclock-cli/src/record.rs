@@ -323,7 +323,10 @@ fn take_snapshot(when: &str) -> Option<perfclock::ClockSnapshot> {
     match perfclock::snapshot() {
         Ok(snapshot) => Some(snapshot),
         Err(error) => {
-            errln!("{NAME}: warning: no clock snapshot at the {when}: {error}");
+            errln!(
+                "{NAME}: warning: no clock snapshot at the {when}: {}",
+                chain(&error)
+            );
             None
         }
     }

@@ -295,7 +295,7 @@ fn poll_until_stopped(
 }
 
 /// Why `perfclock serve` failed: `Display` says what failed, the cause is its `source()`
-/// (printed once, by [`chain`]), except where the wrapped error's own `Display` already names it.
+/// (printed once, by [`chain`]).
 #[derive(Debug)]
 enum ServeError {
     /// No perf clock at all (not merely a withheld conversion).
@@ -329,7 +329,7 @@ enum ServeError {
 impl fmt::Display for ServeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ServeError::NoPerfClock(error) => write!(f, "no perf clock: {error}"),
+            ServeError::NoPerfClock(_) => f.write_str("no perf clock"),
             ServeError::NoDefaultPath => f.write_str(
                 "no XDG_RUNTIME_DIR for a per-user page: name the file with --path (in a directory \
                  only you can write)",
@@ -349,9 +349,9 @@ impl fmt::Display for ServeError {
                 f.write_str("no paravirt offset to publish: no bracket intersection checked it")
             }
             ServeError::OffsetFormat => f.write_str("cannot format the offset"),
-            ServeError::Calibration(error) => write!(f, "calibration failed: {error}"),
+            ServeError::Calibration(_) => f.write_str("calibration failed"),
             ServeError::NoCounter => f.write_str("no counter on this architecture"),
-            ServeError::PageUnreadable(error) => write!(f, "in-process page unreadable: {error}"),
+            ServeError::PageUnreadable(_) => f.write_str("in-process page unreadable"),
             ServeError::KeptRepublishing => f.write_str("the in-process refiner kept republishing"),
         }
     }
@@ -364,11 +364,9 @@ impl std::error::Error for ServeError {
             ServeError::Publish(error) => error.source(),
             ServeError::BootId(error) => Some(error),
             ServeError::NoOffset(refusal) => Some(refusal),
-            // These three name their own cause in their `Display` (and give it again through
-            // `source()`), so they are printed whole above and their cause not again.
-            ServeError::NoPerfClock(_)
-            | ServeError::Calibration(_)
-            | ServeError::PageUnreadable(_) => None,
+            ServeError::NoPerfClock(error) => Some(error),
+            ServeError::Calibration(error) => Some(error),
+            ServeError::PageUnreadable(error) => Some(error),
             ServeError::NoDefaultPath
             | ServeError::OnceWithParavirtOff
             | ServeError::OffsetFromUnpublished(_)
@@ -530,7 +528,27 @@ fn install_stop_handlers() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use perfclock_core::TimeConversion;
+    use perfclock_core::{ParamError, TimeConversion};
+    use perfclock_event::{Op, SysError};
+    use perfclock_testutil::error_chain::assert_each_cause_once;
+
+    /// What failed, then each cause once, down to the errno and its knob.
+    #[test]
+    fn serve_errors_print_each_cause_once() {
+        let refused = || SysError::new(Op::PerfEventOpen, libc::EACCES);
+        for error in [
+            ServeError::NoPerfClock(Error::PerfEvent(refused())),
+            ServeError::Calibration(CalibError::Open(refused())),
+        ] {
+            let printed = assert_each_cause_once(&error);
+            assert!(printed.contains("Permission denied"), "{printed}");
+            assert!(printed.contains("perf_event_paranoid"), "{printed}");
+        }
+        let unreadable =
+            ServeError::PageUnreadable(ReadError::InvalidParameters(ParamError::ZeroMultiplier));
+        let printed = assert_each_cause_once(&unreadable);
+        assert!(printed.ends_with("time_mult is 0"), "{printed}");
+    }
 
     #[test]
     fn a_step_back_is_continued_not_taken() {
