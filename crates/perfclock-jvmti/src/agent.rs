@@ -22,7 +22,7 @@ use crate::jvmti::{
 };
 use crate::options::{Options, Request};
 use crate::session::{GcMarkers, Origin, Session};
-use crate::status::{Failure, StartError};
+use crate::status::{chain, Failure, StartError};
 use crate::PREFIX;
 
 /// The agent, once the JVM gave it an environment; callbacks find it here.
@@ -328,7 +328,7 @@ unsafe extern "C" fn on_gc_finish(_env: JvmtiEnvPtr) {
             return; // started during a pause: its start was not seen
         }
         if let Err(e) = gc.markers.span("GC pause", start, perfclock::now_ns()) {
-            eprintln!("{PREFIX}: writing a GC marker failed: {e}");
+            eprintln!("{PREFIX}: writing a GC marker failed: {}", chain(&e));
         }
     });
 }

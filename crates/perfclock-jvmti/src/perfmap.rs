@@ -9,6 +9,8 @@ use std::sync::Mutex;
 use perfclock_event::shared_file::create_exclusive;
 use perfclock_event::sys::lock;
 
+use crate::status::chain;
+
 /// The map of this process, written one line per load so perf sees it while the JVM runs.
 #[derive(Debug)]
 pub(crate) struct PerfMap {
@@ -26,7 +28,7 @@ impl PerfMap {
     pub(crate) fn create() -> Result<PerfMap, String> {
         let dir = Path::new("/tmp");
         let name = format!("perf-{}.map", std::process::id());
-        let file = create_exclusive(dir, &name, 0o644).map_err(|e| e.to_string())?;
+        let file = create_exclusive(dir, &name, 0o644).map_err(|e| chain(&e))?;
         Ok(PerfMap {
             path: dir.join(name),
             file: Mutex::new(file),

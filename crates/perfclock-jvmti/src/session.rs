@@ -14,7 +14,7 @@ use crate::jvmti::{Capabilities, Capability, Env, JmethodId};
 use crate::names;
 use crate::options::Options;
 use crate::perfmap::PerfMap;
-use crate::status::{Failure, StartError};
+use crate::status::{chain, Failure, StartError};
 use crate::PREFIX;
 
 /// How the session was asked for: at JVM start a file that cannot be written is left out
@@ -78,13 +78,8 @@ impl Session {
         let lenient = origin == Origin::OnLoad && !options.strict;
         let jitdump = match &options.jitdump {
             Some(dir) if clock_ok => optional(lenient, Failure::Jitdump, || {
-                JitDump::create_with_clock(dir, jitdump_clock).map_err(|e| {
-                    format!(
-                        "cannot write the jitdump in '{}': {e}; pass jitdump=DIR with an \
-                         existing writable directory, or jitdump=off",
-                        dir.display()
-                    )
-                })
+                JitDump::create_with_clock(dir, jitdump_clock)
+                    .map_err(|e| jitdump_unwritable(dir, &e))
             })?,
             _ => None,
         };
@@ -99,9 +94,10 @@ impl Session {
             Some(dir) if clock_ok => optional(lenient, Failure::Markers, || {
                 Markers::open_with_clock(dir, markers_clock).map_err(|e| {
                     format!(
-                        "cannot write markers in '{}': {e}; pass markers=DIR with an existing \
+                        "cannot write markers in '{}': {}; pass markers=DIR with an existing \
                          writable directory",
-                        dir.display()
+                        dir.display(),
+                        chain(&e)
                     )
                 })
             })?,
@@ -273,7 +269,11 @@ impl Session {
         self.load_jitdump(name, addr, code, entries);
         if let Some(map) = &self.perfmap {
             if let Err(e) = map.add(addr, code.len() as u64, name) {
-                self.failed(&format!("writing {} failed: {e}", map.path().display()));
+                self.failed(&format!(
+                    "writing {} failed: {}",
+                    map.path().display(),
+                    chain(&e)
+                ));
             }
         }
     }
@@ -284,8 +284,9 @@ impl Session {
         };
         if let Err(e) = dump.code_load_with_debug_info(name, addr, code, entries) {
             self.failed(&format!(
-                "writing the jitdump failed: {e}; perf will not name code loaded from now on \
-                 (check the jitdump=DIR directory's free space)"
+                "writing the jitdump failed: {}; perf will not name code loaded from now on \
+                 (check the jitdump=DIR directory's free space)",
+                chain(&e)
             ));
         }
     }
@@ -300,12 +301,12 @@ impl Session {
     pub(crate) fn finish(self) {
         if let Some(dump) = self.jitdump {
             if let Err(e) = dump.close() {
-                eprintln!("{PREFIX}: closing the jitdump failed: {e}");
+                eprintln!("{PREFIX}: closing the jitdump failed: {}", chain(&e));
             }
         }
         if let Some(gc) = &self.gc {
             if let Err(e) = gc.markers.flush() {
-                eprintln!("{PREFIX}: writing the GC markers failed: {e}");
+                eprintln!("{PREFIX}: writing the GC markers failed: {}", chain(&e));
             }
         }
         let failures = self.failures.load(Ordering::Relaxed);
@@ -347,19 +348,32 @@ fn open_clock(options: &Options) -> Result<bool, StartError> {
         Ok(_) => Ok(true),
         Err(error) if options.allow_no_clock => {
             eprintln!(
-                "{PREFIX}: no perf clock ({error}): continuing without it (allow_no_clock=1): no \
-                 jitdump, no markers"
+                "{PREFIX}: no perf clock ({}): continuing without it (allow_no_clock=1): no \
+                 jitdump, no markers",
+                chain(&error)
             );
             Ok(false)
         }
-        Err(error) => Err(StartError::new(
-            Failure::NoClock,
-            format!(
-                "perfclock cannot open the perf clock: {error}; pass allow_no_clock=1 to start \
-                 without it"
-            ),
-        )),
+        Err(error) => Err(StartError::new(Failure::NoClock, no_clock(&error))),
     }
+}
+
+/// Why the agent cannot start without a clock, and the option that lets it.
+fn no_clock(error: &perfclock::Error) -> String {
+    format!(
+        "perfclock cannot open the perf clock: {}; pass allow_no_clock=1 to start without it",
+        chain(error)
+    )
+}
+
+/// Why the jitdump cannot be written in `dir`, and the options that fix it.
+fn jitdump_unwritable(dir: &std::path::Path, error: &perfclock_jitdump::JitDumpError) -> String {
+    format!(
+        "cannot write the jitdump in '{}': {}; pass jitdump=DIR with an existing writable \
+         directory, or jitdump=off",
+        dir.display(),
+        chain(error)
+    )
 }
 
 /// One of the session's files: its failure is returned, or with `lenient` printed once and the
@@ -400,5 +414,35 @@ where
         Some(Err(_)) => Err(error(format!(
             "{var} is not UTF-8; unset it or pass {option}= to the agent"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfclock::{Error, ReadError, TimeConversion};
+    use perfclock_jitdump::JitDumpError;
+
+    /// The agent's lines name what failed, then each cause once, down to the root cause.
+    #[test]
+    fn the_agents_lines_keep_the_root_cause_once() {
+        let zero_mult = TimeConversion::new(0, 0, 0).unwrap_err();
+        let page = Error::Page(ReadError::InvalidParameters(zero_mult));
+        let message = no_clock(&page);
+        assert!(message.contains("perf page is unusable"), "{message}");
+        assert_eq!(message.matches("time_mult is 0").count(), 1, "{message}");
+        assert!(
+            message.ends_with("allow_no_clock=1 to start without it"),
+            "{message}"
+        );
+
+        let unwritable = JitDumpError::Io {
+            op: "create",
+            path: "/nowhere/jit-1.dump".into(),
+            source: std::io::Error::from_raw_os_error(libc::EACCES),
+        };
+        let message = jitdump_unwritable(std::path::Path::new("/nowhere"), &unwritable);
+        assert_eq!(message.matches("Permission denied").count(), 1, "{message}");
+        assert!(message.contains("jitdump=off"), "{message}");
     }
 }
