@@ -17,7 +17,7 @@ use perfclock_core::{counter, PageReader, ReadError, Reading};
 use perfclock_event::{EventAttr, PerfEvent};
 
 use crate::page::Tolerance;
-use crate::report::{min_or_dash, Report};
+use crate::report::{chain, min_or_dash, Report};
 use crate::Budget;
 
 /// Discarded brackets in a row (no record, two records, lost records) after which a worker gives
@@ -248,13 +248,16 @@ pub(crate) fn collect(
                 stats.discards += 1;
                 discards_in_a_row += 1;
                 if discards_in_a_row >= MAX_CONSECUTIVE_DISCARDS {
-                    stats.error = Some(format!("{discards_in_a_row} discards in a row, last: {e}"));
+                    stats.error = Some(format!(
+                        "{discards_in_a_row} discards in a row, last: {}",
+                        chain(&e)
+                    ));
                     break;
                 }
                 continue;
             }
             Err(e) => {
-                stats.error = Some(format!("{kind}: {e}"));
+                stats.error = Some(format!("{kind}: {}", chain(&e)));
                 break;
             }
         };
@@ -262,7 +265,7 @@ pub(crate) fn collect(
         let (before, after) = match (stamped.before, stamped.after) {
             (Ok(b), Ok(a)) => (b, a),
             (Err(e), _) | (_, Err(e)) => {
-                stats.error = Some(format!("clock read failed: {e}"));
+                stats.error = Some(format!("clock read failed: {}", chain(&e)));
                 break;
             }
         };
@@ -299,7 +302,7 @@ fn worker(cpu: CoreId, budget: &Budget, tolerance: Tolerance) -> Worker {
     let mut truth = match GroundTruth::open(&RecordKind::ALL) {
         Ok(t) => t,
         Err(e) => {
-            out.error = Some(format!("GroundTruth::open: {e}"));
+            out.error = Some(format!("GroundTruth::open: {}", chain(&e)));
             return out;
         }
     };

@@ -14,7 +14,7 @@ use perfclock_core::ReadError;
 
 use crate::brackets::{collect, Stats};
 use crate::page::Tolerance;
-use crate::report::Report;
+use crate::report::{chain, Report};
 use crate::Budget;
 
 /// The child's report: one line of numbers, one of details.
@@ -36,7 +36,7 @@ fn child(budget: &Budget, tolerance: Tolerance) -> String {
         }
         Err(e) => {
             let mut s = Stats::new();
-            s.error = Some(format!("GroundTruth::open in the child: {e}"));
+            s.error = Some(format!("GroundTruth::open in the child: {}", chain(&e)));
             s
         }
     };

@@ -35,7 +35,7 @@ use perfclock_jitdump::JitDump;
 use crate::brackets::{self, Stats};
 use crate::guest_fs::{ensure_proc, DumpDir};
 use crate::page::Tolerance;
-use crate::report::Report;
+use crate::report::{chain, Report};
 use crate::Budget;
 use judge::{judge_loads, skewed, Window, Writer};
 use read_back::{header_problems, parse_dump, timeconv_problems, ParsedDump};
@@ -68,11 +68,12 @@ fn kernel_stamp(truth: &mut GroundTruth, discards: &mut u64) -> Result<u64, Stri
                 in_a_row += 1;
                 if in_a_row >= MAX_CONSECUTIVE_DISCARDS {
                     return Err(format!(
-                        "{in_a_row} COMM brackets discarded in a row, last: {e}"
+                        "{in_a_row} COMM brackets discarded in a row, last: {}",
+                        chain(&e)
                     ));
                 }
             }
-            Err(e) => return Err(format!("COMM bracket: {e}")),
+            Err(e) => return Err(format!("COMM bracket: {}", chain(&e))),
         }
     }
 }
@@ -88,7 +89,7 @@ fn page_conversion() -> Result<TimeConversion, String> {
     let reader = unsafe { PageReader::new(mapping.page().cast()) };
     reader
         .conversion()
-        .map_err(|e| format!("page conversion: {e}"))
+        .map_err(|e| format!("page conversion: {}", chain(&e)))
 }
 
 /// What the writing phase produced.
@@ -105,9 +106,9 @@ struct Written {
 
 /// Writes `ops` loads, each between two kernel-stamped COMM records, and closes the dump.
 fn write_dump(dir: &Path, ops: u64, addr: u64) -> Result<Written, String> {
-    let mut truth =
-        GroundTruth::open(&[RecordKind::Comm]).map_err(|e| format!("GroundTruth::open: {e}"))?;
-    let dump = JitDump::create(dir).map_err(|e| format!("JitDump::create: {e}"))?;
+    let mut truth = GroundTruth::open(&[RecordKind::Comm])
+        .map_err(|e| format!("GroundTruth::open: {}", chain(&e)))?;
+    let dump = JitDump::create(dir).map_err(|e| format!("JitDump::create: {}", chain(&e)))?;
     let (dump_path, timeconv_path) = (dump.path().to_owned(), dump.timeconv_path().to_owned());
     let mut discards = 0;
     let first_stamp = kernel_stamp(&mut truth, &mut discards)?;
@@ -117,7 +118,7 @@ fn write_dump(dir: &Path, ops: u64, addr: u64) -> Result<Written, String> {
         let name = load_name(windows.len() as u64);
         let index = dump
             .code_load(name.as_bytes(), addr, &CODE)
-            .map_err(|e| format!("code_load: {e}"))?;
+            .map_err(|e| format!("code_load: {}", chain(&e)))?;
         // The writer numbers loads itself; the name must carry the same number.
         if index != windows.len() as u64 {
             return Err(format!(
@@ -129,7 +130,7 @@ fn write_dump(dir: &Path, ops: u64, addr: u64) -> Result<Written, String> {
         windows.push(Window { index, t_a, t_b });
         t_a = t_b;
     }
-    dump.close().map_err(|e| format!("close: {e}"))?;
+    dump.close().map_err(|e| format!("close: {}", chain(&e)))?;
     Ok(Written {
         windows,
         first_stamp,

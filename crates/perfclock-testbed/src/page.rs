@@ -4,7 +4,7 @@ use perfclock_core::page::caps;
 use perfclock_core::PageReader;
 use perfclock_event::{EventAttr, PerfEvent};
 
-use crate::report::Report;
+use crate::report::{chain, Report};
 
 /// How far a user-space reading may miss the kernel's stamp on this architecture.
 #[derive(Debug, Clone, Copy)]
@@ -35,7 +35,7 @@ pub(crate) fn check(report: &mut Report) -> Option<Tolerance> {
     let raw = match reader.raw() {
         Ok(raw) => raw,
         Err(error) => {
-            report.fail("page", format_args!("seqlock read: {error}"));
+            report.fail("page", format_args!("seqlock read: {}", chain(&error)));
             return None;
         }
     };
@@ -60,7 +60,10 @@ pub(crate) fn check(report: &mut Report) -> Option<Tolerance> {
         Err(error) => {
             report.fail(
                 "page",
-                format_args!("this kernel does not publish the conversion: {error}"),
+                format_args!(
+                    "this kernel does not publish the conversion: {}",
+                    chain(&error)
+                ),
             );
             return None;
         }
@@ -127,6 +130,9 @@ fn facade(report: &mut Report, page: &PageReader) {
                 ),
             );
         }
-        Err(error) => report.fail("facade-open", format_args!("perfclock::init: {error}")),
+        Err(error) => report.fail(
+            "facade-open",
+            format_args!("perfclock::init: {}", chain(&error)),
+        ),
     }
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use perfclock_core::{counter, PageReader, TimeConversion};
 use perfclock_event::{EventAttr, PageMapping, PerfEvent};
 
-use crate::report::Report;
+use crate::report::{chain, Report};
 
 /// The clocksource the kernel ends on once its TSC calibration is final.
 const CLOCKSOURCE: &str = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
@@ -158,5 +158,5 @@ fn fresh_conversion() -> Result<TimeConversion, String> {
         .map_err(|e| e.to_string())?;
     // SAFETY: as in `Sleeper::report`; the mapping lives until the end of this function.
     let reader = unsafe { PageReader::new(mapping.page().cast()) };
-    reader.conversion().map_err(|e| e.to_string())
+    reader.conversion().map_err(|e| chain(&e))
 }
