@@ -10,6 +10,7 @@ use std::time::Duration;
 use hostile::{child_case, run_child, watchdog};
 use perfclock::{Clock, Error};
 use perfclock_event::ErrorKind;
+use perfclock_testutil::error_chain::chain;
 use perfclock_testutil::hostile;
 
 const TEST: &str = "fd_exhaustion_is_a_typed_error";
@@ -73,7 +74,7 @@ fn fd_child(extra: u32) {
             println!("FD-OK {extra} ok {:?}", clock.mode());
         }
         Err(error) => {
-            let message = error.to_string();
+            let message = chain(&error);
             println!("limit {limit}: init() -> {error:?}\n  message: {message}");
             assert!(!message.is_empty());
             assert_eq!(perfclock::try_now_ns(), None);
@@ -96,7 +97,7 @@ fn fd_child(extra: u32) {
                 }
                 Error::Calibration { reason, .. } => {
                     // The limit bit in the calibrator's own events: the reason must say so.
-                    let reason = reason.to_string();
+                    let reason = chain(reason);
                     assert!(
                         reason.contains("EMFILE") || reason.contains("descriptor"),
                         "calibration failure that does not name the descriptor limit: {reason}"

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use hostile::{child_case, install_filter, run_child, watchdog};
 use perfclock::{Error, Mode, Options};
 use perfclock_calib::{CalibError, RecordKind};
+use perfclock_testutil::error_chain::assert_each_cause_once;
 use perfclock_testutil::hostile;
 use perfclock_testutil::{child_skipped, skip_child, Need};
 
@@ -125,7 +126,7 @@ fn refused_child(case: &str) {
     let refused: Vec<RecordKind> = case.split('+').map(refuse).collect();
     if refused.len() == RecordKind::ALL.len() {
         let error = perfclock::init_with(calibrated()).expect_err("no kind can calibrate");
-        let message = error.to_string();
+        let message = assert_each_cause_once(&error);
         println!("all refused: {error:?}\n  message: {message}");
         assert!(
             matches!(

@@ -16,6 +16,7 @@ use hostile::{child_case, run_child, watchdog};
 use perfclock::{Error, Mode, Options};
 use perfclock_calib::CalibError;
 use perfclock_event::{ErrorKind, Op};
+use perfclock_testutil::error_chain::{assert_each_cause_once, chain};
 use perfclock_testutil::hostile;
 use perfclock_testutil::{child_skipped, skip, skip_child, Need};
 
@@ -108,7 +109,7 @@ fn limits_child(case: &str) {
                 .paravirt(false)
                 .open()
                 .expect_err("no thread can be started");
-            let message = error.to_string();
+            let message = assert_each_cause_once(&error);
             println!("nproc: {error:?}\n  message: {message}");
             assert!(
                 matches!(
@@ -136,7 +137,7 @@ fn limits_child(case: &str) {
                     Err(error) => break error,
                 }
             };
-            let message = error.to_string();
+            let message = chain(&error);
             println!(
                 "memlock: clock {} failed: {error:?}\n  message: {message}",
                 clocks.len() + 1
