@@ -5,6 +5,8 @@
 
 use std::time::Instant;
 
+use perfclock_testutil::error_chain::chain;
+
 fn main() {
     let start = Instant::now();
     let result = perfclock::init();
@@ -37,6 +39,6 @@ fn main() {
                 clock.error_bound_ns()
             );
         }
-        Err(error) => println!("init {} us: {error}", elapsed.as_micros()),
+        Err(error) => println!("init {} us: {}", elapsed.as_micros(), chain(&error)),
     }
 }

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use perfclock_calib::{Bracket, GroundTruth};
 use perfclock_testutil::bracket_line::{best_line, percentile, sorted, Line, Stamp};
+use perfclock_testutil::error_chain::chain;
 
 /// The line with the most slack through `bs`.
 fn line_through<'a>(bs: impl IntoIterator<Item = &'a Bracket>) -> Line {
@@ -29,7 +30,7 @@ fn main() {
     let mut gt = match GroundTruth::open_available() {
         Ok(gt) => gt,
         Err(e) => {
-            eprintln!("cannot open ground truth: {e}");
+            eprintln!("cannot open ground truth: {}", chain(&e));
             std::process::exit(1);
         }
     };
@@ -44,7 +45,7 @@ fn main() {
             let start = Instant::now();
             let mut v = Vec::new();
             if let Err(e) = gt.collect(k, n / rounds, &mut v) {
-                eprintln!("{k}: {e}");
+                eprintln!("{k}: {}", chain(&e));
                 std::process::exit(1);
             }
             cost[i] += start.elapsed().as_secs_f64();

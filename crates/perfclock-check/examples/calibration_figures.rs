@@ -16,6 +16,7 @@ use perfclock_calib::published::solve;
 use perfclock_calib::{CalibratedClock, CalibrationOptions, GroundTruth, RecordKind};
 use perfclock_check::verify;
 use perfclock_core::counter;
+use perfclock_testutil::error_chain::chain;
 
 fn main() {
     let result = match std::env::args().nth(1).as_deref() {
@@ -52,13 +53,13 @@ fn startup() -> Result<(), String> {
     }
     for _ in 0..11 {
         let t = Instant::now();
-        let clock = CalibratedClock::start(options.clone()).map_err(|e| e.to_string())?;
+        let clock = CalibratedClock::start(options.clone()).map_err(|e| chain(&e))?;
         times.push(t.elapsed().as_micros() as u64);
         bounds.push(clock.error_bound_ns());
     }
     // Without refinement the bound grows with the time since calibration.
-    let once = CalibratedClock::start(options.refine(false)).map_err(|e| e.to_string())?;
-    let conv = once.reader().conversion().map_err(|e| e.to_string())?;
+    let once = CalibratedClock::start(options.refine(false)).map_err(|e| chain(&e))?;
+    let conv = once.reader().conversion().map_err(|e| chain(&e))?;
     let ticks_per_s = (1_000_000_000u128 << conv.shift()) / u128::from(conv.mult().max(1));
     let now = counter::read_counter().ok_or("no counter")?;
     for secs in [0u64, 1, 10, 60, 600] {
@@ -76,13 +77,13 @@ fn startup() -> Result<(), String> {
 fn long_run() -> Result<(), String> {
     let secs: u64 = env_or("PERFCLOCK_CALIB_SECS", 60);
     let t = Instant::now();
-    let clock = CalibratedClock::start(CalibrationOptions::default()).map_err(|e| e.to_string())?;
+    let clock = CalibratedClock::start(CalibrationOptions::default()).map_err(|e| chain(&e))?;
     println!(
         "start() {} us, bound {} ns",
         t.elapsed().as_micros(),
         clock.error_bound_ns()
     );
-    let early = verify(&clock, 34_000).map_err(|e| e.to_string())?;
+    let early = verify(&clock, 34_000).map_err(|e| chain(&e))?;
     println!(
         "right after init ({} ms):\n{early}",
         t.elapsed().as_millis()
@@ -103,7 +104,7 @@ fn long_run() -> Result<(), String> {
             next = el + 10.max(secs / 20);
         }
     }
-    let late = verify(&clock, 34_000).map_err(|e| e.to_string())?;
+    let late = verify(&clock, 34_000).map_err(|e| chain(&e))?;
     let st = clock.stats();
     println!(
         "after {secs}s:\n{late}\nstats {st:?}; cpu {:.4}% of one CPU",
@@ -122,16 +123,14 @@ fn signed_diff(a: u64, b: u64) -> f64 {
 
 fn band() -> Result<(), String> {
     let secs: u64 = env_or("PERFCLOCK_BAND_SECS", 10);
-    let mut truth = GroundTruth::open_available().map_err(|e| e.to_string())?;
+    let mut truth = GroundTruth::open_available().map_err(|e| chain(&e))?;
     let mut per_kind: Vec<(RecordKind, Vec<Constraint>)> =
         truth.kinds().into_iter().map(|k| (k, Vec::new())).collect();
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(secs) {
         for (kind, v) in per_kind.iter_mut() {
             let mut b = Vec::new();
-            truth
-                .collect(*kind, 16, &mut b)
-                .map_err(|e| e.to_string())?;
+            truth.collect(*kind, 16, &mut b).map_err(|e| chain(&e))?;
             v.extend(b.iter().map(|b| Constraint {
                 before: b.before,
                 after: b.after,
@@ -153,7 +152,7 @@ fn band() -> Result<(), String> {
         match Fit::new(&all, &opts) {
             Ok(f) => {
                 let (l, u) = f.range_at(f.last_counter);
-                let sol = solve(&f, f.last_counter).map_err(|e| e.to_string())?;
+                let sol = solve(&f, f.last_counter).map_err(|e| chain(&e))?;
                 println!(
                     "all kinds n={} noise {noise} trim {trim}: band {:.1} ns, bound {} ns, rejected {}, slope range {:.3e}",
                     all.len(), u - l, sol.bound.base_ns, f.rejected,
@@ -176,7 +175,7 @@ fn band() -> Result<(), String> {
                     );
                 }
             }
-            Err(e) => println!("noise {noise} trim {trim}: {e}"),
+            Err(e) => println!("noise {noise} trim {trim}: {}", chain(&e)),
         }
     }
     for (kind, v) in &per_kind {

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use perfclock::{Mode, Options};
+use perfclock_testutil::error_chain::chain;
 
 const EVERY: Duration = Duration::from_secs(25);
 
@@ -24,7 +25,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
         Err(error) => {
-            eprintln!("no clock: {error}");
+            eprintln!("no clock: {}", chain(&error));
             return ExitCode::FAILURE;
         }
     };
@@ -56,7 +57,7 @@ fn main() -> ExitCode {
                 );
             }
             Err(error) => {
-                eprintln!("check failed: {error}");
+                eprintln!("check failed: {}", chain(&error));
                 return ExitCode::FAILURE;
             }
         }
