@@ -1,8 +1,9 @@
 //! Opening a perf event of the calling thread.
 //!
 //! # Safety
-//! This module makes the `perf_event_open(2)` and `mmap(2)` calls. A descriptor it gets is
-//! owned by exactly one [`PerfEvent`]; a mapping by exactly one [`PageMapping`]/[`RingMapping`].
+//! This module makes the `perf_event_open(2)` calls, and the fixed `mmap(2)` a fork child's
+//! handler makes over the hole its parent's time page left. A descriptor it gets is owned by
+//! exactly one [`PerfEvent`]; its mappings are [`Mapping`]s.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -11,7 +12,7 @@ use perf_event_open_sys::bindings as sys;
 
 use crate::attr::EventAttr;
 use crate::error::{Op, SysError};
-use crate::mapping::{PageMapping, RingMapping};
+use crate::mapping::{Access, Mapping, PageMapping, RingMapping, Sharing};
 use crate::sys::page_size;
 
 /// The largest ring [`PerfEvent::map_ring`] maps: 2^16 data pages.
@@ -82,10 +83,8 @@ impl PerfEvent {
     /// # Errors
     /// A [`SysError`] of [`Op::Mmap`].
     pub fn map_page_only(&self) -> Result<PageMapping, SysError> {
-        let len = page_size();
-        let ptr = mmap_fd(self.fd.as_raw_fd(), len, libc::PROT_READ)?;
-        // SAFETY: `ptr` is a fresh mapping of `len` bytes that nothing else owns.
-        Ok(unsafe { PageMapping::from_raw(ptr.cast(), len) })
+        let mapping = self.map(page_size(), Access::Read)?;
+        Ok(PageMapping::new(mapping))
     }
 
     /// Maps the time page plus a ring of `2^data_pages_log2` pages, read-write so that the
@@ -101,10 +100,13 @@ impl PerfEvent {
         let page = page_size();
         let data_len = page << data_pages_log2;
         let len = page + data_len;
-        let ptr = mmap_fd(self.fd.as_raw_fd(), len, libc::PROT_READ | libc::PROT_WRITE)?;
-        // SAFETY: `ptr` is a fresh, writable mapping of one page plus `data_len` bytes that
-        // nothing else owns.
-        Ok(unsafe { RingMapping::from_raw(PageMapping::from_raw(ptr.cast(), len), data_len) })
+        let mapping = self.map(len, Access::ReadWrite)?;
+        Ok(RingMapping::new(mapping, data_len))
+    }
+
+    fn map(&self, len: usize, access: Access) -> Result<Mapping, SysError> {
+        Mapping::file(self.fd.as_fd(), len, access, Sharing::Shared)
+            .map_err(|error| SysError::new(Op::Mmap, error.raw_os_error().unwrap_or(libc::EINVAL)))
     }
 }
 
@@ -156,16 +158,6 @@ pub unsafe fn remap_page_after_fork(address: core::ptr::NonNull<u8>) {
     let anonymous = libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_ANONYMOUS;
     // SAFETY: as above; a zero page reads as "no capabilities", a typed error for readers.
     unsafe { libc::mmap(address, length, libc::PROT_READ, anonymous, -1, 0) };
-}
-
-fn mmap_fd(fd: RawFd, len: usize, prot: libc::c_int) -> Result<core::ptr::NonNull<u8>, SysError> {
-    // SAFETY: a fresh shared mapping of a perf event fd at an address the kernel picks; it does
-    // not alias any existing Rust object.
-    let ptr = unsafe { libc::mmap(core::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
-    if ptr == libc::MAP_FAILED {
-        return Err(SysError::last(Op::Mmap));
-    }
-    core::ptr::NonNull::new(ptr.cast()).ok_or(SysError::new(Op::Mmap, libc::EINVAL))
 }
 
 #[cfg(test)]

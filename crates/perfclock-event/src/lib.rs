@@ -51,5 +51,5 @@ pub mod sys;
 pub use attr::{sample, EventAttr};
 pub use error::{read_paranoid, CreateError, ErrorKind, Op, RingError, SysError};
 pub use event::{remap_page_after_fork, PerfEvent};
-pub use mapping::{PageMapping, RingMapping};
+pub use mapping::{Access, Mapping, PageMapping, RingMapping, Sharing};
 pub use ring::{DrainStats, RingReader};

@@ -1,49 +1,207 @@
-//! Owned mappings of perf events: the time page, and the page followed by a ring.
+//! Owned mappings: [`Mapping`], the one owner of an `mmap` in the workspace, and the perf
+//! event mappings built on it (the time page, and the page followed by a ring).
+//!
+//! Written over `libc` rather than taken from memmap2: the mappings here are read by the kernel's
+//! or another process's concurrent writes, so only raw pointers may be handed out (memmap2's
+//! `Mmap` derefs to a slice); they include a private executable mapping of a file (memmap2 maps
+//! executable files shared) and `MADV_DONTNEED` on memory that is only read through raw
+//! pointers (memmap2 marks that advice unsafe for its slice-backed types).
 //!
 //! # Safety
-//! Each mapping is owned by exactly one [`PageMapping`] that unmaps it on drop; pointers into it
-//! are only handed out as raw pointers, because the kernel writes that memory concurrently.
+//! Each mapping is owned by exactly one [`Mapping`] that unmaps it on drop; pointers into it
+//! are only handed out as raw pointers, because other writers change that memory concurrently,
+//! so no Rust reference into it can be invalidated by the replacement or discard operations.
 #![allow(unsafe_code)]
 
 use core::ptr::NonNull;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use perfclock_core::page::PerfEventMmapPage;
 
 use crate::sys::page_size;
 
-/// A mapping whose first page is a `perf_event_mmap_page`. Unmapped on drop.
+/// What a [`Mapping`]'s pages may be used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// `PROT_READ`.
+    Read,
+    /// `PROT_READ | PROT_WRITE`.
+    ReadWrite,
+    /// `PROT_READ | PROT_EXEC`: how `perf record` is told of a file (it logs executable
+    /// mappings by default).
+    ReadExec,
+}
+
+impl Access {
+    fn prot(self) -> libc::c_int {
+        match self {
+            Access::Read => libc::PROT_READ,
+            Access::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+            Access::ReadExec => libc::PROT_READ | libc::PROT_EXEC,
+        }
+    }
+}
+
+/// How a file mapping relates to the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// `MAP_SHARED`: the file's pages, seen by every process that maps them.
+    Shared,
+    /// `MAP_PRIVATE`: copy on write.
+    Private,
+}
+
+impl Sharing {
+    fn flag(self) -> libc::c_int {
+        match self {
+            Sharing::Shared => libc::MAP_SHARED,
+            Sharing::Private => libc::MAP_PRIVATE,
+        }
+    }
+}
+
+/// One `mmap` at an address the kernel picked, owned by this value and unmapped on drop.
 ///
-/// The page stays valid after the event's descriptor is closed (the mapping holds a reference
-/// to the event), and is not inherited by a fork child (the kernel marks it do-not-copy).
+/// Hands out its start only as a raw pointer: what is mapped may be written by the kernel or by
+/// another process while this process reads it (read it with atomic or volatile loads, e.g.
+/// through `perfclock_core`'s readers, which take such a pointer with an `unsafe` constructor
+/// whose contract this type's lifetime meets).
 #[derive(Debug)]
-pub struct PageMapping {
+pub struct Mapping {
     /// Invariant: the start of a mapping of `len` bytes that this value owns.
-    ptr: NonNull<PerfEventMmapPage>,
+    ptr: NonNull<u8>,
     len: usize,
 }
 
 // SAFETY: the mapping is process-wide memory; nothing here is tied to the mapping thread, and
-// all access to the kernel-written page goes through raw pointers (atomic loads by readers).
-unsafe impl Send for PageMapping {}
-// SAFETY: as above; `&PageMapping` only hands out the raw pointer.
-unsafe impl Sync for PageMapping {}
+// all access to its bytes goes through raw pointers.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` only hands out the raw pointer and the length.
+unsafe impl Sync for Mapping {}
 
-impl PageMapping {
-    /// # Safety
-    /// `ptr..ptr + len` must be a mapping from `mmap` that nothing else owns or unmaps.
-    pub(crate) unsafe fn from_raw(ptr: NonNull<PerfEventMmapPage>, len: usize) -> Self {
-        Self { ptr, len }
+impl Mapping {
+    /// `len` bytes of private anonymous memory, zero-filled.
+    ///
+    /// # Errors
+    /// `mmap`'s errno (`ENOMEM`; `EINVAL` for a length of 0).
+    pub fn anonymous(len: usize, access: Access) -> io::Result<Mapping> {
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        // SAFETY: a null hint makes the kernel pick a fresh range, aliasing no Rust object; no
+        // descriptor is involved.
+        let ptr = unsafe { libc::mmap(core::ptr::null_mut(), len, access.prot(), flags, -1, 0) };
+        Self::from_result(ptr, len)
     }
 
-    /// The page. The kernel writes it concurrently: read it only with atomic/volatile loads
-    /// (e.g. `perfclock_core::PageReader`), never through a `&PerfEventMmapPage`.
-    /// Valid for as long as `self` lives.
-    pub fn page(&self) -> NonNull<PerfEventMmapPage> {
+    /// `len` bytes of the file or object behind `fd` from its start.
+    ///
+    /// # Errors
+    /// `mmap`'s errno: `EACCES` for an access the descriptor does not allow, `EPERM` for an
+    /// executable mapping on a `noexec` mount, `ENODEV` for a descriptor that cannot be mapped.
+    pub fn file(
+        fd: BorrowedFd<'_>,
+        len: usize,
+        access: Access,
+        sharing: Sharing,
+    ) -> io::Result<Mapping> {
+        let raw = fd.as_raw_fd();
+        // SAFETY: a null hint makes the kernel pick a fresh range, aliasing no Rust object; `fd`
+        // is open for the call (the mapping keeps its own reference to the file). Bytes past the
+        // file's end fault when touched, which only raw-pointer readers could do, and they are
+        // told the length.
+        let ptr = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                access.prot(),
+                sharing.flag(),
+                raw,
+                0,
+            )
+        };
+        Self::from_result(ptr, len)
+    }
+
+    fn from_result(ptr: *mut libc::c_void, len: usize) -> io::Result<Mapping> {
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// Puts the first `len` bytes of the file or object behind `fd` in place of this mapping's
+    /// pages, at the same address, shared and with `access` (`MAP_FIXED`): a reader sees the old
+    /// pages or the new ones, never a hole.
+    ///
+    /// # Errors
+    /// `mmap`'s errno; the old pages then stay mapped.
+    pub fn replace_with_file(&self, fd: BorrowedFd<'_>, access: Access) -> io::Result<()> {
+        let flags = libc::MAP_SHARED | libc::MAP_FIXED;
+        // SAFETY: the range is exactly this value's own mapping, replaced whole in one call; it
+        // stays mapped throughout and owned by `self` afterwards (unmapped by its drop). Only raw
+        // pointers into it exist, so no reference sees its bytes change.
+        let ptr = unsafe {
+            libc::mmap(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                access.prot(),
+                flags,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Drops the pages' contents (`MADV_DONTNEED`): a private anonymous mapping reads as zeros
+    /// again, each page faulting on its next touch.
+    ///
+    /// # Errors
+    /// `madvise`'s errno.
+    pub fn discard(&self) -> io::Result<()> {
+        self.advise(libc::MADV_DONTNEED)
+    }
+
+    /// Asks for small pages only (`MADV_NOHUGEPAGE`), so that each page faults on its own.
+    ///
+    /// # Errors
+    /// `madvise`'s errno (`EINVAL` on a kernel without transparent huge pages).
+    pub fn no_huge_pages(&self) -> io::Result<()> {
+        self.advise(libc::MADV_NOHUGEPAGE)
+    }
+
+    fn advise(&self, advice: libc::c_int) -> io::Result<()> {
+        // SAFETY: the range is this value's own mapping. Discarding contents invalidates no Rust
+        // reference: only raw pointers into it are handed out.
+        let rc = unsafe { libc::madvise(self.ptr.as_ptr().cast(), self.len, advice) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The start of the mapping, valid for [`Mapping::len`] bytes while `self` lives.
+    pub fn as_ptr(&self) -> NonNull<u8> {
         self.ptr
+    }
+
+    /// The mapping's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping has no bytes (never: `mmap` refuses a length of 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
-impl Drop for PageMapping {
+impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `ptr`/`len` are exactly what mmap returned and we own the mapping; no
         // reference into it outlives `self` (only raw pointers were handed out, documented as
@@ -51,6 +209,30 @@ impl Drop for PageMapping {
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
         }
+    }
+}
+
+/// A mapping whose first page is a `perf_event_mmap_page`. Unmapped on drop.
+///
+/// The page stays valid after the event's descriptor is closed (the mapping holds a reference
+/// to the event), and is not inherited by a fork child (the kernel marks it do-not-copy).
+#[derive(Debug)]
+pub struct PageMapping {
+    /// Invariant: at least one page long, its first page a perf event's time page.
+    mapping: Mapping,
+}
+
+impl PageMapping {
+    /// A perf event's mapping, whose first page is the time page.
+    pub(crate) fn new(mapping: Mapping) -> Self {
+        Self { mapping }
+    }
+
+    /// The page. The kernel writes it concurrently: read it only with atomic/volatile loads
+    /// (e.g. `perfclock_core::PageReader`), never through a `&PerfEventMmapPage`.
+    /// Valid for as long as `self` lives.
+    pub fn page(&self) -> NonNull<PerfEventMmapPage> {
+        self.mapping.as_ptr().cast()
     }
 }
 
@@ -63,10 +245,13 @@ pub struct RingMapping {
 }
 
 impl RingMapping {
-    /// # Safety
-    /// `page` must map one page followed by `data_len` (a power of two) writable bytes.
-    pub(crate) unsafe fn from_raw(page: PageMapping, data_len: usize) -> Self {
-        Self { page, data_len }
+    /// `mapping` must be one page followed by `data_len` (a power of two) writable bytes.
+    pub(crate) fn new(mapping: Mapping, data_len: usize) -> Self {
+        debug_assert_eq!(mapping.len(), page_size() + data_len);
+        Self {
+            page: PageMapping::new(mapping),
+            data_len,
+        }
     }
 
     /// The control page (time fields, `data_head`, `data_tail`).
@@ -78,7 +263,7 @@ impl RingMapping {
     pub fn data(&self) -> NonNull<u8> {
         // SAFETY: the mapping is `page_size() + data_len` bytes long, so one page in is still
         // inside it (and non-null).
-        unsafe { NonNull::new_unchecked(self.page.ptr.as_ptr().cast::<u8>().add(page_size())) }
+        unsafe { NonNull::new_unchecked(self.page.mapping.as_ptr().as_ptr().add(page_size())) }
     }
 
     /// Size of the data area in bytes (a power of two).
@@ -92,27 +277,72 @@ impl RingMapping {
     /// A ring in ordinary anonymous memory, laid out like a perf mapping, so that tests can
     /// play the kernel's part.
     pub(crate) fn anonymous_for_test(data_pages_log2: u32) -> Self {
-        let page = page_size();
-        let data_len = page << data_pages_log2;
-        let len = page + data_len;
-        // SAFETY: a fresh private anonymous mapping at an address the kernel picks.
-        let ptr = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(ptr, libc::MAP_FAILED);
-        // SAFETY: the fresh mapping above, owned by nothing else, one page plus `data_len`.
-        unsafe {
-            RingMapping::from_raw(
-                PageMapping::from_raw(NonNull::new(ptr.cast()).unwrap(), len),
-                data_len,
-            )
-        }
+        let data_len = page_size() << data_pages_log2;
+        let mapping = Mapping::anonymous(page_size() + data_len, Access::ReadWrite).unwrap();
+        RingMapping::new(mapping, data_len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discarded_anonymous_pages_read_as_zero_again() {
+        let mapping = Mapping::anonymous(page_size(), Access::ReadWrite).unwrap();
+        let byte = mapping.as_ptr().as_ptr();
+        // SAFETY: the first byte of a live, writable mapping this test owns.
+        unsafe { byte.write_volatile(7) };
+        // SAFETY: as above.
+        assert_eq!(unsafe { byte.read_volatile() }, 7);
+        mapping.discard().unwrap();
+        // SAFETY: as above; a discarded private anonymous page faults in zero-filled.
+        assert_eq!(unsafe { byte.read_volatile() }, 0);
+    }
+
+    #[test]
+    fn replacing_keeps_the_address_and_shows_the_new_file() {
+        use std::io::Write;
+        let mut old = tempfile_with(b"old!");
+        let mut new = tempfile_with(b"new!");
+        old.flush().unwrap();
+        new.flush().unwrap();
+        let mapping = Mapping::file(
+            std::os::fd::AsFd::as_fd(&old),
+            page_size(),
+            Access::Read,
+            Sharing::Shared,
+        )
+        .unwrap();
+        let at = mapping.as_ptr();
+        // SAFETY: four bytes inside a live mapping of a four-byte file (the rest of the page
+        // reads as zeros).
+        let read = || unsafe { core::slice::from_raw_parts(at.as_ptr(), 4).to_vec() };
+        assert_eq!(read(), b"old!");
+        mapping
+            .replace_with_file(std::os::fd::AsFd::as_fd(&new), Access::Read)
+            .unwrap();
+        assert_eq!(mapping.as_ptr(), at);
+        assert_eq!(read(), b"new!");
+    }
+
+    /// An unlinked file holding `bytes`.
+    fn tempfile_with(bytes: &[u8]) -> std::fs::File {
+        use std::io::Write;
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!(
+            "perfclock-mapping-{}-{}",
+            std::process::id(),
+            bytes[0]
+        ));
+        let mut file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        file.write_all(bytes).unwrap();
+        file
     }
 }

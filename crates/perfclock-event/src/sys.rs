@@ -11,16 +11,18 @@
 //!
 //! # Safety
 //! Unsafe code here is confined to single libc calls: `sysconf`, `gettid`, `getauxval` and
-//! `clock_gettime` into a local `timespec` (no preconditions beyond a valid out-pointer), and the `mmap`/`munmap`
-//! pair of [`ExecMarkerMapping`], which owns its mapping, unmaps it exactly once on drop and
-//! never hands out a pointer or reference into it (nothing in this process reads it, so neither
-//! the file's size nor its concurrent appends can be observed by Rust code).
+//! `clock_gettime` into a local `timespec` (no preconditions beyond a valid out-pointer).
+//! [`ExecMarkerMapping`] is a [`Mapping`] that never hands out a pointer into it (nothing in
+//! this process reads it, so neither the file's size nor its concurrent appends can be observed
+//! by Rust code).
 #![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io;
-use std::os::unix::io::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::mapping::{Access, Mapping, Sharing};
 
 /// The system page size (`sysconf(_SC_PAGESIZE)`; 4096 should the call fail, which it does not
 /// on Linux).
@@ -158,10 +160,8 @@ pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// while it is mapped.
 #[derive(Debug)]
 pub struct ExecMarkerMapping {
-    /// Invariant: the address `mmap` returned for `len` bytes, owned by this value and unmapped
-    /// only by its drop.
-    addr: usize,
-    len: usize,
+    /// Never read through (see above).
+    mapping: Mapping,
 }
 
 impl ExecMarkerMapping {
@@ -170,37 +170,19 @@ impl ExecMarkerMapping {
     /// # Errors
     /// `mmap`'s errno: `EPERM` on a `noexec` mount, `EACCES` if `file` is not readable.
     pub fn new(file: &File) -> io::Result<ExecMarkerMapping> {
-        let len = page_size();
-        // SAFETY: a null hint makes the kernel choose a fresh range, so the mapping aliases no
-        // Rust object; `file` is an open descriptor for the duration of the call (the mapping
-        // keeps its own reference to the file). The mapping is private and read-only and is
-        // never read through (see the invariant), so the file's length and later writes to it
-        // are irrelevant to memory safety.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(ExecMarkerMapping {
-            addr: addr as usize,
-            len,
-        })
+        let mapping = Mapping::file(
+            file.as_fd(),
+            page_size(),
+            Access::ReadExec,
+            Sharing::Private,
+        )?;
+        Ok(ExecMarkerMapping { mapping })
     }
-}
 
-impl Drop for ExecMarkerMapping {
-    fn drop(&mut self) {
-        // SAFETY: by the invariant, `addr`/`len` are a live mapping this value owns and nothing
-        // points into it; it is unmapped once, here.
-        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    /// Where the file is mapped: the start of the range `perf record`'s `MMAP2` record and
+    /// `/proc/<pid>/maps` name.
+    pub fn address(&self) -> usize {
+        self.mapping.as_ptr().as_ptr() as usize
     }
 }
 
@@ -211,7 +193,7 @@ mod tests {
     /// The mapping's line in `/proc/self/maps`, if it is there.
     fn maps_line(mapping: &ExecMarkerMapping) -> Option<String> {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let start = format!("{:x}-", mapping.addr);
+        let start = format!("{:x}-", mapping.address());
         maps.lines()
             .find(|line| line.starts_with(&start))
             .map(str::to_owned)
@@ -227,7 +209,7 @@ mod tests {
             .unwrap();
         let mapping = ExecMarkerMapping::new(&file).unwrap();
         let line = maps_line(&mapping).expect("the mapping is in /proc/self/maps");
-        let addr = mapping.addr;
+        let addr = mapping.address();
         assert!(line.contains(" r-xp "), "{line}");
         assert!(line.ends_with(path.to_str().unwrap()), "{line}");
         drop(mapping);
