@@ -17,6 +17,12 @@
 //! by Rust code).
 #![allow(unsafe_code)]
 
+pub mod affinity;
+pub mod children;
+pub mod fork;
+pub mod process;
+pub mod thread;
+
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;

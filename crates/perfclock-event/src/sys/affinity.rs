@@ -1,0 +1,1 @@
+//! The CPUs a thread may run on.

@@ -1,0 +1,1 @@
+//! The calling thread's properties: its name and its signal mask.
