@@ -11,11 +11,10 @@
 //! `calibration_figures` (startup, long run, fit band).
 //!
 //! # Safety
-//! Unsafe code is denied here and allowed only in the `affinity` module (saving and restoring
-//! the thread's CPU mask), which says why at its top.
-#![deny(unsafe_code)]
+//! No unsafe code: the thread's CPU mask is saved and restored through
+//! `perfclock_event::sys::affinity`.
+#![forbid(unsafe_code)]
 
-mod affinity;
 mod error;
 mod monotonic;
 mod source;

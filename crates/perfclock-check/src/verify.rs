@@ -10,8 +10,8 @@ use core::fmt;
 
 use perfclock_calib::{GroundTruth, RecordKind};
 use perfclock_core::ReadError;
+use perfclock_event::sys::affinity::AffinityGuard;
 
-use crate::affinity::AffinityGuard;
 use crate::error::VerifyError;
 use crate::PerfTimeSource;
 
@@ -290,7 +290,7 @@ pub fn verify_with(
     let kinds = gt.kinds();
     let bound = clock.error_bound_ns();
     let pin = if options.alternate_cpus {
-        AffinityGuard::save()
+        AffinityGuard::save().ok()
     } else {
         None
     };
