@@ -35,10 +35,8 @@
 //! the union of both bounds while the two switch; every poll refreshes the heartbeat. After a
 //! clock jump the in-process refiner detected, the new line is published as it is.
 //!
-//! # Safety
-//! One unsafe call: installing the SIGINT/SIGTERM handler, which only stores an atomic. The page,
-//! its file, its socket and its directory are `perfclock::shared_page::publisher`'s.
-#![allow(unsafe_code)]
+//! The page, its file, its socket and its directory are `perfclock::shared_page::publisher`'s;
+//! SIGINT and SIGTERM set a flag through signal-hook.
 
 use std::fmt;
 use std::fs::File;
@@ -46,6 +44,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use perfclock::paravirt::{self, OffsetSource, ParavirtRefusal};
@@ -58,6 +57,7 @@ use perfclock_core::counter;
 use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::shared_page::{parse, SharedPageWriter, HEARTBEAT_INTERVAL_NS};
 use perfclock_core::TimeConversion;
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::output::chain;
 use crate::output::errln;
@@ -73,12 +73,6 @@ const STATUS_INTERVAL: Duration = Duration::from_secs(60);
 const SLEW_HORIZON_NS: f64 = 1e9;
 
 const _: () = assert!(POLL_INTERVAL.as_nanos() <= HEARTBEAT_INTERVAL_NS as u128);
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn request_stop(_signal: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
 
 /// Runs the server on `path` (or the default location) until SIGINT or SIGTERM; with `once`,
 /// publishes the paravirt offset and exits.
@@ -113,7 +107,7 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), ServeError> {
         existing.as_ref().map(|(_, bytes)| bytes.as_slice()),
         boot_id,
     );
-    install_stop_handlers();
+    let stop = stop_on_signals()?;
     let mut server = start_calibration(inherited)?;
     let (page, file) = open_page(&mut server, existing, inherited, &path, boot_id)?;
     let socket = socket_path(&path);
@@ -128,7 +122,7 @@ fn serve(path: Option<PathBuf>, once: bool) -> Result<(), ServeError> {
         socket.display(),
         path.display()
     );
-    poll_until_stopped(&mut server, &page, &file, &path)?;
+    poll_until_stopped(&mut server, &page, &file, &path, &stop)?;
     errln!(
         "{NAME}: stopping; {} stays, its heartbeat stops, so clients report an unknown bound \
          after {} s until a server runs again",
@@ -265,9 +259,10 @@ fn poll_until_stopped(
     page: &LivePage,
     file: &File,
     path: &Path,
+    stop: &AtomicBool,
 ) -> Result<(), ServeError> {
     let mut last_status = Instant::now();
-    while !STOP.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(POLL_INTERVAL);
         let now = counter_now()?;
         match server.target() {
@@ -306,6 +301,8 @@ enum ServeError {
     Publish(PublishError),
     /// `/proc/sys/kernel/random/boot_id` unreadable.
     BootId(io::Error),
+    /// The SIGINT/SIGTERM handlers could not be installed.
+    Signals(io::Error),
     /// `--once` with paravirt mode disabled.
     OnceWithParavirtOff,
     /// Paravirt mode measured no offset.
@@ -336,6 +333,7 @@ impl fmt::Display for ServeError {
             ),
             ServeError::Publish(error) => error.fmt(f),
             ServeError::BootId(_) => write!(f, "cannot read {}", perfclock_event::sys::BOOT_ID_PATH),
+            ServeError::Signals(_) => f.write_str("cannot install the SIGINT/SIGTERM handlers"),
             ServeError::OnceWithParavirtOff => write!(
                 f,
                 "--once publishes the paravirt offset, which {}=off disables",
@@ -362,7 +360,7 @@ impl std::error::Error for ServeError {
         match self {
             // Transparent: the publisher's own message is this one's.
             ServeError::Publish(error) => error.source(),
-            ServeError::BootId(error) => Some(error),
+            ServeError::BootId(error) | ServeError::Signals(error) => Some(error),
             ServeError::NoOffset(refusal) => Some(refusal),
             ServeError::NoPerfClock(error) => Some(error),
             ServeError::Calibration(error) => Some(error),
@@ -518,11 +516,13 @@ fn boot_id() -> Result<[u64; 2], ServeError> {
     perfclock_event::sys::boot_id().map_err(ServeError::BootId)
 }
 
-fn install_stop_handlers() {
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only stores an atomic, which is async-signal-safe.
-        unsafe { libc::signal(signal, request_stop as *const () as libc::sighandler_t) };
+/// A flag SIGINT and SIGTERM set (the handler stores to it and does nothing else).
+fn stop_on_signals() -> Result<Arc<AtomicBool>, ServeError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(ServeError::Signals)?;
     }
+    Ok(stop)
 }
 
 #[cfg(test)]

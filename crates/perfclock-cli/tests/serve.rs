@@ -707,6 +707,45 @@ fn serve_until_exit(page: &Path, limit: Duration) -> (Option<std::process::ExitS
     (status, stderr)
 }
 
+/// SIGINT and SIGTERM stop the server cleanly: exit status 0, its socket removed, the page left
+/// for clients (whose bound turns unknown when the heartbeat stops).
+#[test]
+fn sigint_and_sigterm_stop_the_server_cleanly() {
+    if role().is_some() {
+        return;
+    }
+    if !calibrated_machine() {
+        eprintln!("SKIPPED sigint_and_sigterm_stop_the_server_cleanly: kernel mode");
+        return;
+    }
+    for signal in ["INT", "TERM"] {
+        let dir = tempfile::tempdir().unwrap();
+        let page = dir.path().join("clock");
+        let mut server = Server::start(&page);
+        let socket = perfclock::shared_page::socket_path(&page);
+        assert!(socket.exists(), "the server serves through {socket:?}");
+        let sent = Command::new("kill")
+            .args(["-s", signal, &server.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -s {signal}");
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "SIG{signal} did not stop the server"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(0), "SIG{signal}: {status:?}");
+        assert!(!socket.exists(), "SIG{signal}: the socket was left behind");
+        assert!(page.exists(), "SIG{signal}: the page is kept for clients");
+    }
+}
+
 /// A file of the page's size at `--path` that is not a page is left as it is: serve refuses it
 /// instead of writing its page into it.
 #[test]
