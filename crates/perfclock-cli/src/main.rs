@@ -1,4 +1,8 @@
 //! The `perfclock` command: `doctor`, `inject-time-conv`, `attach`, `agent-path`, `record`, `serve`.
+//!
+//! No unsafe code: the system calls are `perfclock_event::sys`'s, the signal handlers
+//! signal-hook's.
+#![forbid(unsafe_code)]
 
 pub(crate) mod agent;
 pub(crate) mod agent_path;

@@ -547,7 +547,7 @@ fn perf_record(options: &RecordOptions, target: &Target<'_>, raw: &Path) -> Comm
         perf.arg("--").args(*command);
     }
     // perf writes its file on SIGINT, and stops the command it runs.
-    children::supervise(&mut perf, libc::SIGINT);
+    children::die_with_parent(&mut perf, libc::SIGINT);
     perf
 }
 
@@ -876,7 +876,7 @@ fn post_process(
                 .arg(&converted)
                 .arg("-o")
                 .arg(&injected);
-            children::supervise(&mut inject, libc::SIGTERM);
+            children::die_with_parent(&mut inject, libc::SIGTERM);
             let mut child = inject.spawn().map_err(RecordError::RunInject)?;
             signals.fatal(Some(child.id()), Some(message.clone()));
             let result = child.wait();
