@@ -192,14 +192,47 @@ pub enum AttachError {
     },
 }
 
+/// Which input of [`attach`](crate::attach) the caller can change to get past an error; a front
+/// end names its own knob for it (a command-line flag, a configuration key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Remedy {
+    /// A longer `timeout`: the step may only have been slow.
+    LongerTimeout,
+    /// Another `agent`: this one cannot be read, is not visible to the JVM, or cannot be
+    /// loaded by it.
+    AnotherAgent,
+}
+
+impl AttachError {
+    /// The input to change, where changing one can help.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            Self::Stalled { .. }
+            | Self::NoQuitHandler { .. }
+            | Self::SocketTimeout { .. }
+            | Self::ConnectTimeout { .. }
+            | Self::ResponseTimeout { .. } => Some(Remedy::LongerTimeout),
+            Self::Agent { .. } | Self::AgentNotVisible { .. } => Some(Remedy::AnotherAgent),
+            Self::Refused { message, .. } | Self::NotLoaded { message }
+                if message.contains("Agent_OnAttach is not available")
+                    || message.contains("was not loaded") =>
+            {
+                Some(Remedy::AnotherAgent)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// What to do about a JVM message: a hint for the causes perfclock recognises.
 fn hint(message: &str) -> &'static str {
     if message.contains("Agent_OnAttach is not available") {
         "; the library exports no Agent_OnAttach, so it can only be loaded at JVM start \
-         (-agentpath): pass --agent with perfclock's attachable agent (`perfclock agent-path`)"
+         (-agentpath): load an agent that exports it (perfclock's: `perfclock agent-path`)"
     } else if message.contains("was not loaded") {
-        "; the JVM could not dlopen the library (see the reason above): pass --agent with a \
-         library built for this machine's architecture and libc"
+        "; the JVM could not dlopen the library (see the reason above): load a library built \
+         for this machine's architecture and libc"
     } else if message.contains("Dynamic agent loading is not enabled") {
         "; restart the JVM with -XX:+EnableDynamicAgentLoading"
     } else {
@@ -262,7 +295,7 @@ impl AttachError {
                 f,
                 "timeout: {step} for process {pid} did not finish within {:.1} s (a file system \
                  it uses, such as a FUSE or network mount, or the process itself blocked it); \
-                 raise --timeout if the machine is only slow",
+                 raise the timeout if the machine is only slow",
                 timeout.as_secs_f64()
             ),
             Self::Thread { .. } => write!(
@@ -276,14 +309,14 @@ impl AttachError {
                 f,
                 "permission: JVM {pid} runs as uid {} gid {} and perfclock as uid {} gid {}; \
                  HotSpot accepts an attach only from its own user and group or from root: run \
-                 perfclock attach as root (sudo) or as the JVM's user (sudo -u '#{}' -g '#{}')",
+                 the attach as root (sudo) or as the JVM's user (sudo -u '#{}' -g '#{}')",
                 jvm.0, jvm.1, ours.0, ours.1, jvm.0, jvm.1
             ),
             Self::SwitchCredentials { jvm, .. } => write!(
                 f,
                 "permission: cannot switch to the JVM's uid {} gid {} without root's groups \
-                 (setgroups/setresgid/setresuid refused); run perfclock attach with CAP_SETUID \
-                 and CAP_SETGID, or as the JVM's user",
+                 (setgroups/setresgid/setresuid refused); attach with CAP_SETUID and \
+                 CAP_SETGID, or as the JVM's user",
                 jvm.0, jvm.1
             ),
             Self::NotHotSpot { pid, name } => write!(
@@ -315,7 +348,7 @@ impl AttachError {
                 f,
                 "timeout: JVM {pid} installed no SIGQUIT handler within {:.1} s (still starting, \
                  or run with -Xrs from a file perfclock cannot see); not signalled, since \
-                 SIGQUIT would end it: retry once it runs, or raise --timeout",
+                 SIGQUIT would end it: retry once it runs, or raise the timeout",
                 waited.as_secs_f64()
             ),
             _ => unreachable!("Display::fmt dispatches only these variants here"),
@@ -327,14 +360,14 @@ impl AttachError {
         match self {
             Self::Agent { path, .. } => write!(
                 f,
-                "cannot use the agent {}; pass --agent with the path of libperfclock_agent.so",
+                "cannot use the agent {}: give the path of an agent library this user can read",
                 shown(path)
             ),
             Self::AgentNotVisible { pid, path } => write!(
                 f,
                 "agent {} is not the same file inside JVM {pid}'s mount namespace (/proc/{pid}/root{}), \
                  where the JVM opens it: make it visible to the JVM at the same path (bind-mount \
-                 or copy it into the container) and pass that path with --agent",
+                 or copy it into the container) and give that path",
                 shown(path),
                 shown(path)
             ),
@@ -360,7 +393,7 @@ impl AttachError {
                 "timeout: JVM {pid} did not open its attach socket {} within {:.1} s of SIGQUIT: \
                  attach disabled (-XX:+DisableAttachMechanism, e.g. from a -XX:Flags= file perfclock \
                  cannot see), or the JVM is stopped or overloaded; restart it without that \
-                 option, or raise --timeout",
+                 option, or raise the timeout",
                 shown(socket),
                 waited.as_secs_f64()
             ),
@@ -368,7 +401,7 @@ impl AttachError {
                 f,
                 "timeout: the attach socket {} accepted no connection within {:.1} s (its listen \
                  queue stayed full: the JVM is overloaded, or what listens there is no JVM); \
-                 raise --timeout",
+                 raise the timeout",
                 shown(socket),
                 waited.as_secs_f64()
             ),
@@ -377,7 +410,7 @@ impl AttachError {
                 f,
                 "timeout: the JVM accepted the load command but did not answer within {:.1} s \
                  (Agent_OnAttach may still be running, and the agent may yet be loaded): raise \
-                 --timeout",
+                 the timeout",
                 timeout.as_secs_f64()
             ),
             _ => unreachable!("Display::fmt dispatches only these variants here"),

@@ -79,7 +79,7 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub use error::{AttachError, MalformedResponse, RequestError};
+pub use error::{AttachError, MalformedResponse, Remedy, RequestError};
 pub use escape::{escape_untrusted, escape_untrusted_bytes, UNTRUSTED_MAX_CHARS};
 use listener::Exchange;
 use protocol::LoadResponse;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use perfclock_attach::{escape_untrusted, escape_untrusted_bytes};
+use perfclock_attach::{escape_untrusted, escape_untrusted_bytes, Remedy};
 
 use crate::agent::{attach_when_live, AgentFailure};
 use crate::agent_path;
@@ -82,6 +82,14 @@ pub(crate) fn run(
         }
         Err(error) => {
             errln!("{NAME}: error: {}", chain(&error));
+            match error.remedy() {
+                Some(Remedy::LongerTimeout) => errln!(
+                    "{NAME}: the timeout is --timeout SECONDS ({:.1} s now)",
+                    timeout.as_secs_f64()
+                ),
+                Some(Remedy::AnotherAgent) => errln!("{NAME}: the agent is --agent PATH"),
+                _ => {}
+            }
             if let Some(failure) = AgentFailure::of(&error) {
                 errln!(
                     "{NAME}: perfclock's agent returns {} when {}: {} (its message is on the \

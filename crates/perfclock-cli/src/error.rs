@@ -13,7 +13,7 @@ use std::process::ExitStatus;
 
 use crate::agent::AgentFailure;
 
-use perfclock_attach::AttachError;
+use perfclock_attach::{AttachError, Remedy};
 use perfclock_jitdump::JitClock;
 use perfclock_perfdata::PerfDataError;
 
@@ -347,16 +347,22 @@ impl fmt::Display for JvmError {
                  at the same path",
                 dir.display()
             ),
-            Self::Attach(error) => match AgentFailure::of(error) {
-                Some(failure) => write!(
-                    f,
-                    "{error} (perfclock's agent returns {} when {}: {})",
-                    failure.code(),
-                    failure.meaning(),
-                    failure.fix()
-                ),
-                None => write!(f, "{error}"),
-            },
+            Self::Attach(error) => {
+                write!(f, "{error}")?;
+                if let Some(failure) = AgentFailure::of(error) {
+                    write!(
+                        f,
+                        " (perfclock's agent returns {} when {}: {})",
+                        failure.code(),
+                        failure.meaning(),
+                        failure.fix()
+                    )?;
+                }
+                if error.remedy() == Some(Remedy::AnotherAgent) {
+                    f.write_str(" (the agent is record's --agent PATH)")?;
+                }
+                Ok(())
+            }
         }
     }
 }

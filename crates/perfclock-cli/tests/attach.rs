@@ -444,7 +444,9 @@ fn attach_loads_the_agent_into_a_running_jvm_of_every_jdk() {
             &attach(&[&pid, "", "--agent", load_only]),
             &format!("Agent_OnAttach is not available in {load_only}"),
         );
-        assert_error(&attach(&[&pid, "", "--agent", "/bin/sh"]), "was not loaded");
+        let not_a_library = attach(&[&pid, "", "--agent", "/bin/sh"]);
+        assert_error(&not_a_library, "was not loaded");
+        assert_error(&not_a_library, "the agent is --agent PATH");
 
         // More than HotSpot reads of one argument: refused before sending.
         assert_error(
@@ -712,6 +714,7 @@ fn attach_errors_name_the_cause_within_ten_seconds() {
         // A shorter --timeout is honoured.
         let short = attach(&[&pid.to_string(), "", "--agent", &agent, "--timeout", "0.5"]);
         assert_error(&short, "within 0.5 s");
+        assert_error(&short, "the timeout is --timeout SECONDS (0.5 s now)");
         assert!(short.1 < Duration::from_secs(3), "{:?}", short.1);
     }
 }
