@@ -33,18 +33,19 @@
 //! opens the clock while the page is stale refuses it and calibrates on its own.
 //!
 //! # Safety
-//! The page is a read-only `MAP_SHARED` mapping of a sealed memfd at least as long as the
-//! mapping, unmapped on drop, replaced whole (`MAP_FIXED`) only by another such page whose lock
-//! words are all past the old one's; it is read only through the core's atomic readers.
+//! Unsafe code here builds the core's `SharedPageReader` over the page, which is a
+//! [`Mapping`] (read-only, `MAP_SHARED`) of a sealed memfd at least as long as the mapping,
+//! replaced whole (`MAP_FIXED`) only by another such page whose lock words are all past the old
+//! one's; the reader is dropped before the mapping and reads it only through atomics.
 #![allow(unsafe_code)]
 
 use std::ffi::OsString;
 use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -56,7 +57,7 @@ use perfclock_core::shared_page::{
 use perfclock_core::{PageDefect, PageReader};
 
 use perfclock_core::published_offset::{self, PublishedOffset};
-use perfclock_event::{sealed_page, sys};
+use perfclock_event::{peer, sealed_page, sys, Access, Mapping, Sharing};
 
 use crate::Refusal;
 
@@ -94,8 +95,7 @@ fn candidates_from(setting: Option<OsString>, runtime: Option<OsString>) -> Opti
 /// Where a server run by this user publishes by default: [`SYSTEM_PATH`] for root, else
 /// `$XDG_RUNTIME_DIR/perfclock/clock` (`None` without `XDG_RUNTIME_DIR`).
 pub fn default_server_path() -> Option<PathBuf> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    if peer::effective_uid() == 0 {
         return Some(PathBuf::from(SYSTEM_PATH));
     }
     let runtime = sys::env_var_os("XDG_RUNTIME_DIR").filter(|dir| !dir.is_empty())?;
@@ -171,24 +171,13 @@ pub struct SharedPageInfo {
 /// A validated page, mapped read-only for the life of the value.
 #[derive(Debug)]
 pub(crate) struct SharedMapping {
-    base: NonNull<u8>,
+    /// Reads `page`, which outlives it (declared first: dropped first).
     reader: SharedPageReader,
+    /// The sealed memfd's page, replaced in place by [`SharedMapping::reattach`].
+    page: Mapping,
     path: PathBuf,
     /// When [`SharedMapping::reattach`] last tried.
     last_reattach: Mutex<Option<Instant>>,
-}
-
-// SAFETY: the mapping is read only through atomics (the core's readers), from any thread.
-unsafe impl Send for SharedMapping {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for SharedMapping {}
-
-impl Drop for SharedMapping {
-    fn drop(&mut self) {
-        // SAFETY: `base` is the FILE_BYTES mapping made in `open` and unmapped only here; the
-        // reader made from it lives in the same clock and is dropped with it.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), FILE_BYTES) };
-    }
 }
 
 /// This boot's id as the page stores it.
@@ -230,8 +219,7 @@ fn trusted_owner(owner: u32) -> bool {
     if owner == 0 {
         return true;
     }
-    // SAFETY: getuid and geteuid have no preconditions and cannot fail.
-    let (real, effective) = unsafe { (libc::getuid(), libc::geteuid()) };
+    let (real, effective) = (peer::real_uid(), peer::effective_uid());
     !sys::is_secure_execution() && (owner == real || owner == effective)
 }
 
@@ -254,14 +242,14 @@ impl SharedMapping {
             }
             Err(refusal) => return Err(refusal),
         };
-        let base = map_read_only(&memfd, None)?;
+        let page = map_read_only(&memfd)?;
         let mapping = SharedMapping {
-            base,
             // SAFETY: a page-aligned FILE_BYTES mapping of a sealed memfd at least that long
             // (it cannot shrink: the mapping cannot fault), that lives as long as `mapping`,
             // which owns the reader; the server writes it only through the core's atomic
             // writer.
-            reader: unsafe { SharedPageReader::new(base) },
+            reader: unsafe { SharedPageReader::new(page.as_ptr()) },
+            page,
             path: path.to_owned(),
             last_reattach: Mutex::new(None),
         };
@@ -292,13 +280,14 @@ impl SharedMapping {
         let Ok(memfd) = receive_page(connected, meta.uid(), REATTACH_TIMEOUT) else {
             return;
         };
-        let Ok(candidate) = map_read_only(&memfd, None) else {
+        let Ok(candidate) = map_read_only(&memfd) else {
             return;
         };
-        // SAFETY: a page-aligned FILE_BYTES mapping of a sealed memfd, unmapped below after the
-        // reader's last use.
-        let reader = unsafe { SharedPageReader::new(candidate) };
-        let usable = match (reader.snapshot(), self.reader.snapshot()) {
+        // SAFETY: a page-aligned FILE_BYTES mapping of a sealed memfd, which outlives the
+        // reader (both are dropped at the end of this function, the reader unused after this
+        // statement).
+        let new = unsafe { SharedPageReader::new(candidate.as_ptr()) }.snapshot();
+        let usable = match (new, self.reader.snapshot()) {
             (Ok(new), Ok(old)) => {
                 parse(&new).is_ok_and(|page| page.check_fresh(boot, counter_now()).is_ok())
                     && LOCK_WORDS
@@ -307,10 +296,8 @@ impl SharedMapping {
             }
             _ => false,
         };
-        // SAFETY: the temporary mapping made above, no longer read.
-        unsafe { libc::munmap(candidate.as_ptr().cast(), FILE_BYTES) };
         if usable {
-            let _ = map_read_only(&memfd, Some(self.base));
+            let _ = self.page.replace_with_file(memfd.as_fd(), Access::Read);
         }
     }
 
@@ -417,35 +404,15 @@ fn receive_page(
     }
 }
 
-/// Maps FILE_BYTES of `memfd` read-only and shared, at `fixed` (replacing what is there) if
-/// given.
-fn map_read_only(memfd: &File, fixed: Option<NonNull<u8>>) -> Result<NonNull<u8>, Refusal> {
-    let (hint, flags) = match fixed {
-        Some(base) => (base.as_ptr().cast(), libc::MAP_SHARED | libc::MAP_FIXED),
-        None => (std::ptr::null_mut(), libc::MAP_SHARED),
-    };
-    // SAFETY: maps FILE_BYTES of a sealed memfd at least that long (checked by
-    // `receive_page`), read-only. With `fixed`, the range is this module's own mapping of the
-    // same size (`SharedMapping::base`), replaced whole: readers of it see the old page or the
-    // new one, both mapped read-only and never unmapped in between.
-    let base = unsafe {
-        libc::mmap(
-            hint,
-            FILE_BYTES,
-            libc::PROT_READ,
-            flags,
-            std::os::fd::AsRawFd::as_raw_fd(memfd),
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        let error = io::Error::last_os_error();
-        return Err(Refusal::Open {
+/// Maps FILE_BYTES of `memfd` (a sealed memfd at least that long, checked by
+/// `receive_page`) read-only and shared.
+fn map_read_only(memfd: &File) -> Result<Mapping, Refusal> {
+    Mapping::file(memfd.as_fd(), FILE_BYTES, Access::Read, Sharing::Shared).map_err(|error| {
+        Refusal::Open {
             kind: error.kind(),
             errno: error.raw_os_error(),
-        });
-    }
-    NonNull::new(base.cast::<u8>()).ok_or(Refusal::NotRegular)
+        }
+    })
 }
 
 /// What is wrong with the page file `file` itself (read with `read()`, never mapped), if

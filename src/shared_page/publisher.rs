@@ -5,27 +5,26 @@
 //! offset's file. What is published and when is the caller's (`perfclock serve`).
 //!
 //! # Safety
-//! Unsafe code here: the live page's `mmap`/`munmap` (a memfd of exactly the page's size, mapped
-//! before it is sealed and unmapped once on drop; written only through the core's atomic writer,
-//! lent out only for the duration of a closure), `geteuid` and `flock` on a descriptor this
-//! module owns.
+//! Unsafe code here builds the core's `SharedPageWriter` and `SharedPageReader` over the live
+//! page, a [`Mapping`] of a memfd of exactly the page's size (mapped before it is sealed,
+//! unmapped on drop), written only through the core's atomic writer, which is lent out only for
+//! the duration of a closure.
 #![allow(unsafe_code)]
 
 use std::fmt;
 use std::fs::{DirBuilder, File};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::time::Duration;
 
 use perfclock_core::shared_page::{
     parse, SharedPageReader, SharedPageWriter, FILE_BYTES, HEADER_OFFSET, MAGIC,
 };
 use perfclock_core::PageDefect;
-use perfclock_event::sealed_page;
+use perfclock_event::{peer, sealed_page, sys, Access, Mapping, Sharing};
 
 /// Why the server side could not publish.
 #[derive(Debug)]
@@ -155,8 +154,7 @@ impl PageDir {
                 dir,
             ))?;
         let meta = lock.metadata().map_err(io_error("stat", dir))?;
-        // SAFETY: no preconditions.
-        let euid = unsafe { libc::geteuid() };
+        let euid = peer::effective_uid();
         if meta.uid() != euid || meta.mode() & 0o022 != 0 {
             return Err(PublishError::Directory {
                 dir: dir.to_owned(),
@@ -165,8 +163,7 @@ impl PageDir {
                 euid,
             });
         }
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if sys::try_lock_exclusive(&lock).is_err() {
             return Err(PublishError::Busy {
                 dir: dir.to_owned(),
             });
@@ -180,7 +177,7 @@ impl PageDir {
 #[derive(Debug)]
 pub struct LivePage {
     memfd: File,
-    base: NonNull<u8>,
+    page: Mapping,
 }
 
 impl LivePage {
@@ -194,24 +191,18 @@ impl LivePage {
         let memory = |op| move |source| PublishError::Memory { op, source };
         let memfd = sealed_page::create_memfd(c"perfclock-clock", FILE_BYTES as u64)
             .map_err(memory("create"))?;
-        // SAFETY: maps FILE_BYTES of a memfd of exactly that size, shared and writable (before
-        // the seals forbid new writable mappings); the kernel picks the address.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                FILE_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                memfd.as_raw_fd(),
-                0,
-            )
+        // Mapped writable before the seals forbid new writable mappings.
+        let mapping = Mapping::file(
+            memfd.as_fd(),
+            FILE_BYTES,
+            Access::ReadWrite,
+            Sharing::Shared,
+        )
+        .map_err(memory("map"))?;
+        let page = LivePage {
+            memfd,
+            page: mapping,
         };
-        if base == libc::MAP_FAILED {
-            return Err(memory("map")(io::Error::last_os_error()));
-        }
-        let base = NonNull::new(base.cast::<u8>())
-            .ok_or_else(|| memory("map")(io::ErrorKind::Other.into()))?;
-        let page = LivePage { memfd, base };
         if let Some(bytes) = inherited {
             let bytes = bytes.get(..FILE_BYTES).unwrap_or(bytes);
             page.memfd.write_all_at(bytes, 0).map_err(memory("fill"))?;
@@ -224,7 +215,7 @@ impl LivePage {
     pub fn with_writer<T>(&self, write: impl FnOnce(&SharedPageWriter) -> T) -> T {
         // SAFETY: a page-aligned FILE_BYTES mapping that lives while `self` does, and the writer
         // does not outlive this call; clients only load atomically.
-        write(&unsafe { SharedPageWriter::new(self.base) })
+        write(&unsafe { SharedPageWriter::new(self.page.as_ptr()) })
     }
 
     /// A consistent copy of the page's bytes.
@@ -233,7 +224,7 @@ impl LivePage {
     /// [`PublishError::Memory`] if the header lock stayed odd (a writer interrupted).
     pub fn bytes(&self) -> Result<Vec<u8>, PublishError> {
         // SAFETY: as for `with_writer`; read through atomics, the reader dropped here.
-        let reader = unsafe { SharedPageReader::new(self.base) };
+        let reader = unsafe { SharedPageReader::new(self.page.as_ptr()) };
         let layout = reader.snapshot().map_err(|defect| PublishError::Memory {
             op: "read",
             source: io::Error::other(defect),
@@ -305,19 +296,6 @@ impl LivePage {
     }
 }
 
-// SAFETY: the mapping is written only through the core's atomic writer and read through its
-// atomic reader, from any thread.
-unsafe impl Send for LivePage {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for LivePage {}
-
-impl Drop for LivePage {
-    fn drop(&mut self) {
-        // SAFETY: our mapping, unmapped once; no writer outlives `with_writer`.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), FILE_BYTES) };
-    }
-}
-
 /// The file at `path` if an earlier server of this user left it (a regular file owned by us,
 /// writable by us alone, with one link, holding a page in this format), with its bytes, to be
 /// continued and updated in place. A symlink, a FIFO, an empty file or a damaged page (or one of
@@ -337,8 +315,7 @@ pub fn reuse_existing(path: &Path) -> Result<Option<(File, Vec<u8>)>, PublishErr
         return Ok(None);
     };
     let meta = file.metadata().map_err(io_error("stat", path))?;
-    // SAFETY: no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = peer::effective_uid();
     let ours = meta.file_type().is_file()
         && meta.uid() == euid
         && meta.mode() & 0o022 == 0

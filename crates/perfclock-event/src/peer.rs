@@ -8,7 +8,7 @@
 //! a handful of lines each.
 //!
 //! # Safety
-//! Each unsafe block is one system call that takes plain integers (`geteuid`, `getegid`,
+//! Each unsafe block is one system call that takes plain integers (`geteuid`, `getuid`, `getegid`,
 //! `setgroups` with a null list of length 0, `setresgid`, `setresuid`, `pidfd_open`,
 //! `pidfd_send_signal` with a null `siginfo`, `poll` on a local `pollfd`, `socket`), or
 //! `connect` with a `sockaddr_un` on our stack whose length is passed with it. A descriptor a
@@ -26,6 +26,12 @@ use std::time::Duration;
 pub fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
+}
+
+/// The calling thread's real uid (who started the process, also under setuid).
+pub fn real_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
 }
 
 /// The calling thread's effective gid.

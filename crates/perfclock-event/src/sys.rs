@@ -10,8 +10,9 @@
 //! `perfclock-core` keeps its own counter and page code: it depends on nothing.
 //!
 //! # Safety
-//! Unsafe code here is confined to single libc calls: `sysconf`, `gettid`, `getauxval` and
-//! `clock_gettime` into a local `timespec` (no preconditions beyond a valid out-pointer).
+//! Unsafe code here is confined to single libc calls: `sysconf`, `gettid`, `getauxval`,
+//! `flock` on a descriptor the caller's `File` owns, and `clock_gettime` into a local
+//! `timespec` (no preconditions beyond a valid out-pointer).
 //! [`ExecMarkerMapping`] is a [`Mapping`] that never hands out a pointer into it (nothing in
 //! this process reads it, so neither the file's size nor its concurrent appends can be observed
 //! by Rust code).
@@ -25,7 +26,7 @@ pub mod thread;
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::mapping::{Access, Mapping, Sharing};
@@ -103,6 +104,22 @@ pub fn monotonic_ns() -> u64 {
         .ok()
         .and_then(|ns| u64::try_from(ns).ok())
         .unwrap_or(0)
+}
+
+/// Takes an exclusive `flock` on `file` without waiting (held until every descriptor of that
+/// open file is closed). `std::fs::File::try_lock` does the same from Rust 1.89, past this
+/// workspace's minimum version.
+///
+/// # Errors
+/// `EWOULDBLOCK` when another open file description holds a lock on it; `flock`'s other errnos.
+pub fn try_lock_exclusive(file: &File) -> io::Result<()> {
+    // SAFETY: flock takes integers only; the descriptor is open for the call (borrowed from
+    // `file`).
+    if unsafe { libc::flock(file.as_fd().as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Whether this process runs with elevated privileges its user did not grant it: setuid,
@@ -293,5 +310,18 @@ mod tests {
         assert!(mutex.is_poisoned());
         *lock(&mutex) += 1;
         assert_eq!(*lock(&mutex), 2);
+    }
+
+    #[test]
+    fn a_second_exclusive_lock_is_refused_until_the_first_is_closed() {
+        let scratch = std::env::temp_dir().join(format!("perfclock-flock-{}", std::process::id()));
+        std::fs::create_dir(&scratch).unwrap();
+        let (first, second) = (File::open(&scratch).unwrap(), File::open(&scratch).unwrap());
+        try_lock_exclusive(&first).unwrap();
+        let refused = try_lock_exclusive(&second).unwrap_err();
+        assert_eq!(refused.raw_os_error(), Some(libc::EWOULDBLOCK));
+        drop(first);
+        try_lock_exclusive(&second).unwrap();
+        std::fs::remove_dir(&scratch).unwrap();
     }
 }
