@@ -157,13 +157,8 @@ impl fmt::Display for Withheld {
 /// # Errors
 /// [`crate::Error::Unsupported`] when `PR_GET_TSC` reports `PR_TSC_SIGSEGV`.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-#[allow(unsafe_code)]
 pub(crate) fn counter_readable() -> Result<(), crate::Error> {
-    let mut state: libc::c_int = 0;
-    // SAFETY: PR_GET_TSC writes one int through the pointer, which points at `state`.
-    let rc = unsafe { libc::prctl(libc::PR_GET_TSC, &mut state as *mut libc::c_int) };
-    // A kernel without the prctl (EINVAL) cannot disable the TSC either.
-    if rc == 0 && state == libc::PR_TSC_SIGSEGV {
+    if perfclock_event::sys::process::counter_faults() {
         return Err(crate::Error::Unsupported);
     }
     Ok(())
