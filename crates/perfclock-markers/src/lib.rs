@@ -42,10 +42,9 @@
 //! - Fork children and signal handlers: see [`Markers`].
 //!
 //! # Safety
-//! Unsafe code is denied here and allowed only in the `process` module (the `atexit` and
-//! `pthread_atfork` registrations), which says why at its top; the executable mapping of the
-//! marker file is [`perfclock_event::sys::ExecMarkerMapping`].
-#![deny(unsafe_code)]
+//! No unsafe code: the exit hook and the fork-aware pid are `perfclock_event::sys::process`'s,
+//! the executable mapping of the marker file is [`perfclock_event::sys::ExecMarkerMapping`].
+#![forbid(unsafe_code)]
 
 mod clock;
 mod error;
