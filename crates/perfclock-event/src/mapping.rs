@@ -34,6 +34,7 @@ pub enum Access {
 }
 
 impl Access {
+    #[inline(always)]
     fn prot(self) -> libc::c_int {
         match self {
             Access::Read => libc::PROT_READ,
@@ -63,6 +64,10 @@ impl Sharing {
 
 /// One `mmap` at an address the kernel picked, owned by this value and unmapped on drop.
 ///
+/// [`Mapping::anonymous`] and [`Mapping::touch`] are always inlined, also in unoptimised
+/// builds: they are the actions of the calibration's brackets, timed between two counter reads,
+/// where every call adds to the bound.
+///
 /// Hands out its start only as a raw pointer: what is mapped may be written by the kernel or by
 /// another process while this process reads it (read it with atomic or volatile loads, e.g.
 /// through `perfclock_core`'s readers, which take such a pointer with an `unsafe` constructor
@@ -72,6 +77,9 @@ pub struct Mapping {
     /// Invariant: the start of a mapping of `len` bytes that this value owns.
     ptr: NonNull<u8>,
     len: usize,
+    /// Anonymous memory: every byte of it can be read without a fault the kernel cannot
+    /// satisfy (a file mapping past the file's end raises SIGBUS).
+    anonymous: bool,
 }
 
 // SAFETY: the mapping is process-wide memory; nothing here is tied to the mapping thread, and
@@ -85,12 +93,13 @@ impl Mapping {
     ///
     /// # Errors
     /// `mmap`'s errno (`ENOMEM`; `EINVAL` for a length of 0).
+    #[inline(always)]
     pub fn anonymous(len: usize, access: Access) -> io::Result<Mapping> {
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
         // SAFETY: a null hint makes the kernel pick a fresh range, aliasing no Rust object; no
         // descriptor is involved.
         let ptr = unsafe { libc::mmap(core::ptr::null_mut(), len, access.prot(), flags, -1, 0) };
-        Self::from_result(ptr, len)
+        Self::from_result(ptr, len, true)
     }
 
     /// `len` bytes of the file or object behind `fd` from its start.
@@ -119,16 +128,21 @@ impl Mapping {
                 0,
             )
         };
-        Self::from_result(ptr, len)
+        Self::from_result(ptr, len, false)
     }
 
-    fn from_result(ptr: *mut libc::c_void, len: usize) -> io::Result<Mapping> {
+    #[inline(always)]
+    fn from_result(ptr: *mut libc::c_void, len: usize, anonymous: bool) -> io::Result<Mapping> {
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
         let ptr = NonNull::new(ptr.cast::<u8>())
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        Ok(Mapping { ptr, len })
+        Ok(Mapping {
+            ptr,
+            len,
+            anonymous,
+        })
     }
 
     /// Puts the first `len` bytes of the file or object behind `fd` in place of this mapping's
@@ -183,6 +197,21 @@ impl Mapping {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// Reads the byte at `offset` of an anonymous mapping (a volatile read, never elided): the
+    /// page faults in if it is not present. Whether it read (`false` past the end, or for a file
+    /// mapping, whose pages past the file's end would raise SIGBUS).
+    #[inline(always)]
+    pub fn touch(&self, offset: usize) -> bool {
+        if !self.anonymous || offset >= self.len {
+            return false;
+        }
+        // SAFETY: `offset` is inside this value's own anonymous mapping, which is readable in
+        // every `Access` and backed by memory the kernel supplies on demand; a volatile read of
+        // a byte through a raw pointer races with nothing Rust considers a reference.
+        unsafe { self.ptr.as_ptr().add(offset).read_volatile() };
+        true
     }
 
     /// The start of the mapping, valid for [`Mapping::len`] bytes while `self` lives.
@@ -298,6 +327,24 @@ mod tests {
         mapping.discard().unwrap();
         // SAFETY: as above; a discarded private anonymous page faults in zero-filled.
         assert_eq!(unsafe { byte.read_volatile() }, 0);
+    }
+
+    #[test]
+    fn only_anonymous_bytes_inside_the_mapping_are_touched() {
+        let mapping = Mapping::anonymous(page_size(), Access::Read).unwrap();
+        assert!(mapping.touch(0));
+        assert!(mapping.touch(page_size() - 1));
+        assert!(!mapping.touch(page_size()));
+        let empty = tempfile_with(b"x");
+        let file = Mapping::file(
+            std::os::fd::AsFd::as_fd(&empty),
+            2 * page_size(),
+            Access::Read,
+            Sharing::Shared,
+        )
+        .unwrap();
+        // The second page lies past the file's end: reading it would raise SIGBUS.
+        assert!(!file.touch(page_size()));
     }
 
     #[test]
