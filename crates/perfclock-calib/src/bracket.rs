@@ -43,10 +43,10 @@ pub struct KindStats {
     pub lost: u64,
 }
 
-/// The bracket error for the system call `op` that just failed (errno from this thread).
-pub(crate) fn syscall_error(op: &'static str) -> BracketError {
-    BracketError::Syscall {
+/// The bracket error for the system call `op`, from its `io::Error`.
+pub(crate) fn os_error(op: &'static str) -> impl Fn(std::io::Error) -> BracketError {
+    move |error| BracketError::Syscall {
         op,
-        errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        errno: error.raw_os_error().unwrap_or(0),
     }
 }

@@ -19,9 +19,10 @@
 //! page mid-update.
 //!
 //! # Safety
-//! The page is a `Box<PerfEventMmapPage>` turned into a raw pointer, freed when the last owner
-//! (the clock handle or the thread) drops the shared state; only the thread writes it (through
-//! `PageWriter`) and everyone else reads it through atomics ([`PageReader`]).
+//! Unsafe code here builds the [`PageReader`] over the page and its mirror, two
+//! `perfclock_event::Mapping`s that live until the last owner (the clock handle or the thread)
+//! drops the shared state; only the thread writes them (through `PageWriter`), everyone else
+//! reads them through atomics.
 #![allow(unsafe_code)]
 
 use std::ptr::NonNull;
@@ -32,6 +33,8 @@ use std::time::{Duration, Instant};
 
 use perfclock_core::page::PerfEventMmapPage;
 use perfclock_core::{counter, PageReader};
+use perfclock_event::sys::page_size;
+use perfclock_event::{Access, Mapping};
 
 use crate::error::CalibError;
 use crate::fork_gate;
@@ -47,39 +50,35 @@ pub const THREAD_NAME: &str = "perfclock-calib";
 
 /// The published page and its mirror (see `PageWriter::new_mirrored`): the writer finishes the
 /// mirror before it touches the page, so a writer preempted mid-update never blocks readers.
-/// Owns both allocations.
+/// Two anonymous mappings, so the two never overlap.
 #[derive(Debug)]
 pub(crate) struct OwnedPage {
-    pub(crate) page: NonNull<PerfEventMmapPage>,
-    pub(crate) mirror: NonNull<PerfEventMmapPage>,
+    page: Mapping,
+    mirror: Mapping,
 }
 
 impl OwnedPage {
-    fn new() -> Self {
-        let leak = || NonNull::from(Box::leak(Box::new(PerfEventMmapPage::zeroed())));
-        Self {
-            page: leak(),
-            mirror: leak(),
-        }
+    fn new() -> Result<Self, CalibError> {
+        let map = || {
+            Mapping::anonymous(page_size(), Access::ReadWrite)
+                .map_err(|error| CalibError::Pages(error.kind()))
+        };
+        Ok(Self {
+            page: map()?,
+            mirror: map()?,
+        })
+    }
+
+    /// The page readers try first. Valid while `self` lives.
+    pub(crate) fn page(&self) -> NonNull<PerfEventMmapPage> {
+        self.page.as_ptr().cast()
+    }
+
+    /// The mirror. Valid while `self` lives.
+    pub(crate) fn mirror(&self) -> NonNull<PerfEventMmapPage> {
+        self.mirror.as_ptr().cast()
     }
 }
-
-impl Drop for OwnedPage {
-    fn drop(&mut self) {
-        // SAFETY: both pointers came from Box::leak in new() and are freed only here, once;
-        // every reader and the writer hold the Arc that owns this value, so none outlives it.
-        unsafe {
-            drop(Box::from_raw(self.page.as_ptr()));
-            drop(Box::from_raw(self.mirror.as_ptr()));
-        }
-    }
-}
-
-// SAFETY: the page is only accessed through atomics (PageReader/PageWriter), so sharing the
-// pointer between threads is sound.
-unsafe impl Send for OwnedPage {}
-// SAFETY: as above.
-unsafe impl Sync for OwnedPage {}
 
 /// What the handle and the thread share.
 #[derive(Debug)]
@@ -200,14 +199,14 @@ impl CalibratedClock {
     {
         options.validate()?;
         let shared = Arc::new(Shared {
-            page: OwnedPage::new(),
+            page: OwnedPage::new()?,
             bound: BoundCell::default(),
             stats: AtomicStats::default(),
             stop: AtomicBool::new(false),
         });
-        // SAFETY: the pages are 8-aligned (Boxes of an 8-aligned type), distinct, live as long as
-        // `shared`, which the reader's owner (this clock) keeps, and are only written by the thread.
-        let reader = unsafe { PageReader::new_mirrored(shared.page.page, shared.page.mirror) };
+        // SAFETY: the pages are page-aligned, distinct, live as long as `shared`, which the
+        // reader's owner (this clock) keeps, and are only written by the thread.
+        let reader = unsafe { PageReader::new_mirrored(shared.page.page(), shared.page.mirror()) };
         let timeout = options.start_timeout;
         let open_probe: OpenProbe = Box::new(move |options: &CalibrationOptions| {
             let source = open(&options.kinds)?;
@@ -309,7 +308,7 @@ impl CalibratedClock {
     /// The primary page readers use (valid as long as this clock lives); read it together with
     /// its mirror through [`CalibratedClock::reader`].
     pub fn page(&self) -> NonNull<PerfEventMmapPage> {
-        self.shared.page.page
+        self.shared.page.page()
     }
 
     /// A reader of [`CalibratedClock::page`].

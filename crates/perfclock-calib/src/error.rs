@@ -31,6 +31,8 @@ pub enum CalibError {
     Publish(StepFailure),
     /// The background thread could not be spawned.
     Spawn(std::io::ErrorKind),
+    /// The two pages the clock publishes in could not be mapped.
+    Pages(std::io::ErrorKind),
     /// The thread did not report a first calibration within the start timeout.
     Timeout,
     /// The thread ended without reporting.
@@ -63,6 +65,11 @@ impl core::fmt::Display for CalibError {
                  cgroup's memory limit)",
             ),
             Self::Spawn(k) => write!(f, "cannot spawn the calibration thread: {k}"),
+            Self::Pages(std::io::ErrorKind::OutOfMemory) => f.write_str(
+                "cannot map the calibrated clock's two pages: no memory (`ulimit -v`, the \
+                 cgroup's memory limit)",
+            ),
+            Self::Pages(k) => write!(f, "cannot map the calibrated clock's two pages: {k}"),
             Self::Timeout => f.write_str(
                 "calibration did not finish in time (CalibrationOptions::start_timeout)",
             ),
@@ -79,7 +86,11 @@ impl std::error::Error for CalibError {
         match self {
             Self::Open(e) => Some(e),
             Self::Bracket(e) | Self::Fit(e) | Self::Publish(e) => Some(e.0.error()),
-            Self::Spawn(_) | Self::Timeout | Self::ThreadDied | Self::InvalidOptions { .. } => None,
+            Self::Spawn(_)
+            | Self::Pages(_)
+            | Self::Timeout
+            | Self::ThreadDied
+            | Self::InvalidOptions { .. } => None,
         }
     }
 }

@@ -20,18 +20,17 @@
 //! the `perfclock` facade's. A program that uses [`crate::CalibratedClock`] directly and forks
 //! registers `prepare`, `after` and `child` with `pthread_atfork`.
 //!
-//! # Safety
-//! The handlers touch only atomics and call `getpid` and `sched_yield` (async-signal-safe, the
-//! only unsafe calls). The writer thread blocks every signal, so no handler running on it can
+//! The handlers touch only atomics and call `getpid` and `sched_yield` (through
+//! `std::process::id` and `std::thread::yield_now`, which allocate nothing), all
+//! async-signal-safe. The writer thread blocks every signal, so no handler running on it can
 //! fork while it holds the gate.
-#![allow(unsafe_code)]
 
 use std::hint::spin_loop;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// 0 while the gate is open; while an update or a fork is in progress, the process id of the
 /// process whose thread holds it.
-static HOLDER: AtomicI32 = AtomicI32::new(0);
+static HOLDER: AtomicU32 = AtomicU32::new(0);
 
 /// Fork children this process descends from through `fork` (counted by [`child`]).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -56,8 +55,7 @@ impl Drop for Held {
 }
 
 fn close() {
-    // SAFETY: getpid has no preconditions and is async-signal-safe.
-    let me = unsafe { libc::getpid() };
+    let me = std::process::id();
     let mut spins = 0u32;
     loop {
         // ATOMICS: Acquire pairs with the Release in `open`, so what the previous holder wrote
@@ -80,8 +78,7 @@ fn close() {
         if spins < SPINS_BEFORE_YIELD {
             spin_loop();
         } else {
-            // SAFETY: sched_yield has no preconditions and is async-signal-safe.
-            unsafe { libc::sched_yield() };
+            std::thread::yield_now();
         }
     }
 }
@@ -118,6 +115,7 @@ fn open() {
 }
 
 #[cfg(test)]
+#[allow(unsafe_code)]
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};

@@ -1,22 +1,21 @@
 //! [`GroundTruth`]: counter brackets around actions that make the kernel stamp a record.
 //!
-//! # Safety
-//! The actions are system calls on this thread's own state: `prctl` on its name (restored
-//! after each bracket and on drop), `mmap`/`munmap` of a page this module maps and unmaps at
-//! once, and the fault arena's pages ([`crate::fault_arena`]) are read through its safe API.
-#![allow(unsafe_code)]
+//! The actions are system calls on this thread's own state, through `perfclock_event`'s safe
+//! wrappers: its name (restored after each bracket and on drop), a page mapped and unmapped at
+//! once, and the fault arena's pages ([`crate::fault_arena`]).
 
 use core::fmt;
 use core::marker::PhantomData;
 
-use crate::bracket::{syscall_error, Bracket, KindStats, Stamped};
+use crate::bracket::{os_error, Bracket, KindStats, Stamped};
 use crate::error::{BracketError, CalibError};
 use crate::fault_arena::FaultArena;
 use crate::kind::{KindSet, RecordKind};
 use perfclock_core::counter;
 use perfclock_event::record::Parsed;
+use perfclock_event::sys::thread::ThreadName;
 use perfclock_event::sys::{self, page_size};
-use perfclock_event::{sample, EventAttr, PerfEvent, RingReader, SysError};
+use perfclock_event::{sample, Access, EventAttr, Mapping, PerfEvent, RingReader, SysError};
 
 /// Consecutive discards after which [`GroundTruth::collect`] gives up.
 pub const MAX_CONSECUTIVE_DISCARDS: u32 = 64;
@@ -72,7 +71,7 @@ pub struct GroundTruth {
     faults: Option<(Source, FaultArena)>,
     pid: u32,
     tid: u32,
-    original_name: [u8; 16],
+    original_name: ThreadName,
     seq: u32,
     stats: [KindStats; 3],
     /// Kinds [`GroundTruth::open_available`] could not open.
@@ -134,15 +133,11 @@ impl GroundTruth {
         } else {
             None
         };
-        let mut original_name = [0u8; 16];
-        if comm {
-            // SAFETY: PR_GET_NAME writes at most 16 bytes (TASK_COMM_LEN) into the buffer.
-            let rc = unsafe { libc::prctl(libc::PR_GET_NAME, original_name.as_mut_ptr()) };
-            if rc != 0 {
-                return Err(syscall_error("prctl(PR_GET_NAME)").into());
-            }
-            original_name[15] = 0;
-        }
+        let original_name = if comm {
+            ThreadName::current().map_err(os_error("prctl(PR_GET_NAME)"))?
+        } else {
+            ThreadName::default()
+        };
         let (pid, tid) = (std::process::id(), sys::gettid());
         Ok(Self {
             side_band,
@@ -319,13 +314,17 @@ impl GroundTruth {
         read: &mut impl FnMut() -> T,
     ) -> Result<Stamped<T>, BracketError> {
         self.seq = self.seq.wrapping_add(1);
-        // A name no earlier action used (recently): "pcgt" + 8 hex digits, NUL-terminated.
-        let mut name = [0u8; 16];
+        // A name no earlier action used (recently): "pcgt" + 8 hex digits.
+        let mut name = [0u8; 12];
         name[..4].copy_from_slice(b"pcgt");
         for i in 0..8 {
             let nibble = (self.seq >> (28 - 4 * i)) & 0xf;
             name[4 + i] = b"0123456789abcdef"[nibble as usize];
         }
+        let thread_name = ThreadName::new(&name).ok_or(BracketError::Syscall {
+            op: "prctl(PR_SET_NAME)",
+            errno: libc::EINVAL,
+        })?;
         let (pid, tid) = (self.pid, self.tid);
         let source = self
             .side_band
@@ -333,19 +332,14 @@ impl GroundTruth {
             .ok_or(BracketError::KindNotOpened(RecordKind::Comm))?;
         source.ring.drain(|_| {})?;
         let before = read();
-        // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from `name`.
-        let rc = unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+        let set = thread_name.set_current();
         let after = read();
-        if rc != 0 {
-            return Err(syscall_error("prctl(PR_SET_NAME)"));
-        }
-        // SAFETY: as above, with the name saved at open (NUL-terminated within 16 bytes).
-        let rc = unsafe { libc::prctl(libc::PR_SET_NAME, self.original_name.as_ptr()) };
-        if rc != 0 {
-            return Err(syscall_error("prctl(PR_SET_NAME) restoring the name"));
-        }
+        set.map_err(os_error("prctl(PR_SET_NAME)"))?;
+        self.original_name
+            .set_current()
+            .map_err(os_error("prctl(PR_SET_NAME) restoring the name"))?;
         let (st, all) = (source.event.sample_type(), source.event.sample_id_all());
-        let ours = &name[..12];
+        let ours = &name[..];
         let m = match_one(&mut source.ring, RecordKind::Comm, |rec| {
             match rec.parse(st, all) {
                 Ok(Parsed::Comm {
@@ -419,25 +413,12 @@ impl GroundTruth {
         let len = page_size();
         source.ring.drain(|_| {})?;
         let before = read();
-        // SAFETY: a fresh private anonymous mapping at an address the kernel picks.
-        let ptr = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
+        let mapped = Mapping::anonymous(len, Access::ReadExec);
         let after = read();
-        if ptr == libc::MAP_FAILED {
-            return Err(syscall_error("mmap(PROT_EXEC)"));
-        }
-        // SAFETY: unmapping the mapping we just made; nothing refers to it.
-        unsafe { libc::munmap(ptr, len) };
+        let mapped = mapped.map_err(os_error("mmap(PROT_EXEC)"))?;
+        let start = mapped.as_ptr().as_ptr() as u64;
+        drop(mapped);
         let (st, all) = (source.event.sample_type(), source.event.sample_id_all());
-        let start = ptr as u64;
         let end = start + len as u64;
         let m = match_one(&mut source.ring, RecordKind::Mmap2, |rec| {
             match rec.parse(st, all) {
@@ -505,9 +486,9 @@ fn match_one(
 impl Drop for GroundTruth {
     fn drop(&mut self) {
         if self.kinds[RecordKind::Comm.index()] {
-            // SAFETY: restores the NUL-terminated name saved at open. Each bracket already
-            // restored it; this covers a panic between the two prctl calls.
-            unsafe { libc::prctl(libc::PR_SET_NAME, self.original_name.as_ptr()) };
+            // Each bracket already restored the name; this covers a panic between the two
+            // calls. Nothing to report from a drop.
+            let _ = self.original_name.set_current();
         }
     }
 }

@@ -10,7 +10,11 @@
 //!   page of our own memory, read with the same seqlock reader as the kernel's page. Its
 //!   brackets come from a [`BracketSource`]: the kernel's records, or a test's distortion of
 //!   them.
-
+//!
+//! # Safety
+//! Unsafe code is denied here and allowed only where the calibrated clock's page reader
+//! (`calibrator`) and its writer (`thread`) are built over the two pages the clock owns; the
+//! system calls are `perfclock_event`'s safe wrappers.
 #![deny(unsafe_code)]
 
 mod bracket;

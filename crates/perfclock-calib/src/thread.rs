@@ -2,9 +2,8 @@
 //! and start over when the clock moved.
 //!
 //! # Safety
-//! The thread is the pages' only writer (`PageWriter` over the pages its handle owns, kept
-//! alive by the shared state it holds); the other unsafe call (the signal mask) affects only this
-//! thread.
+//! The one unsafe call makes the thread the pages' only writer (`PageWriter` over the pages its
+//! handle owns, kept alive by the shared state it holds).
 #![allow(unsafe_code)]
 
 use std::sync::atomic::Ordering;
@@ -409,16 +408,6 @@ fn outside_bound(sol: &Solution, b: &Constraint) -> bool {
         || b.kernel_ns > at_after.saturating_add(bound_a)
 }
 
-fn block_all_signals() {
-    // SAFETY: sigset_t is plain data; sigfillset initialises it; pthread_sigmask only changes
-    // this thread's mask.
-    unsafe {
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        libc::sigfillset(&mut set);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut());
-    }
-}
-
 fn thread_cpu_ns() -> u64 {
     sys::clock_gettime_ns(ClockId::ThreadCpuTime)
         .ok()
@@ -437,7 +426,9 @@ pub(crate) fn run(
     spawned_at: Instant,
     inherited: Option<Solution>,
 ) {
-    block_all_signals();
+    // No signal handler runs here (the fork gate relies on it); pthread_sigmask fails only for
+    // an invalid argument, which this call never passes.
+    let _ = sys::thread::block_all_signals();
     let tid = sys::gettid();
     shared
         .stats
@@ -453,7 +444,7 @@ pub(crate) fn run(
     };
     // SAFETY: the pages are 8-aligned, distinct, outlive the thread (it holds `shared`), and this
     // thread is their only writer; readers use atomics.
-    let writer = unsafe { PageWriter::new_mirrored(shared.page.page, shared.page.mirror) };
+    let writer = unsafe { PageWriter::new_mirrored(shared.page.page(), shared.page.mirror()) };
     let refine = options.refine;
     let mut cal = Calibrator {
         shared: shared.clone(),
