@@ -7,8 +7,15 @@
 //!   `perfclock_core::PageReader`; [`PerfEvent::map_ring`] maps the page and a ring
 //!   ([`RingMapping`]), drained by [`RingReader`].
 //! - [`record`] decodes records: a pure module over byte slices, fuzzed.
-//! - [`sys`] holds the small system calls the writers share (page size, thread id,
-//!   `clock_gettime`, a poison-tolerant lock) and [`sys::ExecMarkerMapping`], the executable
+//! - [`Mapping`] owns the workspace's mappings (perf events, the shared page, the calibrated
+//!   clock's pages and scratch pages), unmapped on drop and read only through raw pointers; the
+//!   one `mmap` outside it is [`remap_page_after_fork`]'s, in a fork child's handler.
+//! - [`sys`] is the workspace's OS layer: the small system calls the other crates need (page
+//!   size, thread id, boot id, `clock_gettime`, a poison-tolerant lock, a file lock, CPU
+//!   affinity, child processes and signals, the pid across forks, an exit hook, the calling
+//!   thread's name and signal mask), so that the crates above hold unsafe code only to build
+//!   `perfclock_core`'s page readers and writers over their pages (and the C ABI and the JVMTI
+//!   agent for their foreign interfaces); and [`sys::ExecMarkerMapping`], the executable
 //!   mapping through which `perf record` sees a jitdump or marker file.
 //! - [`shared_file::create_exclusive`] creates the writers' files in directories others can
 //!   write (`/tmp`): never through a link, never into another user's file.
@@ -28,11 +35,11 @@
 //!
 //! # Safety
 //! Unsafe code is denied at the root and allowed only in [`event`](PerfEvent) (the system
-//! calls), the mapping module (owned mappings), the ring reader (loads from kernel-written
-//! memory), [`shared_file`] (`openat`, `fstatat`, `unlinkat`) and [`sys`] (`sysconf`, `gettid`,
-//! `clock_gettime`, the marker `mmap`), [`peer`] (thread credentials, pidfds, a UNIX
-//! socket `connect`) and [`sealed_page`] (`memfd_create`, seals, `SCM_RIGHTS`); each says why at
-//! its top.
+//! calls), the mapping module ([`Mapping`]), the ring reader (loads from kernel-written memory),
+//! [`shared_file`] (`openat`, `fstatat`, `unlinkat`), [`sys`] and its modules (each a handful of
+//! libc calls), [`peer`] (thread credentials, pidfds, a UNIX socket `connect`),
+//! [`pvclock_page`] (the vDSO's pvclock page) and [`sealed_page`] (`memfd_create`, seals,
+//! `SCM_RIGHTS`); each says why at its top.
 #![deny(unsafe_code)]
 
 mod attr;

@@ -20,7 +20,6 @@
 
 pub mod affinity;
 pub mod children;
-pub mod fork;
 pub mod process;
 pub mod thread;
 
