@@ -21,6 +21,20 @@ use crate::diagnosis::Withheld;
 #[cfg(target_os = "linux")]
 use crate::kernel::MAX_KERNEL_PAGES;
 
+/// `error` and each cause below it (`source()`), once each, joined by `": "`: how to print an
+/// error of this workspace on one line, since its `Display` says what failed and leaves the
+/// cause to `source()`.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
+}
+
 /// Why [`crate::Clock::open`] (or [`crate::init`]) gave no clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -189,6 +203,7 @@ mod tests {
             reason: CalibError::Open(refused()),
         };
         let printed = assert_each_cause_once(&calibration);
+        assert_eq!(error_chain(&calibration), printed, "the front ends' printer");
         assert!(printed.contains("Permission denied"), "{printed}");
         assert!(printed.contains("perf_event_paranoid"), "{printed}");
 

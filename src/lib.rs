@@ -70,7 +70,7 @@ use perfclock_core::counter;
 
 pub use clock::{Clock, Mode, Options};
 pub use diagnosis::Withheld;
-pub use error::Error;
+pub use error::{error_chain, Error};
 #[cfg(target_os = "linux")]
 pub use error::{Refusal, SnapshotError};
 pub use perfclock_core::{ReadError, TimeConversion};

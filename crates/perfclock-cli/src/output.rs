@@ -54,15 +54,5 @@ pub(crate) fn write_err(args: fmt::Arguments<'_>) {
     let _ = io::stderr().lock().write_fmt(args);
 }
 
-/// `error` and each cause below it, once each, joined by `: `: how every command prints an
-/// error whose `Display` says what failed and whose `source()` says why.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        text.push_str(": ");
-        text.push_str(&next.to_string());
-        cause = next.source();
-    }
-    text
-}
+/// An error and its causes on one line: the facade's [`perfclock::error_chain`].
+pub(crate) use perfclock::error_chain as chain;

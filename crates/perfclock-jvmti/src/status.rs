@@ -54,19 +54,8 @@ impl StartError {
     }
 }
 
-/// An error and each cause behind it (`source()`), joined by `": "`, for the agent's lines on
-/// the JVM's stderr: the workspace's errors say what failed and give the cause through
-/// `source()`, so their `Display` alone would hide it.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        text.push_str(": ");
-        text.push_str(&next.to_string());
-        cause = next.source();
-    }
-    text
-}
+/// An error and its causes on one line: the facade's [`perfclock::error_chain`].
+pub(crate) use perfclock::error_chain as chain;
 
 #[cfg(test)]
 mod tests {

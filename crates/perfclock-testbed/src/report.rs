@@ -4,18 +4,8 @@ use std::fmt;
 
 use crate::brackets::Stats;
 
-/// An error and each cause behind it (`source()`), joined by `": "`: the workspace's errors
-/// say what failed and give the cause through `source()`, so `Display` alone would hide it.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        text.push_str(": ");
-        text.push_str(&next.to_string());
-        cause = next.source();
-    }
-    text
-}
+/// An error and its causes on one line: the facade's [`perfclock::error_chain`].
+pub(crate) use perfclock::error_chain as chain;
 
 /// A minimum for a details line: `-` while it is still `u64::MAX` (nothing was measured).
 pub(crate) fn min_or_dash(v: u64) -> String {

@@ -15,7 +15,8 @@ pub fn messages(error: &dyn Error) -> Vec<String> {
     messages
 }
 
-/// The chain on one line, joined by `": "` (the CLI's `output::chain`, the agent's log lines).
+/// The chain on one line, joined by `": "`, as `perfclock::error_chain` prints it (this crate
+/// cannot depend on the facade, which dev-depends on it).
 pub fn chain(error: &dyn Error) -> String {
     messages(error).join(": ")
 }
