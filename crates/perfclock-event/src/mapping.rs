@@ -314,6 +314,9 @@ impl RingMapping {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileExt;
+
     use super::*;
 
     #[test]
@@ -335,9 +338,9 @@ mod tests {
         assert!(mapping.touch(0));
         assert!(mapping.touch(page_size() - 1));
         assert!(!mapping.touch(page_size()));
-        let empty = tempfile_with(b"x");
+        let short = file_holding(b"x");
         let file = Mapping::file(
-            std::os::fd::AsFd::as_fd(&empty),
+            short.as_fd(),
             2 * page_size(),
             Access::Read,
             Sharing::Shared,
@@ -349,47 +352,25 @@ mod tests {
 
     #[test]
     fn replacing_keeps_the_address_and_shows_the_new_file() {
-        use std::io::Write;
-        let mut old = tempfile_with(b"old!");
-        let mut new = tempfile_with(b"new!");
-        old.flush().unwrap();
-        new.flush().unwrap();
-        let mapping = Mapping::file(
-            std::os::fd::AsFd::as_fd(&old),
-            page_size(),
-            Access::Read,
-            Sharing::Shared,
-        )
-        .unwrap();
+        let (old, new) = (file_holding(b"old!"), file_holding(b"new!"));
+        let mapping =
+            Mapping::file(old.as_fd(), page_size(), Access::Read, Sharing::Shared).unwrap();
         let at = mapping.as_ptr();
         // SAFETY: four bytes inside a live mapping of a four-byte file (the rest of the page
         // reads as zeros).
         let read = || unsafe { core::slice::from_raw_parts(at.as_ptr(), 4).to_vec() };
         assert_eq!(read(), b"old!");
         mapping
-            .replace_with_file(std::os::fd::AsFd::as_fd(&new), Access::Read)
+            .replace_with_file(new.as_fd(), Access::Read)
             .unwrap();
         assert_eq!(mapping.as_ptr(), at);
         assert_eq!(read(), b"new!");
     }
 
-    /// An unlinked file holding `bytes`.
-    fn tempfile_with(bytes: &[u8]) -> std::fs::File {
-        use std::io::Write;
-        let dir = std::env::temp_dir();
-        let path = dir.join(format!(
-            "perfclock-mapping-{}-{}",
-            std::process::id(),
-            bytes[0]
-        ));
-        let mut file = std::fs::File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
-        std::fs::remove_file(&path).unwrap();
-        file.write_all(bytes).unwrap();
+    /// A memfd holding `bytes`.
+    fn file_holding(bytes: &[u8]) -> std::fs::File {
+        let file = crate::sealed_page::create_memfd(c"perfclock-mapping-test", 0).unwrap();
+        file.write_all_at(bytes, 0).unwrap();
         file
     }
 }
