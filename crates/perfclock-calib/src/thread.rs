@@ -442,7 +442,7 @@ pub(crate) fn run(
             return;
         }
     };
-    // SAFETY: the pages are 8-aligned, distinct, outlive the thread (it holds `shared`), and this
+    // SAFETY: the pages are page-aligned, distinct, outlive the thread (it holds `shared`), and this
     // thread is their only writer; readers use atomics.
     let writer = unsafe { PageWriter::new_mirrored(shared.page.page(), shared.page.mirror()) };
     let refine = options.refine;

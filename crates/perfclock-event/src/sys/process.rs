@@ -21,16 +21,19 @@ static PID: AtomicU32 = AtomicU32::new(0);
 /// This process's pid, from a cache that a fork child starts without (so a child's first call
 /// looks its own pid up). Makes no system call after the first.
 pub fn current_pid() -> u32 {
-    FORK_HOOK.call_once(|| {
-        // SAFETY: the child handler only stores to an atomic (async-signal-safe). Should the
-        // registration fail (ENOMEM), a fork child would read its parent's pid from the cache:
-        // the writers document fork children as unsupported for files opened before the fork.
-        unsafe { libc::pthread_atfork(None, None, Some(forget_pid_in_child)) };
-    });
     // ATOMICS: Relaxed: the value is the same whichever thread stored it, and a thread that
     // sees a stale 0 looks it up again.
     match PID.load(Ordering::Relaxed) {
         0 => {
+            // Registered before the first value is cached, so no fork copies a cached pid
+            // without the handler that forgets it.
+            FORK_HOOK.call_once(|| {
+                // SAFETY: the child handler only stores to an atomic (async-signal-safe). Should
+                // the registration fail (ENOMEM), a fork child would read its parent's pid from
+                // the cache: the writers document fork children as unsupported for files
+                // opened before the fork.
+                unsafe { libc::pthread_atfork(None, None, Some(forget_pid_in_child)) };
+            });
             let pid = std::process::id();
             PID.store(pid, Ordering::Relaxed);
             pid
