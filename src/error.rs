@@ -203,7 +203,11 @@ mod tests {
             reason: CalibError::Open(refused()),
         };
         let printed = assert_each_cause_once(&calibration);
-        assert_eq!(error_chain(&calibration), printed, "the front ends' printer");
+        assert_eq!(
+            error_chain(&calibration),
+            printed,
+            "the front ends' printer"
+        );
         assert!(printed.contains("Permission denied"), "{printed}");
         assert!(printed.contains("perf_event_paranoid"), "{printed}");
 
