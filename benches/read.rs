@@ -185,13 +185,13 @@ fn has_rdtscp() -> bool {
 /// The core reader of whatever the clock reads (its perf-format page, or in paravirt mode its
 /// pvclock entry and offset): the facade's fast path minus its plumbing.
 #[derive(Clone, Copy)]
-enum CoreReader {
-    Page(PageReader),
-    Pvclock(PvclockReader, i64),
+enum CoreReader<'a> {
+    Page(PageReader<'a>),
+    Pvclock(PvclockReader<'a>, i64),
 }
 
-impl CoreReader {
-    fn of(clock: &Clock) -> Self {
+impl<'a> CoreReader<'a> {
+    fn of(clock: &'a Clock) -> Self {
         match (clock.reader(), clock.paravirt()) {
             (Some(page), _) => CoreReader::Page(page),
             (None, Some(paravirt)) => {
@@ -212,7 +212,7 @@ impl CoreReader {
     }
 }
 
-fn exact_page() -> PageReader {
+fn exact_page() -> PageReader<'static> {
     let page = NonNull::from(Box::leak(Box::new(PerfEventMmapPage::zeroed())));
     let conversion = TimeConversion::new(EXACT_MULT, EXACT_SHIFT, EXACT_ZERO).unwrap();
     // SAFETY: the page is leaked (lives for the process), 8-aligned (a Box of an 8-aligned
@@ -419,7 +419,7 @@ fn ns_per_call<T>(calls: u64, read: &impl Fn() -> T) -> f64 {
 /// and the ratios are taken within the round, so load that changes between criterion's
 /// benchmarks (seconds apart) does not skew them. Prints the median and the 10th-90th
 /// percentile range of each ratio over the rounds.
-fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock, exact: &PageReader) {
+fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock, exact: &PageReader<'_>) {
     const ROUNDS: usize = 41;
     const CALLS: u64 = 100_000;
     let mut rounds = Vec::with_capacity(ROUNDS);

@@ -154,11 +154,13 @@ impl ExactConversion {
 // Off Linux every constructor fails (the stub), so no variant is ever made there.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) enum ClockReader {
-    /// A page in perf's format: the kernel's, a server's, or the calibrator's.
-    Page(PageReader),
-    /// A pvclock entry, and the boot's offset `C` added to its value.
+    /// A page in perf's format: the kernel's, a server's, or the calibrator's, kept mapped by
+    /// the [`Clock`] that holds this reader (`'static` only within it).
+    Page(PageReader<'static>),
+    /// A pvclock entry (the vDSO's, mapped for the life of the process), and the boot's offset
+    /// `C` added to its value.
     Pvclock {
-        entry: PvclockReader,
+        entry: PvclockReader<'static>,
         offset_ns: i64,
     },
 }
@@ -167,7 +169,7 @@ impl ClockReader {
     #[inline]
     fn now_ns_via(
         &self,
-        page: impl FnOnce(&PageReader) -> Result<u64, ReadError>,
+        page: impl FnOnce(&PageReader<'static>) -> Result<u64, ReadError>,
         read: fn() -> u64,
     ) -> Result<u64, ReadError> {
         match self {
@@ -365,7 +367,14 @@ impl Clock {
 
     /// The perf-format page this clock reads, for diagnostics and readers that want the page
     /// itself; `None` in paravirt mode, which reads a pvclock entry (see [`Clock::paravirt`]).
-    pub fn reader(&self) -> Option<PageReader> {
+    ///
+    /// The reader borrows the clock, which keeps the page mapped: it cannot outlive it.
+    /// ```compile_fail,E0716
+    /// let reader = perfclock::Clock::open()?.reader().unwrap(); // the clock is dropped here
+    /// let _ = reader.now_ns();
+    /// # Ok::<(), perfclock::Error>(())
+    /// ```
+    pub fn reader(&self) -> Option<PageReader<'_>> {
         match self.reader {
             ClockReader::Page(reader) => Some(reader),
             ClockReader::Pvclock { .. } => None,

@@ -169,7 +169,7 @@ impl std::error::Error for ParavirtRefusal {
 #[derive(Debug, Clone)]
 pub struct ParavirtClock {
     page: PvclockPage,
-    reader: PvclockReader,
+    reader: PvclockReader<'static>,
     measured: MeasuredOffset,
     /// The published file `C` came from, if it did.
     published: Option<PublishedOffset>,
@@ -183,7 +183,7 @@ impl ParavirtClock {
     }
 
     /// The reader of vCPU 0's entry.
-    pub fn reader(&self) -> PvclockReader {
+    pub fn reader(&self) -> PvclockReader<'static> {
         self.reader
     }
 
@@ -270,7 +270,7 @@ impl ParavirtClock {
     /// refusals of every one looked at.
     fn from_published(
         page: PvclockPage,
-        reader: PvclockReader,
+        reader: PvclockReader<'static>,
     ) -> Result<ParavirtClock, Vec<ParavirtRefusal>> {
         let (published, refusals) = crate::shared_page::open_published_offset();
         let refused: Vec<ParavirtRefusal> = refusals
@@ -331,7 +331,7 @@ fn measure_from_brackets_if_built(
 ///
 /// # Errors
 /// [`ParavirtRefusal::Page`].
-pub fn find_page() -> Result<(PvclockPage, PvclockReader), ParavirtRefusal> {
+pub fn find_page() -> Result<(PvclockPage, PvclockReader<'static>), ParavirtRefusal> {
     let page = pvclock_page::find().map_err(ParavirtRefusal::Page)?;
     // SAFETY: `find` validated a vDSO data page: mapped read-only for the life of the process
     // (and at the same address in fork children), populated by its probe (the kernel's fault

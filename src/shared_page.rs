@@ -171,8 +171,9 @@ pub struct SharedPageInfo {
 /// A validated page, mapped read-only for the life of the value.
 #[derive(Debug)]
 pub(crate) struct SharedMapping {
-    /// Reads `page`, which outlives it (declared first: dropped first).
-    reader: SharedPageReader,
+    /// Reads `page`, which outlives it (declared first: dropped first); `'static` only within
+    /// this mapping, and handed out only borrowed from it.
+    reader: SharedPageReader<'static>,
     /// The sealed memfd's page, replaced in place by [`SharedMapping::reattach`].
     page: Mapping,
     path: PathBuf,
@@ -307,7 +308,7 @@ impl SharedMapping {
     }
 
     /// The conversion's reader (the fast path's page and its mirror).
-    pub(crate) fn page_reader(&self) -> PageReader {
+    pub(crate) fn page_reader(&self) -> PageReader<'_> {
         self.reader.page_reader()
     }
 

@@ -2,8 +2,10 @@
 //! `perfclock serve` page, or the calibrator's.
 //!
 //! # Safety
-//! A [`Clock`] keeps the page its [`PageReader`] reads (the kernel's mapping or the
-//! calibrator's memory) alive next to the reader: the one unsafe call makes that reader.
+//! A [`Clock`] keeps the page its [`PageReader`] reads (the kernel's mapping, a server's page or
+//! the calibrator's memory) alive next to the reader, so the reader it stores is `'static` and
+//! is handed out only borrowed from the clock ([`Clock::reader`]). The unsafe calls make those
+//! readers; moving the owner into the clock moves no page (each is a mapping of its own).
 #![allow(unsafe_code)]
 
 use std::sync::OnceLock;
@@ -37,8 +39,8 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
         MapError::TooManyClocks => Error::TooManyClocks,
     })?;
     // SAFETY: `page` is a live read-only mapping written only by the kernel; the reader is
-    // stored next to it in the returned clock and never outlives it.
-    let reader = unsafe { PageReader::new(page.page()) };
+    // stored next to it in the returned clock (or dropped with it here) and never outlives it.
+    let reader: PageReader<'static> = unsafe { PageReader::new(page.page()) };
     match reader.conversion() {
         Ok(_) => Ok(Clock {
             reader: ClockReader::Page(reader),
@@ -59,7 +61,7 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
             if !options.no_shared_page {
                 if let (Some(shared), _) = crate::shared_page::open_first() {
                     return Ok(Clock {
-                        reader: ClockReader::Page(shared.page_reader()),
+                        reader: ClockReader::Page(kept_by_the_clock(shared.page_reader())),
                         // What the kernel withholds is read when asked: reading
                         // /proc/cpuinfo would cost more than mapping the page.
                         source: Source::Shared {
@@ -74,6 +76,14 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
         }
         Err(other) => Err(Error::Page(other)),
     }
+}
+
+/// `reader`, for a [`Clock`] that keeps the owner of its pages in its `source`.
+fn kept_by_the_clock(reader: PageReader<'_>) -> PageReader<'static> {
+    // SAFETY: every caller moves the reader's owner (a shared mapping, a calibrated clock) into
+    // the `source` of the clock that stores this reader; the pages are mappings of their own,
+    // which that move does not move, and the clock hands the reader out only borrowed.
+    unsafe { PageReader::new_mirrored(reader.page(), reader.mirror()) }
 }
 
 /// A paravirt-mode clock; `capabilities` is the kernel page's word where it was read.
@@ -116,7 +126,7 @@ impl Options {
     fn open_calibrated(&self, withheld: Withheld) -> Result<Clock, Error> {
         match CalibratedClock::start(self.calibration_options()) {
             Ok(calibrated) => Ok(Clock {
-                reader: ClockReader::Page(calibrated.reader()),
+                reader: ClockReader::Page(kept_by_the_clock(calibrated.reader())),
                 source: Source::Calibrated {
                     calibrated,
                     withheld,

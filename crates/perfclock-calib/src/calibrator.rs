@@ -104,7 +104,9 @@ struct Refiner {
 #[derive(Debug)]
 pub struct CalibratedClock {
     shared: Arc<Shared>,
-    reader: PageReader,
+    /// `'static` only inside this clock, which keeps `shared` (the pages) alive; handed out
+    /// borrowed from the clock ([`CalibratedClock::reader`]).
+    reader: PageReader<'static>,
     /// Boxed: kept for a restart in a fork child, read only there and by the bound check.
     options: Box<CalibrationOptions>,
     /// The fork generation of the process whose refiner keeps the page up to date. Anything
@@ -311,8 +313,14 @@ impl CalibratedClock {
         self.shared.page.page()
     }
 
-    /// A reader of [`CalibratedClock::page`].
-    pub fn reader(&self) -> PageReader {
+    /// A reader of [`CalibratedClock::page`], borrowed from the clock that keeps it mapped.
+    /// ```compile_fail,E0716
+    /// use perfclock_calib::{CalibratedClock, CalibrationOptions};
+    /// let reader = CalibratedClock::start(CalibrationOptions::default())?.reader();
+    /// let _ = reader.now_ns(); // the clock, and its pages, are gone
+    /// # Ok::<(), perfclock_calib::CalibError>(())
+    /// ```
+    pub fn reader(&self) -> PageReader<'_> {
         self.reader
     }
 

@@ -41,6 +41,7 @@
 #![allow(unsafe_code)]
 
 use core::hint::spin_loop;
+use core::marker::PhantomData;
 use core::mem::{offset_of, size_of};
 use core::ptr::{addr_of_mut, NonNull};
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -442,29 +443,34 @@ impl EntryWords<'_> {
     }
 }
 
-/// Reads one pvclock entry with `version` as its seqlock. Copy it freely: it is a pointer.
+/// Reads one pvclock entry that stays mapped for `'a`, with `version` as its seqlock. Copy it
+/// freely: it is a pointer (the vDSO's entry is mapped for the life of the process: `'static`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PvclockReader {
-    /// Invariant: points to a readable, 8-aligned entry for as long as this value (or a copy)
-    /// is used; only the host (or a test's atomic writer) writes it.
+pub struct PvclockReader<'a> {
+    /// Invariant: points to a readable, 8-aligned entry for `'a`; only the host (or a test's
+    /// atomic writer) writes it.
     entry: NonNull<PvclockVcpuTimeInfo>,
+    mapping: PhantomData<&'a PvclockVcpuTimeInfo>,
 }
 
 // SAFETY: the reader only performs atomic loads through the pointer, sound from any thread; the
-// constructor's contract keeps the memory alive and readable.
-unsafe impl Send for PvclockReader {}
+// constructor's contract keeps the memory alive and readable for `'a`.
+unsafe impl Send for PvclockReader<'_> {}
 // SAFETY: as for `Send`: shared use is only concurrent atomic loads.
-unsafe impl Sync for PvclockReader {}
+unsafe impl Sync for PvclockReader<'_> {}
 
-impl PvclockReader {
+impl PvclockReader<'_> {
     /// A reader of the entry at `entry`.
     ///
     /// # Safety
     /// `entry` must point to 8-aligned memory of at least 32 bytes that stays mapped and
-    /// readable for as long as the reader or any copy of it is used, and that is written only
-    /// by the host's protocol or by atomic stores (never by plain stores from Rust code).
+    /// readable for `'a` (which the caller chooses), and that is written only by the host's
+    /// protocol or by atomic stores (never by plain stores from Rust code).
     pub const unsafe fn new(entry: NonNull<PvclockVcpuTimeInfo>) -> Self {
-        PvclockReader { entry }
+        PvclockReader {
+            entry,
+            mapping: PhantomData,
+        }
     }
 
     /// The entry this reader reads.

@@ -240,7 +240,7 @@ impl TestEntry {
         self.slot.as_ptr().cast()
     }
 
-    fn reader(&self) -> PvclockReader {
+    fn reader(&self) -> PvclockReader<'static> {
         // SAFETY: leaked (never freed), 64-aligned, written only through `write`'s atomics.
         unsafe { PvclockReader::new(NonNull::new(self.ptr()).unwrap()) }
     }

@@ -29,6 +29,7 @@
 #![allow(unsafe_code)]
 
 use core::hint::spin_loop;
+use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering;
 
@@ -108,28 +109,31 @@ impl Reading {
     }
 }
 
-/// Reads a clock page, or a page and its mirror. Copy it freely: it is two pointers.
+/// Reads a clock page, or a page and its mirror, that stays mapped for `'a`. Copy it freely: it
+/// is two pointers, and the lifetime keeps every copy within the life of the mapping (a safe
+/// function that hands one out borrows whatever keeps the page mapped).
 #[derive(Debug, Clone, Copy)]
-pub struct PageReader {
-    /// Invariant: both point to readable, 8-aligned `PerfEventMmapPage`s for as long as this
-    /// value (or a copy) is used; other parties may write them concurrently. `mirror` equals
-    /// `page` unless the reader was made with [`PageReader::new_mirrored`].
+pub struct PageReader<'a> {
+    /// Invariant: both point to readable, 8-aligned `PerfEventMmapPage`s for `'a`; other
+    /// parties may write them concurrently. `mirror` equals `page` unless the reader was made
+    /// with [`PageReader::new_mirrored`].
     page: NonNull<PerfEventMmapPage>,
     mirror: NonNull<PerfEventMmapPage>,
+    mapping: PhantomData<&'a PerfEventMmapPage>,
 }
 
 // SAFETY: the reader only performs atomic loads through the pointer, which is sound from any
-// thread; the constructor's contract keeps the memory alive and readable.
-unsafe impl Send for PageReader {}
+// thread; the constructor's contract keeps the memory alive and readable for `'a`.
+unsafe impl Send for PageReader<'_> {}
 // SAFETY: as for `Send`: shared use is only concurrent atomic loads.
-unsafe impl Sync for PageReader {}
+unsafe impl Sync for PageReader<'_> {}
 
-impl PageReader {
+impl<'a> PageReader<'a> {
     /// A reader of `page`.
     ///
     /// # Safety
     /// `page` must point to 8-aligned memory of at least `size_of::<PerfEventMmapPage>()` bytes
-    /// that stays mapped and readable for as long as the reader or any copy of it is used, and
+    /// that stays mapped and readable for `'a` (which the caller chooses), and
     /// that is written only by the kernel's protocol or a [`PageWriter`](crate::PageWriter) (never by plain,
     /// non-atomic stores from Rust code).
     ///
@@ -149,7 +153,11 @@ impl PageReader {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub const unsafe fn new(page: NonNull<PerfEventMmapPage>) -> Self {
-        PageReader { page, mirror: page }
+        PageReader {
+            page,
+            mirror: page,
+            mapping: PhantomData,
+        }
     }
 
     /// A reader of a page written by a user-space [`PageWriter::new_mirrored`](crate::PageWriter::new_mirrored): each attempt that
@@ -163,12 +171,22 @@ impl PageReader {
         page: NonNull<PerfEventMmapPage>,
         mirror: NonNull<PerfEventMmapPage>,
     ) -> Self {
-        PageReader { page, mirror }
+        PageReader {
+            page,
+            mirror,
+            mapping: PhantomData,
+        }
     }
 
     /// The (primary) page this reader reads.
     pub const fn page(&self) -> NonNull<PerfEventMmapPage> {
         self.page
+    }
+
+    /// The mirror this reader tries when the primary page is busy (the primary page itself
+    /// unless made with [`PageReader::new_mirrored`]).
+    pub const fn mirror(&self) -> NonNull<PerfEventMmapPage> {
+        self.mirror
     }
 
     /// Reads the conversion and calls `counter` inside the same seqlock section, so the counter
@@ -396,7 +414,7 @@ mod tests {
             let page = NonNull::from(Box::leak(Box::new(PerfEventMmapPage::zeroed())));
             TestPage { page }
         }
-        fn reader(&self) -> PageReader {
+        fn reader(&self) -> PageReader<'static> {
             // SAFETY: the page is leaked (never freed) and written only by `PageWriter`.
             unsafe { PageReader::new(self.page) }
         }

@@ -27,6 +27,7 @@
 //! constructors' contracts.
 #![allow(unsafe_code)]
 
+use core::marker::PhantomData;
 use core::mem::{offset_of, size_of};
 use core::ptr::{addr_of_mut, NonNull};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -323,32 +324,36 @@ fn perf_pages(base: NonNull<u8>) -> (NonNull<PerfEventMmapPage>, NonNull<PerfEve
     (at(PRIMARY_OFFSET), at(MIRROR_OFFSET))
 }
 
-/// Reads a shared clock file mapped at `base`. Copy it freely: it is one pointer.
+/// Reads a shared clock file that stays mapped for `'a`. Copy it freely: it is one pointer.
 #[derive(Debug, Clone, Copy)]
-pub struct SharedPageReader {
-    /// Invariant: [`FILE_BYTES`] readable, 8-aligned bytes for as long as this value is used,
-    /// written concurrently only through atomics.
+pub struct SharedPageReader<'a> {
+    /// Invariant: [`FILE_BYTES`] readable, 8-aligned bytes for `'a`, written concurrently only
+    /// through atomics.
     base: NonNull<u8>,
+    mapping: PhantomData<&'a [u8; FILE_BYTES]>,
 }
 
 // SAFETY: only atomic loads through the pointer, sound from any thread.
-unsafe impl Send for SharedPageReader {}
+unsafe impl Send for SharedPageReader<'_> {}
 // SAFETY: as for `Send`.
-unsafe impl Sync for SharedPageReader {}
+unsafe impl Sync for SharedPageReader<'_> {}
 
-impl SharedPageReader {
+impl<'a> SharedPageReader<'a> {
     /// A reader of the file mapped at `base`.
     ///
     /// # Safety
-    /// `base` must point to [`FILE_BYTES`] 8-aligned bytes that stay mapped and readable while
-    /// the reader (or a copy, or a [`PageReader`] it made) is used, written by others only
-    /// through atomics (a [`SharedPageWriter`]).
+    /// `base` must point to [`FILE_BYTES`] 8-aligned bytes that stay mapped and readable for
+    /// `'a` (which the caller chooses), written by others only through atomics (a
+    /// [`SharedPageWriter`]).
     pub const unsafe fn new(base: NonNull<u8>) -> Self {
-        SharedPageReader { base }
+        SharedPageReader {
+            base,
+            mapping: PhantomData,
+        }
     }
 
     /// The mirrored reader of the conversion, the facade's fast path.
-    pub fn page_reader(&self) -> PageReader {
+    pub fn page_reader(&self) -> PageReader<'a> {
         let (page, mirror) = perf_pages(self.base);
         // SAFETY: the constructor's contract covers both pages, which lie inside the file.
         unsafe { PageReader::new_mirrored(page, mirror) }
@@ -527,9 +532,23 @@ impl SharedPageWriter {
         drop(update);
     }
 
-    /// A reader of the same file.
-    pub fn reader(&self) -> SharedPageReader {
-        SharedPageReader { base: self.base }
+    /// A reader of the same file, for as long as this writer (whose contract keeps the file
+    /// mapped) is borrowed.
+    /// ```compile_fail,E0505
+    /// # use core::ptr::NonNull;
+    /// # use perfclock_core::shared_page::{SharedPageWriter, FILE_BYTES};
+    /// # #[repr(align(8))] struct File([u8; FILE_BYTES]);
+    /// # let file = Box::leak(Box::new(File([0; FILE_BYTES])));
+    /// // SAFETY: leaked, 8-aligned, written only by this writer.
+    /// let writer = unsafe { SharedPageWriter::new(NonNull::from(file).cast()) };
+    /// let reader = writer.reader();
+    /// drop(writer);
+    /// let _ = reader.server_pid();
+    /// ```
+    pub fn reader(&self) -> SharedPageReader<'_> {
+        // SAFETY: the constructor's contract keeps the file mapped while the writer lives, and
+        // the reader borrows the writer.
+        unsafe { SharedPageReader::new(self.base) }
     }
 }
 

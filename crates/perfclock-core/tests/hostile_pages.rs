@@ -54,7 +54,7 @@ impl Page {
         page
     }
 
-    fn reader(self) -> PageReader {
+    fn reader(self) -> PageReader<'static> {
         // SAFETY: leaked (lives forever), 8-aligned (a Box of the 8-aligned type), written only
         // through `PageWriter` or the atomic `lock` view.
         unsafe { PageReader::new(self.0) }
