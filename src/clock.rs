@@ -211,6 +211,8 @@ impl Clock {
     /// # Errors
     /// [`ReadError`] if the page stopped publishing the conversion (the kernel withdrew it, for
     /// example when the TSC was marked unstable) or stayed locked for every retry.
+    ///
+    /// Async-signal-safe.
     #[inline]
     pub fn now_ns(&self) -> Result<u64, ReadError> {
         self.reader
@@ -222,6 +224,8 @@ impl Clock {
     ///
     /// # Errors
     /// As [`Clock::now_ns`].
+    ///
+    /// Async-signal-safe.
     #[inline]
     pub fn now_ns_ordered(&self) -> Result<u64, ReadError> {
         self.reader.now_ns_via(
@@ -270,6 +274,8 @@ impl Clock {
     ///
     /// # Errors
     /// As [`Clock::now_ns`].
+    ///
+    /// Async-signal-safe.
     #[inline]
     pub fn cycles_to_ns(&self, cycles: u64) -> Result<u64, ReadError> {
         self.exact_conversion()
@@ -293,6 +299,8 @@ impl Clock {
     ///
     /// # Errors
     /// As [`Clock::now_ns`].
+    ///
+    /// Async-signal-safe.
     pub fn ns_to_cycles(&self, ns: u64) -> Result<u64, ReadError> {
         self.exact_conversion().map(|conversion| match conversion {
             ExactConversion::Perf(conversion) => conversion.ns_to_cycles(ns),
@@ -301,12 +309,13 @@ impl Clock {
     }
 
     /// A raw counter read (TSC, `CNTVCT_EL0`), for stamping first and converting later.
+    /// Async-signal-safe.
     #[inline]
     pub fn read_counter(&self) -> Option<u64> {
         counter::read_counter()
     }
 
-    /// Where the parameters come from.
+    /// Where the parameters come from. Async-signal-safe.
     pub fn mode(&self) -> Mode {
         self.source.mode()
     }
@@ -317,9 +326,20 @@ impl Clock {
     /// entry has lost `PVCLOCK_TSC_STABLE_BIT` (open a new clock to fall back); in calibrated mode the bound the calibrator derived from the brackets, grown
     /// by the slope's uncertainty over the time since the last fit; `u64::MAX` in a fork child
     /// whose refiner was not started again once the parent's jump-detection latency has passed
-    /// (see [`Clock::resume_after_fork`]). Signal-safe.
+    /// (see [`Clock::resume_after_fork`]). Async-signal-safe: in shared mode it never
+    /// reattaches to a restarted server ([`Clock::reattach_shared_page`] does).
     pub fn error_bound_ns(&self) -> u64 {
         self.source.error_bound_ns()
+    }
+
+    /// In shared mode, once the server's heartbeat is stale (the server stopped), maps the
+    /// page of a server started since on the same path, so the bound comes back; returns
+    /// whether the shared page's bound is fresh afterwards (`false` in every other mode).
+    /// [`crate::init`] does this on every call. [`Clock::error_bound_ns`] never does (it stays
+    /// safe in signal handlers): it reports `u64::MAX` until this runs. Opens files and a socket and
+    /// allocates: call it from ordinary code, not a signal handler.
+    pub fn reattach_shared_page(&self) -> bool {
+        self.source.reattach_shared_page()
     }
 
     /// In a fork child, starts the calibrated clock's refiner again (the child inherits the

@@ -99,9 +99,11 @@ pub fn init_with(options: Options) -> Result<&'static Clock, Error> {
         .as_ref()
         .map_err(Clone::clone)?;
     fast::publish(clock);
-    // In a fork child, start the calibrated clock's refiner again (a no-op elsewhere). A failure
-    // leaves the clock readable, its bound saying how far it can be trusted.
+    // In a fork child, start the calibrated clock's refiner again, and in shared mode follow a
+    // restarted server (each a no-op elsewhere). A failure leaves the clock readable, its bound
+    // saying how far it can be trusted.
     let _ = clock.resume_after_fork();
+    clock.reattach_shared_page();
     Ok(clock)
 }
 
@@ -132,7 +134,7 @@ pub fn now_ns_ordered() -> u64 {
 }
 
 /// Perf-domain nanoseconds now, or `None` if [`init`] has not succeeded or the read failed.
-/// Never initialises, never blocks, never makes a system call: safe in signal handlers.
+/// Never initialises, never blocks, never makes a system call. Async-signal-safe.
 /// Unordered, as [`now_ns`].
 #[inline]
 pub fn try_now_ns() -> Option<u64> {
@@ -142,7 +144,7 @@ pub fn try_now_ns() -> Option<u64> {
     }
 }
 
-/// As [`try_now_ns`], ordered as [`now_ns_ordered`]. Signal-safe.
+/// As [`try_now_ns`], ordered as [`now_ns_ordered`]. Async-signal-safe.
 #[inline]
 pub fn try_now_ns_ordered() -> Option<u64> {
     match fast::now_ns_once(counter::read_counter_ordered_or_zero) {
@@ -158,8 +160,7 @@ pub fn try_now_ns_ordered() -> Option<u64> {
 #[cold]
 #[inline(never)]
 fn now_ns_slow() -> u64 {
-    init()
-        .ok()
+    opened_or_init()
         .and_then(|clock| clock.now_ns().ok())
         .unwrap_or(0)
 }
@@ -167,10 +168,16 @@ fn now_ns_slow() -> u64 {
 #[cold]
 #[inline(never)]
 fn now_ns_ordered_slow() -> u64 {
-    init()
-        .ok()
+    opened_or_init()
         .and_then(|clock| clock.now_ns_ordered().ok())
         .unwrap_or(0)
+}
+
+/// The process-wide clock, opened by this call if no earlier one did. Once a clock is open it
+/// is only loaded (the maintenance [`init`] does on every call stays out of the read path,
+/// which a signal handler may take).
+fn opened_or_init() -> Option<&'static Clock> {
+    global().or_else(|| init().ok())
 }
 
 #[cold]
@@ -230,7 +237,7 @@ impl CounterStamp {
 
     /// Perf-domain nanoseconds of the stamp, with the process-wide clock's conversion current
     /// now; `None` if [`init`] has not succeeded or the conversion cannot be read. Never
-    /// initialises; signal-safe.
+    /// initialises. Async-signal-safe.
     pub fn ns(self) -> Option<u64> {
         self.ns_with(global()?).ok()
     }
@@ -249,19 +256,20 @@ impl CounterStamp {
 }
 
 /// The process-wide clock's mode, or `None` if it is not (successfully) initialised.
+/// Async-signal-safe.
 pub fn mode() -> Option<Mode> {
     global().map(Clock::mode)
 }
 
 /// The process-wide clock's error bound in nanoseconds (0 in kernel mode, and in paravirt mode
 /// with the offset from the kernel log or a published page), or `u64::MAX` if it is not
-/// (successfully) initialised.
+/// (successfully) initialised. Async-signal-safe (see [`Clock::error_bound_ns`]).
 pub fn error_bound_ns() -> u64 {
     global().map_or(u64::MAX, Clock::error_bound_ns)
 }
 
 /// The process-wide clock if [`init`] has succeeded, else `None`. Never initialises, never
-/// blocks, never makes a system call: safe in signal handlers (the C ABI reads through it).
+/// blocks, never makes a system call (the C ABI reads through it). Async-signal-safe.
 #[inline]
 pub fn global() -> Option<&'static Clock> {
     GLOBAL.get()?.as_ref().ok()

@@ -205,7 +205,7 @@ impl ParavirtClock {
 
     /// The offset's bound while the entry keeps `PVCLOCK_TSC_STABLE_BIT`; `u64::MAX` once it
     /// does not (or cannot be read): the kernel then clamps its readings, which this clock does
-    /// not follow. Signal-safe (atomic loads of the entry).
+    /// not follow. Async-signal-safe (atomic loads of the entry).
     pub fn error_bound_ns(&self) -> u64 {
         bound_while_stable(self.reader.params(), self.measured.bound_ns)
     }

@@ -28,9 +28,11 @@
 //! A client keeps reading the page it mapped (its conversion does not change under it), but once
 //! the heartbeat is older than `STALE_AFTER_NS` (5 s) its bound is unknown (`u64::MAX`). A
 //! server started again on the same path continues the conversion from the file (which the
-//! server keeps up to date with `pwrite`); a client asking for its bound then maps the new
-//! server's page over the old one at the same address, and the bound comes back. A process that
-//! opens the clock while the page is stale refuses it and calibrates on its own.
+//! server keeps up to date with `pwrite`); a client's next `perfclock::init()` (or
+//! `Clock::reattach_shared_page`, both ordinary code) then maps the new server's page over the
+//! old one at the same address, and the bound comes back. Reading the bound never reattaches: it
+//! is async-signal-safe. A process that opens the clock while the page is stale refuses it and
+//! calibrates on its own.
 //!
 //! # Safety
 //! Unsafe code here builds the core's `SharedPageReader` over the page, which is a
@@ -313,15 +315,21 @@ impl SharedMapping {
     }
 
     /// The bound at counter value `now`: the server's, or `u64::MAX` once the heartbeat is
-    /// older than `STALE_AFTER_NS` (or ahead of `now` by more than an interval). Loads only.
+    /// older than `STALE_AFTER_NS` (or ahead of `now` by more than an interval). Loads only,
+    /// async-signal-safe: it never reattaches ([`SharedMapping::reattach_if_stale`] does).
     pub(crate) fn error_bound_at(&self, now: u64) -> u64 {
-        match self.fresh_bound_at(now) {
-            Some(bound) => bound,
-            None => {
-                self.reattach();
-                self.fresh_bound_at(now).unwrap_or(u64::MAX)
-            }
+        self.fresh_bound_at(now).unwrap_or(u64::MAX)
+    }
+
+    /// Maps the page of a server started since on the same path if this one's heartbeat is
+    /// stale ([`SharedMapping::reattach`]); whether the bound is fresh afterwards. System
+    /// calls and allocations: ordinary code only.
+    pub(crate) fn reattach_if_stale(&self) -> bool {
+        let now = counter_now();
+        if self.fresh_bound_at(now).is_none() {
+            self.reattach();
         }
+        self.fresh_bound_at(counter_now()).is_some()
     }
 
     /// The server's bound at `now`, `None` once the heartbeat is stale.
@@ -334,8 +342,9 @@ impl SharedMapping {
         fresh.then(|| bound.at(now))
     }
 
-    /// What the page says now.
+    /// What the page says now (after [`SharedMapping::reattach_if_stale`]).
     pub(crate) fn info(&self) -> SharedPageInfo {
+        self.reattach_if_stale();
         let now = counter_now();
         let (server_pid, heartbeat_age_ns) = match self.snapshot() {
             Ok(snapshot) => (snapshot.server_pid, snapshot.heartbeat_age_ns(now)),

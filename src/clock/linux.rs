@@ -206,6 +206,13 @@ impl Source {
         }
     }
 
+    pub(super) fn reattach_shared_page(&self) -> bool {
+        match self {
+            Source::Shared { shared, .. } => shared.reattach_if_stale(),
+            _ => false,
+        }
+    }
+
     pub(super) fn resume_after_fork(&self) -> Result<bool, Error> {
         match self {
             // The file mapping is inherited, and the server keeps it up to date; the vDSO's

@@ -28,6 +28,10 @@ impl Source {
         match *self {}
     }
 
+    pub(super) fn reattach_shared_page(&self) -> bool {
+        match *self {}
+    }
+
     pub(super) fn withheld(&self) -> Option<&Withheld> {
         match *self {}
     }

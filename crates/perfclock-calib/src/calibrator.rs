@@ -326,7 +326,7 @@ impl CalibratedClock {
 
     /// The current error bound: how far the published conversion can be from the kernel's perf
     /// clock at the counter value read now (see [`crate::published`] for the definition).
-    /// `u64::MAX` when unknown. Lock-free, syscall-free, signal-safe.
+    /// `u64::MAX` when unknown. Lock-free, syscall-free. Async-signal-safe.
     ///
     /// In a fork child whose refiner has not been started again
     /// ([`CalibratedClock::resume_after_fork`]), nothing would notice a clock jump (a restored

@@ -84,8 +84,8 @@ fn close() {
 }
 
 /// The `pthread_atfork` prepare handler: waits for an update in progress to finish and keeps
-/// the next from starting until [`after`] or [`child`]. Async-signal-safe (atomics, `getpid`,
-/// `sched_yield`).
+/// the next from starting until [`after`] or [`child`]. Fit for a fork handler: atomics,
+/// `getpid` and `sched_yield` only, no allocation.
 pub extern "C" fn prepare() {
     close();
 }
@@ -96,7 +96,8 @@ pub extern "C" fn after() {
 }
 
 /// The `pthread_atfork` child handler: lets updates run again (there is no writer here until a
-/// refiner is started again) and counts the fork in [`generation`]. Async-signal-safe.
+/// refiner is started again) and counts the fork in [`generation`]. Fit for a fork child's
+/// handler: atomics only.
 pub extern "C" fn child() {
     GENERATION.fetch_add(1, Ordering::Relaxed);
     open();
@@ -104,7 +105,7 @@ pub extern "C" fn child() {
 
 /// How many `fork`s (with the handlers registered) separate this process from the one the
 /// program started as. A clock whose refiner was started at another generation has no refiner
-/// in this process. Lock-free, async-signal-safe.
+/// in this process. Lock-free. Async-signal-safe.
 pub fn generation() -> u64 {
     GENERATION.load(Ordering::Relaxed)
 }

@@ -194,6 +194,9 @@ fn role_watch() {
         std::thread::sleep(PAUSE);
         if report.elapsed() > Duration::from_millis(100) {
             report = Instant::now();
+            // The bound alone never reattaches (it is signal-safe): this ordinary-code call
+            // follows a restarted server, as `perfclock::init()` does.
+            clock.reattach_shared_page();
             println!("BOUND {}", clock.error_bound_ns());
         }
     }
@@ -313,6 +316,7 @@ fn role_survive() {
             last = now;
         }
         let _ = clock.error_bound_ns();
+        let _ = clock.reattach_shared_page();
         let _ = clock.shared_page();
         std::thread::sleep(PAUSE);
     }

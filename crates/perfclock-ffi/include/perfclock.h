@@ -228,6 +228,9 @@ int perfclock_mode(void);
  * UINT64_MAX also in a fork child that has not called perfclock_init() again, once the longest
  * refinement pause has passed since the parent's last refit (see perfclock_init()).
  * (arm64 kernel mode: readings can be 1 ns above the kernel's stamp; see the crate docs.)
+ * Shared mode: UINT64_MAX once the server's heartbeat is stale; it never reconnects by itself
+ * (that takes system calls): a later perfclock_init() from ordinary code follows a restarted
+ * server and the bound comes back.
  * Async-signal-safe.
  */
 uint64_t perfclock_error_bound_ns(void);

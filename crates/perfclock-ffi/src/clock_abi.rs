@@ -30,7 +30,8 @@ static INIT_LOCK: Mutex<()> = Mutex::new(());
 /// (the fd or thread limit may have been raised since), and a success becomes the process-wide
 /// clock through [`perfclock::set_global`]. Not async-signal-safe; thread-safe; once it has
 /// succeeded, later calls return at once, except the first in a fork child, which starts the
-/// calibrated clock's refiner again ([`Clock::resume_after_fork`]).
+/// calibrated clock's refiner again ([`Clock::resume_after_fork`]), and one in shared mode whose
+/// server stopped, which follows a server started since ([`Clock::reattach_shared_page`]).
 #[no_mangle]
 pub extern "C" fn perfclock_init() -> c_int {
     guard(PERFCLOCK_E_INTERNAL, || {
@@ -39,6 +40,7 @@ pub extern "C" fn perfclock_init() -> c_int {
             // a failure leaves the clock readable, its bound saying how far to trust it.
             #[cfg(target_os = "linux")]
             let _ = clock.resume_after_fork();
+            clock.reattach_shared_page();
             return PERFCLOCK_OK;
         }
         // A poisoned lock guards nothing (it protects no data): go on.
