@@ -233,15 +233,22 @@ fn counter_now() -> u64 {
 impl SharedMapping {
     /// Opens `path` and maps it if it passes every check (see the module docs).
     pub(crate) fn open(path: &Path) -> Result<SharedMapping, Refusal> {
-        // Connected first: the server's thread wakes and answers while the file is checked.
-        let connected = sealed_page::connect(&socket_path(path));
+        // The file first: its server writes it every poll, so a page the file shows stale (a
+        // server stopped or dead for the stale time) is refused without a connection, which a
+        // stopped server's socket would queue and never answer. Any other defect of the file
+        // is the server's to overrule (it rewrites the file every poll).
         let (file, meta) = open_trusted(path)?;
         let boot = boot_id().ok_or(Refusal::NoBootId)?;
+        let judged = judge_file(file, boot);
+        if let Err(stale @ Refusal::Defect(PageDefect::Stale { .. })) = judged {
+            return Err(stale);
+        }
+        let connected = sealed_page::connect(&socket_path(path));
         let memfd = match receive_page(connected, meta.uid(), SERVER_TIMEOUT) {
             Ok(memfd) => memfd,
             // No server: the file's own bytes say what is wrong with it, if anything.
             Err(no_server @ Refusal::NoServer { .. }) => {
-                return Err(judge_file(file, boot).err().unwrap_or(no_server))
+                return Err(judged.err().unwrap_or(no_server))
             }
             Err(refusal) => return Err(refusal),
         };
@@ -367,8 +374,10 @@ pub fn socket_path(path: &Path) -> PathBuf {
     PathBuf::from(socket)
 }
 
-/// How long a client waits for the server's descriptor.
-const SERVER_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a client waits for the server's descriptor: its thread answers at once, so a
+/// server that does not (stopped less than the stale time ago) costs a client no more than this
+/// before it calibrates on its own.
+const SERVER_TIMEOUT: Duration = Duration::from_millis(10);
 /// How often a client whose server stopped looks for a new one.
 const REATTACH_INTERVAL: Duration = Duration::from_secs(1);
 /// How long `error_bound_ns()` waits for a new server's answer (a server that stopped without

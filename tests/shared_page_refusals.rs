@@ -359,3 +359,39 @@ fn a_setuid_client_trusts_only_roots_pages() {
     );
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A page its file shows stale is refused without a connection to its socket: a stopped
+/// server's socket queues connections and never answers, and waiting on it cost every client
+/// the whole server timeout. The socket here is a listener that never accepts; it must still
+/// have no connection pending after the probe.
+#[test]
+fn a_stale_page_is_refused_before_any_connection() {
+    if !counter::SUPPORTED {
+        skip(
+            "a_stale_page_is_refused_before_any_connection",
+            Need::X86_64,
+            "no counter on this architecture",
+        );
+        return;
+    }
+    let dir = scratch_dir("stale-first");
+    let path = dir.join("clock");
+    let listener = std::os::unix::net::UnixListener::bind(socket_path(&path)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    write(
+        &path,
+        &page(boot_id(), STALE_AFTER_NS + 2_000_000_000).0,
+        0o644,
+    );
+    assert!(
+        matches!(probe(&path), Err(Refusal::Defect(PageDefect::Stale { .. }))),
+        "{:?}",
+        probe(&path)
+    );
+    let pending = listener.accept();
+    assert!(
+        matches!(&pending, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the client connected to a stale page's socket: {pending:?}"
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
