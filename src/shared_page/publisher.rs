@@ -124,7 +124,7 @@ fn io_error(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> PublishE
     move |source| PublishError::Io { op, path, source }
 }
 
-/// The page's directory, created with mode 0755 if missing, checked to be writable by its owner
+/// The page's directory, created with mode 0755 (whatever the umask) if missing, checked to be writable by its owner
 /// (the server's user) alone, and locked (`flock`): one server per directory. Unlocked on drop.
 #[derive(Debug)]
 pub struct PageDir {
@@ -139,12 +139,11 @@ impl PageDir {
     /// [`PublishError::Io`] (it cannot be created or opened as a directory without following a
     /// symlink), [`PublishError::Directory`], [`PublishError::Busy`].
     pub fn lock(dir: &Path) -> Result<PageDir, PublishError> {
-        match DirBuilder::new().mode(0o755).create(dir) {
-            Err(error) if error.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(io_error("create", dir)(error))
-            }
-            _ => {}
-        }
+        let created = match DirBuilder::new().mode(0o755).create(dir) {
+            Ok(()) => true,
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(error) => return Err(io_error("create", dir)(error)),
+        };
         let lock = File::options()
             .read(true)
             .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -162,6 +161,12 @@ impl PageDir {
                 mode: meta.mode(),
                 euid,
             });
+        }
+        if created {
+            // The umask narrowed the mode `create` asked for; clients of other users must be
+            // able to reach the page.
+            lock.set_permissions(std::fs::Permissions::from_mode(0o755))
+                .map_err(io_error("chmod", dir))?;
         }
         if sys::try_lock_exclusive(&lock).is_err() {
             return Err(PublishError::Busy {

@@ -947,3 +947,36 @@ fn vandalising_the_page_file_kills_no_one() {
     }
     server.kill();
 }
+
+/// The page's directory gets its documented mode, 0755, under a umask that would narrow it
+/// (077): clients of other users must reach the published offset and page.
+#[test]
+fn serve_creates_its_directory_0755_whatever_the_umask() {
+    const TEST: &str = "serve_creates_its_directory_0755_whatever_the_umask";
+    if role().is_some() {
+        return;
+    }
+    if let Err(refusal) = perfclock::paravirt::measure_offset(50) {
+        perfclock_testutil::skip(TEST, perfclock_testutil::Need::ParavirtMode, refusal);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("pc").join("clock");
+    let output = Command::new("sh")
+        .args([
+            "-c",
+            "umask 077 && exec \"$0\" serve --once --path \"$1\"",
+            BIN,
+        ])
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let mode = fs::metadata(dir.path().join("pc"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o755, "the directory's mode is {mode:o}");
+    let offset = fs::metadata(dir.path().join("pc").join("pvclock-offset")).unwrap();
+    assert_eq!(offset.permissions().mode() & 0o7777, 0o644);
+}
