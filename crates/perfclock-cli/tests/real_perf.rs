@@ -3,6 +3,8 @@
 //! refuses it (where the kernel withholds the conversion), with it inject succeeds and
 //! `perf report` attributes the jitted function's samples to its name.
 //!
+//! Also: every spelling of a perf option `perfclock record` refuses is one the real perf applies.
+//!
 //! Needs perf, python3 and a perf clock. Without them the tests skip (perfclock-testutil),
 //! unless PERFCLOCK_REQUIRE_PERF=1 and PERFCLOCK_REQUIRE_TOOLS=1 (CI), where they fail instead.
 
@@ -461,4 +463,129 @@ fn perf_script_tod_prints_wall_times_within_the_programs_own_stamps() {
     let gap = count(&times, b + TOLERANCE_NS, c - TOLERANCE_NS);
     println!("{TEST}: control 150 ms early: {gap} samples in the sleep");
     assert!(gap > 100, "the control did not move samples into the sleep");
+}
+
+include!("../src/record_spellings.rs");
+
+/// What `perf report --header-only` says `data` was recorded with: (another clock than the
+/// perf clock, compressed records).
+fn clock_and_compression(dir: &Path, data: &Path) -> (bool, bool) {
+    let header = succeed(perf(dir).args(["report", "--header-only", "-i"]).arg(data));
+    (
+        header.contains("use_clockid = 1"),
+        header.lines().any(|line| line.starts_with("# compressed")),
+    )
+}
+
+/// The refusals of `perfclock record` are perf's own reading of its options, no stricter by
+/// guesswork: every spelling it refuses (the list its unit test checks), given to the real
+/// `perf record` as perfclock would give it (after `-g`, before `-o`), records with the option
+/// perfclock names in its refusal (the event's `use_clockid = 1`, or compressed records); every
+/// spelling it lets through records with neither, or perf refuses it (an ambiguous prefix, an
+/// unknown option, a bad value). And what follows `--` is the command's, even a `-z`.
+#[test]
+fn perf_reads_every_refused_spelling_as_the_option_named() {
+    const TEST: &str = "perf_reads_every_refused_spelling_as_the_option_named";
+    if !tool_or_skip(TEST, "perf") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let plain = dir.join("plain.data");
+    if record(TEST, dir, &[], &plain, &["true"]).is_none() {
+        return;
+    }
+    assert_eq!(clock_and_compression(dir, &plain), (false, false));
+    // `perf record ... -- true` takes a second here, mostly waiting: eight at a time.
+    let perf_record_all = |spellings: &[&[&str]], name: &str| -> Vec<(PathBuf, Output)> {
+        let jobs: Vec<(PathBuf, &[&str])> = spellings
+            .iter()
+            .enumerate()
+            .map(|(n, spelling)| (dir.join(format!("{name}-{n}.data")), *spelling))
+            .collect();
+        jobs.chunks(8)
+            .flat_map(|chunk| {
+                std::thread::scope(|scope| {
+                    let running: Vec<_> = chunk
+                        .iter()
+                        .map(|(data, spelling)| {
+                            scope.spawn(move || {
+                                let output = run(perf(dir)
+                                    .args(["record", "-e", "cpu-clock", "-g"])
+                                    .args(*spelling)
+                                    .arg("-o")
+                                    .arg(data)
+                                    .args(["--", "true"]));
+                                (data.clone(), output)
+                            })
+                        })
+                        .collect();
+                    running
+                        .into_iter()
+                        .map(|thread| thread.join().unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect()
+    };
+    let refused_runs = perf_record_all(REFUSED_SPELLINGS, "refused");
+    let harmless_runs = perf_record_all(HARMLESS_SPELLINGS, "harmless");
+
+    for (spelling, (data, output)) in REFUSED_SPELLINGS.iter().zip(&refused_runs) {
+        let refusal = run(perfclock()
+            .args(["record", "--no-java-agent", "-o"])
+            .arg(dir.join("never.data"))
+            .args(*spelling)
+            .args(["--", "true"]));
+        let stderr = String::from_utf8_lossy(&refusal.stderr);
+        assert_eq!(refusal.status.code(), Some(2), "{spelling:?}: {stderr}");
+        assert!(
+            spelling
+                .iter()
+                .any(|arg| stderr.contains(&format!("refusing perf option {arg} (perf's "))),
+            "{spelling:?}: {stderr}"
+        );
+        let expected = (
+            stderr.contains("(perf's -k/--clockid)"),
+            stderr.contains("(perf's -z/--compression-level)"),
+        );
+        assert_ne!(expected.0, expected.1, "{spelling:?}: {stderr}");
+
+        assert!(
+            output.status.success(),
+            "perf record rejected {spelling:?}, which perfclock record refuses: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(
+            clock_and_compression(dir, data),
+            expected,
+            "{spelling:?}: perf did not apply the option perfclock named (clock, compression)"
+        );
+    }
+    assert!(!dir.join("never.data").exists());
+
+    for (spelling, (data, output)) in HARMLESS_SPELLINGS.iter().zip(&harmless_runs) {
+        if output.status.success() {
+            assert_eq!(
+                clock_and_compression(dir, data),
+                (false, false),
+                "{spelling:?}: perf applied -k or -z, which perfclock record lets through"
+            );
+        } else {
+            println!("{TEST}: perf refused {spelling:?} itself");
+        }
+    }
+
+    // After `--`: the command's arguments (true ignores them), not perf's.
+    let out = dir.join("out.data");
+    let output = run(perfclock()
+        .args(["record", "--no-java-agent", "-o"])
+        .arg(&out)
+        .args(["-F", "999", "--", "true", "-z", "--clock=1", "-k1"]));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(clock_and_compression(dir, &out), (false, false));
 }
