@@ -62,6 +62,9 @@ pub enum Error {
         /// Why calibration failed.
         reason: CalibError,
     },
+    /// A project variable holds a value that is none of its spellings (`PERFCLOCK_PARAVIRT=x`).
+    #[cfg(target_os = "linux")]
+    Environment(perfclock_event::BadSwitch),
 }
 
 impl Error {
@@ -112,6 +115,9 @@ impl fmt::Display for Error {
                 "kernel mode is not possible: {} Calibrated mode failed too",
                 withheld.without_calibration_advice()
             ),
+            // Transparent: the variable, its value and the spellings it takes.
+            #[cfg(target_os = "linux")]
+            Error::Environment(error) => error.fmt(f),
         }
     }
 }
@@ -128,6 +134,8 @@ impl std::error::Error for Error {
             Error::TooManyClocks => None,
             #[cfg(all(feature = "calibrated", target_os = "linux"))]
             Error::Calibration { reason, .. } => Some(reason),
+            #[cfg(target_os = "linux")]
+            Error::Environment(_) => None,
         }
     }
 }

@@ -32,14 +32,25 @@ pub const CHECK_BRACKETS_PER_KIND: usize = 8;
 /// calibrated mode does as well.
 pub const MAX_BRACKETS_BOUND_NS: u64 = 2_000;
 
-/// The environment variable that, set to `off`, skips paravirt mode as
-/// `Options::paravirt(false)` does.
+/// The environment variable that, switched off (`off`, `0`, `false`, `no`, any case), skips
+/// paravirt mode as `Options::paravirt(false)` does.
 pub const ENV: &str = "PERFCLOCK_PARAVIRT";
 
-/// Whether [`ENV`] is `off`. Never true in a setuid, setgid or file-capability process
-/// (AT_SECURE), whose environment is not its user's to set.
+/// Whether [`ENV`] switches paravirt mode off ([`perfclock_event::sys::env_switch`]). Never
+/// true in a setuid, setgid or file-capability process (AT_SECURE), whose environment is not
+/// its user's to set; false for a value that is no switch, which opening a clock refuses
+/// ([`environment_switch`]).
 pub fn disabled_by_environment() -> bool {
-    perfclock_event::sys::env_var_os(ENV).is_some_and(|value| value == "off")
+    environment_switch() == Ok(Some(false))
+}
+
+/// [`ENV`] as a switch.
+///
+/// # Errors
+/// [`BadSwitch`](perfclock_event::BadSwitch) for a value that is none of the switch's
+/// spellings.
+pub fn environment_switch() -> Result<Option<bool>, perfclock_event::BadSwitch> {
+    perfclock_event::sys::env_switch(ENV)
 }
 
 /// Where `C` came from.

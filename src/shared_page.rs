@@ -65,7 +65,8 @@ use crate::Refusal;
 
 pub mod publisher;
 
-/// The environment variable naming the page (`off` disables it).
+/// The environment variable naming the page (switched off, `off`, `0`, `false` or `no` in any
+/// case, it disables the shared page; `on`, `1`, `true`, `yes` mean the default places).
 pub const ENV: &str = "PERFCLOCK_SHARED_PAGE";
 /// Where a server run as root publishes.
 pub const SYSTEM_PATH: &str = "/run/perfclock/clock";
@@ -78,9 +79,14 @@ pub fn candidates() -> Option<Vec<PathBuf>> {
 }
 
 fn candidates_from(setting: Option<OsString>, runtime: Option<OsString>) -> Option<Vec<PathBuf>> {
-    match setting {
-        Some(value) if value == "off" => None,
-        Some(value) if !value.is_empty() => Some(vec![PathBuf::from(value)]),
+    // A switch's spelling is a switch (the one parser of the project's variables); anything
+    // else is a path.
+    let switch = setting
+        .as_deref()
+        .and_then(|value| sys::parse_switch(ENV, value).ok());
+    match (setting, switch) {
+        (_, Some(Some(false))) => None,
+        (Some(value), None) => Some(vec![PathBuf::from(value)]),
         _ => {
             let mut paths = vec![PathBuf::from(SYSTEM_PATH)];
             if let Some(runtime) = runtime.filter(|dir| !dir.is_empty()) {
@@ -482,6 +488,12 @@ mod tests {
     #[test]
     fn candidates_follow_the_environment() {
         assert_eq!(candidates_from(Some("off".into()), None), None);
+        assert_eq!(candidates_from(Some("OFF".into()), None), None);
+        assert_eq!(candidates_from(Some("no".into()), None), None);
+        assert_eq!(
+            candidates_from(Some("on".into()), None),
+            Some(vec![PathBuf::from(SYSTEM_PATH)])
+        );
         assert_eq!(
             candidates_from(Some("/x/y".into()), Some("/run/user/7".into())),
             Some(vec![PathBuf::from("/x/y")])

@@ -27,6 +27,7 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
         return Err(Error::Unsupported);
     }
     crate::diagnosis::counter_readable()?;
+    crate::paravirt::environment_switch().map_err(Error::Environment)?;
     if !options.kernel_only && options.paravirt_wanted() {
         // A published offset says kernel mode does not apply in this boot (see
         // `ParavirtClock::open_published`); the kernel page's capabilities are read if asked.

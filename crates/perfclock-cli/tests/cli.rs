@@ -845,3 +845,43 @@ fn clock_data_now_adds_a_fresh_pairing_and_refuses_a_step_back_or_another_boot()
         "before this boot",
     );
 }
+
+/// `PERFCLOCK_PARAVIRT` takes the spellings users type (`OFF` forces calibrated mode where
+/// paravirt mode is the default) and a value that is none of them is refused with the
+/// spellings it takes, never ignored.
+#[test]
+fn perfclock_paravirt_takes_every_spelling_and_names_a_wrong_one() {
+    let doctor = |value: &str| {
+        Command::new(env!("CARGO_BIN_EXE_perfclock"))
+            .args(["doctor", "10"])
+            .env("PERFCLOCK_PARAVIRT", value)
+            .env("PERFCLOCK_SHARED_PAGE", "off")
+            .output()
+            .unwrap()
+    };
+    let wrong = doctor("disable");
+    // The doctor's report (its diagnosis included) is its standard output.
+    let said = String::from_utf8_lossy(&wrong.stdout);
+    assert!(!wrong.status.success(), "{wrong:?}");
+    assert!(
+        said.contains("PERFCLOCK_PARAVIRT=\"disable\" is not a switch")
+            && said.contains("off (or 0, false, no)"),
+        "{said}"
+    );
+    if perfclock::paravirt::measure_offset(8).is_err() {
+        perfclock_testutil::skip(
+            "perfclock_paravirt_takes_every_spelling_and_names_a_wrong_one",
+            perfclock_testutil::Need::ParavirtMode,
+            "no pvclock page here: OFF changes nothing to check",
+        );
+        return;
+    }
+    for off in ["OFF", "0", "False", "no"] {
+        let output = doctor(off);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            stdout.contains("calibrated"),
+            "PERFCLOCK_PARAVIRT={off}: {stdout}"
+        );
+    }
+}

@@ -431,3 +431,26 @@ mod tests {
         );
     }
 }
+
+/// A project variable that takes a switch (`PERFCLOCK_PARAVIRT`, `PERFCLOCK_SHARED_PAGE`) set
+/// to something that is none of the spellings [`crate::sys::env_switch`] accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadSwitch {
+    /// The variable.
+    pub variable: &'static str,
+    /// Its value, lossily as text.
+    pub value: String,
+}
+
+impl fmt::Display for BadSwitch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}={:?} is not a switch: set it to off (or 0, false, no) or on (or 1, true, yes), \
+             in any case, or unset it",
+            self.variable, self.value
+        )
+    }
+}
+
+impl std::error::Error for BadSwitch {}

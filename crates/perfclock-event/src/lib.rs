@@ -56,7 +56,7 @@ pub mod shared_file;
 pub mod sys;
 
 pub use attr::{sample, EventAttr};
-pub use error::{read_paranoid, CreateError, ErrorKind, Op, RingError, SysError};
+pub use error::{read_paranoid, BadSwitch, CreateError, ErrorKind, Op, RingError, SysError};
 pub use event::{remap_page_after_fork, PerfEvent};
 pub use mapping::{Access, Mapping, PageMapping, RingMapping, Sharing};
 pub use ring::{DrainStats, RingReader};
