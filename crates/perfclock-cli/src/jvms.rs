@@ -59,18 +59,28 @@ fn proc_vm(pid: u32) -> io::Result<Vm> {
     Ok(procfs::vm_of_maps(&String::from_utf8_lossy(&maps)))
 }
 
-/// Creates `root/pid-<pid>` for the JVM's effective user (0700, theirs when perfclock is root)
-/// and checks the JVM sees the same directory at that path (a JVM in a container opens it in
-/// its own mount namespace).
+/// Directories tried for one pid: `pid-<pid>`, then `pid-<pid>-2`, ... for JVMs that reuse
+/// the pid of an earlier JVM of the same recording (the root is perfclock's alone, so a name
+/// there is taken only by such a JVM).
+const NAMES_PER_PID: u32 = 1000;
+
+/// Creates `root/pid-<pid>` (or, if an earlier JVM with this pid has it, the first free
+/// `pid-<pid>-<n>`) for the JVM's effective user (0700, theirs when perfclock is root) and
+/// checks the JVM sees the same directory at that path (a JVM in a container opens it in its
+/// own mount namespace).
 fn jvm_dir(root: &Path, pid: u32, status: &ProcStatus) -> Result<PathBuf, JvmError> {
-    let dir = root.join(format!("pid-{pid}"));
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|source| JvmError::CreateDir {
-            dir: dir.clone(),
-            source,
-        })?;
+    let mut dir = root.join(format!("pid-{pid}"));
+    let mut taken = 1;
+    loop {
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => break,
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists && taken < NAMES_PER_PID => {
+                taken += 1;
+                dir = root.join(format!("pid-{pid}-{taken}"));
+            }
+            Err(source) => return Err(JvmError::CreateDir { dir, source }),
+        }
+    }
     match give_and_check(&dir, pid, status) {
         Ok(()) => Ok(dir),
         Err(error) => {
@@ -274,4 +284,29 @@ fn watch(
         thread::sleep(POLL_INTERVAL);
     }
     outcomes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A JVM that reuses an earlier JVM's pid during one recording gets a directory of its own
+    /// (the earlier one's keeps its dump).
+    #[test]
+    fn a_reused_pid_gets_a_directory_of_its_own() {
+        let root = tempfile::tempdir().unwrap();
+        let pid = std::process::id();
+        let status = proc_status(pid).unwrap();
+        let first = jvm_dir(root.path(), pid, &status).unwrap();
+        fs::write(first.join("jit-1.dump"), b"the first JVM's").unwrap();
+        let second = jvm_dir(root.path(), pid, &status).unwrap();
+        let third = jvm_dir(root.path(), pid, &status).unwrap();
+        assert_eq!(first, root.path().join(format!("pid-{pid}")));
+        assert_eq!(second, root.path().join(format!("pid-{pid}-2")));
+        assert_eq!(third, root.path().join(format!("pid-{pid}-3")));
+        assert_eq!(
+            fs::read(first.join("jit-1.dump")).unwrap(),
+            b"the first JVM's"
+        );
+    }
 }

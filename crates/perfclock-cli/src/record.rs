@@ -792,12 +792,23 @@ fn agent(options: &RecordOptions) -> Result<Option<PathBuf>, Failure> {
 }
 
 /// The jitdump directories and the JVMs attached so far.
-#[derive(Default)]
+/// The dump directories and agent sessions a recording started. Released ([`Dumps::release`])
+/// once, on every way out of [`record`]: explicitly after the recording, or on drop when an
+/// error or a signal returns early (an attach failure, SIGINT while attaching), so no JVM keeps
+/// writing and no directory stays writable by the JVMs' users.
 struct Dumps {
     root: Option<PathBuf>,
     dirs: Vec<PathBuf>,
     /// The JVMs `-p`/`-a` attached, whose sessions end with the recording.
     attached: Vec<u32>,
+    /// The agent that started their sessions, which the `stop` request goes to.
+    agent: Option<PathBuf>,
+}
+
+impl Drop for Dumps {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl Dumps {
@@ -815,33 +826,32 @@ impl Dumps {
         }
     }
 
-    /// Ends the agent's session in every JVM attached for this recording: their dumps are
-    /// closed and their directories stop growing.
-    fn stop_sessions(&self, agent: Option<&Path>) {
-        let Some(agent) = agent else { return };
-        for &pid in &self.attached {
-            if let Err(error) = jvms::stop_session(pid, agent) {
-                errln!(
-                    "{NAME}: warning: cannot end the agent's session in JVM {pid}: {}",
-                    chain(&error)
-                );
+    /// Ends the agent's session in every JVM attached for this recording (their dumps are
+    /// closed and their directories stop growing), then takes the directories back: the JVMs'
+    /// users can no longer write into them, and empty ones go. What it released is forgotten,
+    /// so a second call does nothing.
+    fn release(&mut self) {
+        let attached = std::mem::take(&mut self.attached);
+        if let Some(agent) = &self.agent {
+            for pid in attached {
+                if let Err(error) = jvms::stop_session(pid, agent) {
+                    errln!(
+                        "{NAME}: warning: cannot end the agent's session in JVM {pid}: {}",
+                        chain(&error)
+                    );
+                }
             }
         }
-    }
-
-    /// After the recording: the JVMs' users can no longer write into the directories, and
-    /// empty ones go.
-    fn finish(&self) {
-        for dir in &self.dirs {
-            if let Err(error) = jvms::lock_down(dir) {
+        for dir in std::mem::take(&mut self.dirs) {
+            if let Err(error) = jvms::lock_down(&dir) {
                 errln!(
                     "{NAME}: warning: cannot take back {}: {error}",
                     dir.display()
                 );
             }
-            let _ = fs::remove_dir(dir);
+            let _ = fs::remove_dir(&dir);
         }
-        if let Some(root) = &self.root {
+        if let Some(root) = self.root.take() {
             let _ = fs::remove_dir(root);
         }
     }
@@ -909,7 +919,6 @@ fn attach_pids(
     if failed.is_empty() || allow_unattached {
         return Ok(());
     }
-    dumps.finish();
     Err(fail(format!(
         "could not attach JVM(s) {} (see above): nothing recorded; pass --allow-unattached to \
          record them without their JIT code's names",
@@ -924,7 +933,12 @@ fn record(options: &RecordOptions) -> Result<u8, Failure> {
     check_output_path(output).map_err(|e| fail(e.to_string()))?;
     let agent = agent(options)?;
     let work = WorkDir::create(output).map_err(failed)?;
-    let mut dumps = Dumps::default();
+    let mut dumps = Dumps {
+        root: None,
+        dirs: Vec::new(),
+        attached: Vec::new(),
+        agent: agent.clone(),
+    };
     let mut env_options = None;
     if let Some(agent) = &agent {
         let root = make_dump_root(output).map_err(failed)?;
@@ -932,17 +946,13 @@ fn record(options: &RecordOptions) -> Result<u8, Failure> {
         if let Target::Command(_) = target {
             let dir = make_command_dump_dir(&root).map_err(failed)?;
             let value = java_tool_options(std::env::var_os("JAVA_TOOL_OPTIONS"), agent, &dir);
-            env_options = Some(value.map_err(|error| {
-                dumps.dirs.push(dir.clone());
-                dumps.finish();
-                failed(error)
-            })?);
+            dumps.dirs.push(dir.clone());
+            env_options = Some(value.map_err(failed)?);
             errln!(
                 "{NAME}: JVMs in the command write their jitdumps into {} (keep it: the \
                  output's JIT symbols are read from there)",
                 dir.display()
             );
-            dumps.dirs.push(dir);
         }
     }
     let signals = signals::TempCleanup::install()
@@ -952,7 +962,6 @@ fn record(options: &RecordOptions) -> Result<u8, Failure> {
         attach_pids(pids, agent, &mut dumps, options.allow_unattached)?;
     }
     if let Some(signal) = signals.received() {
-        dumps.finish();
         return Err(Failure(
             format!("interrupted (signal {signal}) before recording"),
             u8::try_from(128 + signal).unwrap_or(1),
@@ -967,8 +976,7 @@ fn record(options: &RecordOptions) -> Result<u8, Failure> {
         agent.clone(),
         &mut dumps,
     );
-    dumps.stop_sessions(agent.as_deref());
-    dumps.finish();
+    dumps.release();
     let (status, anchors) = match recorded {
         Ok(recorded) => recorded,
         Err(failure) => {

@@ -1087,3 +1087,66 @@ fn root_records_a_jvm_run_as_another_user() {
     assert_ok_output(work.path(), &output, 0);
     assert_hot(work.path(), "out.data", "a JVM run as nobody");
 }
+
+/// The files the process `pid` holds open whose path contains `needle`.
+fn open_files_of(pid: u32, needle: &str) -> Vec<PathBuf> {
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|entry| fs::read_link(entry.path()).ok())
+                .filter(|target| target.to_string_lossy().contains(needle))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `record -p` that fails after attaching one JVM (the second pid does not exist) ends that
+/// JVM's agent session on its way out: the JVM no longer holds its jitdump open, and nothing
+/// was recorded.
+#[test]
+fn a_failed_record_p_ends_the_sessions_it_started() {
+    const TEST: &str = "a_failed_record_p_ends_the_sessions_it_started";
+    let Some(work) = setup(TEST) else {
+        return;
+    };
+    let _lock = jvm_lock();
+    let mut jvm = Command::new("java")
+        .args(["-cp", ".", "Hot", "60000", "0"])
+        .current_dir(work.path())
+        .env_remove("JAVA_TOOL_OPTIONS")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let jvm_pid = jvm.id();
+    // A pid that names no process: above the kernel's pid_max.
+    let absent = 4_194_305u32;
+    let output = record(
+        work.path(),
+        &[
+            "-p",
+            &format!("{jvm_pid},{absent}"),
+            "--duration",
+            "2",
+            "-o",
+            "out.data",
+        ],
+    )
+    .output()
+    .unwrap();
+    let stderr = text(&output.stderr);
+    let held = open_files_of(jvm_pid, ".jit-");
+    let _ = jvm.kill();
+    let _ = jvm.wait();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("attached JVM {jvm_pid}")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing recorded"), "{stderr}");
+    assert!(
+        held.is_empty(),
+        "the JVM still holds its recording's dump open: {held:?}\n{stderr}"
+    );
+    assert!(!work.path().join("out.data").exists());
+}
