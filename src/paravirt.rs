@@ -63,15 +63,26 @@ pub enum OffsetSource {
     KernelLog,
     /// The middle of the brackets' intersection; the bound is half its width.
     Brackets,
+    /// An offset file of this user's own (`PERFCLOCK_PUBLISHED_OFFSET`), not root's: only a
+    /// claim, accepted inside the brackets' intersection, whose whole width is the bound.
+    UserFile {
+        /// The file's owner.
+        uid: u32,
+    },
 }
 
 impl fmt::Display for OffsetSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            OffsetSource::Published => "a root-published offset page",
-            OffsetSource::KernelLog => "the kernel log (/dev/kmsg)",
-            OffsetSource::Brackets => "kernel-stamped brackets alone",
-        })
+        match self {
+            OffsetSource::Published => f.write_str("a root-published offset page"),
+            OffsetSource::KernelLog => f.write_str("the kernel log (/dev/kmsg)"),
+            OffsetSource::Brackets => f.write_str("kernel-stamped brackets alone"),
+            OffsetSource::UserFile { uid } => write!(
+                f,
+                "an offset file of uid {uid} (not root's: checked against kernel-stamped \
+                 brackets here)"
+            ),
+        }
     }
 }
 
@@ -82,7 +93,8 @@ pub struct MeasuredOffset {
     pub offset_ns: i64,
     /// Where it came from.
     pub source: OffsetSource,
-    /// 0 from the kernel log or a published page; half the brackets' intersection otherwise.
+    /// 0 from the kernel log or root's published page; half the brackets' intersection from
+    /// brackets alone; its whole width for a user's own offset file.
     pub bound_ns: u64,
     /// The brackets' intersection it was checked against (or taken from); `None` for a
     /// published page (its publisher checked it).
@@ -288,17 +300,58 @@ impl ParavirtClock {
             .into_iter()
             .map(|(path, refusal)| ParavirtRefusal::Published { path, refusal })
             .collect();
-        match published {
-            Some(published) => Ok(ParavirtClock {
-                page,
-                reader,
-                measured: measured_from_published(&published),
-                published: Some(published),
-                refused,
-            }),
-            None => Err(refused),
-        }
+        let Some((published, owner)) = published else {
+            return Err(refused);
+        };
+        let measured = if owner == 0 {
+            measured_from_published(&published)
+        } else {
+            match measured_from_users_file(&reader, &published, owner) {
+                Ok(measured) => measured,
+                Err(refusal) => {
+                    let mut refused = refused;
+                    refused.push(refusal);
+                    return Err(refused);
+                }
+            }
+        };
+        Ok(ParavirtClock {
+            page,
+            reader,
+            measured,
+            published: Some(published),
+            refused,
+        })
     }
+}
+
+/// `C` from an offset file that is not root's: only a claim, kept if it lies inside this
+/// process's own kernel-stamped brackets, with their whole width as the bound (the claim and
+/// the true `C` both lie inside).
+fn measured_from_users_file(
+    reader: &PvclockReader<'static>,
+    published: &PublishedOffset,
+    uid: u32,
+) -> Result<MeasuredOffset, ParavirtRefusal> {
+    let source = OffsetSource::UserFile { uid };
+    let checked = cross_check(reader, published.offset_ns, source, CHECK_BRACKETS_PER_KIND)?;
+    Ok(MeasuredOffset {
+        bound_ns: checked.bound_ns.max(width_of(&checked)),
+        ..checked
+    })
+}
+
+/// The whole width of the intersection a `C` was checked against.
+#[cfg(feature = "calibrated")]
+fn width_of(measured: &MeasuredOffset) -> u64 {
+    measured
+        .intersection
+        .map_or(u64::MAX, |i| i.hi().abs_diff(i.lo()))
+}
+
+#[cfg(not(feature = "calibrated"))]
+fn width_of(_: &MeasuredOffset) -> u64 {
+    u64::MAX
 }
 
 /// `C` as a published file gives it: bound 0 when its publisher took it from the kernel log

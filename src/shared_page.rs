@@ -133,8 +133,17 @@ fn offset_candidates() -> Vec<PathBuf> {
 /// # Errors
 /// The [`Refusal`].
 pub fn probe_published_offset(path: &Path) -> Result<PublishedOffset, Refusal> {
+    probe_published_offset_of(path).map(|(offset, _)| offset)
+}
+
+/// [`probe_published_offset`], with the uid of the file's owner: root's file is its
+/// publisher's word, another's (this user's own) only a claim to check.
+///
+/// # Errors
+/// The [`Refusal`].
+pub fn probe_published_offset_of(path: &Path) -> Result<OwnedOffset, Refusal> {
     use std::io::Read as _;
-    let (file, _) = open_trusted(path)?;
+    let (file, meta) = open_trusted(path)?;
     let mut bytes = Vec::with_capacity(published_offset::MAX_BYTES + 1);
     file.take(published_offset::MAX_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
@@ -146,16 +155,19 @@ pub fn probe_published_offset(path: &Path) -> Result<PublishedOffset, Refusal> {
     if offset.boot_id != boot_id().ok_or(Refusal::NoBootId)? {
         return Err(Refusal::Defect(PageDefect::OtherBoot));
     }
-    Ok(offset)
+    Ok((offset, meta.uid()))
 }
 
-/// The published paravirt offset, if one passes, with the refusals of the files that did not
-/// (an absent file is no refusal).
-pub fn open_published_offset() -> (Option<PublishedOffset>, Vec<(PathBuf, Refusal)>) {
+/// A published offset and the uid of its file's owner.
+pub type OwnedOffset = (PublishedOffset, u32);
+
+/// The published paravirt offset that passes first, with its file owner's uid,
+/// with the refusals of the files before it (an absent file is no refusal).
+pub fn open_published_offset() -> (Option<OwnedOffset>, Vec<(PathBuf, Refusal)>) {
     let mut refused = Vec::new();
     for path in offset_candidates() {
-        match probe_published_offset(&path) {
-            Ok(offset) => return (Some(offset), refused),
+        match probe_published_offset_of(&path) {
+            Ok(accepted) => return (Some(accepted), refused),
             Err(refusal) if refusal.is_absent() => {}
             Err(refusal) => refused.push((path, refusal)),
         }

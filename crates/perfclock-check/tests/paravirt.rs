@@ -357,3 +357,107 @@ fn published_child(test: &str) {
     );
     println!("PUBLISHED-OK C {}", paravirt.offset().offset_ns);
 }
+
+const USER_FILE_ROLE: &str = "PERFCLOCK_PARAVIRT_TEST_USER_FILE";
+
+/// An offset file of the reader's own (nobody's), not root's, is only a claim: right, it is
+/// kept with the brackets' whole width as its bound and named as the user's file; 10 us off, it
+/// is refused as outside the brackets (and the clock opens from brackets alone); neither is
+/// labelled root-published with bound 0, and the kernel's stamps hold against both clocks.
+#[test]
+fn a_users_own_offset_file_is_a_claim_checked_against_brackets() {
+    use perfclock_core::published_offset::{parse_boot_id, OffsetOrigin, PublishedOffset};
+    use std::os::unix::fs::PermissionsExt as _;
+    let test = "a_users_own_offset_file_is_a_claim_checked_against_brackets";
+    if let Some(expect) = std::env::var_os(USER_FILE_ROLE) {
+        return user_file_child(test, expect.to_str() == Some("kept"));
+    }
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        skip(test, Need::Root, "setpriv to nobody needs root");
+        return;
+    }
+    let measured = match perfclock::paravirt::measure_offset(100) {
+        Ok(measured) => measured,
+        Err(refusal) => {
+            skip(test, Need::ParavirtMode, refusal);
+            return;
+        }
+    };
+    let intersection = measured.intersection.expect("cross-checked");
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let dir = tempfile_dir();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The wrong file is consistent in itself: its claimed intersection moved with its `C`.
+    for (expect, shift_ns) in [("kept", 0), ("refused", 10_000)] {
+        let published = PublishedOffset {
+            boot_id: parse_boot_id(&boot_id).expect("a boot id"),
+            offset_ns: measured.offset_ns + shift_ns,
+            origin: OffsetOrigin::KernelLog,
+            intersection_ns: (intersection.lo() + shift_ns, intersection.hi() + shift_ns),
+            brackets: intersection.brackets(),
+            writer_pid: std::process::id(),
+        };
+        let mut text = String::new();
+        published.encode(&mut text).unwrap();
+        let path = dir.join(format!("offset-{expect}"));
+        std::fs::write(&path, text).unwrap();
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        let output = Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(std::env::current_exe().unwrap())
+            .args([test, "--exact", "--nocapture", "--test-threads", "1"])
+            .env(USER_FILE_ROLE, expect)
+            .env("PERFCLOCK_PUBLISHED_OFFSET", &path)
+            .output()
+            .expect("setpriv");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        print!("{stdout}");
+        if child_skipped(output.status, &stderr) {
+            continue;
+        }
+        assert!(output.status.success(), "{expect}: child failed: {stderr}");
+        assert!(stdout.contains("USER-FILE-OK"), "{expect}: {stdout}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn user_file_child(test: &str, kept: bool) {
+    let clock = match Options::default().open() {
+        Ok(clock) => clock,
+        Err(error) => skip_child(test, Need::Perf, error),
+    };
+    let Some(paravirt) = clock.paravirt() else {
+        skip_child(
+            test,
+            Need::ParavirtMode,
+            "nobody's clock is not in paravirt mode",
+        );
+    };
+    let source = paravirt.offset().source;
+    let bound = clock.error_bound_ns();
+    println!("source: {source}; bound {bound} ns");
+    assert_ne!(
+        source,
+        OffsetSource::Published,
+        "a user's file labelled root's"
+    );
+    assert!(bound > 0, "a user's claim trusted with bound 0");
+    if kept {
+        assert_eq!(source, OffsetSource::UserFile { uid: 65534 });
+    } else {
+        assert!(
+            paravirt
+                .refused()
+                .iter()
+                .any(|r| r.to_string().contains("offset file of uid 65534")),
+            "{:?}",
+            paravirt.refused()
+        );
+    }
+    let report = verify(&clock, 2_000).expect("kernel stamps");
+    print!("{report}");
+    assert_eq!(report.violations(), 0, "{report}");
+    println!("USER-FILE-OK");
+}
