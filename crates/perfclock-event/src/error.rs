@@ -12,7 +12,7 @@ use core::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use crate::shared_file::TakenName;
+use crate::shared_file::{LiveName, TakenName};
 
 /// The system call that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -283,7 +283,13 @@ impl std::error::Error for RingError {}
 pub enum CreateError {
     /// Something that is not a stale regular file of the caller's user is at the name.
     Taken(TakenName),
-    /// The directory could not be opened, or the create or the removal of a stale file failed.
+    /// A regular file of the caller's user is at the name that cannot be proven dead: a live
+    /// writer holds its lock (another process with the same pid number, e.g. in another pid
+    /// namespace), or it is empty and unlocked ([`LiveName::locked`] says which; both are this
+    /// variant). It was left as it was.
+    Live(LiveName),
+    /// The directory could not be opened, the create or the lock of the new file failed, or a
+    /// stale file could not be checked or removed.
     Io {
         /// The directory or the file.
         path: PathBuf,
@@ -296,6 +302,7 @@ impl fmt::Display for CreateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CreateError::Taken(taken) => taken.fmt(f),
+            CreateError::Live(live) => live.fmt(f),
             CreateError::Io { path, .. } => write!(f, "cannot create {}", path.display()),
         }
     }
@@ -305,7 +312,7 @@ impl std::error::Error for CreateError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             CreateError::Io { source, .. } => Some(source),
-            CreateError::Taken(_) => None,
+            CreateError::Taken(_) | CreateError::Live(_) => None,
         }
     }
 }

@@ -7,18 +7,44 @@
 //! a jitdump through the mapping of the named file), `linkat` refuses an existing name just as
 //! `O_EXCL` does, and `O_TMPFILE` is missing on some file systems (NFS, older overlayfs).
 //!
-//! Whatever is already at the name (a stale file of an earlier process with the same pid) is
-//! replaced only if `fstatat(dirfd, name, AT_SYMLINK_NOFOLLOW)` shows a regular file of the
-//! caller's effective user; it is unlinked through the same directory descriptor and the create
-//! retried with `O_EXCL`. A race cannot redirect that: `unlinkat` removes a name, never follows
-//! one, and the create that follows refuses whatever appeared meanwhile. Anything else (a link, a
-//! FIFO, a device, a directory, another user's file) is a [`CreateError::Taken`] naming the path,
-//! the kind and the owner.
+//! # The contract: a writer never deletes a file it cannot prove dead
+//! A pid is no identity: two containerised writers are both pid 1 in their own pid namespaces,
+//! and share a dump directory when it is bind-mounted into both. So a file at the name is not
+//! stale because its pid says so; what proves a writer alive is a lock.
+//! - **Proof of life.** [`create_exclusive`] takes `flock(LOCK_EX | LOCK_NB)` on the file it
+//!   created, before anything is written to it, and the returned `File` holds the lock for as
+//!   long as it (or a descriptor duplicated from it, a fork child's included) stays open: the
+//!   writer keeps that `File` for its life. If the lock cannot be taken the file is removed
+//!   again and the create fails: a writer without the lock could be taken for dead.
+//! - **Proof of death.** Whatever is already at the name is removed only if
+//!   `fstatat(dirfd, name, AT_SYMLINK_NOFOLLOW)` shows a regular file of the caller's effective
+//!   user (anything else, a link, a FIFO, a device, a directory or another user's file, is a
+//!   [`CreateError::Taken`] naming the path, the kind and the owner), and if, opened with
+//!   `O_RDONLY | O_NOFOLLOW | O_NONBLOCK` and checked by `fstat` to be the inode `fstatat` saw,
+//!   it yields `flock(LOCK_EX | LOCK_NB)` to the caller and is not empty. A lock held elsewhere
+//!   (`EWOULDBLOCK`) means a live writer: [`CreateError::Live`] with
+//!   [`locked`](LiveName::locked) set. A lock acquired on an empty file proves nothing: a writer
+//!   between its `openat` and its `flock` (microseconds) holds no lock yet, and has written
+//!   nothing yet, so an unlocked empty file is also refused, as [`CreateError::Live`] with
+//!   `locked` unset. Any other failure to open or lock it is a [`CreateError::Io`]: unproven.
+//!   Nothing is removed in any of these cases.
+//! - **Removal.** A stale file is unlinked through the same directory descriptor while its lock
+//!   is held, after `fstat` shows it still linked and `fstatat` shows it still at the name, and
+//!   the create is retried with `O_EXCL`. Two writers removing the same stale file take turns on
+//!   its lock, and the second finds it unlinked; a race cannot redirect the removal: `unlinkat`
+//!   removes a name, never follows one, and the create that follows refuses whatever appeared
+//!   meanwhile.
+//!
+//! A stale file of a writer whose descriptor lives on in a process it forked stays live until
+//! that process closes it. `flock` locks are the kernel's, per open file, and hold across pid
+//! namespaces, containers sharing a bind mount, and (emulated as POSIX locks by the client) NFS
+//! clients of one server.
 //!
 //! # Safety
-//! The unsafe calls are `openat`, `fstatat`, `unlinkat`, `geteuid` and `getpwuid_r`, with
-//! NUL-terminated names and out-buffers this module owns and sizes; a descriptor `openat`
-//! returns is owned by the `File` made from it at once. Each call says why it is sound.
+//! The unsafe calls are `openat`, `fstatat`, `fstat`, `unlinkat`, `geteuid` and `getpwuid_r`,
+//! with NUL-terminated names and out-buffers this module owns and sizes; a descriptor `openat`
+//! returns is owned by the `File` made from it at once, and `fstat` takes a descriptor of such a
+//! live `File` (`flock` is [`sys::try_lock_exclusive`]'s). Each call says why it is sound.
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, CString};
@@ -28,8 +54,10 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::error::CreateError;
+use crate::sys;
 
 /// What a name was found to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +138,46 @@ impl fmt::Display for TakenName {
     }
 }
 
+/// A regular file of the caller's own user at the name, that [`create_exclusive`] would not
+/// remove because it cannot prove that no writer uses it (see the [module docs](self)); it was
+/// left as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveName {
+    /// The full path of the name.
+    pub path: PathBuf,
+    /// `true`: a writer holds the file's lock, so it is alive (another process with the same
+    /// pid number: in another pid namespace, or a fork child of a writer). `false`: nobody holds
+    /// the lock but the file is empty, as a writer's own file is between its create and its
+    /// lock, so it cannot be told from one left by a writer that died before writing anything.
+    pub locked: bool,
+}
+
+impl fmt::Display for LiveName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.locked {
+            write!(
+                f,
+                "{} is held open by a live writer: another process using the same pid number \
+                 (for example pid 1 in another pid namespace: containers sharing this \
+                 directory), or a child it forked. perfclock never removes a file a live writer \
+                 holds: give each container its own dump directory, or stop the other writer",
+                self.path.display()
+            )
+        } else {
+            write!(
+                f,
+                "{} is empty and no writer holds it: it may be another writer's (with the same \
+                 pid number, for example in another pid namespace) in the moment between its \
+                 create and its lock, or one left by a writer that died before writing \
+                 anything, and perfclock cannot tell which, so it never removes it: give each \
+                 container its own dump directory, or remove the file if no other writer with \
+                 this pid uses the directory",
+                self.path.display()
+            )
+        }
+    }
+}
+
 /// How often a create is retried after removing a stale file (another process may create the
 /// name again in between; past this the name is reported as taken or the error returned).
 const ATTEMPTS: usize = 3;
@@ -117,10 +185,16 @@ const ATTEMPTS: usize = 3;
 /// Creates `dir/name` read-write with `mode` (less the umask), `O_CLOEXEC`, exclusively: see the
 /// [module docs](self). `name` is one path component.
 ///
+/// The returned `File` holds `flock(LOCK_EX)` on the file, the proof that its writer is alive:
+/// keep it open as long as the file is written.
+///
 /// # Errors
 /// [`CreateError::Taken`] if a link, a FIFO, a device, a directory or another user's file is
-/// at the name (nothing is changed); [`CreateError::Io`] if `dir` cannot be opened as a directory
-/// or the create fails (permissions, a full disk, a name that is not one component).
+/// at the name; [`CreateError::Live`] if a regular file of this user is there that a live writer
+/// holds, or that is empty and unlocked (nothing is changed in either case);
+/// [`CreateError::Io`] if `dir` cannot be opened as a directory, the create or the lock fails
+/// (permissions, a full disk, a name that is not one component, a file system without locks),
+/// or a stale file cannot be checked or removed.
 pub fn create_exclusive(dir: &Path, name: &str, mode: u32) -> Result<File, CreateError> {
     let path = dir.join(name);
     let io_error = |path: &Path| {
@@ -149,7 +223,20 @@ pub fn create_exclusive(dir: &Path, name: &str, mode: u32) -> Result<File, Creat
         let fd = unsafe { libc::openat(dir_fd, c_name.as_ptr(), flags, mode as libc::c_uint) };
         if fd >= 0 {
             // SAFETY: `fd` was just opened and is owned by nothing else.
-            return Ok(unsafe { File::from_raw_fd(fd) });
+            let file = unsafe { File::from_raw_fd(fd) };
+            return match lock_new(&file) {
+                Ok(()) => Ok(file),
+                Err(error) => {
+                    // Nothing is left behind: an empty file nobody locks would refuse every
+                    // later writer of this name. Only if the name is still this file.
+                    if matches!(same_file(&fstat(&file), dir_fd, &c_name), Ok(true)) {
+                        // SAFETY: a live directory descriptor and a NUL-terminated name;
+                        // unlinkat follows nothing.
+                        unsafe { libc::unlinkat(dir_fd, c_name.as_ptr(), 0) };
+                    }
+                    Err(io_error(&path)(error))
+                }
+            };
         }
         let error = io::Error::last_os_error();
         if error.raw_os_error() != Some(libc::EEXIST) {
@@ -161,8 +248,11 @@ pub fn create_exclusive(dir: &Path, name: &str, mode: u32) -> Result<File, Creat
     Err(io_error(&path)(last))
 }
 
-/// Removes `dir/name` if it is a regular file of the caller's user, for [`create_exclusive`] or
-/// for a writer that renames its own file over the name; a name that does not exist is fine.
+/// Removes `dir/name` if it is a provably stale regular file of the caller's user (see the
+/// [module docs](self)), for [`create_exclusive`] or for a writer that renames its own file over
+/// the name; a name that does not exist is fine. A file that is never locked (a sidecar renamed
+/// into place) is removed if it is not empty: call this only for a name whose writer is proven
+/// dead otherwise, e.g. by holding the lock of the file it accompanies.
 ///
 /// # Errors
 /// As [`create_exclusive`].
@@ -183,32 +273,174 @@ pub fn remove_stale_at(dir: &Path, name: &str) -> Result<(), CreateError> {
     remove_stale(dir_file.as_raw_fd(), &c_name, &path)
 }
 
-fn remove_stale(dir_fd: libc::c_int, name: &CStr, path: &Path) -> Result<(), CreateError> {
+/// How long [`create_exclusive`] waits for its new file's lock, which only another writer's
+/// check of the name (an `fstat`, microseconds) holds.
+const LOCK_WAIT: Duration = Duration::from_secs(1);
+
+/// Takes `flock(LOCK_EX | LOCK_NB)` on a file just created, waiting out another writer's brief
+/// check of it.
+fn lock_new(file: &File) -> io::Result<()> {
+    let started = Instant::now();
+    loop {
+        let Err(error) = sys::try_lock_exclusive(file) else {
+            return Ok(());
+        };
+        match error.raw_os_error() {
+            Some(libc::EINTR) => {}
+            Some(libc::EWOULDBLOCK) if started.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            _ => return Err(error),
+        }
+    }
+}
+
+/// `fstat` of an open file (a descriptor of a live `File` cannot fail it).
+fn fstat(file: &File) -> io::Result<libc::stat> {
+    // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor of a live `File` and a live `stat`.
+    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+/// `fstatat(dir_fd, name, AT_SYMLINK_NOFOLLOW)`.
+fn fstatat(dir_fd: libc::c_int, name: &CStr) -> io::Result<libc::stat> {
     // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a live directory descriptor, a NUL-terminated name, a live `stat`.
     let rc = unsafe { libc::fstatat(dir_fd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
     if rc != 0 {
-        let error = io::Error::last_os_error();
-        return match error.raw_os_error() {
-            Some(libc::ENOENT) => Ok(()), // gone meanwhile: create again
-            _ => Err(CreateError::Io {
-                path: path.to_owned(),
-                source: error,
-            }),
-        };
+        return Err(io::Error::last_os_error());
     }
+    Ok(st)
+}
+
+/// Whether `name` in `dir_fd` is now the file `st` describes (`Ok(false)`: something else, or
+/// nothing).
+fn same_file(st: &io::Result<libc::stat>, dir_fd: libc::c_int, name: &CStr) -> io::Result<bool> {
+    let Ok(st) = st else {
+        return Ok(false);
+    };
+    match fstatat(dir_fd, name) {
+        Ok(now) => Ok(now.st_dev == st.st_dev && now.st_ino == st.st_ino),
+        Err(error) if error.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// What one look at a name found.
+enum Look {
+    /// Nothing is at the name any more, or the stale file was removed.
+    Free,
+    /// The name changed while it was checked: look again.
+    Changed,
+}
+
+fn remove_stale(dir_fd: libc::c_int, name: &CStr, path: &Path) -> Result<(), CreateError> {
+    let io_error = |source| CreateError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    for _ in 0..ATTEMPTS {
+        match look(dir_fd, name, path).map_err(|e| e.map_io(io_error))? {
+            Look::Free => return Ok(()),
+            Look::Changed => {}
+        }
+    }
+    Err(io_error(io::Error::new(
+        io::ErrorKind::WouldBlock,
+        "the file at the name kept changing while it was checked; nothing was removed",
+    )))
+}
+
+/// Why a look refused: a [`CreateError`] already, or an io error the path is yet to be attached
+/// to.
+enum Refusal {
+    Create(CreateError),
+    Io(io::Error),
+}
+
+impl Refusal {
+    fn map_io(self, f: impl FnOnce(io::Error) -> CreateError) -> CreateError {
+        match self {
+            Refusal::Create(error) => error,
+            Refusal::Io(error) => f(error),
+        }
+    }
+}
+
+impl From<io::Error> for Refusal {
+    fn from(error: io::Error) -> Refusal {
+        Refusal::Io(error)
+    }
+}
+
+/// One look at `name`: removes it if it is provably stale, refuses it if not, says if it
+/// changed meanwhile.
+fn look(dir_fd: libc::c_int, name: &CStr, path: &Path) -> Result<Look, Refusal> {
+    let st = match fstatat(dir_fd, name) {
+        Ok(st) => st,
+        Err(error) if error.raw_os_error() == Some(libc::ENOENT) => return Ok(Look::Free),
+        Err(error) => return Err(error.into()),
+    };
     // SAFETY: geteuid has no preconditions.
     let caller_uid = unsafe { libc::geteuid() };
     let kind = FileKind::of(st.st_mode);
     if kind != FileKind::Regular || st.st_uid != caller_uid {
-        return Err(CreateError::Taken(TakenName {
+        return Err(Refusal::Create(CreateError::Taken(TakenName {
             path: path.to_owned(),
             kind,
             owner_uid: st.st_uid,
             owner_name: user_name(st.st_uid),
             caller_uid,
-        }));
+        })));
+    }
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: a live directory descriptor and a NUL-terminated name; without O_CREAT no mode is
+    // read.
+    let fd = unsafe { libc::openat(dir_fd, name.as_ptr(), flags) };
+    if fd < 0 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::ENOENT) => Ok(Look::Free),
+            // A link now: the next look reports it.
+            Some(libc::ELOOP) => Ok(Look::Changed),
+            _ => Err(error.into()),
+        };
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let file = unsafe { File::from_raw_fd(fd) };
+    let opened = fstat(&file)?;
+    if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino) {
+        return Ok(Look::Changed);
+    }
+    if let Err(error) = sys::try_lock_exclusive(&file) {
+        return match error.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => Err(Refusal::Create(CreateError::Live(LiveName {
+                path: path.to_owned(),
+                locked: true,
+            }))),
+            Some(libc::EINTR) => Ok(Look::Changed),
+            _ => Err(error.into()),
+        };
+    }
+    // Locked: no writer of this scheme holds it. Looked at again under the lock, which any
+    // other remover must hold too.
+    let locked = fstat(&file)?;
+    if locked.st_nlink == 0 {
+        return Ok(Look::Free); // another writer removed it while we waited
+    }
+    if locked.st_size == 0 {
+        return Err(Refusal::Create(CreateError::Live(LiveName {
+            path: path.to_owned(),
+            locked: false,
+        })));
+    }
+    if !same_file(&Ok(locked), dir_fd, name)? {
+        return Ok(Look::Changed);
     }
     // SAFETY: a live directory descriptor and a NUL-terminated name; unlinkat removes the name
     // whatever it is by now, and follows nothing.
@@ -216,13 +448,12 @@ fn remove_stale(dir_fd: libc::c_int, name: &CStr, path: &Path) -> Result<(), Cre
     if rc != 0 {
         let error = io::Error::last_os_error();
         if error.raw_os_error() != Some(libc::ENOENT) {
-            return Err(CreateError::Io {
-                path: path.to_owned(),
-                source: error,
-            });
+            return Err(error.into());
         }
     }
-    Ok(())
+    // The lock goes with `file`, after the name.
+    drop(file);
+    Ok(Look::Free)
 }
 
 /// The user name of `uid` from the user database, if it has one.
@@ -300,9 +531,87 @@ mod tests {
             create_exclusive(&dir.join("absent"), "a", 0o600),
             Err(CreateError::Io { .. })
         ));
+        // A closed, written file: provably no writer's any more.
+        std::fs::write(dir.join("a"), b"stale").unwrap();
         remove_stale_at(&dir, "a").unwrap();
         remove_stale_at(&dir, "a").unwrap(); // absent is fine
         assert!(!dir.join("a").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file whose writer still holds it open (its `File` from `create_exclusive`) is never
+    /// removed, whatever its pid says; once the writer closes it, it is stale and replaced.
+    #[test]
+    fn a_live_writers_file_is_refused_and_left_intact() {
+        use std::io::Write as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = temp_dir("live");
+        let mut first = create_exclusive(&dir, "jit-1.dump", 0o644).unwrap();
+        first.write_all(b"the first writer's records").unwrap();
+        let inode = first.metadata().unwrap().ino();
+        let error = create_exclusive(&dir, "jit-1.dump", 0o644).unwrap_err();
+        match &error {
+            CreateError::Live(live) => {
+                assert_eq!(live.path, dir.join("jit-1.dump"));
+                assert!(live.locked);
+            }
+            other => panic!("{other:?}"),
+        }
+        let message = error.to_string();
+        for words in [
+            "held open by a live writer",
+            "pid namespace",
+            "own dump directory",
+        ] {
+            assert!(message.contains(words), "{words} missing: {message}");
+        }
+        assert!(matches!(
+            remove_stale_at(&dir, "jit-1.dump"),
+            Err(CreateError::Live(LiveName { locked: true, .. }))
+        ));
+        let at_name = std::fs::symlink_metadata(dir.join("jit-1.dump")).unwrap();
+        assert_eq!(at_name.ino(), inode, "the live file was replaced");
+        assert_eq!(
+            std::fs::read(dir.join("jit-1.dump")).unwrap(),
+            b"the first writer's records"
+        );
+        first.write_all(b"; more").unwrap();
+        drop(first);
+        // Closed: no writer holds it, and it is not empty, so it is provably stale.
+        let second = create_exclusive(&dir, "jit-1.dump", 0o644).unwrap();
+        drop(second);
+        assert_eq!(std::fs::read(dir.join("jit-1.dump")).unwrap(), b"");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An empty file nobody holds may be a writer's between its create and its lock: it is
+    /// refused, and left.
+    #[test]
+    fn an_empty_unlocked_file_is_refused_and_left() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = temp_dir("empty");
+        std::fs::write(dir.join("marker-1.txt"), b"").unwrap();
+        let inode = std::fs::metadata(dir.join("marker-1.txt")).unwrap().ino();
+        let error = create_exclusive(&dir, "marker-1.txt", 0o644).unwrap_err();
+        match &error {
+            CreateError::Live(live) => {
+                assert_eq!(live.path, dir.join("marker-1.txt"));
+                assert!(!live.locked);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            error
+                .to_string()
+                .contains("is empty and no writer holds it"),
+            "{error}"
+        );
+        assert!(matches!(
+            remove_stale_at(&dir, "marker-1.txt"),
+            Err(CreateError::Live(LiveName { locked: false, .. }))
+        ));
+        let at_name = std::fs::symlink_metadata(dir.join("marker-1.txt")).unwrap();
+        assert_eq!(at_name.ino(), inode, "the empty file was replaced");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -50,8 +50,11 @@
  *     are created exclusively (O_CREAT|O_EXCL|O_NOFOLLOW through the directory's descriptor):
  *     never through a symlink, never into a FIFO, a device or another user's file. A stale file
  *     at the name (an earlier process with the same pid) is replaced only if it is a regular
- *     file of the caller's effective user; anything else makes the open fail with
- *     PERFCLOCK_E_NAME_TAKEN and is left as it was.
+ *     file of the caller's effective user that no live writer holds open (each writer holds an
+ *     flock(LOCK_EX) on its file while it is open, so a writer with the same pid number in
+ *     another pid namespace, as containerised JITs all are pid 1, is seen to be alive; an empty
+ *     file nobody holds is also kept, as it may be a writer's that has not locked it yet);
+ *     anything else makes the open fail with PERFCLOCK_E_NAME_TAKEN and is left as it was.
  *   - fork(): a writer handle belongs to the process that opened it. In a fork child every call
  *     on an inherited handle writes nothing and returns PERFCLOCK_E_FORK_CHILD (close still
  *     frees the child's copy of the handle), and nothing the child does (loading, closing,
@@ -136,7 +139,10 @@ extern "C" {
 #define PERFCLOCK_E_INVALID_ARGUMENT (-16)
 /* A writer's file name is taken by something it may not replace: a symlink, a FIFO, a device, a
  * directory, or another user's file (planted, or left by another user's process). It was left as
- * it was; remove it if it is stale, or write into a directory only you can write. */
+ * it was; remove it if it is stale, or write into a directory only you can write. Also a file of
+ * your own user that another live writer holds open (a process with the same pid number in
+ * another pid namespace: containers sharing a dump directory), or that is empty and held by
+ * none: give each container its own dump directory, or stop the other writer. */
 #define PERFCLOCK_E_NAME_TAKEN (-17)
 /* A writer handle was used in a fork child of the process that opened it: nothing was written.
  * Open a new writer in the child. */
@@ -298,19 +304,19 @@ typedef struct perfclock_jitdump perfclock_jitdump;
 
 /*
  * Calls perfclock_init(), then creates DIR/jit-<pid>.dump exclusively (mode 0644 less the
- * umask; a stale regular file of this user at the name is replaced, anything else refused),
- * writes its header, maps its first page PROT_EXEC (the marker perf record logs so perf inject
- * finds the dump) and writes DIR/jit-<pid>.dump.timeconv (written to a temporary file and
- * renamed; the name is checked as the dump's). If this process already has a dump open in DIR,
- * stores another handle to it instead. `perf inject --jit` later writes jitted-<pid>-<n>.so
- * files into DIR, so it must stay writable.
+ * umask; a stale regular file of this user at the name is replaced if no live writer holds it,
+ * anything else refused), writes its header, maps its first page PROT_EXEC (the marker perf
+ * record logs so perf inject finds the dump) and writes DIR/jit-<pid>.dump.timeconv (written to
+ * a temporary file and renamed; the name is checked as the dump's). If this process already has
+ * a dump open in DIR, stores another handle to it instead. `perf inject --jit` later writes
+ * jitted-<pid>-<n>.so files into DIR, so it must stay writable.
  * On success stores the handle in *out and returns PERFCLOCK_OK. Otherwise leaves *out unchanged
  * and returns PERFCLOCK_E_NULL_POINTER (dir or out NULL), PERFCLOCK_E_NAME_TAKEN (a symlink, a
- * FIFO, another user's file ... at either name: nothing was created or changed), PERFCLOCK_E_IO
- * (DIR missing, not a directory, not writable, full, or mounted noexec), PERFCLOCK_E_READ (the
- * clock's conversion could not be read), or perfclock_init()'s code if the clock cannot be
- * opened. After success the reading calls (perfclock_now_ns(), ...) work without a separate
- * perfclock_init(). Not async-signal-safe.
+ * FIFO, another user's file, another live writer's dump ... at either name: nothing was created
+ * or changed), PERFCLOCK_E_IO (DIR missing, not a directory, not writable, full, or mounted
+ * noexec), PERFCLOCK_E_READ (the clock's conversion could not be read), or perfclock_init()'s
+ * code if the clock cannot be opened. After success the reading calls (perfclock_now_ns(), ...)
+ * work without a separate perfclock_init(). Not async-signal-safe.
  * The dump's clock is the one the environment variable PERFCLOCK_JITDUMP_CLOCK names: arch
  * (also when unset or empty), perf or monotonic (see PERFCLOCK_CLOCK_*), so a program switches
  * without a rebuild; any other value returns PERFCLOCK_E_INVALID_ARGUMENT and creates nothing.
@@ -378,12 +384,12 @@ typedef struct perfclock_markers perfclock_markers;
 
 /*
  * Creates DIR/marker-<pid>.txt exclusively (a stale regular file of this user at the name is
- * replaced, anything else refused), maps it, and stores a handle in *out; if this process
- * already has the file of DIR open, a handle to it. Returns PERFCLOCK_OK,
+ * replaced if no live writer holds it, anything else refused), maps it, and stores a handle in
+ * *out; if this process already has the file of DIR open, a handle to it. Returns PERFCLOCK_OK,
  * PERFCLOCK_E_NULL_POINTER (dir or out NULL), PERFCLOCK_E_NAME_TAKEN (a symlink, a FIFO,
- * another user's file ... at the name: left as it was), or PERFCLOCK_E_IO (dir missing or not
- * writable, or on a noexec mount). Does not need perfclock_init() (the monotonic clock opens
- * it). Not async-signal-safe.
+ * another user's file, another live writer's file ... at the name: left as it was), or
+ * PERFCLOCK_E_IO (dir missing or not writable, or on a noexec mount). Does not need
+ * perfclock_init() (the monotonic clock opens it). Not async-signal-safe.
  * The file's clock is the one the environment variable PERFCLOCK_MARKERS_CLOCK names: perf (also
  * when unset or empty) or monotonic; any other value (arch included) returns
  * PERFCLOCK_E_INVALID_ARGUMENT and creates nothing.

@@ -42,7 +42,7 @@ fn code(error: &JitDumpError) -> c_int {
         JitDumpError::NameContainsNul { .. }
         | JitDumpError::EmptyCode
         | JitDumpError::RecordTooLarge { .. } => PERFCLOCK_E_INVALID_ARGUMENT,
-        JitDumpError::NameTaken(_) => PERFCLOCK_E_NAME_TAKEN,
+        JitDumpError::NameTaken(_) | JitDumpError::NameLive(_) => PERFCLOCK_E_NAME_TAKEN,
         JitDumpError::ForkChild(_) => PERFCLOCK_E_FORK_CHILD,
         JitDumpError::ClockMismatch(_) => PERFCLOCK_E_INVALID_ARGUMENT,
         // Io, Torn, and kinds added later: all are about the file.

@@ -81,7 +81,8 @@ pub const PERFCLOCK_E_OTHER: c_int = -14;
 pub const PERFCLOCK_E_IO: c_int = -15;
 /// An argument is out of its documented range.
 pub const PERFCLOCK_E_INVALID_ARGUMENT: c_int = -16;
-/// Something else is at a writer's file name (a link, a FIFO, another user's file).
+/// Something else is at a writer's file name (a link, a FIFO, another user's file), or another
+/// live writer's file (the same pid number in another pid namespace).
 pub const PERFCLOCK_E_NAME_TAKEN: c_int = -17;
 /// A writer's handle was used in a fork child of the process that opened it.
 pub const PERFCLOCK_E_FORK_CHILD: c_int = -18;

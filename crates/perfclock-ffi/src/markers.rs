@@ -34,7 +34,7 @@ fn marker_error_code(error: &MarkerError) -> c_int {
     match error {
         MarkerError::EndBeforeStart { .. } | MarkerError::EmptyName => PERFCLOCK_E_INVALID_ARGUMENT,
         MarkerError::Clock(_) => PERFCLOCK_E_NOT_INITIALIZED,
-        MarkerError::NameTaken(_) => PERFCLOCK_E_NAME_TAKEN,
+        MarkerError::NameTaken(_) | MarkerError::NameLive(_) => PERFCLOCK_E_NAME_TAKEN,
         MarkerError::ForkChild(_) => PERFCLOCK_E_FORK_CHILD,
         MarkerError::Busy => PERFCLOCK_E_BUSY,
         MarkerError::NoPairing => PERFCLOCK_E_READ,

@@ -14,7 +14,7 @@ use std::io;
 use std::path::PathBuf;
 
 use perfclock_core::{ParamError, ReadError};
-use perfclock_procfile::{ClockMismatch, ForkChild, TakenName};
+use perfclock_procfile::{ClockMismatch, ForkChild, LiveName, TakenName};
 
 use crate::timeconv::MAGIC_LINE;
 use crate::JitClock;
@@ -39,6 +39,11 @@ pub enum JitDumpError {
     /// Something else is at the dump's or the sidecar's name (a link, a FIFO, another user's
     /// file): it was left as it was, and no dump was created.
     NameTaken(TakenName),
+    /// A regular file of this user is at the dump's name that another writer holds open (a
+    /// process with the same pid number in another pid namespace), or that is empty and no
+    /// writer holds, so it cannot be proven stale: it was left as it was, and no dump was
+    /// created.
+    NameLive(LiveName),
     /// The handle was opened by another process (this is a fork child of it): a child never
     /// writes into its parent's dump, nor closes it. Create a dump in the child: it gets its own
     /// `jit-<pid>.dump`.
@@ -82,6 +87,7 @@ impl fmt::Display for JitDumpError {
                 path.display()
             ),
             JitDumpError::NameTaken(taken) => write!(f, "cannot create the jitdump: {taken}"),
+            JitDumpError::NameLive(live) => write!(f, "cannot create the jitdump: {live}"),
             JitDumpError::ForkChild(child) => write!(f, "jitdump: {child}"),
             JitDumpError::ClockMismatch(mismatch) => write!(f, "jitdump: {mismatch}"),
             JitDumpError::Torn { path } => write!(

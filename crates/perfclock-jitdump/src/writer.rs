@@ -133,7 +133,8 @@ impl JitDump {
     ///
     /// Both files are created exclusively ([`shared_file::create_exclusive`]): never through a
     /// link, never into a file another user could have prepared; a stale file of an earlier
-    /// process with this pid is replaced only if it is a regular file of this user.
+    /// process with this pid is replaced only if it is a regular file of this user that no live
+    /// writer holds (the dump's lock, held while it is open, proves its writer alive).
     ///
     /// The dump is created with mode 0644 (less the umask): `perf inject` may run as another
     /// user and must read it, and only this process should write it.
@@ -141,7 +142,9 @@ impl JitDump {
     /// # Errors
     /// [`JitDumpError::Clock`] if the clock cannot be opened; [`JitDumpError::NameTaken`] if a
     /// link, a FIFO, a device, a directory or another user's file is at either name (it is left
-    /// as it was); [`JitDumpError::Io`] if the
+    /// as it was); [`JitDumpError::NameLive`] if another live writer's dump is at the name (a
+    /// process with the same pid in another pid namespace; left as it was, with its sidecar);
+    /// [`JitDumpError::Io`] if the
     /// directory is missing or not writable, the disk is full, or the file cannot be mapped
     /// executable (a `noexec` mount); [`JitDumpError::ClockRead`] if the conversion cannot be
     /// read.
@@ -340,6 +343,7 @@ fn io_error(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> JitDumpE
 fn create_error(dir: &Path) -> impl FnOnce(CreateError) -> JitDumpError + '_ {
     move |error| match error {
         CreateError::Taken(taken) => JitDumpError::NameTaken(taken),
+        CreateError::Live(live) => JitDumpError::NameLive(live),
         CreateError::Io { path, source } => JitDumpError::Io {
             op: "create",
             path,
@@ -365,13 +369,16 @@ impl Shared {
         let mut boot_id = String::new();
         let words = sys::boot_id().map_err(io_error("read", Path::new(sys::BOOT_ID_PATH)))?;
         let _ = perfclock_core::published_offset::write_boot_id(&mut boot_id, words);
-        // The sidecar's name first: it is renamed over later, so only a stale file of ours may
-        // be there; nothing is created if the name is taken.
-        shared_file::remove_stale_at(names.dir, &names.timeconv_name)
-            .map_err(create_error(names.dir))?;
+        // The dump first: its lock is what proves a live writer's sidecar its own, so another
+        // writer's dump at the name fails this before its sidecar is touched.
         let file = shared_file::create_exclusive(names.dir, &names.name, 0o644)
             .map_err(create_error(names.dir))?;
         let opened = (|| {
+            // The sidecar is renamed over later, so only a stale file of ours may be at its
+            // name (never locked: the dump's lock, held now, speaks for it); if the name is
+            // taken, the dump goes again.
+            shared_file::remove_stale_at(names.dir, &names.timeconv_name)
+                .map_err(create_error(names.dir))?;
             let flags = match jit_clock {
                 JitClock::Arch => record::FLAGS_ARCH_TIMESTAMP,
                 JitClock::Perf | JitClock::Monotonic => 0,

@@ -21,7 +21,8 @@ pub(crate) struct PerfMap {
 impl PerfMap {
     /// Creates `/tmp/perf-<pid>.map` exclusively: never through a link, never into a file this
     /// process did not create; a stale map of the same name is replaced only if it is a regular
-    /// file of our user (perfclock-event's `create_exclusive`).
+    /// file of our user that no live writer holds (perfclock-event's `create_exclusive`: the
+    /// `File` kept here holds its lock while the agent runs).
     ///
     /// # Errors
     /// The creation's error, with the path.

@@ -11,7 +11,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use perfclock_procfile::{ClockMismatch, ForkChild, TakenName};
+use perfclock_procfile::{ClockMismatch, ForkChild, LiveName, TakenName};
 
 use crate::MarkerClock;
 
@@ -29,6 +29,11 @@ pub enum MarkerError {
     /// Something else is at the marker file's name (a link, a FIFO, another user's file): it was
     /// left as it was, and no file was created.
     NameTaken(TakenName),
+    /// A regular file of this user is at the marker file's name that another writer holds open
+    /// (a process with the same pid number in another pid namespace), or that is empty and no
+    /// writer holds, so it cannot be proven stale: it was left as it was, and no file was
+    /// created.
+    NameLive(LiveName),
     /// The handle was opened by another process (this is a fork child of it): a child never
     /// writes into its parent's file. Open a writer in the child: it gets its own
     /// `marker-<pid>.txt`. The marker is counted in [`crate::Markers::lost`].
@@ -90,6 +95,7 @@ impl fmt::Display for MarkerError {
                 path.display()
             ),
             MarkerError::NameTaken(taken) => write!(f, "cannot create the marker file: {taken}"),
+            MarkerError::NameLive(live) => write!(f, "cannot create the marker file: {live}"),
             MarkerError::ForkChild(child) => write!(f, "marker writer: {child}"),
             MarkerError::Busy => f.write_str(
                 "marker refused: this thread is already inside the marker writer (a signal \

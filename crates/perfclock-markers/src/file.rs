@@ -55,10 +55,11 @@ impl SharedFile {
     /// The marker file of this process in `dir`, created and mapped on first use: exclusively
     /// ([`create_exclusive`]), never through a link or into a file another user prepared; a
     /// stale file of an earlier process with this pid is replaced only if it is a regular file
-    /// of this user.
+    /// of this user that no live writer holds.
     ///
     /// # Errors
-    /// [`MarkerError::Create`], [`MarkerError::NameTaken`] or [`MarkerError::Map`].
+    /// [`MarkerError::Create`], [`MarkerError::NameTaken`], [`MarkerError::NameLive`] or
+    /// [`MarkerError::Map`].
     pub(crate) fn open(dir: &Path, clock: MarkerClock) -> Result<Arc<SharedFile>, MarkerError> {
         let pid = std::process::id();
         let name = format!("marker-{pid}.txt");
@@ -168,6 +169,7 @@ fn create(path: &Path, name: &str) -> Result<File, MarkerError> {
     let dir = path.parent().expect("joined onto a directory");
     create_exclusive(dir, name, 0o644).map_err(|error| match error {
         CreateError::Taken(taken) => MarkerError::NameTaken(taken),
+        CreateError::Live(live) => MarkerError::NameLive(live),
         CreateError::Io { source, .. } => MarkerError::Create {
             path: path.to_owned(),
             source,

@@ -38,7 +38,9 @@
 //! - Markers still buffered when the process is killed (or `_exit`s) are lost.
 //! - `marker-<pid>.txt` is created exclusively
 //!   ([`perfclock_event::shared_file::create_exclusive`]): a link, a FIFO or another user's file
-//!   at the name is [`MarkerError::NameTaken`] and left alone.
+//!   at the name is [`MarkerError::NameTaken`] and left alone; so is a file of the same name
+//!   that another live writer holds ([`MarkerError::NameLive`]: containers whose writers are
+//!   all pid 1 need a directory each).
 //! - Fork children and signal handlers: see [`Markers`].
 //!
 //! # Safety

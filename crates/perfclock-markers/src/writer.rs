@@ -102,12 +102,13 @@ impl Markers {
     /// in one process share the file, whatever name reached the directory (a symlink, a bind
     /// mount). The file is created exclusively: never through a link or into a file another
     /// user prepared; a stale file of an earlier process with this pid is replaced only if it is
-    /// a regular file of this user.
+    /// a regular file of this user that no live writer holds.
     ///
     /// # Errors
     /// [`MarkerError::Create`] if `dir` is missing or not writable, [`MarkerError::NameTaken`] if
-    /// a link, a FIFO or another user's file is at the name, [`MarkerError::Map`] if `dir` is on
-    /// a `noexec` mount.
+    /// a link, a FIFO or another user's file is at the name, [`MarkerError::NameLive`] if another
+    /// live writer's file is (a process with the same pid in another pid namespace),
+    /// [`MarkerError::Map`] if `dir` is on a `noexec` mount.
     pub fn open(dir: impl AsRef<Path>) -> Result<Markers, MarkerError> {
         Markers::open_with_clock(dir, MarkerClock::Perf)
     }

@@ -9,8 +9,9 @@
 //!
 //! Both files are in one clock, chosen by name ([`ClockName`]) by the program or, through a
 //! front end (the C ABI, the JVM agent), by an environment variable. A handle used in a fork
-//! child ([`ForkChild`]), a second open in another clock ([`ClockMismatch`]) and a name someone
-//! else holds ([`TakenName`]) are the same failures for both.
+//! child ([`ForkChild`]), a second open in another clock ([`ClockMismatch`]), a name someone
+//! else holds ([`TakenName`]) and a file a live writer of the same pid number holds
+//! ([`LiveName`]) are the same failures for both.
 //!
 //! # Safety
 //! No unsafe code.
@@ -22,5 +23,5 @@ mod registry;
 
 pub use clock_name::{ClockName, UnknownClock};
 pub use error::{ClockMismatch, ForkChild};
-pub use perfclock_event::shared_file::TakenName;
+pub use perfclock_event::shared_file::{LiveName, TakenName};
 pub use registry::{FileKey, Registered, Registry, Retention};
