@@ -63,8 +63,6 @@ use perfclock_event::{peer, sealed_page, sys, Access, Mapping, Sharing};
 
 use crate::Refusal;
 
-pub mod publisher;
-
 /// The environment variable naming the page (switched off, `off`, `0`, `false` or `no` in any
 /// case, it disables the shared page; `on`, `1`, `true`, `yes` mean the default places).
 pub const ENV: &str = "PERFCLOCK_SHARED_PAGE";

@@ -11,7 +11,7 @@
 //! clients' bound turns unknown after `STALE_AFTER_NS`). In kernel mode it says so and exits.
 //! `--once` publishes the paravirt offset and exits (an error where there is none to publish).
 //!
-//! # The page and the file (`perfclock::shared_page::publisher`)
+//! # The page and the file (`perfclock_serve::publisher`)
 //! The page lives in a memfd sealed against shrinking, growing and other writers
 //! (`perfclock_event::sealed_page`), mapped writable by this process alone; a thread hands its
 //! descriptor to every client that connects to the socket `P.sock`, and clients map it
@@ -29,14 +29,13 @@
 //! holds an exclusive `flock` on the directory.
 //!
 //! # What is published
-//! Every [`POLL_INTERVAL`] the server takes the in-process conversion and bound; when they
-//! changed, it publishes a line that continues the one in the page (perfclock-calib's
-//! `continue_within`: the same slewing the in-process refiner does between its own fits), with
-//! the union of both bounds while the two switch; every poll refreshes the heartbeat. After a
-//! clock jump the in-process refiner detected, the new line is published as it is.
+//! Every [`POLL_INTERVAL`] the server takes the in-process conversion and bound and publishes
+//! them through `perfclock_serve::line` (a line that continues the one in the page); every poll
+//! refreshes the heartbeat.
 //!
-//! The page, its file, its socket and its directory are `perfclock::shared_page::publisher`'s;
-//! SIGINT and SIGTERM set a flag through signal-hook.
+//! The page, its file, its socket and its directory are `perfclock_serve::publisher`'s; this
+//! module is the command around them: modes, the poll loop, logging. SIGINT and SIGTERM set a
+//! flag through signal-hook.
 
 use std::fmt;
 use std::fs::File;
@@ -48,15 +47,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use perfclock::paravirt::{self, OffsetSource, ParavirtRefusal};
-use perfclock::shared_page::publisher::{self, LivePage, PageDir, PublishError};
 use perfclock::shared_page::socket_path;
 use perfclock::{Clock, Error, ReadError, Withheld};
-use perfclock_calib::published::{continue_within, switch_line, BoundModel, LineTarget, Solution};
+use perfclock_calib::published::Solution;
 use perfclock_calib::{CalibError, CalibratedClock, CalibrationOptions};
 use perfclock_core::counter;
 use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::shared_page::{parse, SharedPageWriter, HEARTBEAT_INTERVAL_NS};
-use perfclock_core::TimeConversion;
+use perfclock_serve::line::{Publication, PublishedLine};
+use perfclock_serve::publisher::{self, LivePage, PageDir};
+use perfclock_serve::PublishError;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::output::chain;
@@ -68,9 +68,6 @@ const NAME: &str = "perfclock serve";
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// A status line this often.
 const STATUS_INTERVAL: Duration = Duration::from_secs(60);
-/// Horizon over which a line that would step back slews into the new one, as the in-process
-/// refiner's (its longest refinement pause).
-const SLEW_HORIZON_NS: f64 = 1e9;
 
 const _: () = assert!(POLL_INTERVAL.as_nanos() <= HEARTBEAT_INTERVAL_NS as u128);
 
@@ -203,12 +200,8 @@ fn start_calibration(inherited: Option<Solution>) -> Result<Server, ServeError> 
         started.elapsed().as_secs_f64() * 1e3,
         clock.error_bound_ns()
     );
-    let jumps = clock.stats().jumps;
-    Ok(Server {
-        clock,
-        published: inherited,
-        jumps,
-    })
+    let line = PublishedLine::new(inherited, clock.stats().jumps);
+    Ok(Server { clock, line })
 }
 
 /// The live page, claimed by this process with the first publication, and its file: the
@@ -278,7 +271,8 @@ fn poll_until_stopped(
             errln!(
                 "{NAME}: bound {} ns, {} refinements, {} jumps, refiner CPU {:.1} ms",
                 server
-                    .published
+                    .line
+                    .current()
                     .map_or(u64::MAX, |sol| sol.bound.at(counter_now().unwrap_or(0))),
                 stats.refinements,
                 stats.jumps,
@@ -424,10 +418,7 @@ const OFFSET_FILE_NAME: &str = "pvclock-offset";
 
 struct Server {
     clock: CalibratedClock,
-    /// What the file publishes now.
-    published: Option<Solution>,
-    /// Clock jumps the in-process refiner had seen at the last publication.
-    jumps: u64,
+    line: PublishedLine,
 }
 
 impl Server {
@@ -445,66 +436,15 @@ impl Server {
         Err(ServeError::KeptRepublishing)
     }
 
-    /// Publishes `target` at counter value `now`, continuing the line in the file unless the
-    /// refiner saw a clock jump; refreshes the heartbeat. A continuation that cannot be
-    /// published safely now (see `continue_within`) waits for the next poll: the line in the file
-    /// stays, its bound growing honestly.
+    /// Publishes `target` at counter value `now` (see `perfclock_serve::line`).
     fn publish(&mut self, writer: &SharedPageWriter, target: Solution, now: u64) {
         let jumps = self.clock.stats().jumps;
-        let page = SharedLine { writer, now };
-        let Some(old) = self.published else {
-            switch_line(&page, None, &target, now, u64::MAX);
-            self.published = Some(target);
-            self.jumps = jumps;
-            return;
-        };
-        if old.conversion == target.conversion && old.bound == target.bound {
-            writer.store_bound(&old.bound, now);
-            return;
-        }
-        let (next, publish_before) = if jumps != self.jumps {
+        if let Publication::Jumped(seen) = self.line.publish(writer, target, jumps, now) {
             errln!(
-                "{NAME}: the clock jumped (the refiner saw {} jumps); publishing the new line \
-                 as it is",
-                jumps - self.jumps
+                "{NAME}: the clock jumped (the refiner saw {seen} jumps); published the new \
+                 line as it is"
             );
-            (target, u64::MAX)
-        } else {
-            let slope =
-                f64::from(target.conversion.mult()) / (1u64 << target.conversion.shift()) as f64;
-            let horizon = (SLEW_HORIZON_NS / slope) as u64;
-            match continue_within(&old.conversion, &target, now, horizon) {
-                Some(continued) => continued,
-                None => {
-                    writer.store_bound(&old.bound, now);
-                    return;
-                }
-            }
-        };
-        if next.conversion == old.conversion {
-            writer.store_bound(&next.bound, now);
-        } else if !switch_line(&page, Some(&old), &next, now, publish_before) {
-            return;
         }
-        self.published = Some(next);
-        self.jumps = jumps;
-    }
-}
-
-/// The shared page as [`switch_line`] writes it: every bound stored also refreshes the heartbeat
-/// (to `now`).
-struct SharedLine<'a> {
-    writer: &'a SharedPageWriter,
-    now: u64,
-}
-
-impl LineTarget for SharedLine<'_> {
-    fn publish_conversion(&self, conversion: &TimeConversion) {
-        self.writer.publish(conversion);
-    }
-
-    fn store_bound(&self, bound: &BoundModel) {
-        self.writer.store_bound(bound, self.now);
     }
 }
 
@@ -528,7 +468,7 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>, ServeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use perfclock_core::{ParamError, TimeConversion};
+    use perfclock_core::ParamError;
     use perfclock_event::{Op, SysError};
     use perfclock_testutil::error_chain::assert_each_cause_once;
 
@@ -548,30 +488,5 @@ mod tests {
             ServeError::PageUnreadable(ReadError::InvalidParameters(ParamError::ZeroMultiplier));
         let printed = assert_each_cause_once(&unreadable);
         assert!(printed.ends_with("time_mult is 0"), "{printed}");
-    }
-
-    #[test]
-    fn a_step_back_is_continued_not_taken() {
-        let old = TimeConversion::new(1 << 31, 31, 1_000_000).unwrap();
-        let target = Solution {
-            conversion: TimeConversion::new(1 << 31, 31, 0).unwrap(),
-            bound: perfclock_calib::published::BoundModel {
-                base_ns: 10,
-                growth_q48: 0,
-                counter_ref: 5_000_000_000,
-            },
-        };
-        let now = 5_000_000_000;
-        let horizon = (SLEW_HORIZON_NS / 1.0) as u64;
-        let (next, before) = continue_within(&old, &target, now, horizon).expect("a continuation");
-        assert!(before > now);
-        // Never below the old line from `now` to the end of the margin.
-        for c in (now..before).step_by(1_000_000).chain([before]) {
-            assert!(
-                next.conversion.cycles_to_ns(c) >= old.cycles_to_ns(c),
-                "{c}"
-            );
-        }
-        assert!(next.bound.at(now) >= 1_000_000, "{:?}", next.bound);
     }
 }

@@ -12,7 +12,6 @@ use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::ptr::NonNull;
 
-use perfclock::shared_page::publisher::LivePage;
 use perfclock::shared_page::{candidates, probe, probe_published_offset, socket_path, SYSTEM_PATH};
 use perfclock::Refusal;
 use perfclock_core::counter;
@@ -21,6 +20,7 @@ use perfclock_core::shared_page::{
     SharedBound, SharedPageWriter, FILE_BYTES, HEADER_OFFSET, STALE_AFTER_NS,
 };
 use perfclock_core::{PageDefect, TimeConversion};
+use perfclock_serve::publisher::LivePage;
 use perfclock_testutil::{skip, Need};
 
 /// 0.4 ns per tick (a 2.5 GHz counter), shift 31.
