@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use perfclock_attach::{escape_untrusted, escape_untrusted_bytes, Remedy};
 
-use crate::agent::{attach_when_live, AgentFailure};
+use crate::agent::{agent_failure, attach_when_live};
 use crate::agent_path;
 use crate::output::chain;
 use crate::output::errln;
@@ -90,7 +90,7 @@ pub(crate) fn run(
                 Some(Remedy::AnotherAgent) => errln!("{NAME}: the agent is --agent PATH"),
                 _ => {}
             }
-            if let Some(failure) = AgentFailure::of(&error) {
+            if let Some(failure) = agent_failure(&error) {
                 errln!(
                     "{NAME}: perfclock's agent returns {} when {}: {} (its message is on the \
                      JVM's stderr)",

@@ -11,7 +11,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
-use crate::agent::AgentFailure;
+use crate::agent::agent_failure;
 
 use perfclock_attach::{AttachError, Remedy};
 use perfclock_jitdump::JitClock;
@@ -349,7 +349,7 @@ impl fmt::Display for JvmError {
             ),
             Self::Attach(error) => {
                 write!(f, "{error}")?;
-                if let Some(failure) = AgentFailure::of(error) {
+                if let Some(failure) = agent_failure(error) {
                     write!(
                         f,
                         " (perfclock's agent returns {} when {}: {})",

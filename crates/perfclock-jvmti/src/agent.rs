@@ -14,6 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
+use perfclock_agent_codes::AgentFailure;
 use perfclock_event::sys::lock;
 
 use crate::jvmti::{
@@ -22,7 +23,7 @@ use crate::jvmti::{
 };
 use crate::options::{Options, Request};
 use crate::session::{GcMarkers, Origin, Session};
-use crate::status::{chain, Failure, StartError};
+use crate::status::{chain, StartError};
 use crate::PREFIX;
 
 /// The agent, once the JVM gave it an environment; callbacks find it here.
@@ -48,7 +49,7 @@ struct Agent {
     gc: Mutex<Option<Arc<GcMarkers>>>,
 }
 
-/// `Agent_OnLoad` and `Agent_OnAttach`: the code of [`Failure`] or `JNI_OK`.
+/// `Agent_OnLoad` and `Agent_OnAttach`: the code of [`AgentFailure`] or `JNI_OK`.
 ///
 /// # Safety
 /// `vm` and `options` are the arguments the JVM passed.
@@ -71,7 +72,7 @@ pub(crate) unsafe fn start(vm: JavaVmPtr, options: *const c_char, origin: Origin
         }
         Err(_) => {
             eprintln!("{PREFIX}: internal error (see the panic above)");
-            Failure::Internal.code()
+            AgentFailure::Internal.code()
         }
     }
 }
@@ -82,7 +83,7 @@ pub(crate) unsafe fn start(vm: JavaVmPtr, options: *const c_char, origin: Origin
 /// # Safety
 /// As [`start`].
 unsafe fn serve(vm: JavaVmPtr, text: &str, origin: Origin) -> Result<(), StartError> {
-    let request = Request::parse(text).map_err(|m| StartError::new(Failure::Options, m))?;
+    let request = Request::parse(text).map_err(|m| StartError::new(AgentFailure::Options, m))?;
     let _serial = lock(&REQUESTS);
     // SAFETY: the caller's contract.
     let agent = unsafe { agent(vm) }?;
@@ -108,14 +109,14 @@ unsafe fn agent(vm: JavaVmPtr) -> Result<&'static Agent, StartError> {
     // SAFETY: the JVM's JavaVM (caller's contract).
     let env = unsafe { Env::get(vm) }.map_err(|status| {
         StartError::new(
-            Failure::NoJvmti,
+            AgentFailure::NoJvmti,
             format!("no JVMTI 1.2 environment (GetEnv returned {status})"),
         )
     })?;
     let required = Capabilities::default().with(Capability::GenerateCompiledMethodLoadEvents);
     env.add_capabilities(&required).map_err(|e| {
         StartError::new(
-            Failure::Capabilities,
+            AgentFailure::Capabilities,
             format!(
                 "AddCapabilities(can_generate_compiled_method_load_events) failed: {}",
                 env.error_name(e)
@@ -140,7 +141,7 @@ unsafe fn agent(vm: JavaVmPtr) -> Result<&'static Agent, StartError> {
 
 fn events_failed(env: Env, what: &str, e: jvmti::JvmtiError) -> StartError {
     StartError::new(
-        Failure::Events,
+        AgentFailure::Events,
         format!("{what} failed: {}", env.error_name(e)),
     )
 }

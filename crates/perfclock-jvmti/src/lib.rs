@@ -32,8 +32,9 @@
 //!   (default 0: the load fails).
 //!
 //! Each load or attach starts a session with its own options, finishing the one before; the
-//! request `stop` ends the running session. Failures return the codes of the `status` module
-//! (the README's table). See docs/jit.md for what perf and samply show.
+//! request `stop` ends the running session. Failures return the codes of
+//! `perfclock_agent_codes::AgentFailure` (the README's table). See docs/jit.md for what perf and
+//! samply show.
 //!
 //! # Safety
 //! Unsafe code is denied here and allowed only in the modules that meet the JVM, each with its

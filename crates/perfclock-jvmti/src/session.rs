@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use perfclock_agent_codes::AgentFailure;
 use perfclock_jitdump::{DebugEntry, JitClock, JitDump};
 use perfclock_markers::{MarkerClock, Markers};
 
@@ -14,7 +15,7 @@ use crate::jvmti::{Capabilities, Capability, Env, JmethodId};
 use crate::names;
 use crate::options::Options;
 use crate::perfmap::PerfMap;
-use crate::status::{chain, Failure, StartError};
+use crate::status::{chain, StartError};
 use crate::PREFIX;
 
 /// How the session was asked for: at JVM start a file that cannot be written is left out
@@ -56,7 +57,7 @@ impl Session {
             let gc = Capabilities::default().with(Capability::GenerateGarbageCollectionEvents);
             env.add_capabilities(&gc).map_err(|e| {
                 StartError::new(
-                    Failure::Capabilities,
+                    AgentFailure::Capabilities,
                     format!(
                         "markers=DIR needs GC events: AddCapabilities(can_generate_garbage_\
                          collection_events) failed: {}; drop markers=",
@@ -77,21 +78,21 @@ impl Session {
         // At JVM start the profiled program must run whatever happens to our files.
         let lenient = origin == Origin::OnLoad && !options.strict;
         let jitdump = match &options.jitdump {
-            Some(dir) if clock_ok => optional(lenient, Failure::Jitdump, || {
+            Some(dir) if clock_ok => optional(lenient, AgentFailure::Jitdump, || {
                 JitDump::create_with_clock(dir, jitdump_clock)
                     .map_err(|e| jitdump_unwritable(dir, &e))
             })?,
             _ => None,
         };
         let perfmap = if options.perfmap {
-            optional(lenient, Failure::PerfMap, || {
+            optional(lenient, AgentFailure::PerfMap, || {
                 PerfMap::create().map_err(|e| format!("{e} (perfmap=1)"))
             })?
         } else {
             None
         };
         let markers = match &options.markers {
-            Some(dir) if clock_ok => optional(lenient, Failure::Markers, || {
+            Some(dir) if clock_ok => optional(lenient, AgentFailure::Markers, || {
                 Markers::open_with_clock(dir, markers_clock).map_err(|e| {
                     format!(
                         "cannot write markers in '{}': {}; pass markers=DIR with an existing \
@@ -354,7 +355,7 @@ fn open_clock(options: &Options) -> Result<bool, StartError> {
             );
             Ok(false)
         }
-        Err(error) => Err(StartError::new(Failure::NoClock, no_clock(&error))),
+        Err(error) => Err(StartError::new(AgentFailure::NoClock, no_clock(&error))),
     }
 }
 
@@ -380,7 +381,7 @@ fn jitdump_unwritable(dir: &std::path::Path, error: &perfclock_jitdump::JitDumpE
 /// file left out.
 fn optional<T>(
     lenient: bool,
-    failure: Failure,
+    failure: AgentFailure,
     open: impl FnOnce() -> Result<T, String>,
 ) -> Result<Option<T>, StartError> {
     match open() {
@@ -404,7 +405,7 @@ where
     C: std::str::FromStr + Default,
     C::Err: std::fmt::Display,
 {
-    let error = |message: String| StartError::new(Failure::ClockVariable, message);
+    let error = |message: String| StartError::new(AgentFailure::ClockVariable, message);
     match perfclock_event::sys::env_var_os(var).map(std::ffi::OsString::into_string) {
         None => Ok(C::default()),
         Some(Ok(name)) if name.is_empty() => Ok(C::default()),
