@@ -283,10 +283,9 @@ impl std::error::Error for RingError {}
 pub enum CreateError {
     /// Something that is not a stale regular file of the caller's user is at the name.
     Taken(TakenName),
-    /// A regular file of the caller's user is at the name that cannot be proven dead: a live
-    /// writer holds its lock (another process with the same pid number, e.g. in another pid
-    /// namespace), or it is empty and unlocked ([`LiveName::locked`] says which; both are this
-    /// variant). It was left as it was.
+    /// A regular file of the caller's user is at the name whose lock a live writer holds
+    /// (another process with the same pid number, e.g. in another pid namespace). It was left
+    /// as it was.
     Live(LiveName),
     /// The directory could not be opened, the create or the lock of the new file failed, or a
     /// stale file could not be checked or removed.

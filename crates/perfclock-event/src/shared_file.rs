@@ -21,13 +21,15 @@
 //!   user (anything else, a link, a FIFO, a device, a directory or another user's file, is a
 //!   [`CreateError::Taken`] naming the path, the kind and the owner), and if, opened with
 //!   `O_RDONLY | O_NOFOLLOW | O_NONBLOCK` and checked by `fstat` to be the inode `fstatat` saw,
-//!   it yields `flock(LOCK_EX | LOCK_NB)` to the caller and is not empty. A lock held elsewhere
-//!   (`EWOULDBLOCK`) means a live writer: [`CreateError::Live`] with
-//!   [`locked`](LiveName::locked) set. A lock acquired on an empty file proves nothing: a writer
-//!   between its `openat` and its `flock` (microseconds) holds no lock yet, and has written
-//!   nothing yet, so an unlocked empty file is also refused, as [`CreateError::Live`] with
-//!   `locked` unset. Any other failure to open or lock it is a [`CreateError::Io`]: unproven.
-//!   Nothing is removed in any of these cases.
+//!   it yields `flock(LOCK_EX | LOCK_NB)` to the caller. A lock held elsewhere (`EWOULDBLOCK`)
+//!   means a live writer: [`CreateError::Live`]. Any other failure to open or lock it is a
+//!   [`CreateError::Io`]: unproven. Nothing is removed in either case.
+//! - **The moment before the lock.** A writer between its `openat` and its `flock`
+//!   (microseconds) holds no lock yet, and has written nothing yet. A remover may take such a
+//!   file for stale and unlink it; so the creator, once it holds its lock, checks that its file
+//!   is still linked and still at the name, and creates again if not. It loses nothing (it has
+//!   written nothing), and a file left empty by a writer that died before writing is stale like
+//!   any other.
 //! - **Removal.** A stale file is unlinked through the same directory descriptor while its lock
 //!   is held, after `fstat` shows it still linked and `fstatat` shows it still at the name, and
 //!   the create is retried with `O_EXCL`. Two writers removing the same stale file take turns on
@@ -145,36 +147,18 @@ impl fmt::Display for TakenName {
 pub struct LiveName {
     /// The full path of the name.
     pub path: PathBuf,
-    /// `true`: a writer holds the file's lock, so it is alive (another process with the same
-    /// pid number: in another pid namespace, or a fork child of a writer). `false`: nobody holds
-    /// the lock but the file is empty, as a writer's own file is between its create and its
-    /// lock, so it cannot be told from one left by a writer that died before writing anything.
-    pub locked: bool,
 }
 
 impl fmt::Display for LiveName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.locked {
-            write!(
-                f,
-                "{} is held open by a live writer: another process using the same pid number \
-                 (for example pid 1 in another pid namespace: containers sharing this \
-                 directory), or a child it forked. perfclock never removes a file a live writer \
-                 holds: give each container its own dump directory, or stop the other writer",
-                self.path.display()
-            )
-        } else {
-            write!(
-                f,
-                "{} is empty and no writer holds it: it may be another writer's (with the same \
-                 pid number, for example in another pid namespace) in the moment between its \
-                 create and its lock, or one left by a writer that died before writing \
-                 anything, and perfclock cannot tell which, so it never removes it: give each \
-                 container its own dump directory, or remove the file if no other writer with \
-                 this pid uses the directory",
-                self.path.display()
-            )
-        }
+        write!(
+            f,
+            "{} is held open by a live writer: another process using the same pid number (for \
+             example pid 1 in another pid namespace: containers sharing this directory), or a \
+             child it forked. perfclock never removes a file a live writer holds: give each \
+             container its own dump directory, or stop the other writer",
+            self.path.display()
+        )
     }
 }
 
@@ -191,7 +175,7 @@ const ATTEMPTS: usize = 3;
 /// # Errors
 /// [`CreateError::Taken`] if a link, a FIFO, a device, a directory or another user's file is
 /// at the name; [`CreateError::Live`] if a regular file of this user is there that a live writer
-/// holds, or that is empty and unlocked (nothing is changed in either case);
+/// holds (nothing is changed);
 /// [`CreateError::Io`] if `dir` cannot be opened as a directory, the create or the lock fails
 /// (permissions, a full disk, a name that is not one component, a file system without locks),
 /// or a stale file cannot be checked or removed.
@@ -225,6 +209,8 @@ pub fn create_exclusive(dir: &Path, name: &str, mode: u32) -> Result<File, Creat
             // SAFETY: `fd` was just opened and is owned by nothing else.
             let file = unsafe { File::from_raw_fd(fd) };
             return match lock_new(&file) {
+                // Removed by another writer before our lock (see the module docs): again.
+                Ok(()) if !still_at_name(&file, dir_fd, &c_name) => continue,
                 Ok(()) => Ok(file),
                 Err(error) => {
                     // Nothing is left behind: an empty file nobody locks would refuse every
@@ -293,6 +279,13 @@ fn lock_new(file: &File) -> io::Result<()> {
             _ => return Err(error),
         }
     }
+}
+
+/// Whether `file` is still linked and still the file at `name` in `dir_fd` (an error counts as
+/// no: the create is tried again).
+fn still_at_name(file: &File, dir_fd: libc::c_int, name: &CStr) -> bool {
+    let st = fstat(file);
+    st.as_ref().is_ok_and(|st| st.st_nlink > 0) && matches!(same_file(&st, dir_fd, name), Ok(true))
 }
 
 /// `fstat` of an open file (a descriptor of a live `File` cannot fail it).
@@ -421,7 +414,6 @@ fn look(dir_fd: libc::c_int, name: &CStr, path: &Path) -> Result<Look, Refusal> 
         return match error.raw_os_error() {
             Some(libc::EWOULDBLOCK) => Err(Refusal::Create(CreateError::Live(LiveName {
                 path: path.to_owned(),
-                locked: true,
             }))),
             Some(libc::EINTR) => Ok(Look::Changed),
             _ => Err(error.into()),
@@ -432,12 +424,6 @@ fn look(dir_fd: libc::c_int, name: &CStr, path: &Path) -> Result<Look, Refusal> 
     let locked = fstat(&file)?;
     if locked.st_nlink == 0 {
         return Ok(Look::Free); // another writer removed it while we waited
-    }
-    if locked.st_size == 0 {
-        return Err(Refusal::Create(CreateError::Live(LiveName {
-            path: path.to_owned(),
-            locked: false,
-        })));
     }
     if !same_file(&Ok(locked), dir_fd, name)? {
         return Ok(Look::Changed);
@@ -553,7 +539,6 @@ mod tests {
         match &error {
             CreateError::Live(live) => {
                 assert_eq!(live.path, dir.join("jit-1.dump"));
-                assert!(live.locked);
             }
             other => panic!("{other:?}"),
         }
@@ -567,7 +552,7 @@ mod tests {
         }
         assert!(matches!(
             remove_stale_at(&dir, "jit-1.dump"),
-            Err(CreateError::Live(LiveName { locked: true, .. }))
+            Err(CreateError::Live(LiveName { .. }))
         ));
         let at_name = std::fs::symlink_metadata(dir.join("jit-1.dump")).unwrap();
         assert_eq!(at_name.ino(), inode, "the live file was replaced");
@@ -584,34 +569,23 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// An empty file nobody holds may be a writer's between its create and its lock: it is
-    /// refused, and left.
+    /// An empty file nobody holds (its writer died before writing) is stale like any other:
+    /// replaced.
     #[test]
-    fn an_empty_unlocked_file_is_refused_and_left() {
+    fn an_empty_unlocked_file_is_stale() {
         use std::os::unix::fs::MetadataExt as _;
         let dir = temp_dir("empty");
         std::fs::write(dir.join("marker-1.txt"), b"").unwrap();
-        let inode = std::fs::metadata(dir.join("marker-1.txt")).unwrap().ino();
-        let error = create_exclusive(&dir, "marker-1.txt", 0o644).unwrap_err();
-        match &error {
-            CreateError::Live(live) => {
-                assert_eq!(live.path, dir.join("marker-1.txt"));
-                assert!(!live.locked);
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(
-            error
-                .to_string()
-                .contains("is empty and no writer holds it"),
-            "{error}"
+        // Open, not locked: a handle on the stale file to see it unlinked.
+        let stale = File::open(dir.join("marker-1.txt")).unwrap();
+        let file = create_exclusive(&dir, "marker-1.txt", 0o644).unwrap();
+        assert_eq!(
+            stale.metadata().unwrap().nlink(),
+            0,
+            "the empty stale file was kept"
         );
-        assert!(matches!(
-            remove_stale_at(&dir, "marker-1.txt"),
-            Err(CreateError::Live(LiveName { locked: false, .. }))
-        ));
         let at_name = std::fs::symlink_metadata(dir.join("marker-1.txt")).unwrap();
-        assert_eq!(at_name.ino(), inode, "the empty file was replaced");
+        assert_eq!(at_name.ino(), file.metadata().unwrap().ino());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

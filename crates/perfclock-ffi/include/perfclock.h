@@ -141,8 +141,8 @@ extern "C" {
  * directory, or another user's file (planted, or left by another user's process). It was left as
  * it was; remove it if it is stale, or write into a directory only you can write. Also a file of
  * your own user that another live writer holds open (a process with the same pid number in
- * another pid namespace: containers sharing a dump directory), or that is empty and held by
- * none: give each container its own dump directory, or stop the other writer. */
+ * another pid namespace: containers sharing a dump directory): give each container its own dump
+ * directory, or stop the other writer. */
 #define PERFCLOCK_E_NAME_TAKEN (-17)
 /* A writer handle was used in a fork child of the process that opened it: nothing was written.
  * Open a new writer in the child. */

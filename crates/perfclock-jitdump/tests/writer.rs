@@ -516,8 +516,7 @@ fn pid_namespace_jit() {
             }
             Err(error) => match &error {
                 JitDumpError::NameLive(live) => println!(
-                    "PIDNS-SECOND-REFUSED locked={} path={} message={error}",
-                    live.locked,
+                    "PIDNS-SECOND-REFUSED path={} message={error}",
                     live.path.display()
                 ),
                 other => println!("PIDNS-SECOND-OTHER-ERROR {other:?}"),
@@ -603,7 +602,7 @@ fn same_pid_in_two_pid_namespaces_keeps_the_live_dump() {
     assert!(second.status.success(), "{second:?}");
     assert!(
         second_out.contains(&format!(
-            "PIDNS-SECOND-REFUSED locked=true path={} message=",
+            "PIDNS-SECOND-REFUSED path={} message=",
             path.display()
         )),
         "the second JIT's create was not refused as NameLive: {second_out}"

@@ -30,9 +30,8 @@ pub enum MarkerError {
     /// left as it was, and no file was created.
     NameTaken(TakenName),
     /// A regular file of this user is at the marker file's name that another writer holds open
-    /// (a process with the same pid number in another pid namespace), or that is empty and no
-    /// writer holds, so it cannot be proven stale: it was left as it was, and no file was
-    /// created.
+    /// (a process with the same pid number in another pid namespace), so it is not stale: it
+    /// was left as it was, and no file was created.
     NameLive(LiveName),
     /// The handle was opened by another process (this is a fork child of it): a child never
     /// writes into its parent's file. Open a writer in the child: it gets its own

@@ -424,8 +424,7 @@ fn pid_namespace_writer() {
             }
             Err(error) => match &error {
                 MarkerError::NameLive(live) => println!(
-                    "PIDNS-SECOND-REFUSED locked={} path={} message={error}",
-                    live.locked,
+                    "PIDNS-SECOND-REFUSED path={} message={error}",
                     live.path.display()
                 ),
                 other => println!("PIDNS-SECOND-OTHER-ERROR {other:?}"),
@@ -510,7 +509,7 @@ fn same_pid_in_two_pid_namespaces_keeps_the_live_file() {
     assert!(second.status.success(), "{second:?}");
     assert!(
         second_out.contains(&format!(
-            "PIDNS-SECOND-REFUSED locked=true path={} message=",
+            "PIDNS-SECOND-REFUSED path={} message=",
             path.display()
         )),
         "the second writer's open was not refused as NameLive: {second_out}"
