@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use perfclock_testutil::error_chain::chain;
+use perfclock::error_chain as chain;
 
 fn main() {
     let start = Instant::now();

@@ -21,19 +21,8 @@ use crate::diagnosis::Withheld;
 #[cfg(target_os = "linux")]
 use crate::kernel::MAX_KERNEL_PAGES;
 
-/// `error` and each cause below it (`source()`), once each, joined by `": "`: how to print an
-/// error of this workspace on one line, since its `Display` says what failed and leaves the
-/// cause to `source()`.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        text.push_str(": ");
-        text.push_str(&next.to_string());
-        cause = next.source();
-    }
-    text
-}
+// The one printer of an error chain: in perfclock-core, which the test helpers can depend on.
+pub use perfclock_core::error_chain;
 
 /// Why [`crate::Clock::open`] (or [`crate::init`]) gave no clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,7 +188,7 @@ mod tests {
     use super::*;
     use perfclock_core::ParamError;
     use perfclock_event::Op;
-    use perfclock_testutil::error_chain::{assert_each_cause_once, chain};
+    use perfclock_testutil::error_chain::assert_each_cause_once;
 
     /// Each wrapper says what failed; its cause follows once, down to the system's text and the
     /// knob that fixes it.
@@ -211,11 +200,6 @@ mod tests {
             reason: CalibError::Open(refused()),
         };
         let printed = assert_each_cause_once(&calibration);
-        assert_eq!(
-            error_chain(&calibration),
-            printed,
-            "the front ends' printer"
-        );
         assert!(printed.contains("Permission denied"), "{printed}");
         assert!(printed.contains("perf_event_paranoid"), "{printed}");
 
@@ -237,7 +221,7 @@ mod tests {
             withheld: Box::new(Withheld::observe(0)),
             reason: CalibError::Timeout,
         };
-        let message = chain(&error);
+        let message = error_chain(&error);
         assert!(!message.contains("calibrated mode"), "{message}");
         assert!(message.contains("start_timeout"), "{message}");
         assert!(message.contains("no-kvmclock"), "{message}");
@@ -252,7 +236,7 @@ mod tests {
             withheld: Box::new(Withheld::observe(0)),
             reason: CalibError::Spawn(std::io::ErrorKind::WouldBlock),
         };
-        let message = chain(&error);
+        let message = error_chain(&error);
         assert!(message.contains("ulimit -u"), "{message}");
         assert!(!message.contains("WouldBlock"), "{message}");
     }

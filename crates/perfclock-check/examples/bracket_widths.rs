@@ -5,9 +5,9 @@
 //! `cargo run --release -p perfclock-check --example bracket_widths [brackets-per-kind]`
 use std::time::Instant;
 
+use perfclock::error_chain as chain;
 use perfclock_calib::{Bracket, GroundTruth};
 use perfclock_testutil::bracket_line::{best_line, percentile, sorted, Line, Stamp};
-use perfclock_testutil::error_chain::chain;
 
 /// The line with the most slack through `bs`.
 fn line_through<'a>(bs: impl IntoIterator<Item = &'a Bracket>) -> Line {

@@ -11,12 +11,12 @@
 
 use std::time::{Duration, Instant};
 
+use perfclock::error_chain as chain;
 use perfclock_calib::fit::{Constraint, Fit, FitOptions};
 use perfclock_calib::published::solve;
 use perfclock_calib::{CalibratedClock, CalibrationOptions, GroundTruth, RecordKind};
 use perfclock_check::verify;
 use perfclock_core::counter;
-use perfclock_testutil::error_chain::chain;
 
 fn main() {
     let result = match std::env::args().nth(1).as_deref() {

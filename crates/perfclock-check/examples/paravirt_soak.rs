@@ -9,8 +9,8 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use perfclock::error_chain as chain;
 use perfclock::{Mode, Options};
-use perfclock_testutil::error_chain::chain;
 
 const EVERY: Duration = Duration::from_secs(25);
 

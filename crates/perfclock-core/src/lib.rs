@@ -16,15 +16,21 @@
 //! # Platform support
 //! x86_64 (`rdtsc`) and aarch64 (`CNTVCT_EL0`). Other architectures compile; their counter reads
 //! return `None` and the reader returns [`ReadError::CounterUnsupported`].
+//!
+//! # Features
+//! `std` (off by default) adds `error_chain`, the printer of an error and its causes on one line
+//! that the `perfclock` facade re-exports; nothing of the clock needs it.
 #![no_std]
 #![deny(unsafe_code)]
 
-#[cfg(test)]
+#[cfg(any(test, feature = "std"))]
 extern crate std;
 
 mod conversion;
 pub mod counter;
 mod error;
+#[cfg(feature = "std")]
+mod error_chain;
 mod fast_path;
 pub mod page;
 mod page_fields;
@@ -37,6 +43,8 @@ mod writer;
 
 pub use conversion::TimeConversion;
 pub use error::{PageDefect, ParamError, ReadError};
+#[cfg(feature = "std")]
+pub use error_chain::error_chain;
 pub use reader::{PageReader, RawTimeFields, Reading, MAX_RETRIES};
 pub use seq_lock::{SeqLock, SeqLockWriteGuard};
 pub use writer::PageWriter;

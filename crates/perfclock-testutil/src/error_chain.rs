@@ -1,6 +1,6 @@
-//! An error and its causes as the front ends print them, and the check that each cause is
-//! printed once: `Display` says what failed, `source()` gives the cause, and no message repeats
-//! a cause that follows it in the chain.
+//! The check that the front ends' printer of an error chain (`perfclock_core::error_chain`,
+//! re-exported as `perfclock::error_chain`) prints each cause once: `Display` says what failed,
+//! `source()` gives the cause, and no message repeats a cause that follows it in the chain.
 
 use std::error::Error;
 
@@ -15,14 +15,9 @@ pub fn messages(error: &dyn Error) -> Vec<String> {
     messages
 }
 
-/// The chain on one line, joined by `": "`, as `perfclock::error_chain` prints it (this crate
-/// cannot depend on the facade, which dev-depends on it).
-pub fn chain(error: &dyn Error) -> String {
-    messages(error).join(": ")
-}
-
 /// Panics unless the error has a cause and no message of its chain contains the text of a cause
-/// after it (which a printer of the chain would then print twice). Returns the printed chain.
+/// after it (which a printer of the chain would then print twice). Returns the chain as the front
+/// ends print it.
 pub fn assert_each_cause_once(error: &dyn Error) -> String {
     let messages = messages(error);
     assert!(
@@ -40,7 +35,7 @@ pub fn assert_each_cause_once(error: &dyn Error) -> String {
             );
         }
     }
-    messages.join(": ")
+    perfclock_core::error_chain(error)
 }
 
 #[cfg(test)]

@@ -16,9 +16,11 @@
 //! - [`perf_script`]: parsing the fields `perf script` prints (the wall-clock `tod`).
 //! - [`time`]: `CLOCK_MONOTONIC`, the clock tests compare the perf clock with.
 //!
-//! It depends on std and libc only: a crate that dev-depends on it never gets a second copy of
-//! itself or of another perfclock crate in its tests. A helper that needs a perfclock crate's
-//! types stays in that crate's `tests/`, or takes plain values (as [`bracket_line`] does).
+//! It depends on std, libc and perfclock-core's error printer only: a crate that dev-depends on it
+//! never gets a second copy of itself or of another perfclock crate in its tests (perfclock-core's
+//! own tests do, harmlessly: [`error_chain`] passes only `&dyn Error` to it). A helper that needs
+//! a perfclock crate's types stays in that crate's `tests/`, or takes plain values (as
+//! [`bracket_line`] does).
 //!
 //! The shell and Python end-to-end scripts have the same skip helper in `scripts/lib/skip.sh`.
 #![deny(unsafe_code)]
