@@ -1,11 +1,12 @@
 //! Paravirt mode's constant: on a KVM guest whose sched_clock is kvm-clock, the perf clock is
-//! `pvclock(tsc) + C`, the pvclock read from the vDSO's page (`perfclock_event::pvclock_page`)
-//! and `C = __sched_clock_offset - kvm_sched_clock_offset` fixed at boot. This module finds the
-//! page and `C`, from the most trustworthy source at hand, each cross-checked against
-//! kernel-stamped brackets before it is trusted (docs/design.md, "Paravirt mode").
+//! `pvclock(tsc) + C`, the pvclock read from the vDSO's page ([`page`]) and
+//! `C = __sched_clock_offset - kvm_sched_clock_offset` fixed at boot. This module finds the
+//! page and `C`, from the most trustworthy source at hand (a root-published file, the kernel log
+//! ([`kmsg`]), brackets), each cross-checked against kernel-stamped brackets before it is trusted
+//! (docs/design.md, "Paravirt mode").
 //!
 //! # Safety
-//! One unsafe call makes a [`PvclockReader`] of the page `perfclock_event::pvclock_page::find`
+//! One unsafe call makes a [`PvclockReader`] of the page [`page::find`]
 //! validated (a vDSO data page, mapped read-only and populated for the life of the process).
 #![allow(unsafe_code)]
 
@@ -18,10 +19,12 @@ use perfclock_calib::pvclock_offset::{bracket_offsets, OffsetError, OffsetInters
 use perfclock_calib::GroundTruth;
 use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::pvclock::{PvclockError, PvclockParams, PvclockReader};
-use perfclock_event::kmsg::{self, KmsgError};
-use perfclock_event::pvclock_page::{self, PvclockPage, PvclockPageError};
-
 use crate::error::Refusal;
+use kmsg::KmsgError;
+use page::{PvclockPage, PvclockPageError};
+
+pub mod kmsg;
+pub mod page;
 
 /// Brackets of each record kind taken when `C` comes from brackets alone at open: about
 /// 1 ms of bracketing (about 4 us a bracket), for a bound of about 500 ns on this project's guests.
@@ -396,7 +399,7 @@ fn measure_from_brackets_if_built(
 /// # Errors
 /// [`ParavirtRefusal::Page`].
 pub fn find_page() -> Result<(PvclockPage, PvclockReader<'static>), ParavirtRefusal> {
-    let page = pvclock_page::find().map_err(ParavirtRefusal::Page)?;
+    let page = page::find().map_err(ParavirtRefusal::Page)?;
     // SAFETY: `find` validated a vDSO data page: mapped read-only for the life of the process
     // (and at the same address in fork children), populated by its probe (the kernel's fault
     // handler maps it again after any zap), 64-aligned, written only by the host.

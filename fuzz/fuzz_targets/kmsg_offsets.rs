@@ -1,11 +1,11 @@
-//! The kernel log's parser (`perfclock_event::kmsg`) and the pvclock page's parsers
-//! (`perfclock_event::pvclock_page`) on arbitrary bytes: they never panic, and an offset is
+//! The kernel log's parser (`perfclock::paravirt::kmsg`) and the pvclock page's parsers
+//! (`perfclock::paravirt::page`) on arbitrary bytes: they never panic, and an offset is
 //! only ever what the two records say.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use perfclock_event::kmsg::{parse_record, SchedOffsets};
-use perfclock_event::pvclock_page::{candidates, parse_cpu_list, validate_copy, VvarLayout};
+use perfclock::paravirt::kmsg::{parse_record, SchedOffsets};
+use perfclock::paravirt::page::{candidates, parse_cpu_list, validate_copy, VvarLayout};
 
 fuzz_target!(|data: &[u8]| {
     // Records as `read` returns them, one per NUL-separated chunk.

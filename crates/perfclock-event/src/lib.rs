@@ -37,18 +37,15 @@
 //! Unsafe code is denied at the root and allowed only in [`event`](PerfEvent) (the system
 //! calls), the mapping module ([`Mapping`]), the ring reader (loads from kernel-written memory),
 //! [`shared_file`] (`openat`, `fstatat`, `unlinkat`), [`sys`] and its modules (each a handful of
-//! libc calls), [`peer`] (thread credentials, pidfds, a UNIX socket `connect`),
-//! [`pvclock_page`] (the vDSO's pvclock page) and [`sealed_page`] (`memfd_create`, seals,
-//! `SCM_RIGHTS`); each says why at its top.
+//! libc calls), [`peer`] (thread credentials, pidfds, a UNIX socket `connect`) and
+//! [`sealed_page`] (`memfd_create`, seals, `SCM_RIGHTS`); each says why at its top.
 #![deny(unsafe_code)]
 
 mod attr;
 mod error;
 mod event;
-pub mod kmsg;
 mod mapping;
 pub mod peer;
-pub mod pvclock_page;
 pub mod record;
 mod ring;
 pub mod sealed_page;
