@@ -13,15 +13,15 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::error::Refusal;
+use kmsg::KmsgError;
+use page::{PvclockPage, PvclockPageError};
 #[cfg(feature = "calibrated")]
 use perfclock_calib::pvclock_offset::{bracket_offsets, OffsetError, OffsetIntersection};
 #[cfg(feature = "calibrated")]
 use perfclock_calib::GroundTruth;
 use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::pvclock::{PvclockError, PvclockParams, PvclockReader};
-use crate::error::Refusal;
-use kmsg::KmsgError;
-use page::{PvclockPage, PvclockPageError};
 
 pub mod kmsg;
 pub mod page;
