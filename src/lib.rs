@@ -9,12 +9,17 @@
 //! ```
 //!
 //! # Design
-//! A [`Clock`] opens a `PERF_COUNT_SW_DUMMY` event of this process and maps its first page,
-//! where the kernel publishes the counter-to-perf-time conversion under a seqlock. Each read is
-//! a seqlock read of that page plus a counter read (see `perfclock-core`). Where the kernel
-//! withholds the parameters (`cap_user_time_zero = 0`: virtual machines with a paravirtual
-//! sched_clock), the clock is calibrated against timestamps the kernel stamped and published in
-//! a page of our own memory, read by the same reader.
+//! A [`Clock`] is in one of four [`Mode`]s (or there is none, with the reason as an [`Error`]):
+//! - **kernel**: it opens a `PERF_COUNT_SW_DUMMY` event of this process and maps its first
+//!   page, where the kernel publishes the counter-to-perf-time conversion under a seqlock; each
+//!   read is a seqlock read of that page plus a counter read (see `perfclock-core`);
+//! - **paravirt**: where the kernel withholds the parameters (`cap_user_time_zero = 0`) on a
+//!   KVM guest whose sched_clock is kvm-clock, the vDSO's pvclock entry read with the kernel's
+//!   own arithmetic plus the boot's constant offset ([`paravirt`]);
+//! - **shared**: a `perfclock serve` of the machine publishes its calibration in a page every
+//!   process maps read-only ([`shared_page`]);
+//! - **calibrated**: otherwise, calibrated in this process against timestamps the kernel
+//!   stamped, and published in a page of our own memory read by the same reader.
 //!
 //! # Caveats
 //! - arm64: the kernel floors `time_zero`, so a reading can be 1 ns above the kernel's stamp.
