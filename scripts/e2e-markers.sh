@@ -51,7 +51,7 @@ python3 scripts/check_markers.py --profile "$work/profile.json" --binary "$binar
 # marker whose name holds a newline and invalid UTF-8 that samply must read past.
 cargo build --release -p perfclock-ffi
 cc -std=c11 -O2 -Wall -Wextra -Werror -I crates/perfclock-ffi/include \
-    crates/perfclock-markers/c/phases.c "$target_dir/release/libperfclock_ffi.a" \
+    crates/perfclock-ffi/examples/phases.c "$target_dir/release/libperfclock_ffi.a" \
     -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc -o "$work/phases_c"
 mkdir -p "$work/c"
 perf record -o "$work/c/perf.data" -- "$work/phases_c" "$work/c" 150 3 2000000
