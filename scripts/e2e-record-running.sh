@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of `perfclock record -p` and `-a` against running JVMs, with the real perf:
 #
-#   1. a JVM (scripts/e2e-attach/AttachWorkload.java: three threads, each hot in one nested
+#   1. a JVM (crates/perfclock-ffi/jvmti/Workload.java: three threads, each hot in one nested
 #      class) runs without an agent; `perfclock record -p PID --duration 5` must name the hot
 #      classes in `perf script` and in `samply import`, and its dump must end with the agent's
 #      close record and stop growing once the recording ended (the session is stopped);
@@ -33,10 +33,10 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-javac -d "$work" "$root/scripts/e2e-attach/AttachWorkload.java"
+javac -d "$work" "$root/crates/perfclock-ffi/jvmti/Workload.java"
 
 start_jvm() { # $1: stop file, $2: log; prints the pid once the code is hot
-    java -cp "$work" AttachWorkload "$1" >"$2" 2>&1 &
+    java -cp "$work" Workload --until "$1" >"$2" 2>&1 &
     local pid=$! i
     for i in $(seq 300); do
         grep -q ready "$2" && { echo "$pid"; return; }
@@ -51,7 +51,7 @@ named_by_pid() { # $1: OUT
 import collections, sys
 named = collections.Counter()
 for line in sys.stdin:
-    if "AttachWorkload$Phase" in line:
+    if "Workload$Phase" in line:
         named[line.split()[0]] += 1
 for pid, n in sorted(named.items()):
     print(pid, n)'
@@ -85,7 +85,7 @@ for t in p["threads"]:
             continue
         if path not in hot:
             symbols = subprocess.run(["nm", path], capture_output=True, text=True).stdout
-            hot[path] = "AttachWorkload$Phase" in symbols
+            hot[path] = "Workload$Phase" in symbols
         named += hot[path]
 print(named)
 PY

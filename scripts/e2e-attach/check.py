@@ -8,10 +8,10 @@ Definitions
     with the dump's own .timeconv record (the agent's first records are the replay of what was
     compiled before it came: GenerateEvents in Agent_OnAttach).
   hot sample: a sample of the Java pid in thread phaseA, phaseB or phaseC whose leaf ip lies in
-    the code range of a CODE_LOAD of any phase class (AttachWorkload$PhaseX). Each phase thread
+    the code range of a CODE_LOAD of any phase class (Workload$PhaseX). Each phase thread
     runs only its own class's code, so the right class is known without asking perf.
   named right: perf script names the leaf with a method of the thread's class
-    (`AttachWorkload$PhaseA.` as perf demangles it, or `LAttachWorkload$PhaseA;` as written).
+    (`Workload$PhaseA.` as perf demangles it, or `LWorkload$PhaseA;` as written).
 
 Pass: at least MIN_SAMPLES hot samples after the attach time, at least MIN_RIGHT of them named
 right; and the control: of the hot samples taken before the attach time (the same code, running
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "crates", "perfclock-ffi", "jvmti"))
 from check_e2e import counter_to_perf_ns, names_class, parse_jitdump, parse_timeconv  # noqa: E402
 
-WORKLOAD = "AttachWorkload"
+WORKLOAD = "Workload"
 PHASE_THREADS = {f"phase{p}": f"{WORKLOAD}$Phase{p}" for p in "ABC"}
 # comm pid/tid secs.nanos: ip sym (dso); comm may hold spaces, a Java symbol holds parentheses.
 SAMPLE = re.compile(r"^\s*(.*?)\s+(\d+)/(\d+)\s+(\d+)\.(\d{9}):\s+([0-9a-f]+)\s+(.*?)\s+\(([^()]*)\)\s*$")

@@ -3,10 +3,11 @@
 # on every JDK under /usr/lib/jvm: for each, a JVM started without any agent, and the same in
 # its own mount + pid namespace with a private /tmp (`unshare`, as a container has).
 #
-# Each run: AttachWorkload.java starts (no agent; its code gets hot); `perf record -g -e
-# cpu-clock -F 2000 -p PID` (perf's default clock) starts, and once it has enabled its events
-# (perf's --control ack) and sampled the hot code for a while, `perfclock attach PID jitdump=DIR`
-# loads the agent (a second attach must succeed and say the agent was already loaded). Then
+# Each run: the agent tests' workload (crates/perfclock-ffi/jvmti/Workload.java --until STOP)
+# starts (no agent; its code gets hot); `perf record -g -e cpu-clock -F 2000 -p PID` (perf's
+# default clock) starts, and once it has enabled its events (perf's --control ack) and sampled
+# the hot code for a while, `perfclock attach PID jitdump=DIR` loads the agent (a second attach
+# must succeed and say the agent was already loaded). Then
 # `perfclock inject-time-conv` and `perf inject --jit`, while the JVM still runs, and check.py:
 # >= 90% of the hot samples taken after the attach are named after the right Java class; the
 # control: the same code's samples before the attach are (almost) never named.
@@ -82,7 +83,7 @@ start_jvm() {
         namespace) launcher=(unshare --mount --pid --fork --kill-child --mount-proc
             sh -c 'mount -t tmpfs tmpfs /tmp && exec "$0" "$@"') ;;
     esac
-    (cd "$dir" && exec "${launcher[@]}" "$jdk/bin/java" -cp "$dir/../classes" AttachWorkload "$dir/stop" \
+    (cd "$dir" && exec "${launcher[@]}" "$jdk/bin/java" -cp "$dir/../classes" Workload --until "$dir/stop" \
         >"$dir/java.out" 2>"$dir/java.err") &
     local launched=$! waited=0
     until grep -q '^ready ' "$dir/java.out" 2>/dev/null; do
@@ -105,7 +106,7 @@ for jdk in "${jdks[@]}"; do
     name=$(basename "$jdk")
     rm -rf "${out:?}/$name"
     mkdir -p "$out/$name/classes"
-    "$jdk/bin/javac" -d "$out/$name/classes" "$here/AttachWorkload.java"
+    "$jdk/bin/javac" -d "$out/$name/classes" "$root/crates/perfclock-ffi/jvmti/Workload.java"
     echo "attach e2e: === $name ($("$jdk/bin/java" -version 2>&1 | head -1))"
     for mode in plain namespace; do
         dir="$out/$name/$mode"

@@ -1,20 +1,29 @@
-// Workload for the perfclock JVMTI end-to-end test: JIT-compiled code that is thrown away and
-// recompiled several times a second, so the code cache hands the same addresses to different
-// methods over time and only timestamps can tell which method a sample hit.
+// The JVM workload of the agent's end-to-end tests: three threads, named phaseA, phaseB and
+// phaseC, each run only the code of one nested class (Workload$PhaseA, ...), which calls nothing
+// outside its class: a sample taken in a phase thread inside JIT-compiled code belongs to that
+// thread's class, the ground truth the checks (check_e2e.py, scripts/e2e-attach/check.py,
+// scripts/e2e-record-running.sh) compare perf's names with.
 //
-// Three threads, named phaseA, phaseB and phaseC, each run only the code of one nested class
-// (Workload$PhaseA, ...): a sample taken in a phase thread inside JIT-compiled code belongs to
-// that thread's class, which is the ground truth check_e2e.py compares perf's names with.
-// The main thread redefines one phase class every PERIOD_MS (round robin) with its own bytes;
-// HotSpot then discards the compiled code of that class and compiles it again once it is hot,
-// at an address the sweeper freed earlier (with a small code cache, see e2e.sh).
-//
-// Run as an executable jar whose manifest names this class as Launcher-Agent-Class with
-// Can-Redefine-Classes (e2e.sh builds it), which hands agentmain the Instrumentation to redefine
-// with. Arguments: SECONDS (default 6), PERIOD_MS (default 100).
+// Arguments: one mode per kind of test.
+// - SECONDS [PERIOD_MS] (e2e.sh beside this file; defaults 6 and 100): JIT-compiled code that is
+//   thrown away and recompiled several times a second, so the code cache hands the same addresses
+//   to different methods over time and only timestamps can tell which method a sample hit. The
+//   main thread redefines one phase class every PERIOD_MS (round robin) with its own bytes;
+//   HotSpot then discards the compiled code of that class and compiles it again once it is hot,
+//   at an address the sweeper freed earlier (with a small code cache, see e2e.sh). Run as an
+//   executable jar whose manifest names this class as Launcher-Agent-Class with
+//   Can-Redefine-Classes (e2e.sh builds it), which hands agentmain the Instrumentation to
+//   redefine with.
+// - --until STOP_FILE (scripts/e2e-attach/run.sh, scripts/e2e-record-running.sh): a JVM that
+//   runs hot, already JIT-compiled code when `perfclock attach` (or `record -p`) loads the agent
+//   into it. "ready PID" is printed once the code had a second to get hot; the run ends once
+//   STOP_FILE exists (or after 10 minutes), and the JVM stays alive meanwhile, so `perf inject`
+//   can read its namespaces (run.sh says why).
 import java.io.InputStream;
 import java.lang.instrument.ClassDefinition;
 import java.lang.instrument.Instrumentation;
+import java.nio.file.Files;
+import java.nio.file.Path;
 
 public final class Workload {
     private static volatile boolean stop;
@@ -98,9 +107,27 @@ public final class Workload {
         }
     }
 
-    public static void main(String[] args) throws Exception {
-        long seconds = args.length > 0 ? Long.parseLong(args[0]) : 6;
-        long periodMs = args.length > 1 ? Long.parseLong(args[1]) : 100;
+    private static Thread[] startPhases() {
+        Thread[] threads = {
+            new Thread(new PhaseA(), "phaseA"),
+            new Thread(new PhaseB(), "phaseB"),
+            new Thread(new PhaseC(), "phaseC"),
+        };
+        for (Thread t : threads) {
+            t.start();
+        }
+        return threads;
+    }
+
+    private static void stopPhases(Thread[] threads) throws InterruptedException {
+        stop = true;
+        for (Thread t : threads) {
+            t.join();
+        }
+    }
+
+    /** SECONDS [PERIOD_MS]: one phase class redefined every PERIOD_MS. */
+    private static void redefining(long seconds, long periodMs) throws Exception {
         if (instrumentation == null) {
             System.err.println("workload: no Instrumentation; run it as the jar e2e.sh builds "
                     + "(manifest Launcher-Agent-Class: Workload, Can-Redefine-Classes: true)");
@@ -111,14 +138,7 @@ public final class Workload {
         for (int i = 0; i < phases.length; i++) {
             bytes[i] = classBytes(phases[i]);
         }
-        Thread[] threads = {
-            new Thread(new PhaseA(), "phaseA"),
-            new Thread(new PhaseB(), "phaseB"),
-            new Thread(new PhaseC(), "phaseC"),
-        };
-        for (Thread t : threads) {
-            t.start();
-        }
+        Thread[] threads = startPhases();
         long end = System.nanoTime() + seconds * 1_000_000_000L;
         int redefinitions = 0;
         while (System.nanoTime() < end) {
@@ -127,10 +147,35 @@ public final class Workload {
             instrumentation.redefineClasses(new ClassDefinition(phases[i], bytes[i]));
             redefinitions++;
         }
-        stop = true;
-        for (Thread t : threads) {
-            t.join();
-        }
+        stopPhases(threads);
         System.out.println("workload: redefinitions=" + redefinitions + " sink=" + (sink & 0xff));
+    }
+
+    /** --until STOP_FILE: hot code, unchanged, until STOP_FILE exists. */
+    private static void untilStopFile(Path stopFile) throws Exception {
+        long end = System.nanoTime() + 600_000_000_000L;
+        Thread[] threads = startPhases();
+        Thread.sleep(1000);
+        System.out.println("ready " + ProcessHandle.current().pid());
+        System.out.flush();
+        while (System.nanoTime() < end && !Files.exists(stopFile)) {
+            Thread.sleep(50);
+        }
+        stopPhases(threads);
+        System.out.println("workload: done sink=" + (sink & 0xff));
+    }
+
+    public static void main(String[] args) throws Exception {
+        if (args.length > 0 && args[0].equals("--until")) {
+            if (args.length != 2) {
+                System.err.println("workload: --until takes one STOP_FILE");
+                System.exit(2);
+            }
+            untilStopFile(Path.of(args[1]));
+        } else {
+            long seconds = args.length > 0 ? Long.parseLong(args[0]) : 6;
+            long periodMs = args.length > 1 ? Long.parseLong(args[1]) : 100;
+            redefining(seconds, periodMs);
+        }
     }
 }
