@@ -7,23 +7,27 @@
 //! conversion's checks are reached, not only the magic line.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use perfclock_jitdump::timeconv::{TimeConvRecord, MAGIC_LINE};
+use std::sync::OnceLock;
 
-const KEYS: [&str; 12] = [
-    "pid",
-    "boot_id",
-    "mode",
-    "counter",
-    "time_mult",
-    "time_shift",
-    "time_zero",
-    "time_cycles",
-    "time_mask",
-    "cap_user_time_short",
-    "error_bound_ns",
-    "written_counter",
-];
+use libfuzzer_sys::fuzz_target;
+use perfclock_core::TimeConversion;
+use perfclock_jitdump::timeconv::{TimeConvMode, TimeConvRecord, MAGIC_LINE};
+
+/// The record's keys in file order, `clock` included, as the writer prints them: read from a
+/// record it wrote, so this target follows the format instead of keeping a list of its own.
+fn keys() -> &'static [String] {
+    static KEYS: OnceLock<Vec<String>> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let conversion = TimeConversion::new(1, 0, 0).expect("a valid conversion");
+        let record = TimeConvRecord::new(1, "boot", TimeConvMode::Kernel, "tsc", conversion, 0, 0);
+        record
+            .to_string()
+            .lines()
+            .filter_map(|line| line.split_once('='))
+            .map(|(key, _)| key.to_owned())
+            .collect()
+    })
+}
 
 fn check(text: &str) {
     if let Ok(record) = TimeConvRecord::parse(text) {
@@ -52,8 +56,9 @@ fuzz_target!(|data: &[u8]| {
         .map(|v| String::from_utf8_lossy(v).into_owned())
         .collect();
     let mut text = format!("{MAGIC_LINE}\n");
-    for i in 0..KEYS.len() {
-        let key = KEYS[(i + usize::from(shape >> 1)) % KEYS.len()];
+    let keys = keys();
+    for i in 0..keys.len() {
+        let key = &keys[(i + usize::from(shape >> 1)) % keys.len()];
         let value = values.get(i).map_or("0", String::as_str);
         text.push_str(&format!("{key}={value}\n"));
     }
