@@ -16,10 +16,25 @@ use crate::escape::{escape_untrusted, escape_untrusted_bytes};
 use crate::procfs::AttachBlocker;
 use crate::protocol::MAX_ARGUMENT_BYTES;
 
-/// Why [`attach`](crate::attach) did not load the agent.
+/// Why [`attach`](crate::attach) did not load the agent: the process, a step of the attach, or
+/// the JVM's answer. Each kind is an enum of its own whose `Display` matches every one of its
+/// variants, so a new cause cannot compile without a message.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum AttachError {
+    /// The process: gone, out of reach, not ours, not HotSpot, or attach disabled.
+    Process(ProcessError),
+    /// A step of the attach itself: the agent, the request, the trigger, the signal, the socket.
+    Step(StepError),
+    /// The JVM answered, and did not keep the agent.
+    Answer(AnswerError),
+}
+
+/// Why the process could not be attached: gone, out of reach, not ours, not HotSpot, or attach
+/// disabled.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ProcessError {
     /// No process has this pid (or it has exited and is a zombie).
     NoSuchProcess {
         /// The pid given.
@@ -108,6 +123,13 @@ pub enum AttachError {
         /// How long perfclock waited.
         waited: Duration,
     },
+}
+
+/// Why a step of the attach failed: the agent, the request, the trigger file, the signal or the
+/// socket.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StepError {
     /// The agent library cannot be read.
     Agent {
         /// The path given.
@@ -169,6 +191,12 @@ pub enum AttachError {
         /// The whole attach's timeout.
         timeout: Duration,
     },
+}
+
+/// How the JVM's answer said the agent was not kept.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnswerError {
     /// The JVM's answer was not HotSpot's format.
     Malformed(MalformedResponse),
     /// The JVM's attach operation failed with this completion code.
@@ -192,6 +220,24 @@ pub enum AttachError {
     },
 }
 
+impl From<ProcessError> for AttachError {
+    fn from(error: ProcessError) -> Self {
+        Self::Process(error)
+    }
+}
+
+impl From<StepError> for AttachError {
+    fn from(error: StepError) -> Self {
+        Self::Step(error)
+    }
+}
+
+impl From<AnswerError> for AttachError {
+    fn from(error: AnswerError) -> Self {
+        Self::Answer(error)
+    }
+}
+
 /// Which input of [`attach`](crate::attach) the caller can change to get past an error; a front
 /// end names its own knob for it (a command-line flag, a configuration key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,15 +254,19 @@ impl AttachError {
     /// The input to change, where changing one can help.
     pub fn remedy(&self) -> Option<Remedy> {
         match self {
-            Self::Stalled { .. }
-            | Self::NoQuitHandler { .. }
-            | Self::SocketTimeout { .. }
-            | Self::ConnectTimeout { .. }
-            | Self::ResponseTimeout { .. } => Some(Remedy::LongerTimeout),
-            Self::Agent { .. } | Self::AgentNotVisible { .. } => Some(Remedy::AnotherAgent),
-            Self::Refused { message, .. } | Self::NotLoaded { message }
-                if message.contains("Agent_OnAttach is not available")
-                    || message.contains("was not loaded") =>
+            Self::Process(ProcessError::Stalled { .. } | ProcessError::NoQuitHandler { .. })
+            | Self::Step(
+                StepError::SocketTimeout { .. }
+                | StepError::ConnectTimeout { .. }
+                | StepError::ResponseTimeout { .. },
+            ) => Some(Remedy::LongerTimeout),
+            Self::Step(StepError::Agent { .. } | StepError::AgentNotVisible { .. }) => {
+                Some(Remedy::AnotherAgent)
+            }
+            Self::Answer(
+                AnswerError::Refused { message, .. } | AnswerError::NotLoaded { message },
+            ) if message.contains("Agent_OnAttach is not available")
+                || message.contains("was not loaded") =>
             {
                 Some(Remedy::AnotherAgent)
             }
@@ -243,38 +293,15 @@ fn hint(message: &str) -> &'static str {
 impl fmt::Display for AttachError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NoSuchProcess { .. }
-            | Self::ProcessHandle { .. }
-            | Self::Exited { .. }
-            | Self::Stalled { .. }
-            | Self::Thread { .. }
-            | Self::Proc { .. }
-            | Self::Permission { .. }
-            | Self::SwitchCredentials { .. }
-            | Self::NotHotSpot { .. }
-            | Self::OpenJ9 { .. }
-            | Self::AttachDisabled { .. }
-            | Self::NoQuitHandler { .. } => self.fmt_process(f),
-            Self::Agent { .. }
-            | Self::AgentNotVisible { .. }
-            | Self::Request(_)
-            | Self::TriggerFile { .. }
-            | Self::Signal { .. }
-            | Self::SocketTimeout { .. }
-            | Self::ConnectTimeout { .. }
-            | Self::Socket { .. }
-            | Self::ResponseTimeout { .. } => self.fmt_steps(f),
-            Self::Malformed(_)
-            | Self::Refused { .. }
-            | Self::NotLoaded { .. }
-            | Self::AgentFailed { .. } => self.fmt_answer(f),
+            Self::Process(error) => fmt::Display::fmt(error, f),
+            Self::Step(error) => fmt::Display::fmt(error, f),
+            Self::Answer(error) => fmt::Display::fmt(error, f),
         }
     }
 }
 
-impl AttachError {
-    /// The process: gone, not ours, not HotSpot, or attach disabled.
-    fn fmt_process(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl fmt::Display for ProcessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NoSuchProcess { pid } => write!(
                 f,
@@ -351,12 +378,12 @@ impl AttachError {
                  SIGQUIT would end it: retry once it runs, or raise the timeout",
                 waited.as_secs_f64()
             ),
-            _ => unreachable!("Display::fmt dispatches only these variants here"),
         }
     }
+}
 
-    /// The agent, the trigger, the signal and the socket.
-    fn fmt_steps(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Agent { path, .. } => write!(
                 f,
@@ -413,12 +440,12 @@ impl AttachError {
                  the timeout",
                 timeout.as_secs_f64()
             ),
-            _ => unreachable!("Display::fmt dispatches only these variants here"),
         }
     }
+}
 
-    /// The JVM's answer.
-    fn fmt_answer(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl fmt::Display for AnswerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Malformed(malformed) => fmt::Display::fmt(malformed, f),
             Self::Refused { code, message } => write!(
@@ -450,7 +477,6 @@ impl AttachError {
                     "; the agent's reason is on the JVM's stderr: check the options"
                 )
             }
-            _ => unreachable!("Display::fmt dispatches only these variants here"),
         }
     }
 }
@@ -469,20 +495,42 @@ fn shown(path: &std::path::Path) -> String {
     escape_untrusted_bytes(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
 }
 
+// The outer error is the inner one under another type: it shows the inner's message, so its
+// cause is the inner's cause, not the inner error (which would repeat the message).
 impl std::error::Error for AttachError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Process(error) => error.source(),
+            Self::Step(error) => error.source(),
+            Self::Answer(error) => error.source(),
+        }
+    }
+}
+
+impl std::error::Error for ProcessError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Proc { source, .. }
             | Self::ProcessHandle { source, .. }
             | Self::Thread { source }
-            | Self::SwitchCredentials { source, .. }
-            | Self::Agent { source, .. }
+            | Self::SwitchCredentials { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl std::error::Error for StepError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Agent { source, .. }
             | Self::Signal { source, .. }
             | Self::Socket { source, .. } => Some(source),
             _ => None,
         }
     }
 }
+
+impl std::error::Error for AnswerError {}
 
 /// Why a `load` request cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -540,3 +588,39 @@ impl fmt::Display for MalformedResponse {
 }
 
 impl std::error::Error for MalformedResponse {}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn the_outer_error_shows_the_inner_one_and_its_cause() {
+        let inner = || ProcessError::Proc {
+            pid: 7,
+            what: "status",
+            source: io::Error::other("unreadable"),
+        };
+        let error = AttachError::from(inner());
+        assert_eq!(error.to_string(), inner().to_string());
+        assert_eq!(
+            error.source().map(ToString::to_string).as_deref(),
+            Some("unreadable")
+        );
+    }
+
+    #[test]
+    fn remedies_follow_the_inner_error() {
+        let timeout = AttachError::from(StepError::ResponseTimeout {
+            timeout: Duration::from_secs(1),
+        });
+        assert_eq!(timeout.remedy(), Some(Remedy::LongerTimeout));
+        let not_loaded = AttachError::from(AnswerError::NotLoaded {
+            message: "Agent library was not loaded".to_owned(),
+        });
+        assert_eq!(not_loaded.remedy(), Some(Remedy::AnotherAgent));
+        let openj9 = AttachError::from(ProcessError::OpenJ9 { pid: 1 });
+        assert_eq!(openj9.remedy(), None);
+    }
+}

@@ -47,14 +47,14 @@
 //!
 //! # Caveats
 //! - The JVM opens the agent at the given path in its own mount namespace: for a JVM in a
-//!   container the file must be visible there at the same path (checked, [`AttachError::AgentNotVisible`]).
+//!   container the file must be visible there at the same path (checked, [`StepError::AgentNotVisible`]).
 //! - `-XX:+DisableAttachMechanism` or `-Xrs` is seen on the command line, in `@argfile`s,
 //!   `-XX:VMOptionsFile=` and the `JAVA_TOOL_OPTIONS`/`JDK_JAVA_OPTIONS`/`_JAVA_OPTIONS`
 //!   variables, but not in a `-XX:Flags=` file or `.hotspotrc`, nor past the option-file budget
 //!   ([`procfs::OPTION_FILES_MAX_COUNT`] files, [`procfs::OPTION_FILES_MAX_BYTES`] bytes in all):
 //!   the JVM then prints a thread dump on SIGQUIT and the attach times out.
-//! - Signals go through a pidfd: Linux 5.3 or later ([`AttachError::ProcessHandle`] before).
-//! - A step blocked in the kernel past the deadline ([`AttachError::Stalled`]) leaves its thread
+//! - Signals go through a pidfd: Linux 5.3 or later ([`ProcessError::ProcessHandle`] before).
+//! - A step blocked in the kernel past the deadline ([`ProcessError::Stalled`]) leaves its thread
 //!   behind until the kernel lets it go; it then ends without touching the JVM. A FUSE server
 //!   that has taken a request and never answers holds that thread in an uninterruptible wait:
 //!   the caller has its error at the deadline, but the process cannot exit before the server
@@ -79,7 +79,9 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub use error::{AttachError, MalformedResponse, Remedy, RequestError};
+pub use error::{
+    AnswerError, AttachError, MalformedResponse, ProcessError, Remedy, RequestError, StepError,
+};
 pub use escape::{escape_untrusted, escape_untrusted_bytes, UNTRUSTED_MAX_CHARS};
 use listener::Exchange;
 use protocol::LoadResponse;
@@ -167,7 +169,7 @@ pub fn attach(
     let deadline = Deadline::after(timeout);
     let agent = resolve_agent(agent)?;
     let request = protocol::load_request(agent.path.as_os_str().as_bytes(), options.as_bytes())
-        .map_err(AttachError::Request)?;
+        .map_err(StepError::Request)?;
     let progress = Arc::new(Mutex::new("reading /proc/PID"));
     let (report, reported) = mpsc::channel();
     let steps_progress = Arc::clone(&progress);
@@ -179,15 +181,16 @@ pub fn attach(
             let result = attach_steps(pid, &agent, &request, deadline, &steps_progress);
             let _ = report.send(result);
         })
-        .map_err(|source| AttachError::Thread { source })?;
+        .map_err(|source| ProcessError::Thread { source })?;
     let wait = deadline.remaining().unwrap_or_default() + STALL_GRACE;
     match reported.recv_timeout(wait) {
         Ok(result) => result,
-        Err(mpsc::RecvTimeoutError::Timeout) => Err(AttachError::Stalled {
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(ProcessError::Stalled {
             pid,
             step: *progress.lock().unwrap_or_else(PoisonError::into_inner),
             timeout,
-        }),
+        }
+        .into()),
         // The thread ended without a report: it panicked.
         Err(mpsc::RecvTimeoutError::Disconnected) => match steps.join() {
             Err(panic) => std::panic::resume_unwind(panic),
@@ -210,7 +213,7 @@ fn attach_steps(
         *progress.lock().unwrap_or_else(PoisonError::into_inner) = name;
         match deadline.remaining() {
             Some(_) => Ok(()),
-            None => Err(AttachError::Stalled {
+            None => Err(ProcessError::Stalled {
                 pid,
                 step: name,
                 timeout: deadline.timeout(),
@@ -220,7 +223,7 @@ fn attach_steps(
     let target = Target::check(pid, agent, deadline)?;
     if let Some(jvm) = target.switch_to {
         perfclock_event::peer::become_user_on_this_thread(jvm.0, jvm.1)
-            .map_err(|source| AttachError::SwitchCredentials { jvm, source })?;
+            .map_err(|source| ProcessError::SwitchCredentials { jvm, source })?;
     }
     step("reading the JVM's option files")?;
     target.check_options()?;
@@ -234,14 +237,14 @@ fn attach_steps(
 
 /// The agent's absolute path and identity here.
 fn resolve_agent(agent: &Path) -> Result<Agent, AttachError> {
-    let agent_error = |source| AttachError::Agent {
+    let agent_error = |source| StepError::Agent {
         path: agent.to_owned(),
         source,
     };
     let path = fs::canonicalize(agent).map_err(agent_error)?;
     let meta = fs::metadata(&path).map_err(agent_error)?;
     if !meta.is_file() {
-        return Err(agent_error(io::Error::other("not a regular file")));
+        return Err(agent_error(io::Error::other("not a regular file")).into());
     }
     Ok(Agent {
         path,
@@ -256,10 +259,11 @@ fn check_agent_visible(target: &Target, agent: &Agent) -> Result<(), AttachError
     let in_jvm = target.in_root(&agent.path.to_string_lossy());
     match fs::metadata(&in_jvm.access) {
         Ok(meta) if meta.dev() == agent.dev && meta.ino() == agent.ino => Ok(()),
-        _ => Err(AttachError::AgentNotVisible {
+        _ => Err(StepError::AgentNotVisible {
             pid: target.pid,
             path: agent.path.clone(),
-        }),
+        }
+        .into()),
     }
 }
 
@@ -275,16 +279,16 @@ fn load(
         .in_root(&format!("tmp/.java_pid{}", target.ns_pid))
         .shown;
     let answer = listener::exchange(stream, request, deadline).map_err(|error| match error {
-        Exchange::Timeout => AttachError::ResponseTimeout {
+        Exchange::Timeout => StepError::ResponseTimeout {
             timeout: deadline.timeout(),
         },
-        Exchange::Io(action, source) => AttachError::Socket {
+        Exchange::Io(action, source) => StepError::Socket {
             socket,
             action,
             source,
         },
     })?;
-    match protocol::parse_load_response(&answer).map_err(AttachError::Malformed)? {
+    match protocol::parse_load_response(&answer).map_err(AnswerError::Malformed)? {
         LoadResponse::Loaded { message } => Ok(Attached {
             pid: target.pid,
             ns_pid: target.ns_pid,
@@ -295,11 +299,14 @@ fn load(
         LoadResponse::AgentFailed {
             return_code,
             message,
-        } => Err(AttachError::AgentFailed {
+        } => Err(AnswerError::AgentFailed {
             return_code,
             message,
-        }),
-        LoadResponse::NotLoaded { message } => Err(AttachError::NotLoaded { message }),
-        LoadResponse::Refused { code, message } => Err(AttachError::Refused { code, message }),
+        }
+        .into()),
+        LoadResponse::NotLoaded { message } => Err(AnswerError::NotLoaded { message }.into()),
+        LoadResponse::Refused { code, message } => {
+            Err(AnswerError::Refused { code, message }.into())
+        }
     }
 }

@@ -13,7 +13,7 @@ use perfclock_event::peer;
 
 use crate::protocol::MAX_RESPONSE_BYTES;
 use crate::target::{JvmPath, Target};
-use crate::{AttachError, Deadline};
+use crate::{AttachError, Deadline, ProcessError, StepError};
 
 /// The poll interval while waiting for the JVM; the first waits are short because the JVM
 /// usually answers within milliseconds.
@@ -61,11 +61,12 @@ pub(crate) fn connect_or_trigger(
 }
 
 fn socket_error(socket: &JvmPath, action: &'static str, source: io::Error) -> AttachError {
-    AttachError::Socket {
+    StepError::Socket {
         socket: socket.shown.clone(),
         action,
         source,
     }
+    .into()
 }
 
 /// Waits `interval` (never past the deadline); an error if the JVM exits meanwhile.
@@ -77,10 +78,11 @@ fn pause(
 ) -> Result<(), AttachError> {
     let interval = interval.min(deadline.remaining().unwrap_or_default());
     match target.pidfd.wait_exit(interval) {
-        Ok(true) => Err(AttachError::Exited {
+        Ok(true) => Err(ProcessError::Exited {
             pid: target.pid,
             during,
-        }),
+        }
+        .into()),
         Ok(false) => Ok(()),
         Err(_) => {
             thread::sleep(interval);
@@ -103,10 +105,13 @@ fn connect(
             Err(error) => return Err(ConnectFailure::Refused(error)),
         }
         if deadline.remaining().is_none() {
-            return Err(ConnectFailure::Attach(AttachError::ConnectTimeout {
-                socket: socket.shown.clone(),
-                waited: deadline.timeout(),
-            }));
+            return Err(ConnectFailure::Attach(
+                StepError::ConnectTimeout {
+                    socket: socket.shown.clone(),
+                    waited: deadline.timeout(),
+                }
+                .into(),
+            ));
         }
         pause(
             target,
@@ -221,7 +226,7 @@ fn create_trigger(target: &Target) -> Result<TriggerFile, AttachError> {
             Err(error) => attempts.push((path.shown, error)),
         }
     }
-    Err(AttachError::TriggerFile { attempts })
+    Err(StepError::TriggerFile { attempts }.into())
 }
 
 /// Makes HotSpot start its attach listener: waits for its SIGQUIT handler (a JVM still starting
@@ -231,10 +236,11 @@ fn start_listener(target: &Target, deadline: Deadline) -> Result<TriggerFile, At
     let mut attempt = 0;
     while !target.status()?.catches(libc::SIGQUIT) {
         if deadline.remaining().is_none() {
-            return Err(AttachError::NoQuitHandler {
+            return Err(ProcessError::NoQuitHandler {
                 pid,
                 waited: deadline.timeout(),
-            });
+            }
+            .into());
         }
         pause(
             target,
@@ -248,19 +254,21 @@ fn start_listener(target: &Target, deadline: Deadline) -> Result<TriggerFile, At
     // Creating the file may have blocked (a FUSE working directory): no signal once the caller
     // has given up.
     if deadline.remaining().is_none() {
-        return Err(AttachError::Stalled {
+        return Err(ProcessError::Stalled {
             pid,
             step: "creating the attach trigger file",
             timeout: deadline.timeout(),
-        });
+        }
+        .into());
     }
     match target.pidfd.send_signal(libc::SIGQUIT) {
         Ok(()) => Ok(trigger),
-        Err(error) if error.raw_os_error() == Some(libc::ESRCH) => Err(AttachError::Exited {
+        Err(error) if error.raw_os_error() == Some(libc::ESRCH) => Err(ProcessError::Exited {
             pid,
             during: "signalled it",
-        }),
-        Err(source) => Err(AttachError::Signal { pid, source }),
+        }
+        .into()),
+        Err(source) => Err(StepError::Signal { pid, source }.into()),
     }
 }
 
@@ -280,11 +288,12 @@ fn wait_for_socket(
             }
         }
         if deadline.remaining().is_none() {
-            return Err(AttachError::SocketTimeout {
+            return Err(StepError::SocketTimeout {
                 pid: target.pid,
                 socket: socket.shown.clone(),
                 waited: deadline.timeout(),
-            });
+            }
+            .into());
         }
         pause(
             target,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use perfclock_event::peer::{self, PidFd};
 
 use crate::procfs::{self, MapsScan, ProcStatus, Vm};
-use crate::{Agent, AttachError, Deadline};
+use crate::{Agent, Deadline, ProcessError};
 
 /// `/proc/PID/status` is read up to this size (it is about 1.5 KiB).
 const STATUS_MAX_BYTES: u64 = 64 << 10;
@@ -61,11 +61,11 @@ pub(crate) struct Target {
 impl Target {
     /// Checks `pid` with perfclock's own credentials: a live process, perfclock allowed to
     /// attach, HotSpot (never signalled otherwise), and whether `agent` is mapped in it.
-    pub(crate) fn check(pid: u32, agent: &Agent, deadline: Deadline) -> Result<Self, AttachError> {
+    pub(crate) fn check(pid: u32, agent: &Agent, deadline: Deadline) -> Result<Self, ProcessError> {
         // Opened first: while it shows the process alive, /proc/PID is this process.
         let pidfd = PidFd::open(pid).map_err(|source| match source.raw_os_error() {
-            Some(libc::ESRCH) => AttachError::NoSuchProcess { pid },
-            _ => AttachError::ProcessHandle { pid, source },
+            Some(libc::ESRCH) => ProcessError::NoSuchProcess { pid },
+            _ => ProcessError::ProcessHandle { pid, source },
         })?;
         let status = read_status(pid)?;
         let ids = (status.euid, status.egid);
@@ -73,9 +73,9 @@ impl Target {
         let (vm, agent_loaded) = scan_maps(pid, agent, deadline)?;
         match vm {
             Vm::HotSpot => {}
-            Vm::OpenJ9 => return Err(AttachError::OpenJ9 { pid }),
+            Vm::OpenJ9 => return Err(ProcessError::OpenJ9 { pid }),
             Vm::NotJava => {
-                return Err(AttachError::NotHotSpot {
+                return Err(ProcessError::NotHotSpot {
                     pid,
                     name: status.name,
                 })
@@ -87,7 +87,7 @@ impl Target {
         let cwd = open_directory(pid, "cwd")?;
         let root = open_directory(pid, "root")?;
         if pidfd.wait_exit(Duration::ZERO).unwrap_or(false) {
-            return Err(AttachError::NoSuchProcess { pid });
+            return Err(ProcessError::NoSuchProcess { pid });
         }
         Ok(Self {
             pid,
@@ -123,7 +123,7 @@ impl Target {
 
     /// Fails if the JVM runs with an option that disables attaching, reading its option files
     /// (with this thread's credentials: the JVM user's) as the JVM did.
-    pub(crate) fn check_options(&self) -> Result<(), AttachError> {
+    pub(crate) fn check_options(&self) -> Result<(), ProcessError> {
         let mut read_option_file = |name: &str, max: usize| {
             let path = if name.starts_with('/') {
                 self.in_root(name)
@@ -133,7 +133,7 @@ impl Target {
             read_regular_file(&path.access, max)
         };
         match procfs::attach_blocker(&self.cmdline, &self.environ, &mut read_option_file) {
-            Some(blocker) => Err(AttachError::AttachDisabled {
+            Some(blocker) => Err(ProcessError::AttachDisabled {
                 pid: self.pid,
                 blocker,
             }),
@@ -142,14 +142,14 @@ impl Target {
     }
 
     /// The JVM's status now.
-    pub(crate) fn status(&self) -> Result<ProcStatus, AttachError> {
+    pub(crate) fn status(&self) -> Result<ProcStatus, ProcessError> {
         read_status(self.pid)
     }
 }
 
 /// Whose credentials the JVM-side steps need: `Some` when perfclock is root and the JVM runs
 /// as another user; an error when perfclock is neither root nor the JVM's user.
-fn credentials_for(pid: u32, jvm: (u32, u32)) -> Result<Option<(u32, u32)>, AttachError> {
+fn credentials_for(pid: u32, jvm: (u32, u32)) -> Result<Option<(u32, u32)>, ProcessError> {
     let ours = (peer::effective_uid(), peer::effective_gid());
     if ours.0 == 0 {
         // A JVM of root's accepts root; any other takes its own user.
@@ -157,12 +157,12 @@ fn credentials_for(pid: u32, jvm: (u32, u32)) -> Result<Option<(u32, u32)>, Atta
     } else if jvm == ours {
         Ok(None)
     } else {
-        Err(AttachError::Permission { pid, jvm, ours })
+        Err(ProcessError::Permission { pid, jvm, ours })
     }
 }
 
 /// The VM `/proc/PID/maps` shows and whether it maps `agent`, read line by line.
-fn scan_maps(pid: u32, agent: &Agent, deadline: Deadline) -> Result<(Vm, bool), AttachError> {
+fn scan_maps(pid: u32, agent: &Agent, deadline: Deadline) -> Result<(Vm, bool), ProcessError> {
     let error = |source: io::Error| proc_error(pid, "maps", source);
     let file = File::open(format!("/proc/{pid}/maps")).map_err(error)?;
     let mut lines = BufReader::with_capacity(64 << 10, file);
@@ -176,7 +176,7 @@ fn scan_maps(pid: u32, agent: &Agent, deadline: Deadline) -> Result<(Vm, bool), 
         }
         scan.line(&String::from_utf8_lossy(&line), agent.maps_identity());
         if count % MAPS_LINES_PER_CHECK == 0 && deadline.remaining().is_none() {
-            return Err(AttachError::Stalled {
+            return Err(ProcessError::Stalled {
                 pid,
                 step: "reading /proc/PID/maps",
                 timeout: deadline.timeout(),
@@ -186,14 +186,14 @@ fn scan_maps(pid: u32, agent: &Agent, deadline: Deadline) -> Result<(Vm, bool), 
     Ok((scan.vm(), scan.file_mapped()))
 }
 
-fn proc_error(pid: u32, what: &'static str, source: io::Error) -> AttachError {
+fn proc_error(pid: u32, what: &'static str, source: io::Error) -> ProcessError {
     match source.raw_os_error() {
-        Some(libc::ENOENT | libc::ESRCH) => AttachError::NoSuchProcess { pid },
-        _ => AttachError::Proc { pid, what, source },
+        Some(libc::ENOENT | libc::ESRCH) => ProcessError::NoSuchProcess { pid },
+        _ => ProcessError::Proc { pid, what, source },
     }
 }
 
-fn read_proc(pid: u32, what: &'static str, max: u64) -> Result<Vec<u8>, AttachError> {
+fn read_proc(pid: u32, what: &'static str, max: u64) -> Result<Vec<u8>, ProcessError> {
     let mut bytes = Vec::new();
     File::open(format!("/proc/{pid}/{what}"))
         .and_then(|file| file.take(max).read_to_end(&mut bytes))
@@ -201,9 +201,9 @@ fn read_proc(pid: u32, what: &'static str, max: u64) -> Result<Vec<u8>, AttachEr
     Ok(bytes)
 }
 
-fn read_status(pid: u32) -> Result<ProcStatus, AttachError> {
+fn read_status(pid: u32) -> Result<ProcStatus, ProcessError> {
     let text = read_proc(pid, "status", STATUS_MAX_BYTES)?;
-    let status = ProcStatus::parse(&String::from_utf8_lossy(&text)).ok_or(AttachError::Proc {
+    let status = ProcStatus::parse(&String::from_utf8_lossy(&text)).ok_or(ProcessError::Proc {
         pid,
         what: "status",
         source: io::Error::new(
@@ -212,14 +212,14 @@ fn read_status(pid: u32) -> Result<ProcStatus, AttachError> {
         ),
     })?;
     if matches!(status.state, 'Z' | 'X') {
-        return Err(AttachError::NoSuchProcess { pid });
+        return Err(ProcessError::NoSuchProcess { pid });
     }
     Ok(status)
 }
 
 /// `/proc/PID/<link>` (`cwd`, `root`) opened as a path only: later steps reach the JVM's files
 /// relative to it, with whatever credentials they run under.
-fn open_directory(pid: u32, link: &'static str) -> Result<File, AttachError> {
+fn open_directory(pid: u32, link: &'static str) -> Result<File, ProcessError> {
     OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)

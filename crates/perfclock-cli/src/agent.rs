@@ -11,12 +11,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use perfclock_agent_codes::AgentFailure;
-use perfclock_attach::{AttachError, Attached};
+use perfclock_attach::{AnswerError, AttachError, Attached};
 
 /// The agent's failure behind `error`, if the JVM ran the agent and it returned one of its codes.
 pub(crate) fn agent_failure(error: &AttachError) -> Option<AgentFailure> {
     match error {
-        AttachError::AgentFailed { return_code, .. } => {
+        AttachError::Answer(AnswerError::AgentFailed { return_code, .. }) => {
             AgentFailure::from_return_code(*return_code)
         }
         _ => None,
