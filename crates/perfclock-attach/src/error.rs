@@ -1,11 +1,9 @@
-//! Why an attach failed: one variant per cause, each message naming what fixes it; why a `load`
-//! request could not be built or its answer read.
+//! Why an attach failed ([`AttachError`]): the process ([`ProcessError`]), a step of the attach
+//! ([`StepError`]) or the JVM's answer ([`AnswerError`]), one variant per cause, each message
+//! naming what fixes it; why a `load` request could not be built ([`RequestError`]) or its
+//! answer read ([`MalformedResponse`]).
 //!
-//! Policy (the same in every crate of the workspace): a public error enum is
-//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
-//! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps. `Display`
-//! never repeats the source: whoever prints the error prints the chain, each cause once.
+//! They follow the workspace's error policy, stated in docs/design.md ("Errors").
 
 use std::fmt;
 use std::io;

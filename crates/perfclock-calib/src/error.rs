@@ -1,15 +1,11 @@
 //! The calibration crate's errors.
 //!
-//! Policy (the same in every crate of the workspace): a public error enum is
-//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
-//! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps: `Display`
-//! never repeats that cause, so a caller printing the chain prints each cause once.
-//!
 //! [`CalibError`] is this crate's one public error: why ground truth could not be had or a
 //! calibrated clock could not be started. The reasons of each step (bracketing, fitting,
 //! publishing) are this crate's own and stay private: a variant carries them in an opaque
 //! [`StepFailure`], `Display` says which step failed and `source()` gives the step's reason.
+//!
+//! They follow the workspace's error policy, stated in docs/design.md ("Errors").
 
 use perfclock_core::ParamError;
 use perfclock_event::{RingError, SysError};

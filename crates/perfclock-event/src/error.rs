@@ -2,11 +2,7 @@
 //! to change), [`RingError`] for a ring or record that cannot be parsed, [`CreateError`] for a
 //! file [`create_exclusive`](crate::shared_file::create_exclusive) did not create.
 //!
-//! Policy (the same in every crate of the workspace): a public error enum is
-//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
-//! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps: `Display`
-//! never repeats that cause, so a caller printing the chain prints each cause once.
+//! They follow the workspace's error policy, stated in docs/design.md ("Errors").
 
 use core::fmt;
 use std::io;

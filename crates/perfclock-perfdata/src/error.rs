@@ -1,11 +1,6 @@
 //! The crate's one error type.
 //!
-//! Policy (the same in every crate of the workspace): a public error enum is
-//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
-//! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps: `Display`
-//! never repeats that cause, so a caller printing the chain prints each cause once. Front ends
-//! (`perfclock inject-time-conv`) name the files their own way around these messages.
+//! They follow the workspace's error policy, stated in docs/design.md ("Errors").
 
 use std::fmt;
 use std::io;
