@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use perfclock_testutil::is_root;
+
 /// The bound on every error (a behaviour, not a performance figure).
 const ERROR_BOUND: Duration = Duration::from_secs(10);
 /// The watchdog: perfclock still running after this is killed and the test fails.
@@ -75,10 +77,6 @@ fn skip(test: &str, why: &str) -> bool {
     assert!(!required(), "{test}: {why} (PERFCLOCK_REQUIRE_PERF=1)");
     eprintln!("SKIPPED {test}: {why}");
     false
-}
-
-fn is_root() -> bool {
-    fs::metadata("/proc/self").map(|m| m.uid()).ok() == Some(0)
 }
 
 /// Every JDK's `java` under /usr/lib/jvm, one per installation (Debian adds symlinked names).

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use perfclock_perfdata::synth::{self, Synth};
 use perfclock_perfdata::{Feature, RecordType};
+use perfclock_testutil::is_root;
 
 const TIME_CONV_SIZE: usize = 56;
 const SIGTERM: i32 = 15;
@@ -611,16 +612,6 @@ fn out_as_a_fifo_socket_directory_or_symlink_is_refused_and_left_alone() {
     let link = dir.join("out-link.data");
     std::os::unix::fs::symlink(dir.join("elsewhere.data"), &link).unwrap();
     assert_out_kind_refused(&input, &link, "a symbolic link");
-}
-
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status").is_ok_and(|status| {
-        status
-            .lines()
-            .find(|line| line.starts_with("Uid:"))
-            .and_then(|line| line.split_whitespace().nth(2))
-            == Some("0")
-    })
 }
 
 /// `mknod` needs root: without it the test says so, and fails where CI requires root.

@@ -14,7 +14,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use perfclock_testutil::perf_script::tod_ns;
-use perfclock_testutil::{skip, Need};
+use perfclock_testutil::{is_root, skip, Need};
 
 /// Two hot methods on the main thread; arguments: milliseconds to run, exit status.
 const HOT_JAVA: &str = r#"
@@ -645,16 +645,6 @@ fn wall_clock_times_fall_within_the_phases_the_workload_stamped() {
             "the control moved no sample of phase {phase} out of it"
         );
     }
-}
-
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status").is_ok_and(|status| {
-        status
-            .lines()
-            .find(|line| line.starts_with("Uid:"))
-            .and_then(|line| line.split_whitespace().nth(2))
-            == Some("0")
-    })
 }
 
 /// perf on PATH, or `None` after saying the test cannot run.

@@ -1,6 +1,7 @@
 //! Helpers shared by the workspace's tests, benches and test programs (a dev-dependency, never
 //! published). Each concern gets a module of its own; today:
 //!
+//! - [`is_root()`]: whether the test runs as root (the effective uid), the one such check.
 //! - [`skip()`]: the one way a test says it cannot run here. It names what is missing, says so on
 //!   stderr past libtest's capture (and in the file `PERFCLOCK_SKIP_LOG` names), and fails
 //!   instead when CI's require variable for that need is set.
@@ -30,11 +31,13 @@ pub mod error_chain;
 pub mod handoff;
 pub mod hostile;
 pub mod perf_script;
+mod root;
 pub mod samply;
 pub mod shared_dir;
 mod skip;
 pub mod time;
 
+pub use root::is_root;
 pub use skip::{
     child_skipped, ok_or_skip, skip, skip_child, Need, SKIPPED_EXIT_STATUS, SKIP_LOG_ENV,
 };

@@ -24,8 +24,7 @@ pub const NOBODY: u32 = 65534;
 /// Whether this process is root; says why a case is skipped otherwise (fatal under
 /// `PERFCLOCK_REQUIRE_ROOT`).
 pub fn is_root(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if crate::is_root() {
         return true;
     }
     crate::skip(
