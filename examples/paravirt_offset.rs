@@ -45,12 +45,5 @@ fn main() {
 }
 
 fn report(error: &dyn std::error::Error) {
-    let mut line = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        line.push_str(": ");
-        line.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    println!("refused: {line}");
+    println!("refused: {}", perfclock::error_chain(error));
 }
