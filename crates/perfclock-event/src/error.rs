@@ -1,6 +1,7 @@
 //! This crate's errors: [`SysError`] for every failed system call (which call, the errno, what
 //! to change), [`RingError`] for a ring or record that cannot be parsed, [`CreateError`] for a
-//! file [`create_exclusive`](crate::shared_file::create_exclusive) did not create.
+//! file [`create_exclusive`](crate::shared_file::create_exclusive) did not create, with what was
+//! at the name ([`TakenName`], [`LiveName`]).
 //!
 //! They follow the workspace's error policy, stated in docs/design.md ("Errors").
 
@@ -8,7 +9,7 @@ use core::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use crate::shared_file::{LiveName, TakenName};
+use crate::shared_file::FileKind;
 
 /// The system call that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -309,6 +310,66 @@ impl std::error::Error for CreateError {
             CreateError::Io { source, .. } => Some(source),
             CreateError::Taken(_) | CreateError::Live(_) => None,
         }
+    }
+}
+
+/// What was found at a name [`create_exclusive`](crate::shared_file::create_exclusive) would not replace; it was left as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakenName {
+    /// The full path of the name.
+    pub path: PathBuf,
+    /// What is there.
+    pub kind: FileKind,
+    /// Its owner's uid.
+    pub owner_uid: u32,
+    /// Its owner's user name, where the user database has one.
+    pub owner_name: Option<String>,
+    /// The caller's effective uid.
+    pub caller_uid: u32,
+}
+
+impl fmt::Display for TakenName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} already exists and is {}",
+            self.path.display(),
+            self.kind.describe()
+        )?;
+        match &self.owner_name {
+            Some(name) => write!(f, " owned by {name} (uid {})", self.owner_uid)?,
+            None => write!(f, " owned by uid {}", self.owner_uid)?,
+        }
+        write!(
+            f,
+            "; perfclock creates it only where nothing is, and replaces only a regular file of \
+             its own user (uid {}), so as never to write through a planted link or into a file \
+             another user controls: remove it if it is stale, or write into a directory only you \
+             can write",
+            self.caller_uid
+        )
+    }
+}
+
+/// A regular file of the caller's own user at the name, that [`create_exclusive`](crate::shared_file::create_exclusive) would not
+/// remove because it cannot prove that no writer uses it (see the [module docs](crate::shared_file)); it was
+/// left as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveName {
+    /// The full path of the name.
+    pub path: PathBuf,
+}
+
+impl fmt::Display for LiveName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} is held open by a live writer: another process using the same pid number (for \
+             example pid 1 in another pid namespace: containers sharing this directory), or a \
+             child it forked. perfclock never removes a file a live writer holds: give each \
+             container its own dump directory, or stop the other writer",
+            self.path.display()
+        )
     }
 }
 

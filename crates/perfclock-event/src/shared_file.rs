@@ -50,15 +50,15 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, CString};
-use std::fmt;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::{AsRawFd, FromRawFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::error::CreateError;
+pub use crate::error::{LiveName, TakenName};
 use crate::sys;
 
 /// What a name was found to be.
@@ -90,7 +90,7 @@ impl FileKind {
         }
     }
 
-    fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             FileKind::Regular => "a regular file",
             FileKind::Symlink => "a symbolic link",
@@ -99,66 +99,6 @@ impl FileKind {
             FileKind::Socket => "a socket",
             FileKind::Device => "a device node",
         }
-    }
-}
-
-/// What was found at a name [`create_exclusive`] would not replace; it was left as it was.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TakenName {
-    /// The full path of the name.
-    pub path: PathBuf,
-    /// What is there.
-    pub kind: FileKind,
-    /// Its owner's uid.
-    pub owner_uid: u32,
-    /// Its owner's user name, where the user database has one.
-    pub owner_name: Option<String>,
-    /// The caller's effective uid.
-    pub caller_uid: u32,
-}
-
-impl fmt::Display for TakenName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} already exists and is {}",
-            self.path.display(),
-            self.kind.describe()
-        )?;
-        match &self.owner_name {
-            Some(name) => write!(f, " owned by {name} (uid {})", self.owner_uid)?,
-            None => write!(f, " owned by uid {}", self.owner_uid)?,
-        }
-        write!(
-            f,
-            "; perfclock creates it only where nothing is, and replaces only a regular file of \
-             its own user (uid {}), so as never to write through a planted link or into a file \
-             another user controls: remove it if it is stale, or write into a directory only you \
-             can write",
-            self.caller_uid
-        )
-    }
-}
-
-/// A regular file of the caller's own user at the name, that [`create_exclusive`] would not
-/// remove because it cannot prove that no writer uses it (see the [module docs](self)); it was
-/// left as it was.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveName {
-    /// The full path of the name.
-    pub path: PathBuf,
-}
-
-impl fmt::Display for LiveName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} is held open by a live writer: another process using the same pid number (for \
-             example pid 1 in another pid namespace: containers sharing this directory), or a \
-             child it forked. perfclock never removes a file a live writer holds: give each \
-             container its own dump directory, or stop the other writer",
-            self.path.display()
-        )
     }
 }
 
@@ -470,6 +410,8 @@ fn user_name(uid: u32) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     fn temp_dir(tag: &str) -> PathBuf {

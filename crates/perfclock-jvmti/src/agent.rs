@@ -17,13 +17,13 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use perfclock_agent_codes::AgentFailure;
 use perfclock_event::sys::lock;
 
+use crate::error::{chain, StartError};
 use crate::jvmti::{
     self, AddrLocationMap, Capabilities, Capability, Env, Event, EventCallbacks, JavaVmPtr, Jint,
     JmethodId, JniEnv, Jobject, JvmtiEnvPtr, JNI_OK,
 };
 use crate::options::{Options, Request};
 use crate::session::{GcMarkers, Origin, Session};
-use crate::status::{chain, StartError};
 use crate::PREFIX;
 
 /// The agent, once the JVM gave it an environment; callbacks find it here.

@@ -46,12 +46,12 @@
 mod agent;
 mod code;
 mod entry;
+mod error;
 mod jvmti;
 mod names;
 mod options;
 mod perfmap;
 mod session;
-mod status;
 
 /// The agent's lines on the JVM's stderr start with this.
 const PREFIX: &str = "perfclock_agent";

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use perfclock_event::shared_file::create_exclusive;
 use perfclock_event::sys::lock;
 
-use crate::status::chain;
+use crate::error::chain;
 
 /// The map of this process, written one line per load so perf sees it while the JVM runs.
 #[derive(Debug)]

@@ -11,11 +11,11 @@ use perfclock_jitdump::{DebugEntry, JitClock, JitDump};
 use perfclock_markers::{MarkerClock, Markers};
 
 use crate::code::{self, LineAt, Region};
+use crate::error::{chain, StartError};
 use crate::jvmti::{Capabilities, Capability, Env, JmethodId};
 use crate::names;
 use crate::options::Options;
 use crate::perfmap::PerfMap;
-use crate::status::{chain, StartError};
 use crate::PREFIX;
 
 /// How the session was asked for: at JVM start a file that cannot be written is left out

@@ -4,6 +4,8 @@
 use std::ffi::OsStr;
 use std::fmt;
 
+use crate::UnknownClock;
+
 /// A clock a file's times are in, known by name.
 ///
 /// `Display` and `FromStr` of an implementing type are [`ClockName::as_str`] and
@@ -60,46 +62,6 @@ pub trait ClockName: Copy + Eq + Default + fmt::Display + 'static {
         }
     }
 }
-
-/// A name that is no clock's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownClock {
-    /// The name given (invalid UTF-8 replaced).
-    pub name: String,
-    /// The environment variable it came from, if any.
-    pub variable: Option<&'static str>,
-    kind: &'static str,
-    choices: &'static str,
-}
-
-impl UnknownClock {
-    /// `name`, which no `C` has, from `variable` if any.
-    pub fn new<C: ClockName>(name: &str, variable: Option<&'static str>) -> UnknownClock {
-        UnknownClock {
-            name: name.to_owned(),
-            variable,
-            kind: C::KIND,
-            choices: C::CHOICES,
-        }
-    }
-}
-
-impl fmt::Display for UnknownClock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let UnknownClock {
-            name,
-            kind,
-            choices,
-            ..
-        } = self;
-        match self.variable {
-            Some(variable) => write!(f, "{variable}={name:?} names no {kind}: use {choices}"),
-            None => write!(f, "unknown {kind} {name:?}: use {choices}"),
-        }
-    }
-}
-
-impl std::error::Error for UnknownClock {}
 
 #[cfg(test)]
 mod tests {

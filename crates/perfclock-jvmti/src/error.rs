@@ -1,6 +1,8 @@
 //! What `Agent_OnLoad` and `Agent_OnAttach` return: 0 for success, else the code of an
 //! [`AgentFailure`], the table `perfclock attach` reads the code back with (crate
 //! `perfclock-agent-codes`), and the message printed on the JVM's stderr.
+//!
+//! The agent's errors follow the workspace's error policy, stated in docs/design.md ("Errors").
 
 use perfclock_agent_codes::AgentFailure;
 
