@@ -46,12 +46,13 @@
 
 mod clock;
 mod error;
+pub mod foreign;
 mod record;
 pub mod timeconv;
 mod writer;
 
 pub use clock::JitClock;
-pub use error::{JitDumpError, TimeConvError};
+pub use error::{ForeignDumpError, JitDumpError, TimeConvError};
 pub use perfclock_procfile::{ClockMismatch, ClockName, ForkChild, UnknownClock};
 pub use record::DebugEntry;
 pub use writer::JitDump;

@@ -1,0 +1,269 @@
+//! A jitdump another writer made (V8/Node, CPython, .NET, Wasmtime, LLVM's listener, perf's
+//! own JVMTI agent): read, and copied with its record timestamps in another clock.
+//!
+//! Those writers stamp their records with `CLOCK_MONOTONIC` (flags 0), which `perf inject
+//! --jit` accepts only from a recording made with `perf record -k 1`; or with the raw counter
+//! (`JITDUMP_FLAGS_ARCH_TIMESTAMP`), which needs a `PERF_RECORD_TIME_CONV` that a default
+//! recording lacks where the kernel withholds the conversion. [`ForeignDump::parse`] reads a
+//! dump's header and record headers; [`ForeignDump::with_counter_timestamps`] writes a copy in
+//! the arch form, each timestamp mapped by the caller (for example `CLOCK_MONOTONIC` to the perf
+//! clock through pairs taken during the recording, then to the counter value that the
+//! recording's TIME_CONV converts back to that perf time). Nothing else of the dump changes.
+//!
+//! Reading goes through linux-perf-data's jitdump reader; each record header is checked against
+//! the bytes at hand before the reader is asked for the record (its reader subtracts the header
+//! size from a record's size unchecked, and would reserve whatever size a record claims).
+
+use std::io::Cursor;
+
+use linux_perf_data::jitdump::{JitDumpHeader, JitDumpReader, JitDumpRecordType};
+use linux_perf_data::Endianness;
+
+use crate::error::ForeignDumpError;
+
+/// `JITDUMP_FLAGS_ARCH_TIMESTAMP` (perf's `jitdump.h`): record timestamps are counter values.
+pub const FLAGS_ARCH_TIMESTAMP: u64 = 1;
+
+/// The size of a record's header (`id`, `total_size`, `timestamp`).
+const RECORD_HEADER_BYTES: usize = 16;
+/// The offset of the header's `flags` (after magic, version, total_size, elf_mach, pad1, pid,
+/// timestamp).
+const FLAGS_AT: usize = 32;
+/// The offset of a record's `timestamp` in its header.
+const RECORD_TIMESTAMP_AT: usize = 8;
+
+/// One record's place in the dump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordAt {
+    /// Where its header starts.
+    pub offset: usize,
+    /// Its size, header included.
+    pub size: u32,
+    /// Its type (`JIT_CODE_LOAD` is 0, `JIT_CODE_MOVE` 1, `JIT_CODE_DEBUG_INFO` 2,
+    /// `JIT_CODE_CLOSE` 3, `JIT_CODE_UNWINDING_INFO` 4).
+    pub kind: u32,
+    /// Its timestamp, in the dump's clock.
+    pub timestamp: u64,
+}
+
+/// A jitdump's header and the places of its whole records.
+#[derive(Debug, Clone)]
+pub struct ForeignDump {
+    header: JitDumpHeader,
+    big_endian: bool,
+    records: Vec<RecordAt>,
+    /// The whole records end here; bytes after it are a record still being written (or cut
+    /// off), which perf's reader stops at too.
+    complete_len: usize,
+}
+
+impl ForeignDump {
+    /// Reads the header and the record headers of `bytes`.
+    ///
+    /// # Errors
+    /// [`ForeignDumpError::Header`] if `bytes` do not start with a jitdump header;
+    /// [`ForeignDumpError::RecordSize`] for a record shorter than its own header.
+    pub fn parse(bytes: &[u8]) -> Result<Self, ForeignDumpError> {
+        let mut reader = JitDumpReader::new(Cursor::new(bytes))
+            .map_err(|error| ForeignDumpError::Header(error.to_string()))?;
+        let header = reader.header().clone();
+        let big_endian = matches!(reader.endian(), Endianness::BigEndian);
+        let mut records = Vec::new();
+        let mut complete_len = header.total_size as usize;
+        loop {
+            let offset = reader.next_record_offset();
+            let Ok(Some(record_header)) = reader.next_record_header() else {
+                break;
+            };
+            let size = record_header.total_size;
+            if (size as usize) < RECORD_HEADER_BYTES {
+                return Err(ForeignDumpError::RecordSize { offset, size });
+            }
+            let end = offset.saturating_add(u64::from(size));
+            if end > bytes.len() as u64 {
+                break;
+            }
+            match reader.next_record() {
+                Ok(Some(record)) => {
+                    records.push(RecordAt {
+                        offset: record.start_offset as usize,
+                        size: record.record_size,
+                        kind: record.record_type.0,
+                        timestamp: record.timestamp,
+                    });
+                    complete_len = end as usize;
+                }
+                _ => break,
+            }
+        }
+        Ok(ForeignDump {
+            header,
+            big_endian,
+            records,
+            complete_len,
+        })
+    }
+
+    /// The writer's pid, as its header gives it.
+    pub fn pid(&self) -> u32 {
+        self.header.pid
+    }
+
+    /// The header's flags.
+    pub fn flags(&self) -> u64 {
+        self.header.flags
+    }
+
+    /// Whether the records hold counter values (`JITDUMP_FLAGS_ARCH_TIMESTAMP`).
+    pub fn has_arch_timestamps(&self) -> bool {
+        self.header.flags & FLAGS_ARCH_TIMESTAMP != 0
+    }
+
+    /// The whole records, in file order.
+    pub fn records(&self) -> &[RecordAt] {
+        &self.records
+    }
+
+    /// The timestamp of the first code load, if there is one.
+    pub fn first_code_load(&self) -> Option<u64> {
+        self.records
+            .iter()
+            .find(|record| record.kind == JitDumpRecordType::JIT_CODE_LOAD.0)
+            .map(|record| record.timestamp)
+    }
+
+    /// A copy of `bytes` (the bytes this dump was parsed from) with
+    /// `JITDUMP_FLAGS_ARCH_TIMESTAMP` set and every whole record's timestamp replaced by
+    /// `counter_of(timestamp)`; a partial last record is left out.
+    ///
+    /// # Errors
+    /// The first error `counter_of` returns; [`ForeignDumpError::NotTheParsedBytes`] (wrapped
+    /// by the caller's `From`) if `bytes` are shorter than what was parsed.
+    pub fn with_counter_timestamps<E: From<ForeignDumpError>>(
+        &self,
+        bytes: &[u8],
+        mut counter_of: impl FnMut(u64) -> Result<u64, E>,
+    ) -> Result<Vec<u8>, E> {
+        let mut copy = bytes
+            .get(..self.complete_len)
+            .ok_or(ForeignDumpError::NotTheParsedBytes)?
+            .to_vec();
+        let flags = self.header.flags | FLAGS_ARCH_TIMESTAMP;
+        self.put_u64(&mut copy, FLAGS_AT, flags);
+        for record in &self.records {
+            let counter = counter_of(record.timestamp)?;
+            self.put_u64(&mut copy, record.offset + RECORD_TIMESTAMP_AT, counter);
+        }
+        Ok(copy)
+    }
+
+    /// Writes `value` at `at` in the dump's byte order (`at + 8` lies within `bytes`: a field of
+    /// the parsed header or of a whole record).
+    fn put_u64(&self, bytes: &mut [u8], at: usize, value: u64) {
+        let encoded = if self.big_endian {
+            value.to_be_bytes()
+        } else {
+            value.to_le_bytes()
+        };
+        bytes[at..at + 8].copy_from_slice(&encoded);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A little-endian dump: header, then (kind, timestamp, body) records.
+    fn dump(flags: u64, records: &[(u32, u64, &[u8])]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(b"DTiJ");
+        for word in [1u32, 40, 62, 0, 4242] {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        bytes.extend_from_slice(&123u64.to_le_bytes());
+        bytes.extend_from_slice(&flags.to_le_bytes());
+        for (kind, timestamp, body) in records {
+            bytes.extend_from_slice(&kind.to_le_bytes());
+            bytes.extend_from_slice(&(16 + body.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&timestamp.to_le_bytes());
+            bytes.extend_from_slice(body);
+        }
+        bytes
+    }
+
+    #[test]
+    fn a_monotonic_dump_is_copied_in_the_arch_form() {
+        let bytes = dump(0, &[(0, 1_000, &[7; 40]), (2, 1_500, &[8; 24]), (3, 2_000, &[])]);
+        let parsed = ForeignDump::parse(&bytes).unwrap();
+        assert_eq!(parsed.pid(), 4242);
+        assert!(!parsed.has_arch_timestamps());
+        assert_eq!(parsed.first_code_load(), Some(1_000));
+        let copy = parsed
+            .with_counter_timestamps::<ForeignDumpError>(&bytes, |t| Ok(t * 3))
+            .unwrap();
+        let reparsed = ForeignDump::parse(&copy).unwrap();
+        assert!(reparsed.has_arch_timestamps());
+        let stamps: Vec<u64> = reparsed.records().iter().map(|r| r.timestamp).collect();
+        assert_eq!(stamps, [3_000, 4_500, 6_000]);
+        // Everything but the flags and the timestamps is the original's.
+        let mut expected = bytes.clone();
+        expected[FLAGS_AT] |= 1;
+        for (record, stamp) in parsed.records().iter().zip([3_000u64, 4_500, 6_000]) {
+            let at = record.offset + RECORD_TIMESTAMP_AT;
+            expected[at..at + 8].copy_from_slice(&stamp.to_le_bytes());
+        }
+        assert_eq!(copy, expected);
+    }
+
+    #[test]
+    fn a_partial_last_record_is_left_out_as_perf_leaves_it() {
+        let mut bytes = dump(0, &[(0, 10, &[1; 8])]);
+        let whole = bytes.len();
+        bytes.extend_from_slice(&dump(0, &[(0, 20, &[2; 64])])[40..60]);
+        let parsed = ForeignDump::parse(&bytes).unwrap();
+        assert_eq!(parsed.records().len(), 1);
+        let copy = parsed
+            .with_counter_timestamps::<ForeignDumpError>(&bytes, Ok)
+            .unwrap();
+        assert_eq!(copy.len(), whole);
+    }
+
+    #[test]
+    fn hostile_sizes_are_errors_not_panics() {
+        let mut bytes = dump(0, &[(0, 10, &[1; 8])]);
+        bytes[44..48].copy_from_slice(&3u32.to_le_bytes());
+        assert!(matches!(
+            ForeignDump::parse(&bytes),
+            Err(ForeignDumpError::RecordSize { size: 3, .. })
+        ));
+        let mut huge = dump(0, &[(0, 10, &[1; 8])]);
+        huge[44..48].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(ForeignDump::parse(&huge).unwrap().records().len(), 0);
+        assert!(matches!(
+            ForeignDump::parse(b"not a dump at all, not even close to forty bytes"),
+            Err(ForeignDumpError::Header(_))
+        ));
+    }
+
+    #[test]
+    fn a_big_endian_dump_keeps_its_byte_order() {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(b"JiTD");
+        for word in [1u32, 40, 62, 0, 7] {
+            bytes.extend_from_slice(&word.to_be_bytes());
+        }
+        bytes.extend_from_slice(&0u64.to_be_bytes());
+        bytes.extend_from_slice(&0u64.to_be_bytes());
+        bytes.extend_from_slice(&0u32.to_be_bytes());
+        bytes.extend_from_slice(&24u32.to_be_bytes());
+        bytes.extend_from_slice(&5u64.to_be_bytes());
+        bytes.extend_from_slice(&[0; 8]);
+        let parsed = ForeignDump::parse(&bytes).unwrap();
+        assert_eq!(parsed.pid(), 7);
+        let copy = parsed
+            .with_counter_timestamps::<ForeignDumpError>(&bytes, |t| Ok(t + 1))
+            .unwrap();
+        assert_eq!(&copy[32..40], &1u64.to_be_bytes());
+        assert_eq!(&copy[48..56], &6u64.to_be_bytes());
+    }
+}
