@@ -75,7 +75,7 @@ mod with_zstd {
                     }
                     let markers = inspector.scan.jit_dumps.len();
                     let body = &self.pending[at + RECORD_HEADER_SIZE..at + size];
-                    inspector.inspect(header.kind, body, offset)?;
+                    inspector.inspect(header.kind, body, offset, true)?;
                     inspector.scan.compressed_markers |= inspector.scan.jit_dumps.len() > markers;
                     at += size;
                 }

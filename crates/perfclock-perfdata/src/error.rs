@@ -94,6 +94,11 @@ pub enum PerfDataError {
         /// The record's file offset where the limit was passed.
         offset: u64,
     },
+    /// More records naming jitdumps than [`MAX_MARKER_PLACES`](crate::MAX_MARKER_PLACES).
+    TooManyMarkerRecords {
+        /// The record's file offset where the limit was passed.
+        offset: u64,
+    },
     /// A section would end past 2^64 once moved.
     OffsetOverflow,
     /// Two offset fields of the file overlap (sections written over each other).
@@ -147,7 +152,8 @@ impl fmt::Display for PerfDataError {
             | Self::RecordPastData { .. }
             | Self::Compressed { .. }
             | Self::CompressedUnsupported { .. }
-            | Self::TooManyJitDumps { .. } => self.fmt_records(f),
+            | Self::TooManyJitDumps { .. }
+            | Self::TooManyMarkerRecords { .. } => self.fmt_records(f),
             Self::OffsetOverflow
             | Self::FeaturePresent(_)
             | Self::BadInsertion(_)
@@ -284,6 +290,12 @@ impl PerfDataError {
                  (the limit was passed at the record at offset {offset}): no recording of \
                  ordinary JIT processes has that many; split the recording (perf record with a \
                  shorter run), or report the workload if it is real"
+            ),
+            Self::TooManyMarkerRecords { offset } => write!(
+                f,
+                "the perf.data has more than {} records that map jitdumps (the limit was passed \
+                 at the record at offset {offset}): split the recording",
+                crate::MAX_MARKER_PLACES
             ),
             // Not reached: `fmt` routes each variant to its group.
             other => fmt::Debug::fmt(other, f),

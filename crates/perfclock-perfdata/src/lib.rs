@@ -53,7 +53,9 @@ pub use jitdump_name::{jitdump_file_name, jitdump_pid};
 pub use layout::{read_layout, Layout};
 pub use output::{check_output_path, OutputFile, TEMP_PREFIX};
 pub use patch::Patch;
-pub use record::{RecordHeader, RecordType, RECORD_HEADER_SIZE};
-pub use scan::{scan_records, JitDumpMap, Scan, MAX_JIT_DUMPS, MAX_JIT_DUMP_NAME_BYTES};
+pub use record::{with_file_name, RecordHeader, RecordType, RECORD_HEADER_SIZE};
+pub use scan::{
+    scan_records, JitDumpMap, Scan, MAX_JIT_DUMPS, MAX_JIT_DUMP_NAME_BYTES, MAX_MARKER_PLACES,
+};
 pub use section::{Section, SECTION_SIZE};
 pub use time_conv::{time_conv_record, TIME_CONV_RECORD_SIZE};

@@ -24,6 +24,8 @@ pub struct Patch<'a> {
     layout: &'a Layout,
     records: Vec<u8>,
     features: Vec<(Feature, Vec<u8>)>,
+    /// Bytes of the data section replaced in place, by file offset.
+    overwrites: Vec<(u64, Vec<u8>)>,
 }
 
 /// What is done at one position of the input.
@@ -42,6 +44,7 @@ impl<'a> Patch<'a> {
             layout,
             records: Vec::new(),
             features: Vec::new(),
+            overwrites: Vec::new(),
         }
     }
 
@@ -64,6 +67,30 @@ impl<'a> Patch<'a> {
                 record.len()
             ))),
         }
+    }
+
+    /// Replaces the input's bytes at file offset `at` by `bytes` (as many: nothing moves), inside
+    /// the data section: a byte of a record's file name, for example.
+    ///
+    /// # Errors
+    /// [`PerfDataError::BadInsertion`] if the bytes do not lie inside the data section or
+    /// overlap bytes overwritten before.
+    pub fn overwrite(&mut self, at: u64, bytes: &[u8]) -> Result<&mut Self, PerfDataError> {
+        let data = self.layout.data;
+        let end = at.checked_add(bytes.len() as u64);
+        let inside = at >= data.offset && end.is_some_and(|end| Some(end) <= data.end());
+        let overlaps = self
+            .overwrites
+            .iter()
+            .any(|(other, old)| at < other + old.len() as u64 && *other < at + bytes.len() as u64);
+        if !inside || overlaps || bytes.is_empty() {
+            return Err(PerfDataError::BadInsertion(format!(
+                "{} bytes at offset {at} are not a new place inside the data section",
+                bytes.len()
+            )));
+        }
+        self.overwrites.push((at, bytes.to_vec()));
+        Ok(self)
     }
 
     /// Adds a feature section with `contents`; the file must not have `feature` yet.
@@ -150,6 +177,9 @@ impl<'a> Patch<'a> {
                 2,
                 Edit::Insert(Cow::Borrowed(&contents[..])),
             ));
+        }
+        for (at, bytes) in &self.overwrites {
+            edits.push((*at, 3, Edit::Overwrite(bytes.clone())));
         }
         edits.extend(self.field_edits(moved)?);
         edits.sort_by_key(|(at, rank, _)| (*at, *rank));

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::error::PerfDataError;
+
 /// `sizeof(struct perf_event_header)`.
 pub const RECORD_HEADER_SIZE: usize = 8;
 
@@ -79,5 +81,98 @@ impl RecordHeader {
         out[4..6].copy_from_slice(&self.misc.to_le_bytes());
         out[6..8].copy_from_slice(&self.size.to_le_bytes());
         out
+    }
+}
+
+/// `record`, a whole MMAP or MMAP2 record as the file holds it, naming `file_name` instead: the
+/// same header fields, the same fields before the name and the same sample-id fields after it
+/// (`sample_id_all`), the name NUL-terminated and padded to 8 bytes as perf and the kernel pad
+/// it.
+///
+/// # Errors
+/// [`PerfDataError::BadInsertion`] if `record` is not a whole MMAP/MMAP2 record with a
+/// NUL-terminated name, if `file_name` holds a NUL, or if the result exceeds a record's 64 KiB.
+pub fn with_file_name(record: &[u8], file_name: &[u8]) -> Result<Vec<u8>, PerfDataError> {
+    let bad = |why: &str| PerfDataError::BadInsertion(format!("cannot rename the map: {why}"));
+    let header = record
+        .first_chunk::<RECORD_HEADER_SIZE>()
+        .map(|header| RecordHeader::parse(*header))
+        .ok_or_else(|| bad("no record header"))?;
+    if usize::from(header.size) != record.len() {
+        return Err(bad("the record's size is not its length"));
+    }
+    let name_at = RECORD_HEADER_SIZE
+        + match header.kind {
+            RecordType::MMAP => MMAP_FILENAME_AT,
+            RecordType::MMAP2 => MMAP2_FILENAME_AT,
+            _ => return Err(bad("not an MMAP or MMAP2 record")),
+        };
+    let old_name = record.get(name_at..).ok_or_else(|| bad("no file name"))?;
+    let nul = old_name
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or_else(|| bad("the file name has no NUL"))?;
+    let trailer_at = name_at + (nul + 1).next_multiple_of(8);
+    let trailer = record
+        .get(trailer_at..)
+        .ok_or_else(|| bad("the file name's padding runs past the record"))?;
+    if file_name.contains(&0) {
+        return Err(bad("the new name holds a NUL"));
+    }
+    let padded = (file_name.len() + 1).next_multiple_of(8);
+    let size = u16::try_from(name_at + padded + trailer.len())
+        .map_err(|_| bad("the renamed record would exceed 64 KiB"))?;
+    let mut renamed = RecordHeader { size, ..header }.to_bytes().to_vec();
+    renamed.extend_from_slice(&record[RECORD_HEADER_SIZE..name_at]);
+    renamed.extend_from_slice(file_name);
+    renamed.resize(name_at + padded, 0);
+    renamed.extend_from_slice(trailer);
+    Ok(renamed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An MMAP2 record: fixed fields, `name`, then a sample-id trailer.
+    fn mmap2(name: &[u8], trailer: &[u8]) -> Vec<u8> {
+        let padded = (name.len() + 1).next_multiple_of(8);
+        let size = RECORD_HEADER_SIZE + MMAP2_FILENAME_AT + padded + trailer.len();
+        let header = RecordHeader {
+            kind: RecordType::MMAP2,
+            misc: 2,
+            size: size as u16,
+        };
+        let mut record = header.to_bytes().to_vec();
+        record.extend((0..MMAP2_FILENAME_AT as u8).map(|i| i + 1));
+        record.extend_from_slice(name);
+        record.resize(RECORD_HEADER_SIZE + MMAP2_FILENAME_AT + padded, 0);
+        record.extend_from_slice(trailer);
+        record
+    }
+
+    #[test]
+    fn a_renamed_map_keeps_its_fields_and_sample_id() {
+        let trailer = [9u8; 24];
+        let original = mmap2(b"/tmp/jit-7.dump", &trailer);
+        let renamed = with_file_name(&original, b"/out/a-longer/place/jit-7.dump").unwrap();
+        assert_eq!(renamed, mmap2(b"/out/a-longer/place/jit-7.dump", &trailer));
+        let shorter = with_file_name(&renamed, b"/j/jit-7.dump").unwrap();
+        assert_eq!(shorter, mmap2(b"/j/jit-7.dump", &trailer));
+    }
+
+    #[test]
+    fn what_is_not_a_whole_named_map_is_refused() {
+        let original = mmap2(b"/tmp/jit-7.dump", &[1; 8]);
+        assert!(with_file_name(&original[..original.len() - 8], b"/x").is_err());
+        assert!(with_file_name(&original, b"/x\0y").is_err());
+        let mut comm = original.clone();
+        comm[0] = 3;
+        assert!(with_file_name(&comm, b"/x").is_err());
+        let mut unterminated = mmap2(b"/tmp/jit-7.dump", &[]);
+        let len = unterminated.len();
+        unterminated[len - 1] = b'x';
+        assert!(with_file_name(&unterminated, b"/x").is_err());
+        assert!(with_file_name(&original, &vec![b'a'; 70_000]).is_err());
     }
 }

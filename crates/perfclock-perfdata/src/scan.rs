@@ -2,7 +2,7 @@
 //! needs (MMAP/MMAP2 file names, compressed records), and reports whether a TIME_CONV is there
 //! and which jitdumps were mapped. Linear in the records, bounded in memory.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
@@ -30,6 +30,12 @@ pub struct JitDumpMap {
     pub pid: u32,
     /// The path as the MMAP record names it.
     pub path: PathBuf,
+    /// The file offset of the first MMAP/MMAP2 record that names it, unless that record was
+    /// inside a compressed record.
+    pub first_record: Option<u64>,
+    /// For every record that names it outside compressed records, the file offset of the `/`
+    /// before `jit-` in its name: what perf matches (`/jit-<pid>.dump`).
+    pub marker_slashes: Vec<u64>,
 }
 
 /// What [`scan_records`] found.
@@ -52,18 +58,26 @@ pub struct Scan {
 #[derive(Debug, Default)]
 pub(crate) struct Inspector {
     pub scan: Scan,
-    seen: HashSet<PathBuf>,
+    /// Each name's index in `scan.jit_dumps`.
+    seen: HashMap<PathBuf, usize>,
     name_bytes: usize,
+    /// How many marker places were kept, over all names.
+    places: usize,
 }
+
+/// The most record places ([`JitDumpMap::marker_slashes`]) a scan keeps in all; more is
+/// [`PerfDataError::TooManyJitDumps`].
+pub const MAX_MARKER_PLACES: usize = 1 << 20;
 
 impl Inspector {
     /// Notes what one record tells: a TIME_CONV, or the map of a jitdump; `offset` is the
-    /// record's (or its compressed record's) file offset, for errors.
+    /// record's (or, `compressed`, its compressed record's) file offset.
     pub(crate) fn inspect(
         &mut self,
         kind: RecordType,
         body: &[u8],
         offset: u64,
+        compressed: bool,
     ) -> Result<(), PerfDataError> {
         self.scan.records += 1;
         let name_at = match kind {
@@ -83,18 +97,37 @@ impl Inspector {
         let Some(pid) = jitdump_pid(path) else {
             return Ok(());
         };
-        if self.seen.contains(path) {
-            return Ok(());
+        // perf matches `/jit-<pid>.dump` after the last `/`: a name without one is no marker
+        // to it, and has no place to keep.
+        let slash_at = name
+            .iter()
+            .rposition(|&b| b == b'/')
+            .map(|slash| offset + (RECORD_HEADER_SIZE + name_at + slash) as u64);
+        let index = match self.seen.get(path) {
+            Some(&index) => index,
+            None => {
+                self.name_bytes += 2 * name.len();
+                if self.seen.len() >= MAX_JIT_DUMPS || self.name_bytes > MAX_JIT_DUMP_NAME_BYTES {
+                    return Err(PerfDataError::TooManyJitDumps { offset });
+                }
+                self.seen
+                    .insert(path.to_path_buf(), self.scan.jit_dumps.len());
+                self.scan.jit_dumps.push(JitDumpMap {
+                    pid,
+                    path: path.to_path_buf(),
+                    first_record: (!compressed).then_some(offset),
+                    marker_slashes: Vec::new(),
+                });
+                self.scan.jit_dumps.len() - 1
+            }
+        };
+        if let (false, Some(slash_at)) = (compressed, slash_at) {
+            self.places += 1;
+            if self.places > MAX_MARKER_PLACES {
+                return Err(PerfDataError::TooManyMarkerRecords { offset });
+            }
+            self.scan.jit_dumps[index].marker_slashes.push(slash_at);
         }
-        self.name_bytes += 2 * name.len();
-        if self.seen.len() >= MAX_JIT_DUMPS || self.name_bytes > MAX_JIT_DUMP_NAME_BYTES {
-            return Err(PerfDataError::TooManyJitDumps { offset });
-        }
-        self.seen.insert(path.to_path_buf());
-        self.scan.jit_dumps.push(JitDumpMap {
-            pid,
-            path: path.to_path_buf(),
-        });
         Ok(())
     }
 }
@@ -124,7 +157,7 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
             RecordType::MMAP | RecordType::MMAP2 => {
                 body.resize(body_len, 0);
                 reader.read_exact(&mut body)?;
-                inspector.inspect(kind, &body, offset)?;
+                inspector.inspect(kind, &body, offset, false)?;
             }
             RecordType::COMPRESSED | RecordType::COMPRESSED2 => {
                 body.resize(body_len, 0);
@@ -150,7 +183,7 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
                 inspector.scan.records += 1;
             }
             _ => {
-                inspector.inspect(kind, &[], offset)?;
+                inspector.inspect(kind, &[], offset, false)?;
                 reader.seek_relative(body_len as i64)?;
             }
         }

@@ -7,8 +7,8 @@ use std::io::Cursor;
 use perfclock_core::TimeConversion;
 use perfclock_perfdata::synth::{self, Synth};
 use perfclock_perfdata::{
-    read_layout, scan_records, time_conv_record, ClockData, Feature, Patch, PerfDataError,
-    RecordType, TIME_CONV_RECORD_SIZE,
+    read_layout, scan_records, time_conv_record, with_file_name, ClockData, Feature, Patch,
+    PerfDataError, RecordType, TIME_CONV_RECORD_SIZE,
 };
 
 fn time_conv() -> Vec<u8> {
@@ -405,4 +405,45 @@ fn time_conv_record_is_perfs_extended_form() {
         "cap_user_time_zero, _short"
     );
     assert_eq!(&record[50..56], &[0; 6]);
+}
+
+/// The foreign-dump rewrite's edits: perf's `/jit-` of each map of a dump overwritten in place
+/// (nothing moves), and a renamed copy of its first map inserted; the scan of the output finds
+/// the copy's name only, and its sample-id trailer is the original's.
+#[test]
+fn a_dumps_maps_are_disabled_in_place_and_a_renamed_map_inserted() {
+    let built = sample(false);
+    let mut input = Cursor::new(&built.bytes[..]);
+    let layout = read_layout(&mut input).unwrap();
+    let scan = scan_records(&mut input, &layout).unwrap();
+    let seven = &scan.jit_dumps[0];
+    let first = seven.first_record.unwrap() as usize;
+    let size = u16::from_le_bytes([built.bytes[first + 6], built.bytes[first + 7]]) as usize;
+    let original = &built.bytes[first..first + size];
+    let renamed = with_file_name(original, b"/out/foreign-0/jit-7.dump").unwrap();
+    let mut patch = Patch::new(&layout);
+    for &slash in &seven.marker_slashes {
+        patch.overwrite(slash + 3, b"X").unwrap();
+    }
+    patch.insert_record(&renamed).unwrap();
+    // Outside the data section, or over bytes already replaced: refused.
+    assert!(patch.overwrite(0, b"X").is_err());
+    assert!(patch.overwrite(seven.marker_slashes[0] + 3, b"Y").is_err());
+    let mut out = Vec::new();
+    patch.write(&mut input, &mut out).unwrap();
+    assert_eq!(out.len(), built.bytes.len() + renamed.len());
+    let mut output = Cursor::new(&out[..]);
+    let out_layout = read_layout(&mut output).unwrap();
+    let after = scan_records(&mut output, &out_layout).unwrap();
+    let names: Vec<_> = after.jit_dumps.iter().map(|m| m.path.clone()).collect();
+    assert_eq!(
+        names,
+        [
+            std::path::PathBuf::from("/out/foreign-0/jit-7.dump"),
+            std::path::PathBuf::from("/tmp/y/jit-8.dump")
+        ]
+    );
+    let copy_at = after.jit_dumps[0].first_record.unwrap() as usize;
+    assert_eq!(&out[copy_at..copy_at + renamed.len()], &renamed[..]);
+    assert_eq!(after.records, scan.records + 1);
 }

@@ -20,11 +20,13 @@ fn scan_of(records: Vec<Vec<u8>>) -> Result<Scan, PerfDataError> {
     scan_records(&mut input, &layout)
 }
 
-fn map(pid: u32, path: &str) -> JitDumpMap {
-    JitDumpMap {
-        pid,
-        path: PathBuf::from(path),
-    }
+fn map(pid: u32, path: &str) -> (u32, PathBuf) {
+    (pid, PathBuf::from(path))
+}
+
+/// The pid and path of each map, in order.
+fn named(maps: &[JitDumpMap]) -> Vec<(u32, PathBuf)> {
+    maps.iter().map(|map| (map.pid, map.path.clone())).collect()
 }
 
 #[test]
@@ -49,9 +51,25 @@ fn finds_jitdump_maps_once_each_in_file_order_and_no_time_conv() {
     assert_eq!(scan.records, 6);
     assert!(!scan.has_time_conv);
     assert_eq!(
-        scan.jit_dumps,
+        named(&scan.jit_dumps),
         vec![map(7, "/tmp/x/jit-7.dump"), map(8, "/tmp/y/jit-8.dump")]
     );
+    // Every record that names a dump is kept: its first record, and where perf's `/jit-` is.
+    let places: Vec<usize> = scan
+        .jit_dumps
+        .iter()
+        .map(|m| m.marker_slashes.len())
+        .collect();
+    assert_eq!(places, [2, 1]);
+    for map in &scan.jit_dumps {
+        let first = map.first_record.unwrap() as usize;
+        assert!(first >= built.data.0);
+        for &slash in &map.marker_slashes {
+            let slash = slash as usize;
+            assert_eq!(&built.bytes[slash..slash + 5], b"/jit-");
+            assert!(slash > first);
+        }
+    }
 }
 
 #[test]
@@ -97,7 +115,7 @@ fn scans_inside_compressed_records_split_anywhere() {
                 wrap(&frame[cut..]),
             ])
             .unwrap();
-            assert_eq!(scan.jit_dumps, vec![map(5, "/tmp/jit-5.dump")]);
+            assert_eq!(named(&scan.jit_dumps), vec![map(5, "/tmp/jit-5.dump")]);
             assert_eq!(scan.records, 7);
             assert!(scan.compressed_markers);
         }
@@ -127,8 +145,8 @@ fn distinct_dumps_beyond_the_cap_are_refused_and_repeats_are_free() {
     let at_cap = scan_of(names[..MAX_JIT_DUMPS].to_vec()).unwrap();
     assert_eq!(at_cap.jit_dumps.len(), MAX_JIT_DUMPS);
     assert_eq!(
-        at_cap.jit_dumps[12_345],
-        map(12_345, "/tmp/d/jit-12345.dump")
+        named(&at_cap.jit_dumps[12_345..12_346]),
+        [map(12_345, "/tmp/d/jit-12345.dump")]
     );
     let error = scan_of(names.clone()).unwrap_err();
     assert!(
@@ -139,6 +157,6 @@ fn distinct_dumps_beyond_the_cap_are_refused_and_repeats_are_free() {
     // The same name repeated 200k times: one dump.
     let repeated = vec![synth::mmap2(1, "/tmp/d/jit-1.dump"); 200_000];
     let scan = scan_of(repeated).unwrap();
-    assert_eq!(scan.jit_dumps, vec![map(1, "/tmp/d/jit-1.dump")]);
+    assert_eq!(named(&scan.jit_dumps), vec![map(1, "/tmp/d/jit-1.dump")]);
     assert_eq!(scan.records, 200_000);
 }
