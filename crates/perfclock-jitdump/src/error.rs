@@ -176,3 +176,38 @@ impl fmt::Display for TimeConvError {
 }
 
 impl std::error::Error for TimeConvError {}
+
+/// Why a jitdump of another writer could not be read ([`crate::foreign::ForeignDump`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForeignDumpError {
+    /// The bytes do not start with a jitdump header (the reader's reason).
+    Header(String),
+    /// A record claims fewer bytes than its own 16-byte header.
+    RecordSize {
+        /// Where the record starts.
+        offset: u64,
+        /// The size it claims.
+        size: u32,
+    },
+    /// A copy was asked of bytes shorter than the dump that was parsed.
+    NotTheParsedBytes,
+}
+
+impl fmt::Display for ForeignDumpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ForeignDumpError::Header(reason) => write!(f, "not a jitdump: {reason}"),
+            ForeignDumpError::RecordSize { offset, size } => write!(
+                f,
+                "the jitdump's record at byte {offset} claims {size} bytes, fewer than its \
+                 16-byte header: the file is corrupt"
+            ),
+            ForeignDumpError::NotTheParsedBytes => {
+                f.write_str("the jitdump changed since it was read: read it again")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ForeignDumpError {}
