@@ -1,5 +1,6 @@
 //! Writes the man pages and shell completions of `perfclock` from its own clap definitions
-//! (`src/main.rs`), for the packages (`scripts/package.sh`):
+//! (`src/args.rs`, the package's library `perfclock_cli`), for the packages
+//! (`scripts/package.sh`):
 //!
 //! ```sh
 //! cargo run -p perfclock-cli --features gen-docs --example gen-docs -- OUT_DIR
@@ -13,17 +14,7 @@ use std::process::ExitCode;
 
 use clap::CommandFactory;
 use clap_complete::Shell;
-
-/// The command's own source: the definitions are compiled here exactly as in the binary. Its
-/// `main` and everything only `main` reaches are unused in this program.
-#[allow(dead_code)]
-#[path = "../src/main.rs"]
-mod perfclock_main;
-
-// The command's modules name each other from the crate root (`crate::output`), which is this
-// file here: each module `src/main.rs` declares `pub(crate)` is found through this import.
-#[allow(unused_imports)]
-use perfclock_main::*;
+use perfclock_cli::Cli;
 
 fn main() -> ExitCode {
     let Some(out_dir) = std::env::args_os().nth(1).map(PathBuf::from) else {
@@ -40,7 +31,7 @@ fn main() -> ExitCode {
 }
 
 fn generate(out_dir: &std::path::Path) -> Result<(), (PathBuf, std::io::Error)> {
-    let mut command = perfclock_main::Cli::command();
+    let mut command = Cli::command();
     let man = out_dir.join("man");
     let completions = out_dir.join("completions");
     for dir in [&man, &completions] {

@@ -14,22 +14,9 @@ use crate::agent_path;
 use crate::output::chain;
 use crate::output::errln;
 
-/// The whole attach's default bound: HotSpot answers within milliseconds, so this is for a
-/// loaded machine; errors come within it, well inside 10 s.
-pub(crate) const DEFAULT_TIMEOUT_SECS: f64 = 8.0;
+pub(crate) use perfclock_cli::DEFAULT_TIMEOUT_SECS;
 
 const NAME: &str = "perfclock attach";
-
-/// `--timeout`'s value: seconds, positive and finite.
-pub(crate) fn parse_timeout(text: &str) -> Result<Duration, String> {
-    let seconds: f64 = text
-        .parse()
-        .map_err(|_| format!("not a number of seconds: {text}"))?;
-    match Duration::try_from_secs_f64(seconds) {
-        Ok(timeout) if !timeout.is_zero() => Ok(timeout),
-        _ => Err(format!("the timeout must be positive seconds, not {text}")),
-    }
-}
 
 pub(crate) fn run(
     pid: u32,

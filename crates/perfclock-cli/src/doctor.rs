@@ -15,9 +15,6 @@ use perfclock_core::counter;
 use crate::output::chain;
 use crate::output::{out, outln};
 
-/// Kernel stamps checked per record kind when the command line names no number.
-pub(crate) const DEFAULT_RECORDS_PER_KIND: usize = 20_000;
-
 /// Runs the doctor with `per_kind` kernel stamps per record kind and CPU turn.
 pub(crate) fn run(per_kind: usize) -> ExitCode {
     // First, so that a failed open still shows which shared pages were refused and why.

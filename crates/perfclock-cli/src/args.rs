@@ -1,0 +1,163 @@
+//! `perfclock`'s command line: the clap definitions the binary parses and the `gen-docs`
+//! example turns into man pages and completions. A library target of its own, so that the
+//! example builds them without the command's code.
+#![forbid(unsafe_code)]
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+/// Kernel stamps `doctor` checks per record kind when the command line names no number.
+pub const DEFAULT_RECORDS_PER_KIND: usize = 20_000;
+
+/// The whole attach's default bound: HotSpot answers within milliseconds, so this is for a
+/// loaded machine; errors come within it, well inside 10 s.
+pub const DEFAULT_TIMEOUT_SECS: f64 = 8.0;
+
+/// The clock Linux perf stamps into its samples, from user space.
+#[derive(Debug, Parser)]
+#[command(name = "perfclock", version = env!("PERFCLOCK_VERSION"), about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands; each field is an option or argument of its own.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Open the perf clock, say which mode it is in and why, and check it against timestamps
+    /// the kernel stamps. Exits non-zero if no clock can be had or a stamp falls outside the
+    /// clock's bound.
+    Doctor {
+        /// Kernel stamps to check per record kind and CPU turn.
+        #[arg(default_value_t = DEFAULT_RECORDS_PER_KIND)]
+        records_per_kind: usize,
+    },
+    /// Copy a perf.data, adding the PERF_RECORD_TIME_CONV that `perf inject --jit` needs for
+    /// jitdumps stamped by perfclock, taken from the `jit-<pid>.dump.timeconv` records next to
+    /// the dumps the recording mapped. IN is never modified; OUT appears only complete.
+    InjectTimeConv {
+        /// The perf.data written by `perf record`.
+        #[arg(value_name = "IN")]
+        input: PathBuf,
+        /// Where to write the perf.data with the record (replaced atomically if it exists).
+        #[arg(short, long, value_name = "OUT")]
+        output: PathBuf,
+        /// Look for `jit-<pid>.dump.timeconv` in DIR instead of next to the dump the recording
+        /// names (a dump moved since); may be repeated, searched in order.
+        #[arg(long = "dump-dir", value_name = "DIR")]
+        dump_dirs: Vec<PathBuf>,
+        /// Also add HEADER_CLOCK_DATA, so that `perf script -F+tod` prints wall-clock time,
+        /// from a perf-clock/CLOCK_REALTIME snapshot taken now. Only for a recording made on
+        /// this boot; refused if CLOCK_REALTIME was stepped back since (see docs/cli.md for how
+        /// far off it can be).
+        #[arg(long)]
+        clock_data_now: bool,
+    },
+    /// Load perfclock's JVMTI agent into a running HotSpot JVM (HotSpot's dynamic attach, as
+    /// `jcmd PID JVMTI.agent_load` does; no JDK needed). As root it acts as the JVM's user; a
+    /// JVM in a container is reached through /proc/PID. Exits non-zero, naming the cause, if the
+    /// agent was not loaded.
+    Attach {
+        /// The JVM's process id (as seen here, also for a JVM in a container).
+        pid: u32,
+        /// The agent's options, passed to its Agent_OnAttach as they are (none if omitted).
+        #[arg(value_name = "AGENT-OPTIONS")]
+        options: Option<OsString>,
+        /// The agent library [default: libperfclock_agent.so next to the perfclock executable].
+        #[arg(long, value_name = "PATH")]
+        agent: Option<PathBuf>,
+        /// Give up after this many seconds (waiting for the JVM's listener and its answer).
+        #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_TIMEOUT_SECS,
+              value_parser = parse_seconds)]
+        timeout: f64,
+    },
+    /// Print the absolute path of the JVMTI agent (libperfclock_agent.so) built with this
+    /// perfclock, which sits next to it; exits non-zero, naming the fix, when it is absent.
+    AgentPath,
+    /// Calibrate once for the whole machine and publish the conversion in a shared page that
+    /// every process's perfclock reads instead of calibrating on its own (foreground, logs to
+    /// stderr, SIGINT/SIGTERM stops). In kernel mode it says so and publishes nothing.
+    Serve {
+        /// The page (default /run/perfclock/clock as root, $XDG_RUNTIME_DIR/perfclock/clock
+        /// otherwise); its directory must be writable by its owner alone.
+        #[arg(long, value_name = "P")]
+        path: Option<PathBuf>,
+        /// Publish the paravirt offset of this KVM guest (a constant for the boot, beside the
+        /// page: /run/perfclock/pvclock-offset as root) and exit: for a oneshot unit at boot.
+        #[arg(long)]
+        once: bool,
+    },
+    /// Profile CMD with `perf record -g` (perf's default clock), every JVM in it writing a
+    /// jitdump through perfclock's agent, then add the TIME_CONV record and run `perf inject
+    /// --jit`: one OUT for `perf report`, `perf script` and `samply import`. SIGINT/SIGTERM stop
+    /// perf and the command as they stop `perf record`. Exits with CMD's status when it failed
+    /// (128 + signal when a signal ended it or perfclock), 1 when recording or post-processing
+    /// failed (the raw recording OUT.raw is then kept), else 0.
+    #[command(override_usage = "perfclock record [OPTIONS] [PERF-OPTIONS]... -- CMD [ARGS]...")]
+    Record {
+        /// The recording to write (replaced atomically if it exists).
+        #[arg(short, long, value_name = "OUT", default_value = "perf.data")]
+        output: PathBuf,
+        /// The JVMTI agent [default: libperfclock_agent.so next to the perfclock executable].
+        #[arg(long, value_name = "PATH")]
+        agent: Option<PathBuf>,
+        /// Leave JAVA_TOOL_OPTIONS alone (and, with -p/-a, attach nothing): no agent, no
+        /// jitdump from JVMs.
+        #[arg(long)]
+        no_java_agent: bool,
+        /// Record these running processes instead of a command (`perf record -p`), attaching
+        /// the agent to each HotSpot JVM among them first; until SIGINT, or --duration.
+        #[arg(
+            short = 'p',
+            long = "pid",
+            value_name = "PID[,PID...]",
+            value_delimiter = ','
+        )]
+        pids: Vec<u32>,
+        /// Record the whole machine (`perf record -a`), attaching the agent to every HotSpot JVM
+        /// running and to each that starts during the recording; until SIGINT, or --duration.
+        #[arg(short = 'a', long = "all-cpus")]
+        system_wide: bool,
+        /// Stop recording after this many seconds.
+        #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+        duration: Option<f64>,
+        /// With -p: a JVM that cannot be attached is a warning (it is recorded without its JIT
+        /// code's names) instead of an error before recording.
+        #[arg(long)]
+        allow_unattached: bool,
+        /// Options for `perf record` (after its `-g`), e.g. `-F 999 --call-graph dwarf`;
+        /// `-k`/`--clockid` and `-z`/`--compression-level` are refused.
+        #[arg(
+            value_name = "PERF-OPTIONS",
+            allow_hyphen_values = true,
+            value_terminator = "--"
+        )]
+        perf_args: Vec<OsString>,
+        /// The command to profile, after `--`.
+        #[arg(
+            value_name = "CMD",
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        command: Vec<OsString>,
+    },
+}
+
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    parse_timeout(text).map(|timeout| timeout.as_secs_f64())
+}
+
+/// `--timeout`'s value: seconds, positive and finite.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("not a number of seconds: {text}"))?;
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(timeout) if !timeout.is_zero() => Ok(timeout),
+        _ => Err(format!("the timeout must be positive seconds, not {text}")),
+    }
+}
