@@ -64,6 +64,107 @@ impl fmt::Display for ClockDataError {
     }
 }
 
+/// Why a foreign jitdump (another writer's: docs/jit.md) was skipped, or why the copies could
+/// not be written (`foreign`).
+#[derive(Debug)]
+pub(crate) enum ForeignError {
+    /// The dump named by the recording cannot be read.
+    ReadDump(PathBuf, io::Error),
+    /// It is not a jitdump perfclock can read.
+    BadDump(PathBuf, perfclock_jitdump::ForeignDumpError),
+    /// A record's stamp is no `CLOCK_MONOTONIC` reading of this boot.
+    NotMonotonic {
+        /// The dump.
+        dump: PathBuf,
+        /// The stamp.
+        stamp: u64,
+        /// `CLOCK_MONOTONIC` at the latest pairing.
+        latest: u64,
+    },
+    /// No `CLOCK_MONOTONIC`/perf-clock pairing to convert with.
+    NoPairing,
+    /// The dump changed while it was copied.
+    DumpChanged(perfclock_jitdump::ForeignDumpError),
+    /// The dump's map is inside a compressed record (`perf record -z`), which cannot be pointed
+    /// elsewhere.
+    CompressedMap,
+    /// The copies' directory could not be made.
+    CopyDir(PathBuf, io::Error),
+    /// A copy could not be written.
+    WriteCopy(PathBuf, io::Error),
+    /// The recording could not be read again for a map.
+    Input(io::Error),
+    /// The recording's patch refused an edit.
+    Patch(PerfDataError),
+}
+
+impl fmt::Display for ForeignError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ReadDump(path, _) => write!(
+                f,
+                "cannot read the jitdump {} the recording names: if it moved, analyse on the \
+                 machine that recorded it",
+                path.display()
+            ),
+            Self::BadDump(path, _) => write!(f, "{} is not a readable jitdump", path.display()),
+            Self::NotMonotonic {
+                dump,
+                stamp,
+                latest,
+            } => write!(
+                f,
+                "{} has neither counter timestamps (JITDUMP_FLAGS_ARCH_TIMESTAMP) nor \
+                 CLOCK_MONOTONIC ones of this boot: a record says {stamp}, CLOCK_MONOTONIC was \
+                 {latest} after the recording; its clock cannot be told, so its code is not \
+                 named (record the JIT with -k 1 if it stamps another clock)",
+                dump.display()
+            ),
+            Self::NoPairing => f.write_str(
+                "no CLOCK_MONOTONIC/perf-clock pairing to convert a CLOCK_MONOTONIC jitdump with",
+            ),
+            Self::DumpChanged(_) => f.write_str("a jitdump changed while it was copied"),
+            Self::CompressedMap => f.write_str(
+                "the jitdump's map is inside a compressed record (perf record -z): record \
+                 without -z",
+            ),
+            Self::CopyDir(path, _) => write!(
+                f,
+                "cannot make the directory for the converted jitdumps in {}",
+                path.display()
+            ),
+            Self::WriteCopy(path, _) => write!(f, "cannot write {}", path.display()),
+            Self::Input(_) => f.write_str("cannot read the recording again"),
+            Self::Patch(_) => f.write_str("cannot point the recording at a converted jitdump"),
+        }
+    }
+}
+
+impl std::error::Error for ForeignError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::ReadDump(_, e) | Self::CopyDir(_, e) | Self::WriteCopy(_, e) | Self::Input(e) => {
+                Some(e)
+            }
+            Self::BadDump(_, e) | Self::DumpChanged(e) => Some(e),
+            Self::Patch(e) => Some(e),
+            Self::NotMonotonic { .. } | Self::NoPairing | Self::CompressedMap => None,
+        }
+    }
+}
+
+impl From<io::Error> for ForeignError {
+    fn from(error: io::Error) -> Self {
+        ForeignError::Input(error)
+    }
+}
+
+impl From<PerfDataError> for ForeignError {
+    fn from(error: PerfDataError) -> Self {
+        ForeignError::Patch(error)
+    }
+}
+
 /// Why `inject-time-conv` failed. Each message says what to do.
 #[derive(Debug)]
 pub(crate) enum InjectError {
@@ -117,6 +218,13 @@ pub(crate) enum InjectError {
         /// The other.
         second: PathBuf,
     },
+    /// Foreign jitdumps' copies could not be written.
+    Foreign(ForeignError),
+    /// Foreign jitdumps need this machine's perf clock (no perfclock dump's time conversion
+    /// record gives one), and this recording is not of this boot.
+    ForeignOtherBoot(PathBuf),
+    /// Foreign jitdumps need this machine's perf clock, which cannot be had.
+    ForeignNoClock(String),
     /// Two sidecars' conversions differ by more than their bounds allow.
     Disagree {
         /// One sidecar.
@@ -151,6 +259,7 @@ impl std::error::Error for InjectError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Input(_, error) | Self::SidecarRead(_, error) => Some(error),
+            Self::Foreign(error) => std::error::Error::source(error),
             // Display gives the library's message in this command's names; its cause follows.
             Self::PerfData(error) => std::error::Error::source(error),
             _ => None,
@@ -184,6 +293,20 @@ impl InjectError {
                 f,
                 "no MMAP2 of a jit-<pid>.dump in IN: was the JIT running with perfclock's \
                  jitdump writer during the recording?"
+            ),
+            Self::Foreign(error) => fmt::Display::fmt(error, f),
+            Self::ForeignOtherBoot(input) => write!(
+                f,
+                "IN {} maps jitdumps of other writers, whose CLOCK_MONOTONIC stamps need this \
+                 boot's perf clock to convert, but IN was recorded before this machine last \
+                 booted: convert it on the boot that recorded it (or record with perfclock \
+                 record, which converts them as it finishes)",
+                input.display()
+            ),
+            Self::ForeignNoClock(why) => write!(
+                f,
+                "IN maps jitdumps of other writers, whose stamps need this machine's perf clock, \
+                 and there is none: {why}"
             ),
             Self::OtherClock(clockid) => write!(
                 f,

@@ -1,23 +1,27 @@
 //! `perfclock inject-time-conv IN -o OUT [--dump-dir DIR]...`: adds the `PERF_RECORD_TIME_CONV`
 //! that `perf record` leaves out where the kernel withholds the conversion, taken from the
-//! timeconv records perfclock's jitdump writer leaves next to each `jit-<pid>.dump`, so that
-//! `perf inject --jit` accepts the jitdump's counter timestamps.
+//! timeconv records perfclock's jitdump writer leaves next to each `jit-<pid>.dump` (or, where
+//! only other writers' dumps are mapped, from this machine's perf clock), so that `perf inject
+//! --jit` accepts the jitdump's counter timestamps; other writers' `CLOCK_MONOTONIC` dumps are
+//! copied in that form and the recording pointed at the copies (`foreign`).
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use perfclock_core::TimeConversion;
 use perfclock_jitdump::timeconv::{TimeConvMode, TimeConvRecord, SUFFIX};
 use perfclock_jitdump::JitClock;
 use perfclock_jitdump::TimeConvError;
 use perfclock_perfdata::{
-    check_output_path, read_layout, scan_records, time_conv_record, ClockData, Feature, OutputFile,
-    Patch, PerfDataError, Scan,
+    check_output_path, read_layout, scan_records, time_conv_record, ClockData, Feature, JitDumpMap,
+    OutputFile, Patch, PerfDataError, Scan,
 };
 
 use crate::clock_data;
 use crate::error::{ClockDataError, InjectError};
+use crate::foreign::{self, Pairings};
 use crate::output::{chain, errln};
 use crate::signals::TempCleanup;
 
@@ -38,6 +42,12 @@ pub(crate) struct InjectOptions {
     pub dump_dirs: Vec<PathBuf>,
     /// Whether to add HEADER_CLOCK_DATA, and from which snapshot.
     pub clock_data: ClockDataSource,
+    /// Snapshots taken during the recording (`perfclock record`): the `CLOCK_MONOTONIC`
+    /// pairings of other writers' dumps. Empty: one is taken now, for a recording of this boot.
+    pub pairings: Vec<perfclock::ClockSnapshot>,
+    /// Other writers' converted dumps go into a new `NAME.jit-XXXXXX` beside this path (the
+    /// final output's: `perfclock record` writes OUT through a temporary file elsewhere).
+    pub copies_beside: PathBuf,
 }
 
 /// Where HEADER_CLOCK_DATA's pairing of wall-clock and perf-clock time comes from.
@@ -54,21 +64,119 @@ pub(crate) enum ClockDataSource {
 }
 
 /// What was written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// IN held a TIME_CONV already (perf record wrote it in kernel mode): OUT is a byte copy
-    /// (with the clock data, if asked for).
-    Copied,
-    /// IN maps no jitdump and has no TIME_CONV: only the clock data was added.
-    ClockDataOnly,
-    /// A TIME_CONV record was inserted.
-    Inserted {
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// Where OUT's TIME_CONV comes from.
+    pub time_conv: TimeConvSource,
+    /// Each dump of another writer, and what became of it.
+    pub foreign: Vec<(PathBuf, foreign::Outcome)>,
+}
+
+impl Outcome {
+    /// Whether OUT maps a jitdump for `perf inject --jit`.
+    pub(crate) fn maps_jitdumps(&self) -> bool {
+        !matches!(self.time_conv, TimeConvSource::NotNeeded)
+    }
+
+    /// Where OUT's TIME_CONV comes from, in one line.
+    pub(crate) fn time_conv_line(&self) -> String {
+        match &self.time_conv {
+            TimeConvSource::InInput => "the recording holds a PERF_RECORD_TIME_CONV already (perf \
+                 record writes one where the kernel publishes the conversion)"
+                .to_owned(),
+            TimeConvSource::NotNeeded => {
+                "no jitdump is mapped: no PERF_RECORD_TIME_CONV is needed".to_owned()
+            }
+            TimeConvSource::Sidecar {
+                path,
+                record,
+                agreed,
+            } => {
+                let conversion = record.conversion();
+                format!(
+                    "added PERF_RECORD_TIME_CONV from {} ({} mode, error bound {} ns; time_mult \
+                     {}, time_shift {}, time_zero {}; {agreed} record(s) agreed)",
+                    path.display(),
+                    match record.mode() {
+                        TimeConvMode::Kernel => "kernel",
+                        TimeConvMode::Calibrated => "calibrated",
+                    },
+                    record.error_bound_ns(),
+                    conversion.mult(),
+                    conversion.shift(),
+                    conversion.zero()
+                )
+            }
+            TimeConvSource::ThisClock {
+                mode,
+                bound_ns,
+                conversion,
+            } => format!(
+                "added PERF_RECORD_TIME_CONV from this machine's perf clock ({mode:?} mode, error \
+                 bound {bound_ns} ns; time_mult {}, time_shift {}, time_zero {})",
+                conversion.mult(),
+                conversion.shift(),
+                conversion.zero()
+            ),
+        }
+    }
+
+    /// One line per dump of another writer: converted (where to), passed as it is, or skipped
+    /// (why).
+    pub(crate) fn foreign_lines(&self) -> Vec<String> {
+        self.foreign
+            .iter()
+            .map(|(dump, outcome)| match outcome {
+                foreign::Outcome::Arch => format!(
+                    "{}: counter timestamps (another writer's, no perfclock record beside it): \
+                     converted by the TIME_CONV as they are",
+                    dump.display()
+                ),
+                foreign::Outcome::Copied {
+                    copy,
+                    records,
+                    bound_ns,
+                } => format!(
+                    "{}: CLOCK_MONOTONIC timestamps (another writer's): {records} records \
+                     converted to counter values within {bound_ns} ns into {}, which the output \
+                     maps instead",
+                    dump.display(),
+                    copy.display()
+                ),
+                foreign::Outcome::Skipped(reason) => format!(
+                    "warning: {}: not injected: {}",
+                    dump.display(),
+                    chain(reason)
+                ),
+            })
+            .collect()
+    }
+}
+
+/// Where OUT's TIME_CONV comes from.
+#[derive(Debug)]
+pub(crate) enum TimeConvSource {
+    /// IN held one already (perf record wrote it in kernel mode).
+    InInput,
+    /// IN maps no jitdump and has no TIME_CONV: none is needed (only the clock data was added).
+    NotNeeded,
+    /// A perfclock dump's time conversion record.
+    Sidecar {
         /// The sidecar whose conversion was used.
-        sidecar: PathBuf,
+        path: PathBuf,
         /// Its conversion.
         record: Box<TimeConvRecord>,
         /// How many sidecars were found and agreed.
-        sidecars: usize,
+        agreed: usize,
+    },
+    /// This machine's perf clock (only other writers' dumps are mapped).
+    ThisClock {
+        /// Its mode.
+        mode: perfclock::Mode,
+        /// Its bound, ns.
+        bound_ns: u64,
+        /// The conversion inserted.
+        conversion: TimeConversion,
     },
 }
 
@@ -108,35 +216,160 @@ pub(crate) fn run(
     if let Some(clock_data) = &clock_data {
         patch.add_feature(Feature::CLOCK_DATA, clock_data.to_bytes().to_vec())?;
     }
-    if scan.has_time_conv || (scan.jit_dumps.is_empty() && clock_data.is_some()) {
-        write_output(&options.output, mode, cleanup, |out| {
-            if clock_data.is_some() {
-                patch.write(&mut file, out)
-            } else {
-                file.seek(SeekFrom::Start(0))?;
-                io::copy(&mut Read::by_ref(&mut file).take(layout.file_len), out)?;
-                Ok(())
-            }
-        })?;
-        let outcome = if scan.has_time_conv {
-            Outcome::Copied
-        } else {
-            Outcome::ClockDataOnly
-        };
-        return Ok((outcome, clock_data));
-    }
     if scan.jit_dumps.is_empty() {
-        return Err(InjectError::NoJitMarker);
+        if clock_data.is_none() && !scan.has_time_conv {
+            return Err(InjectError::NoJitMarker);
+        }
+        write_patched_or_copy(options, mode, cleanup, &mut file, &layout, &patch)?;
+        let time_conv = if scan.has_time_conv {
+            TimeConvSource::InInput
+        } else {
+            TimeConvSource::NotNeeded
+        };
+        return Ok((
+            Outcome {
+                time_conv,
+                foreign: Vec::new(),
+            },
+            clock_data,
+        ));
     }
     if let Some(clockid) = layout.clockid {
         return Err(InjectError::OtherClock(clockid));
     }
-    let outcome = insert_time_conv(options, &scan, &mut patch, |patch| {
-        write_output(&options.output, mode, cleanup, |out| {
-            patch.write(&mut file, out)
-        })
-    })?;
-    Ok((outcome, clock_data))
+    let (sidecars, foreign_maps) = sidecars_and_foreign(options, &scan)?;
+    let (time_conv, conversion) = if scan.has_time_conv {
+        // The kernel's own: this boot's clock converts exactly as it does.
+        let conversion = if foreign_maps.is_empty() {
+            None
+        } else {
+            Some(this_clock(options, &metadata)?.2)
+        };
+        (TimeConvSource::InInput, conversion)
+    } else if sidecars.is_empty() {
+        let (mode, bound_ns, conversion) = this_clock(options, &metadata)?;
+        patch.insert_record(&time_conv_record(&conversion))?;
+        let source = TimeConvSource::ThisClock {
+            mode,
+            bound_ns,
+            conversion,
+        };
+        (source, Some(conversion))
+    } else {
+        let (path, record, agreed) = sidecar_time_conv(&scan, sidecars, &mut patch)?;
+        let conversion = record.conversion();
+        let source = TimeConvSource::Sidecar {
+            path,
+            record: Box::new(record),
+            agreed,
+        };
+        (source, Some(conversion))
+    };
+    let foreign = match conversion {
+        Some(conversion) if !foreign_maps.is_empty() => {
+            let pairings = pairings(options)?;
+            let mut copies: Option<PathBuf> = None;
+            let mut make_dir = || match &copies {
+                Some(dir) => Ok(dir.clone()),
+                None => {
+                    let dir = foreign::make_copies_dir(&options.copies_beside)?;
+                    copies = Some(dir.clone());
+                    Ok(dir)
+                }
+            };
+            foreign::convert(
+                &foreign_maps,
+                &mut file,
+                &conversion,
+                &pairings,
+                &mut make_dir,
+                &mut patch,
+            )
+            .map_err(InjectError::Foreign)?
+        }
+        _ => Vec::new(),
+    };
+    write_patched_or_copy(options, mode, cleanup, &mut file, &layout, &patch)?;
+    Ok((Outcome { time_conv, foreign }, clock_data))
+}
+
+/// OUT: IN with `patch` applied, or a byte copy of IN where the patch changes nothing.
+fn write_patched_or_copy(
+    options: &InjectOptions,
+    mode: u32,
+    cleanup: &TempCleanup,
+    file: &mut File,
+    layout: &perfclock_perfdata::Layout,
+    patch: &Patch,
+) -> Result<(), InjectError> {
+    write_output(&options.output, mode, cleanup, |out| {
+        if patch.is_empty() {
+            file.seek(SeekFrom::Start(0))?;
+            io::copy(&mut Read::by_ref(file).take(layout.file_len), out)?;
+            Ok(())
+        } else {
+            patch.write(file, out)
+        }
+    })
+}
+
+/// The sidecars of perfclock's dumps, and the maps of dumps without one that are where the
+/// recording names them (other writers'). A dump that is neither is perfclock's, moved: its
+/// missing sidecar is the error, with where to look.
+#[allow(clippy::type_complexity)]
+fn sidecars_and_foreign<'s>(
+    options: &InjectOptions,
+    scan: &'s Scan,
+) -> Result<(Vec<(PathBuf, TimeConvRecord)>, Vec<&'s JitDumpMap>), InjectError> {
+    let mut sidecars = Vec::new();
+    let mut foreign = Vec::new();
+    for map in &scan.jit_dumps {
+        match read_sidecar(map.pid, &map.path, &options.dump_dirs) {
+            Ok(sidecar) => sidecars.push(sidecar),
+            Err(InjectError::SidecarMissing { .. }) if map.path.is_file() => foreign.push(map),
+            Err(error) => return Err(error),
+        }
+    }
+    Ok((sidecars, foreign))
+}
+
+/// This machine's perf clock, for a recording of this boot: its mode, bound and conversion.
+fn this_clock(
+    options: &InjectOptions,
+    input: &fs::Metadata,
+) -> Result<(perfclock::Mode, u64, TimeConversion), InjectError> {
+    if options.pairings.is_empty() && recorded_before_boot(input) {
+        return Err(InjectError::ForeignOtherBoot(options.input.clone()));
+    }
+    let clock = perfclock::init().map_err(|error| InjectError::ForeignNoClock(chain(&error)))?;
+    let conversion = clock
+        .conversion()
+        .map_err(|error| InjectError::ForeignNoClock(chain(&error)))?;
+    let now = clock.read_counter().unwrap_or(0);
+    let bound = clock
+        .error_bound_ns()
+        .saturating_add(clock.conversion_error_ns(now));
+    Ok((clock.mode(), bound, conversion))
+}
+
+/// Whether IN was last written before this boot began (its modification time before
+/// `CLOCK_REALTIME - CLOCK_BOOTTIME`); unknown counts as not.
+fn recorded_before_boot(input: &fs::Metadata) -> bool {
+    let Ok(snapshot) = perfclock::snapshot() else {
+        return false;
+    };
+    let booted = i128::from(snapshot.realtime.ns) - i128::from(snapshot.boottime.ns);
+    let written = i128::from(input.mtime()) * 1_000_000_000 + i128::from(input.mtime_nsec());
+    written < booted
+}
+
+/// The recording's pairings, or one taken now for a recording of this boot.
+fn pairings(options: &InjectOptions) -> Result<Pairings, InjectError> {
+    if !options.pairings.is_empty() {
+        return Ok(Pairings::of(&options.pairings));
+    }
+    let now = perfclock::snapshot().map_err(|error| InjectError::ForeignNoClock(chain(&error)))?;
+    Ok(Pairings::of(&[now]))
 }
 
 /// IN opened, checked to be a regular file that is not OUT, and OUT checked: a device, FIFO,
@@ -157,14 +390,13 @@ fn open_input(options: &InjectOptions) -> Result<(File, fs::Metadata), InjectErr
     Ok((file, metadata))
 }
 
-/// The TIME_CONV record of the dumps' sidecars (which must agree) put into `patch`, and the
-/// patched file written by `write`.
-fn insert_time_conv(
-    options: &InjectOptions,
+/// The TIME_CONV record of the dumps' sidecars (which must agree) put into `patch`: the
+/// sidecar used, its record, and how many agreed.
+fn sidecar_time_conv(
     scan: &Scan,
+    sidecars: Vec<(PathBuf, TimeConvRecord)>,
     patch: &mut Patch,
-    write: impl FnOnce(&Patch) -> Result<(), InjectError>,
-) -> Result<Outcome, InjectError> {
+) -> Result<(PathBuf, TimeConvRecord, usize), InjectError> {
     if scan.compressed_markers {
         // Seen with perf 6.1: inject --jit passes compressed records through unread, so it
         // never sees the marker, and succeeds without injecting anything.
@@ -174,22 +406,12 @@ fn insert_time_conv(
              them and will inject no jitted code: record without -z for perf inject"
         );
     }
-    let sidecars = scan
-        .jit_dumps
-        .iter()
-        .map(|map| read_sidecar(map.pid, &map.path, &options.dump_dirs))
-        .collect::<Result<Vec<_>, _>>()?;
     check_consistent(&sidecars)?;
     warn_if_other_boot(&sidecars);
     // All agree within their bounds, so the truth lies within each one's bound.
-    let (sidecar, record) = reference(&sidecars).ok_or(InjectError::NoJitMarker)?;
+    let (path, record) = reference(&sidecars).ok_or(InjectError::NoJitMarker)?;
     patch.insert_record(&time_conv_record(&record.conversion()))?;
-    write(patch)?;
-    Ok(Outcome::Inserted {
-        sidecar: sidecar.clone(),
-        record: Box::new(record.clone()),
-        sidecars: sidecars.len(),
-    })
+    Ok((path.clone(), record.clone(), sidecars.len()))
 }
 
 /// Whether `output` is `input` (`input_metadata`'s file) under any name: the same inode.

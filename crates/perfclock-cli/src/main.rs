@@ -11,6 +11,7 @@ pub(crate) mod children;
 pub(crate) mod clock_data;
 pub(crate) mod doctor;
 pub(crate) mod error;
+pub(crate) mod foreign;
 pub(crate) mod inject;
 pub(crate) mod jvms;
 pub(crate) mod output;
@@ -37,6 +38,7 @@ fn main() -> ExitCode {
             clock_data_now,
         } => inject_time_conv(inject::InjectOptions {
             input,
+            copies_beside: output.clone(),
             output,
             dump_dirs,
             clock_data: if clock_data_now {
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
             } else {
                 inject::ClockDataSource::None
             },
+            pairings: Vec::new(),
         }),
         Command::Attach {
             pid,
@@ -109,45 +112,19 @@ fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
         );
     }
     match result.map(|(outcome, _)| outcome) {
-        Ok(inject::Outcome::ClockDataOnly) => {
-            errln!(
-                "{NAME}: {} maps no jitdump and needs no PERF_RECORD_TIME_CONV; wrote {} with \
-                 the clock data only",
-                options.input.display(),
-                options.output.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Ok(inject::Outcome::Copied) => {
-            errln!(
-                "{NAME}: {} holds a PERF_RECORD_TIME_CONV already (perf record writes one where \
-                 the kernel publishes the conversion; or IN is inject-time-conv's output); copied \
-                 it unchanged to {}",
-                options.input.display(),
-                options.output.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Ok(inject::Outcome::Inserted {
-            sidecar,
-            record,
-            sidecars,
-        }) => {
-            let conversion = record.conversion();
-            errln!(
-                "{NAME}: wrote {} with PERF_RECORD_TIME_CONV from {} ({} mode, error bound {} \
-                 ns; time_mult {}, time_shift {}, time_zero {}; {sidecars} record(s) agreed)",
-                options.output.display(),
-                sidecar.display(),
-                match record.mode() {
-                    perfclock_jitdump::timeconv::TimeConvMode::Kernel => "kernel",
-                    perfclock_jitdump::timeconv::TimeConvMode::Calibrated => "calibrated",
-                },
-                record.error_bound_ns(),
-                conversion.mult(),
-                conversion.shift(),
-                conversion.zero()
-            );
+        Ok(outcome) => {
+            errln!("{NAME}: {}", outcome.time_conv_line());
+            for line in outcome.foreign_lines() {
+                errln!("{NAME}: {line}");
+            }
+            if outcome.maps_jitdumps() {
+                errln!("{NAME}: wrote {}", options.output.display());
+            } else {
+                errln!(
+                    "{NAME}: wrote {} with the clock data only",
+                    options.output.display()
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(error) => {

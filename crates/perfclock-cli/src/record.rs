@@ -617,7 +617,8 @@ enum TimeConvStep {
 fn add_time_conv(
     raw: &Path,
     out_tmp: &Path,
-    snapshot: Option<&perfclock::ClockSnapshot>,
+    output: &Path,
+    anchors: &ClockAnchors,
     cleanup: &signals::TempCleanup,
 ) -> Result<TimeConvStep, RecordError> {
     // The sidecars are looked for next to each dump the recording names: every JVM has a
@@ -626,26 +627,24 @@ fn add_time_conv(
         input: raw.to_path_buf(),
         output: out_tmp.to_path_buf(),
         dump_dirs: Vec::new(),
-        clock_data: match snapshot {
-            Some(snapshot) => inject::ClockDataSource::Recorded(*snapshot),
+        clock_data: match anchors.start {
+            Some(snapshot) => inject::ClockDataSource::Recorded(snapshot),
             None => inject::ClockDataSource::None,
         },
+        pairings: anchors.pairings.clone(),
+        copies_beside: output.to_path_buf(),
     };
     match inject::run(&options, cleanup) {
-        Ok((inject::Outcome::Copied, _)) => Ok(TimeConvStep::Written(
-            "the recording holds a TIME_CONV already".into(),
-        )),
-        Ok((inject::Outcome::ClockDataOnly, _)) => Ok(TimeConvStep::ClockDataOnly),
-        Ok((
-            inject::Outcome::Inserted {
-                sidecar, record, ..
-            },
-            _,
-        )) => Ok(TimeConvStep::Written(format!(
-            "added TIME_CONV from {} (error bound {} ns)",
-            sidecar.display(),
-            record.error_bound_ns()
-        ))),
+        Ok((outcome, _)) => {
+            for line in outcome.foreign_lines() {
+                errln!("{NAME}: {line}");
+            }
+            if outcome.maps_jitdumps() {
+                Ok(TimeConvStep::Written(outcome.time_conv_line()))
+            } else {
+                Ok(TimeConvStep::ClockDataOnly)
+            }
+        }
         Err(crate::error::InjectError::NoJitMarker) => Ok(TimeConvStep::NoJitdump),
         Err(error) => Err(RecordError::TimeConv(error)),
     }
@@ -656,7 +655,16 @@ fn add_time_conv(
 struct ClockAnchors {
     start: Option<perfclock::ClockSnapshot>,
     end: Option<perfclock::ClockSnapshot>,
+    /// Every snapshot, start and end included, one about every [`PAIRING_INTERVAL`]: the
+    /// `CLOCK_MONOTONIC` pairings of other writers' jitdumps (`foreign`).
+    pairings: Vec<perfclock::ClockSnapshot>,
 }
+
+/// How often `record` pairs `CLOCK_MONOTONIC` with the perf clock while perf records (each
+/// pairing a few microseconds of clock reads): between two, a converted stamp is off by at most
+/// twice `foreign::MAX_RATE_PPM` over half the interval, and in practice by the rate's change
+/// over it (docs/measurements.md).
+const PAIRING_INTERVAL: Duration = Duration::from_secs(1);
 
 fn take_snapshot(when: &str) -> Option<perfclock::ClockSnapshot> {
     match perfclock::snapshot() {
@@ -887,12 +895,18 @@ fn wait_for_perf(
     perf: &mut std::process::Child,
     signals: &signals::TempCleanup,
     duration: Option<Duration>,
+    pairings: &mut Vec<perfclock::ClockSnapshot>,
 ) -> io::Result<ExitStatus> {
     let start = Instant::now();
     let mut stopped = false;
+    let mut paired = Instant::now();
     loop {
         if let Some(status) = perf.try_wait()? {
             return Ok(status);
+        }
+        if paired.elapsed() >= PAIRING_INTERVAL {
+            paired = Instant::now();
+            pairings.extend(perfclock::snapshot().ok());
         }
         let due = duration.is_some_and(|d| start.elapsed() >= d) || signals.received().is_some();
         if due && !stopped {
@@ -1036,7 +1050,8 @@ fn run_perf_record(
         }
         _ => None,
     };
-    let waited = wait_for_perf(&mut child, signals, options.duration);
+    let mut pairings: Vec<perfclock::ClockSnapshot> = start.iter().copied().collect();
+    let waited = wait_for_perf(&mut child, signals, options.duration, &mut pairings);
     if let Some(watcher) = watcher {
         let outcomes = watcher.finish();
         list_unattached(&outcomes);
@@ -1053,9 +1068,12 @@ fn run_perf_record(
             stopped.len()
         );
     }
+    let end = take_snapshot("end");
+    pairings.extend(end);
     let anchors = ClockAnchors {
         start,
-        end: take_snapshot("end"),
+        end,
+        pairings,
     };
     Ok((status, anchors))
 }
@@ -1138,7 +1156,7 @@ fn finish(
         _ => 0,
     };
     anchors.report();
-    if let Err(error) = post_process(&work, output, anchors.start.as_ref(), signals) {
+    if let Err(error) = post_process(&work, output, anchors, signals) {
         let raw = work.raw.display().to_string();
         work.keep_raw();
         return Err(fail(format!(
@@ -1172,7 +1190,7 @@ fn commit(from: &Path, output: &Path, signals: &signals::TempCleanup) -> Result<
 fn post_process(
     work: &WorkDir,
     output: &Path,
-    snapshot: Option<&perfclock::ClockSnapshot>,
+    anchors: &ClockAnchors,
     signals: &signals::TempCleanup,
 ) -> Result<(), RecordError> {
     let message = format!(
@@ -1184,7 +1202,7 @@ fn post_process(
     signals.fatal(None, Some(message.clone()));
     let converted = work.path("conv.data");
     signals.register(&converted);
-    match add_time_conv(&work.raw, &converted, snapshot, signals)? {
+    match add_time_conv(&work.raw, &converted, output, anchors, signals)? {
         TimeConvStep::ClockDataOnly => {
             errln!("{NAME}: no jitdump was mapped: no JIT code to inject");
             commit(&converted, output, signals)?;

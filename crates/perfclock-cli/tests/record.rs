@@ -242,7 +242,8 @@ fn assert_ok_output(work: &Path, output: &Output, code: i32) {
     assert!(!work.join("out.data.raw").exists(), "raw kept: {stderr}");
     assert!(stderr.contains("perf report -i out.data"), "{stderr}");
     assert!(
-        stderr.contains("added TIME_CONV") || stderr.contains("holds a TIME_CONV"),
+        stderr.contains("added PERF_RECORD_TIME_CONV")
+            || stderr.contains("holds a PERF_RECORD_TIME_CONV"),
         "{stderr}"
     );
 }
@@ -1139,4 +1140,223 @@ fn a_failed_record_p_ends_the_sessions_it_started() {
         "the JVM still holds its recording's dump open: {held:?}\n{stderr}"
     );
     assert!(!work.path().join("out.data").exists());
+}
+
+/// The hot JavaScript of `tests/fixtures/hot.js`, run for `ms` milliseconds.
+const HOT_JS: &str = include_str!("fixtures/hot.js");
+
+/// Node's hot functions as `perf report` names V8's code (`JS:*parseExpr /path/hot.js:…`).
+const HOT_JS_FUNCTIONS: [&str; 3] = ["parseExpr", "parseTerm", "evalNode"];
+
+/// `perf report`'s share of samples, in percent (no children), whose symbol line `wanted`
+/// accepts.
+fn report_share(work: &Path, data: &str, wanted: impl Fn(&str) -> bool) -> f64 {
+    let report = Command::new("perf")
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "--sort",
+            "sym",
+            "-i",
+            data,
+        ])
+        .current_dir(work)
+        .env("HOME", work.join("home"))
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    text(&report.stdout)
+        .lines()
+        .filter(|line| wanted(line))
+        .filter_map(|line| line.trim().split('%').next()?.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// `perf report`'s share of samples (no children) whose symbol names each hot JS function
+/// (optimized `JS:*` or interpreted `JS:~`), and their sum.
+fn hot_js_shares(work: &Path, data: &str) -> (Vec<f64>, f64) {
+    let shares: Vec<f64> = HOT_JS_FUNCTIONS
+        .iter()
+        .map(|name| {
+            report_share(work, data, |line| {
+                line.contains(&format!("JS:*{name} ")) || line.contains(&format!("JS:~{name} "))
+            })
+        })
+        .collect();
+    let sum = shares.iter().sum();
+    (shares, sum)
+}
+
+/// Node (V8's `--perf-prof`, a `CLOCK_MONOTONIC` jitdump in the working directory) under
+/// `perfclock record` with a default `perf record`: the hot JS functions are named in perf
+/// report and in samply import. The control: the same dump with plain `perf inject --jit` is
+/// refused ("-k 1"), and `perfclock inject-time-conv` makes that recording symbolizable too.
+#[test]
+fn node_functions_are_named_from_a_default_recording() {
+    const TEST: &str = "node_functions_are_named_from_a_default_recording";
+    let Some(work) = setup(TEST) else {
+        return;
+    };
+    if !runs("node", "--version") {
+        skip(TEST, Need::Tool("node"), "no node on PATH (Debian: nodejs)");
+        return;
+    }
+    let _lock = jvm_lock();
+    fs::write(work.path().join("hot.js"), HOT_JS).unwrap();
+    let output = record(
+        work.path(),
+        &[
+            "-o",
+            "out.data",
+            "--",
+            "node",
+            "--perf-prof",
+            "hot.js",
+            "4000",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_ok_output(work.path(), &output, 0);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("CLOCK_MONOTONIC timestamps (another writer's)"),
+        "{stderr}"
+    );
+    let (shares, sum) = hot_js_shares(work.path(), "out.data");
+    eprintln!("perf report: {HOT_JS_FUNCTIONS:?} {shares:?} of the samples");
+    assert!(
+        shares.iter().all(|share| *share > 0.0) && sum >= 30.0,
+        "{shares:?}\n{stderr}"
+    );
+    samply_names(work.path(), "out.data", &HOT_JS_FUNCTIONS);
+
+    // The control and inject-time-conv: a plain recording of the same program.
+    let raw = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-g",
+            "-o",
+            "raw.data",
+            "--",
+            "node",
+            "--perf-prof",
+            "hot.js",
+            "3000",
+        ])
+        .current_dir(work.path())
+        .env("HOME", work.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(raw.status.success(), "{}", text(&raw.stderr));
+    let plain = Command::new("perf")
+        .args(["inject", "--jit", "-i", "raw.data", "-o", "plain.data"])
+        .current_dir(work.path())
+        .env("HOME", work.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(
+        !plain.status.success(),
+        "plain perf inject accepted a CLOCK_MONOTONIC dump"
+    );
+    assert!(
+        text(&plain.stderr).contains("perf record -k 1"),
+        "{}",
+        text(&plain.stderr)
+    );
+    let converted = Command::new(perfclock())
+        .args(["inject-time-conv", "raw.data", "-o", "conv.data"])
+        .current_dir(work.path())
+        .output()
+        .unwrap();
+    assert!(converted.status.success(), "{}", text(&converted.stderr));
+    let injected = Command::new("perf")
+        .args(["inject", "--jit", "-i", "conv.data", "-o", "jit.data"])
+        .current_dir(work.path())
+        .env("HOME", work.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(injected.status.success(), "{}", text(&injected.stderr));
+    let (shares, sum) = hot_js_shares(work.path(), "jit.data");
+    assert!(
+        shares.iter().all(|share| *share > 0.0) && sum >= 30.0,
+        "{shares:?}"
+    );
+}
+
+/// A JVM (perfclock's agent, counter timestamps and its time conversion record) and Node (a
+/// `CLOCK_MONOTONIC` dump) in one recording: both are named, through the one TIME_CONV.
+#[test]
+fn a_jvm_and_node_recorded_together_are_both_named() {
+    const TEST: &str = "a_jvm_and_node_recorded_together_are_both_named";
+    let Some(work) = setup(TEST) else {
+        return;
+    };
+    if !runs("node", "--version") {
+        skip(TEST, Need::Tool("node"), "no node on PATH (Debian: nodejs)");
+        return;
+    }
+    let _lock = jvm_lock();
+    fs::write(work.path().join("hot.js"), HOT_JS).unwrap();
+    let output = record(
+        work.path(),
+        &[
+            "-o",
+            "out.data",
+            "--",
+            "sh",
+            "-c",
+            "java -cp . Hot 5000 0 & node --perf-prof hot.js 4000; wait",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_ok_output(work.path(), &output, 0);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("record(s) agreed"),
+        "the JVM's record: {stderr}"
+    );
+    assert!(
+        stderr.contains("CLOCK_MONOTONIC timestamps (another writer's)"),
+        "{stderr}"
+    );
+    let (shares, _) = hot_js_shares(work.path(), "out.data");
+    assert!(
+        shares.iter().all(|share| *share > 0.0),
+        "{shares:?}\n{stderr}"
+    );
+    let java = report_share(work.path(), "out.data", in_hot_method);
+    assert!(
+        java >= 20.0,
+        "{java}% of the samples in Hot.alpha/Hot.beta\n{stderr}"
+    );
+}
+
+/// `samply import` of `data` names each of `functions` (in its function table).
+fn samply_names(work: &Path, data: &str, functions: &[&str]) {
+    if !runs("samply", "--version") {
+        skip("samply_names", Need::Tool("samply"), "no samply on PATH");
+        return;
+    }
+    let output = Command::new("samply")
+        .args(["import", "-s", "-n", "-o", "names.json", data])
+        .current_dir(work)
+        .env("HOME", work.join("home"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "samply import: {}",
+        text(&output.stderr)
+    );
+    let profile = fs::read_to_string(work.join("names.json")).unwrap();
+    for function in functions {
+        assert!(
+            profile.contains(&format!("\"{function} ")),
+            "samply import does not name {function}"
+        );
+    }
 }

@@ -193,7 +193,10 @@ mod tests {
 
     #[test]
     fn a_monotonic_dump_is_copied_in_the_arch_form() {
-        let bytes = dump(0, &[(0, 1_000, &[7; 40]), (2, 1_500, &[8; 24]), (3, 2_000, &[])]);
+        let bytes = dump(
+            0,
+            &[(0, 1_000, &[7; 40]), (2, 1_500, &[8; 24]), (3, 2_000, &[])],
+        );
         let parsed = ForeignDump::parse(&bytes).unwrap();
         assert_eq!(parsed.pid(), 4242);
         assert!(!parsed.has_arch_timestamps());

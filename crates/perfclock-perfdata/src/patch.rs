@@ -118,6 +118,11 @@ impl<'a> Patch<'a> {
         Ok(self)
     }
 
+    /// Whether the patch changes nothing: its output would be the input.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.features.is_empty() && self.overwrites.is_empty()
+    }
+
     /// How many bytes the output has more than the input.
     pub fn grown_by(&self) -> u64 {
         self.records.len() as u64
