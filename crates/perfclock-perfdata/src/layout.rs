@@ -20,6 +20,8 @@ const ATTR_SIZE_AT: usize = 4;
 const ATTR_FLAGS_AT: usize = 40;
 const ATTR_USE_CLOCKID_BIT: u32 = 25;
 const ATTR_CLOCKID_AT: usize = 92;
+/// Where `sample_type` is in `perf_event_attr`.
+const ATTR_SAMPLE_TYPE_AT: usize = 24;
 
 /// An offset field of the file, at `position`, describing `section`: moved when bytes are
 /// inserted at or before the section's offset.
@@ -45,12 +47,33 @@ pub struct Layout {
     /// The clock of the first event opened with `use_clockid` (`perf record -k`), if any:
     /// such samples are not stamped with the perf clock.
     pub clockid: Option<i32>,
+    /// The events' `sample_type`, if every event has the same one (perf records them so unless
+    /// told otherwise): where a sample's time is ([`Layout::sample_time_at`]).
+    pub sample_type: Option<u64>,
     /// Every offset field of the file (header, attribute ID sections, feature table), at most
     /// 2 + [`MAX_ATTRS`] + 256.
     pub(crate) offset_fields: Vec<OffsetField>,
 }
 
 impl Layout {
+    /// Where a `PERF_RECORD_SAMPLE`'s time is in its body, if its events stamp one
+    /// (`PERF_SAMPLE_TIME`) and share a `sample_type`: after the identifier, the IP and the
+    /// pid/tid, whichever are sampled.
+    pub fn sample_time_at(&self) -> Option<usize> {
+        const IP: u64 = 1 << 0;
+        const TID: u64 = 1 << 1;
+        const TIME: u64 = 1 << 2;
+        const IDENTIFIER: u64 = 1 << 16;
+        let sample_type = self.sample_type?;
+        (sample_type & TIME != 0).then(|| {
+            [IDENTIFIER, IP, TID]
+                .iter()
+                .filter(|bit| sample_type & **bit != 0)
+                .count()
+                * 8
+        })
+    }
+
     /// The file's feature bits.
     pub fn features(&self) -> FeatureSet {
         self.header.features
@@ -95,7 +118,7 @@ pub fn read_layout<R: Read + Seek>(reader: &mut R) -> Result<Layout, PerfDataErr
             section: header.event_types,
         },
     ];
-    let clockid = read_attrs(reader, &header, &bounds, &mut offset_fields)?;
+    let (clockid, sample_type) = read_attrs(reader, &header, &bounds, &mut offset_fields)?;
     let feature_sections = read_feature_table(reader, &header, &bounds, &mut offset_fields)?;
     check_fields_apart(&offset_fields)?;
     Ok(Layout {
@@ -105,6 +128,7 @@ pub fn read_layout<R: Read + Seek>(reader: &mut R) -> Result<Layout, PerfDataErr
         feature_table: bounds.feature_table,
         feature_sections,
         clockid,
+        sample_type,
         offset_fields,
     })
 }
@@ -180,13 +204,14 @@ impl Bounds {
 }
 
 /// Reads and checks the attribute entries, adding their ID sections to `offset_fields`;
-/// returns the clock of the first event opened with `use_clockid`.
+/// returns the clock of the first event opened with `use_clockid`, and the events'
+/// `sample_type` if they all share one.
 fn read_attrs<R: Read + Seek>(
     reader: &mut R,
     header: &FileHeader,
     bounds: &Bounds,
     offset_fields: &mut Vec<OffsetField>,
-) -> Result<Option<i32>, PerfDataError> {
+) -> Result<(Option<i32>, Option<u64>), PerfDataError> {
     let (attrs, attr_size) = (header.attrs, header.attr_size);
     if !(ATTR_SIZE_VER0 + SECTION_SIZE..=MAX_ATTR_SIZE).contains(&attr_size) || attr_size % 8 != 0 {
         return Err(PerfDataError::AttrSize(attr_size));
@@ -201,6 +226,7 @@ fn read_attrs<R: Read + Seek>(
     reader.seek(SeekFrom::Start(attrs.offset))?;
     let mut entry = vec![0u8; attr_size as usize];
     let mut clockid = None;
+    let mut sample_types = Vec::new();
     for index in 0..attr_count {
         reader.read_exact(&mut entry)?;
         // perf's read_attr reads `attr.size` bytes (0 meaning VER0), then the ID section: the
@@ -212,6 +238,7 @@ fn read_attrs<R: Read + Seek>(
         if own_size + SECTION_SIZE != attr_size {
             return Err(PerfDataError::AttrLayout { index });
         }
+        sample_types.push(u64_at(&entry, ATTR_SAMPLE_TYPE_AT));
         let flags = u64_at(&entry, ATTR_FLAGS_AT);
         if flags & (1 << ATTR_USE_CLOCKID_BIT) != 0 && clockid.is_none() {
             clockid = Some(if own_size >= (ATTR_CLOCKID_AT + 4) as u64 {
@@ -227,7 +254,12 @@ fn read_attrs<R: Read + Seek>(
             section: ids,
         });
     }
-    Ok(clockid)
+    sample_types.dedup();
+    let sample_type = match sample_types[..] {
+        [one] => Some(one),
+        _ => None,
+    };
+    Ok((clockid, sample_type))
 }
 
 /// Reads the feature table, adding each feature's section to `offset_fields`.

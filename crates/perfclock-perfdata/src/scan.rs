@@ -52,6 +52,9 @@ pub struct Scan {
     pub records: u64,
     /// Whether a jitdump's map was found inside a compressed record (`perf record -z`).
     pub compressed_markers: bool,
+    /// The earliest and the latest time of a sample outside compressed records, where the
+    /// samples stamp one ([`Layout::sample_time_at`]).
+    pub sample_times: Option<(u64, u64)>,
 }
 
 /// Accumulates a scan: the result and the set that finds repeated names in O(1).
@@ -149,6 +152,7 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
     let mut offset = layout.data.offset;
     let mut body = Vec::new();
     let mut decompressed: Option<crate::decompress::Decompressed> = None;
+    let time_at = layout.sample_time_at();
     while offset < data_end {
         let (kind, size) = read_record_header(&mut reader, offset, data_end)?;
         let body_len = (size - RECORD_HEADER_SIZE as u64) as usize;
@@ -169,6 +173,15 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
                 };
                 decompressor.feed(&mut inspector, compressed, offset)?;
                 inspector.scan.records += 1;
+            }
+            RecordType::SAMPLE if time_at.is_some_and(|at| at + 8 <= body_len) => {
+                let at = time_at.unwrap_or_default();
+                body.resize(body_len, 0);
+                reader.read_exact(&mut body)?;
+                let time = u64_at(&body, at);
+                let times = inspector.scan.sample_times.get_or_insert((time, time));
+                *times = (times.0.min(time), times.1.max(time));
+                inspector.inspect(kind, &[], offset, false)?;
             }
             RecordType::AUXTRACE => {
                 // The AUX data follows the record, outside its size: its length is the body's

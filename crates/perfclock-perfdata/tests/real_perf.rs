@@ -327,3 +327,32 @@ fn perf_reads_the_clock_data(test: &str, patched: &Path) {
     }
     assert!(samples > 10, "{}: {script}", patched.display());
 }
+
+/// The scan's earliest and latest sample times are perf's own: `perf script`'s first and last
+/// sample time of each uncompressed fixture (the compressed one's samples are inside
+/// compressed records, which the scan does not time).
+#[test]
+fn sample_times_are_perfs() {
+    let test = "sample_times_are_perfs";
+    for fixture in FIXTURES.iter().filter(|fixture| !fixture.compressed) {
+        let path = fixture_path(fixture.name);
+        let scanned = scan(&std::fs::read(&path).unwrap()).sample_times;
+        let Some(output) = perf(test, &["script", "-F", "time", "--ns", "-i"], &path) else {
+            return;
+        };
+        let times: Vec<u64> = stdout(&output)
+            .lines()
+            .filter_map(|line| {
+                let (seconds, nanos) = line.trim().trim_end_matches(':').split_once('.')?;
+                Some(seconds.parse::<u64>().ok()? * 1_000_000_000 + nanos.parse::<u64>().ok()?)
+            })
+            .collect();
+        let expected = times.iter().min().zip(times.iter().max());
+        assert_eq!(
+            scanned,
+            expected.map(|(lo, hi)| (*lo, *hi)),
+            "{}",
+            fixture.name
+        );
+    }
+}
