@@ -11,15 +11,21 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use perfclock_core::TimeConversion;
-use perfclock_jitdump::timeconv::{TimeConvMode, TimeConvRecord, MAGIC_LINE};
+use perfclock_core::pvclock::PvclockParams;
+use perfclock_jitdump::timeconv::{PvclockConversion, TimeConvMode, TimeConvRecord, MAGIC_LINE};
 
-/// The record's keys in file order, `clock` included, as the writer prints them: read from a
-/// record it wrote, so this target follows the format instead of keeping a list of its own.
+/// The record's keys in file order, `clock` and `pvclock` included, as the writer prints them:
+/// read from a record it wrote, so this target follows the format instead of keeping a list of its own.
 fn keys() -> &'static [String] {
     static KEYS: OnceLock<Vec<String>> = OnceLock::new();
     KEYS.get_or_init(|| {
         let conversion = TimeConversion::new(1, 0, 0).expect("a valid conversion");
-        let record = TimeConvRecord::new(1, "boot", TimeConvMode::Kernel, "tsc", conversion, 0, 0);
+        let params = PvclockParams::new(1, 1, 1 << 31, 0, 0).expect("a valid entry");
+        let record = TimeConvRecord::new(1, "boot", TimeConvMode::Paravirt, "tsc", conversion, 0, 0)
+            .with_pvclock(PvclockConversion {
+                params,
+                offset_ns: -1,
+            });
         record
             .to_string()
             .lines()

@@ -97,10 +97,7 @@ impl Outcome {
                     "added PERF_RECORD_TIME_CONV from {} ({} mode, error bound {} ns; time_mult \
                      {}, time_shift {}, time_zero {}; {agreed} record(s) agreed)",
                     path.display(),
-                    match record.mode() {
-                        TimeConvMode::Kernel => "kernel",
-                        TimeConvMode::Calibrated => "calibrated",
-                    },
+                    record.mode().as_str(),
                     record.error_bound_ns(),
                     conversion.mult(),
                     conversion.shift(),
@@ -243,11 +240,11 @@ pub(crate) fn run(
         let conversion = if foreign_maps.is_empty() {
             None
         } else {
-            Some(this_clock(options, &metadata)?.2)
+            Some(this_clock(options, &metadata, &scan)?.2)
         };
         (TimeConvSource::InInput, conversion)
     } else if sidecars.is_empty() {
-        let (mode, bound_ns, conversion) = this_clock(options, &metadata)?;
+        let (mode, bound_ns, conversion) = this_clock(options, &metadata, &scan)?;
         patch.insert_record(&time_conv_record(&conversion))?;
         let source = TimeConvSource::ThisClock {
             mode,
@@ -333,22 +330,31 @@ fn sidecars_and_foreign<'s>(
     Ok((sidecars, foreign))
 }
 
-/// This machine's perf clock, for a recording of this boot: its mode, bound and conversion.
+/// This machine's perf clock, for a recording of this boot: its mode, the bound over the
+/// recording, and its conversion anchored in the middle of the recording's samples
+/// ([`perfclock::Clock::conversion_at`]; without sample times, now).
 fn this_clock(
     options: &InjectOptions,
     input: &fs::Metadata,
+    scan: &Scan,
 ) -> Result<(perfclock::Mode, u64, TimeConversion), InjectError> {
     if options.pairings.is_empty() && recorded_before_boot(input) {
         return Err(InjectError::ForeignOtherBoot(options.input.clone()));
     }
     let clock = perfclock::init().map_err(|error| InjectError::ForeignNoClock(chain(&error)))?;
-    let conversion = clock
-        .conversion()
-        .map_err(|error| InjectError::ForeignNoClock(chain(&error)))?;
     let now = clock.read_counter().unwrap_or(0);
-    let bound = clock
-        .error_bound_ns()
-        .saturating_add(clock.conversion_error_ns(now));
+    let cycles_of = |ns: u64| clock.ns_to_cycles(ns).unwrap_or(now);
+    let (first, last) = scan.sample_times.map_or((now, now), |(first, last)| {
+        (cycles_of(first), cycles_of(last))
+    });
+    let anchor = first + (last - first.min(last)) / 2;
+    let conversion = clock
+        .conversion_at(anchor)
+        .map_err(|error| InjectError::ForeignNoClock(chain(&error)))?;
+    let drift = clock
+        .conversion_error_at_ns(first, anchor)
+        .max(clock.conversion_error_at_ns(last, anchor));
+    let bound = clock.error_bound_ns().saturating_add(drift);
     Ok((clock.mode(), bound, conversion))
 }
 
@@ -408,9 +414,15 @@ fn sidecar_time_conv(
     }
     check_consistent(&sidecars)?;
     warn_if_other_boot(&sidecars);
-    // All agree within their bounds, so the truth lies within each one's bound.
+    // All agree within their bounds, so the truth lies within each one's bound. A paravirt
+    // record's conversion is anchored in the middle of the samples (exact there at any uptime).
     let (path, record) = reference(&sidecars).ok_or(InjectError::NoJitMarker)?;
-    patch.insert_record(&time_conv_record(&record.conversion()))?;
+    let anchor = scan
+        .sample_times
+        .map_or(record.written_counter(), |(first, last)| {
+            record.cycles_at(first / 2 + last / 2)
+        });
+    patch.insert_record(&time_conv_record(&record.conversion_at(anchor)))?;
     Ok((path.clone(), record.clone(), sidecars.len()))
 }
 
@@ -527,10 +539,11 @@ fn agree_at(
     counter: u64,
 ) -> Result<(), InjectError> {
     let allowed_ns = a.error_bound_ns().saturating_add(b.error_bound_ns());
+    // Each at its exact form there (a paravirt record anchored at `counter`).
     let apart_ns = a
-        .conversion()
+        .conversion_at(counter)
         .cycles_to_ns(counter)
-        .abs_diff(b.conversion().cycles_to_ns(counter));
+        .abs_diff(b.conversion_at(counter).cycles_to_ns(counter));
     let differ = if a.mode() == TimeConvMode::Kernel && b.mode() == TimeConvMode::Kernel {
         a.conversion() != b.conversion()
     } else {
@@ -588,7 +601,7 @@ fn check_consistent(sidecars: &[(PathBuf, TimeConvRecord)]) -> Result<(), Inject
     }
     let at = reference.1.written_counter();
     let ends = |sidecar: &&(PathBuf, TimeConvRecord)| {
-        let ns = i128::from(sidecar.1.conversion().cycles_to_ns(at));
+        let ns = i128::from(sidecar.1.conversion_at(at).cycles_to_ns(at));
         let bound = i128::from(sidecar.1.error_bound_ns());
         (ns - bound, ns + bound)
     };

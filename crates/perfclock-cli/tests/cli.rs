@@ -876,3 +876,67 @@ fn perfclock_paravirt_takes_every_spelling_and_names_a_wrong_one() {
         );
     }
 }
+
+/// A paravirt-mode sidecar carries the pvclock entry and `C`; the TIME_CONV inserted is the
+/// pvclock anchored at the recording (here, without samples, at the record's written counter),
+/// exact there though the entry's `tsc_timestamp` lies 30 days of a 3 GHz TSC before, where the
+/// record's own perf-form conversion (anchored at the entry) is hundreds of microseconds off.
+#[test]
+fn a_paravirt_time_conv_is_anchored_at_the_recording_whatever_the_uptime() {
+    use perfclock_core::pvclock::PvclockParams;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let built = recording_with_dumps(dir, &[88]);
+    write(&dir.join("jit-88.dump"), b"");
+    let (tsc_timestamp, system_time, mul, shift, offset) = (
+        1u64 << 40,
+        1u64 << 50,
+        3_221_225_473u32,
+        -1i8,
+        -103_409_420i64,
+    );
+    let params = PvclockParams::new(tsc_timestamp, system_time, mul, shift, 0).unwrap();
+    let written = tsc_timestamp + 30 * 86_400 * 3_000_000_000;
+    let at_entry = params.time_conversion(offset).unwrap();
+    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let sidecar = format!(
+        "perfclock-timeconv 1\npid=88\nboot_id={}\nmode=paravirt\ncounter=tsc\n\
+         time_mult={}\ntime_shift={}\ntime_zero={}\ntime_cycles=0\ntime_mask=0\n\
+         cap_user_time_short=0\nerror_bound_ns=0\nwritten_counter={written}\nclock=arch\n\
+         pvclock={tsc_timestamp},{system_time},{mul},{shift},{offset}\n",
+        boot_id.trim(),
+        at_entry.mult(),
+        at_entry.shift(),
+        at_entry.zero()
+    );
+    write(&dir.join("jit-88.dump.timeconv"), sidecar.as_bytes());
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    let out = dir.join("out.data");
+    let output = inject(&input, &out, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("paravirt mode"),
+        "{}",
+        stderr(&output)
+    );
+    let written_out = fs::read(&out).unwrap();
+    let record = &written_out[built.data.0..built.data.0 + TIME_CONV_SIZE];
+    let (shift_out, mult_out, zero_out) = (
+        synth::u64_at(record, 8),
+        synth::u64_at(record, 16),
+        synth::u64_at(record, 24),
+    );
+    let anchored = params.time_conversion_at(offset, written).unwrap();
+    assert_eq!(
+        (shift_out, mult_out, zero_out),
+        (
+            u64::from(anchored.shift()),
+            u64::from(anchored.mult()),
+            anchored.zero()
+        )
+    );
+    let exact = params.perf_ns(written, offset);
+    assert!(anchored.cycles_to_ns(written).abs_diff(exact) <= 1);
+    assert!(at_entry.cycles_to_ns(written).abs_diff(exact) > 100_000);
+}

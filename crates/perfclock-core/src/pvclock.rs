@@ -358,6 +358,26 @@ impl PvclockParams {
         TimeConversion::new(mult, shift as u16, zero)
     }
 
+    /// [`PvclockParams::time_conversion`] with `time_zero` put so that the conversion equals
+    /// [`PvclockParams::perf_ns`] at counter value `anchor` (to the nanosecond perf's floor
+    /// allows) instead of at `tsc_timestamp`: a rounded slope (negative `tsc_shift`) then drifts
+    /// only with the distance from `anchor`, so a `PERF_RECORD_TIME_CONV` anchored within a
+    /// recording stays within a few ns over it whatever the uptime
+    /// ([`PvclockParams::time_conversion_error_at_ns`]).
+    ///
+    /// # Errors
+    /// As [`PvclockParams::time_conversion`].
+    pub const fn time_conversion_at(
+        &self,
+        offset: i64,
+        anchor: u64,
+    ) -> Result<TimeConversion, ParamError> {
+        let (mult, shift) = self.perf_scale();
+        let scaled = mul_u64_u32_shr(anchor, mult, shift);
+        let zero = self.perf_ns(anchor, offset).wrapping_sub(scaled);
+        TimeConversion::new(mult, shift as u16, zero)
+    }
+
     /// `(time_mult, time_shift)` of [`PvclockParams::time_conversion`].
     const fn perf_scale(&self) -> (u32, u32) {
         if self.shift >= 0 {
@@ -376,10 +396,17 @@ impl PvclockParams {
     /// (negative shifts) is off by at most `2^-33` ns per cycle away from `tsc_timestamp`
     /// (about 0.3 ns per second of a 2.6 GHz TSC since the host last wrote the entry).
     pub const fn time_conversion_error_ns(&self, cycles: u64) -> u64 {
+        self.time_conversion_error_at_ns(cycles, self.tsc_timestamp)
+    }
+
+    /// As [`PvclockParams::time_conversion_error_ns`], for
+    /// [`PvclockParams::time_conversion_at`]`(_, anchor)`: the rounded slope's drift counts from
+    /// `anchor`.
+    pub const fn time_conversion_error_at_ns(&self, cycles: u64, anchor: u64) -> u64 {
         if self.shift >= 0 {
             return 1;
         }
-        3 + cycles.abs_diff(self.tsc_timestamp).div_ceil(1 << 33)
+        3 + cycles.abs_diff(anchor).div_ceil(1 << 33)
     }
 }
 

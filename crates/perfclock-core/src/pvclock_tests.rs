@@ -216,6 +216,41 @@ proptest! {
     }
 }
 
+proptest! {
+    /// Anchored at the recording, perf's form stays within its stated error of the exact clock
+    /// at any distance from the anchor, and within a few ns near it whatever the uptime: the
+    /// entry's `tsc_timestamp` 30 days before (a 3.5 GHz TSC: the rounded slope's worst case,
+    /// 2^-33 ns a cycle, 0.41 ns a second) and 10 s either side of the anchor.
+    #[test]
+    fn a_conversion_anchored_at_the_recording_is_exact_there_at_any_uptime(
+        e in plausible(),
+        offset in -(1i64 << 40)..1 << 40,
+        into in prop_oneof![-(1i64 << 43)..1 << 43, -35_000_000_000i64..35_000_000_000],
+    ) {
+        const TSC_HZ: u64 = 3_500_000_000;
+        const DAYS_30: u64 = 30 * 86_400 * TSC_HZ;
+        let e = PvclockVcpuTimeInfo { system_time: 1 << 50, tsc_timestamp: 1 << 40, ..e };
+        let params = PvclockParams::of(&e).unwrap();
+        let anchor = e.tsc_timestamp + DAYS_30;
+        let conversion = params.time_conversion_at(offset, anchor).unwrap();
+        let tsc = anchor.wrapping_add(into as u64);
+        let exact = params.perf_ns(tsc, offset);
+        let approx = perf_tsc_to_perf_time(&conversion, tsc);
+        prop_assert_eq!(approx, conversion.cycles_to_ns(tsc));
+        let off = approx.wrapping_sub(exact) as i64;
+        let stated = params.time_conversion_error_at_ns(tsc, anchor);
+        prop_assert!(off.unsigned_abs() <= stated, "{off} ns off, {stated} stated (shift {})", e.tsc_shift);
+        // 10 s of 3.5 GHz from the anchor: at most 3 + 5 ns.
+        if into.unsigned_abs() <= 10 * TSC_HZ {
+            prop_assert!(stated <= 8, "{stated} ns within 10 s of the anchor");
+        }
+        // The same entry anchored at its tsc_timestamp is off by microseconds 30 days later.
+        if e.tsc_shift < 0 {
+            prop_assert!(params.time_conversion_error_ns(anchor) > 200_000);
+        }
+    }
+}
+
 /// An entry in ordinary memory, 64-aligned like the vDSO's slots, written only atomically.
 #[repr(C, align(64))]
 struct Slot(PvclockVcpuTimeInfo);

@@ -21,15 +21,19 @@
 //! error_bound_ns=...
 //! written_counter=...
 //! clock=arch
+//! pvclock=TSC_TIMESTAMP,SYSTEM_TIME,MUL,SHIFT,OFFSET_NS
 //! ```
 //! Every key is required once, except `clock` (the dump's [`JitClock`]; absent in records of
-//! writers that had only `arch`, which it then defaults to); unknown keys are ignored so later
-//! versions can add some.
+//! writers that had only `arch`, which it then defaults to) and `pvclock` (paravirt mode: the
+//! pvclock entry's parameters and the boot's offset `C`, from which a reader derives the
+//! conversion anchored wherever it needs it, [`TimeConvRecord::conversion_at`]); unknown keys
+//! are ignored so later versions can add some.
 
 use std::fmt;
 use std::io::{self, Write};
 use std::path::Path;
 
+use perfclock_core::pvclock::PvclockParams;
 use perfclock_core::TimeConversion;
 
 use crate::error::TimeConvError;
@@ -41,20 +45,28 @@ pub const MAGIC_LINE: &str = "perfclock-timeconv 1";
 /// The suffix appended to the dump's file name to name its record.
 pub const SUFFIX: &str = ".timeconv";
 
-/// Which conversion the writer's clock used.
+/// Which conversion the writer's clock used: the writer's [`perfclock::Mode`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeConvMode {
     /// The kernel published the conversion: the record is exact.
     Kernel,
+    /// A KVM guest's pvclock read as the kernel reads it (the record carries the entry and
+    /// the offset, `pvclock`): exact, within `error_bound_ns` (the offset's bound).
+    Paravirt,
     /// perfclock fitted the conversion; readings are within `error_bound_ns`.
     Calibrated,
+    /// A `perfclock serve` of the machine fitted it; within `error_bound_ns`.
+    Shared,
 }
 
 impl TimeConvMode {
-    fn as_str(self) -> &'static str {
+    /// The name the record spells it with.
+    pub fn as_str(self) -> &'static str {
         match self {
             TimeConvMode::Kernel => "kernel",
+            TimeConvMode::Paravirt => "paravirt",
             TimeConvMode::Calibrated => "calibrated",
+            TimeConvMode::Shared => "shared",
         }
     }
 }
@@ -63,13 +75,20 @@ impl From<perfclock::Mode> for TimeConvMode {
     fn from(mode: perfclock::Mode) -> Self {
         match mode {
             perfclock::Mode::Kernel => TimeConvMode::Kernel,
-            // A `perfclock serve` page is a calibrated conversion too.
-            // Paravirt mode in perf's form is within 2 ns of its exact reading.
-            perfclock::Mode::Calibrated | perfclock::Mode::Shared | perfclock::Mode::Paravirt => {
-                TimeConvMode::Calibrated
-            }
+            perfclock::Mode::Paravirt => TimeConvMode::Paravirt,
+            perfclock::Mode::Calibrated => TimeConvMode::Calibrated,
+            perfclock::Mode::Shared => TimeConvMode::Shared,
         }
     }
+}
+
+/// A paravirt-mode record's pvclock entry parameters and the boot's offset `C`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PvclockConversion {
+    /// The entry's parameters.
+    pub params: PvclockParams,
+    /// `C`, ns.
+    pub offset_ns: i64,
 }
 
 /// One conversion record: the fields of the file, in the order they are written.
@@ -89,6 +108,7 @@ pub struct TimeConvRecord {
     error_bound_ns: u64,
     written_counter: u64,
     clock: JitClock,
+    pvclock: Option<PvclockConversion>,
 }
 
 impl TimeConvRecord {
@@ -115,6 +135,44 @@ impl TimeConvRecord {
             error_bound_ns,
             written_counter,
             clock: JitClock::Arch,
+            pvclock: None,
+        }
+    }
+
+    /// The record with paravirt mode's exact form (the entry and `C`) added.
+    #[must_use]
+    pub fn with_pvclock(mut self, pvclock: PvclockConversion) -> Self {
+        self.pvclock = Some(pvclock);
+        self
+    }
+
+    /// Paravirt mode's exact form, where the writer was in it.
+    pub fn pvclock(&self) -> Option<PvclockConversion> {
+        self.pvclock
+    }
+
+    /// The conversion in perf's form, exact at counter value `anchor`: for a paravirt record
+    /// the pvclock anchored there (its rounded slope drifts only with the distance from
+    /// `anchor`, whatever the uptime), for the others [`TimeConvRecord::conversion`].
+    pub fn conversion_at(&self, anchor: u64) -> TimeConversion {
+        self.pvclock
+            .and_then(|pv| pv.params.time_conversion_at(pv.offset_ns, anchor).ok())
+            .unwrap_or(self.conversion)
+    }
+
+    /// How far [`TimeConvRecord::conversion_at`]`(anchor)` can be from the writer's clock at
+    /// counter value `cycles`, in ns, on top of `error_bound_ns`'s share for the clock itself.
+    pub fn conversion_error_at_ns(&self, cycles: u64, anchor: u64) -> u64 {
+        self.pvclock
+            .map_or(0, |pv| pv.params.time_conversion_error_at_ns(cycles, anchor))
+    }
+
+    /// The counter value at perf-clock time `ns` (exact in paravirt mode, perf's inverse
+    /// otherwise): where to anchor [`TimeConvRecord::conversion_at`] for a time.
+    pub fn cycles_at(&self, ns: u64) -> u64 {
+        match self.pvclock {
+            Some(pv) => pv.params.perf_ns_to_cycles(ns, pv.offset_ns),
+            None => self.conversion.ns_to_cycles(ns),
         }
     }
 
@@ -184,9 +242,16 @@ const KEYS: [&str; 12] = [
     "written_counter",
 ];
 
-/// The values of a record's lines, by [`KEYS`] slot, and its `clock` line's value; lines of
+/// A record's optional lines: `clock` and `pvclock`.
+#[derive(Default)]
+struct Optional<'a> {
+    clock: Option<&'a str>,
+    pvclock: Option<&'a str>,
+}
+
+/// The values of a record's lines, by [`KEYS`] slot, and its optional lines' values; lines of
 /// other keys are skipped.
-fn fields(text: &str) -> Result<([Option<&str>; KEYS.len()], Option<&str>), TimeConvError> {
+fn fields(text: &str) -> Result<([Option<&str>; KEYS.len()], Optional<'_>), TimeConvError> {
     // Lines end at '\n' only: `str::lines` would also drop a '\r' before it, so a value ending
     // in '\r' would lose one at every rewrite (found by the fuzz target).
     let mut lines = text.split('\n');
@@ -197,7 +262,7 @@ fn fields(text: &str) -> Result<([Option<&str>; KEYS.len()], Option<&str>), Time
         });
     }
     let mut values: [Option<&str>; KEYS.len()] = [None; KEYS.len()];
-    let mut clock = None;
+    let mut optional = Optional::default();
     for (index, line) in lines.enumerate() {
         if line.is_empty() {
             continue;
@@ -205,9 +270,14 @@ fn fields(text: &str) -> Result<([Option<&str>; KEYS.len()], Option<&str>), Time
         let (key, value) = line
             .split_once('=')
             .ok_or(TimeConvError::MalformedLine { line: index + 2 })?;
-        if key == "clock" {
-            if clock.replace(value).is_some() {
-                return Err(TimeConvError::DuplicateKey("clock"));
+        let optional_slot = match key {
+            "clock" => Some((&mut optional.clock, "clock")),
+            "pvclock" => Some((&mut optional.pvclock, "pvclock")),
+            _ => None,
+        };
+        if let Some((slot, name)) = optional_slot {
+            if slot.replace(value).is_some() {
+                return Err(TimeConvError::DuplicateKey(name));
             }
             continue;
         }
@@ -218,7 +288,42 @@ fn fields(text: &str) -> Result<([Option<&str>; KEYS.len()], Option<&str>), Time
             return Err(TimeConvError::DuplicateKey(KEYS[slot]));
         }
     }
-    Ok((values, clock))
+    Ok((values, optional))
+}
+
+/// The `pvclock` line's value: the entry's `tsc_timestamp`, `system_time`, `mul`, `shift`
+/// and the offset `C`, comma-separated (the last two may be negative).
+fn pvclock(value: &str) -> Result<PvclockConversion, TimeConvError> {
+    let invalid = || TimeConvError::InvalidValue {
+        key: "pvclock",
+        value: value.to_owned(),
+    };
+    let parts: Vec<&str> = value.split(',').collect();
+    let [tsc_timestamp, system_time, mul, shift, offset] = parts[..] else {
+        return Err(invalid());
+    };
+    let signed = |text: &str| -> Result<i64, TimeConvError> {
+        let digits = text.strip_prefix('-').unwrap_or(text);
+        let magnitude: i64 = number("pvclock", digits).map_err(|_| invalid())?;
+        Ok(if text.starts_with('-') {
+            -magnitude
+        } else {
+            magnitude
+        })
+    };
+    let shift = i8::try_from(signed(shift)?).map_err(|_| invalid())?;
+    let params = PvclockParams::new(
+        number("pvclock", tsc_timestamp)?,
+        number("pvclock", system_time)?,
+        number("pvclock", mul)?,
+        shift,
+        0,
+    )
+    .map_err(|_| invalid())?;
+    Ok(PvclockConversion {
+        params,
+        offset_ns: signed(offset)?,
+    })
 }
 
 /// The choice `value` names among `choices`.
@@ -258,7 +363,7 @@ impl TimeConvRecord {
     /// [`TimeConvError`] for a wrong first line, a line that is not `key=value`, a missing,
     /// duplicate or unparsable key, or a conversion no kernel would publish.
     pub fn parse(text: &str) -> Result<Self, TimeConvError> {
-        let (values, clock) = fields(text)?;
+        let (values, optional) = fields(text)?;
         // Every key asked for is one of KEYS; one that is not would read as missing.
         let get = |key: &'static str| {
             KEYS.iter()
@@ -272,7 +377,9 @@ impl TimeConvRecord {
             get("mode")?,
             &[
                 ("kernel", TimeConvMode::Kernel),
+                ("paravirt", TimeConvMode::Paravirt),
                 ("calibrated", TimeConvMode::Calibrated),
+                ("shared", TimeConvMode::Shared),
             ],
         )?;
         let short = one_of(
@@ -291,7 +398,7 @@ impl TimeConvRecord {
             TimeConversion::new(mult, shift, zero)
         }
         .map_err(TimeConvError::InvalidConversion)?;
-        let clock = match clock {
+        let clock = match optional.clock {
             None => JitClock::Arch,
             Some(name) => name.parse().map_err(|_| TimeConvError::InvalidValue {
                 key: "clock",
@@ -307,6 +414,7 @@ impl TimeConvRecord {
             error_bound_ns: number("error_bound_ns", get("error_bound_ns")?)?,
             written_counter: number("written_counter", get("written_counter")?)?,
             clock,
+            pvclock: optional.pvclock.map(pvclock).transpose()?,
         })
     }
 
@@ -350,7 +458,20 @@ impl fmt::Display for TimeConvRecord {
         writeln!(f, "cap_user_time_short={}", u8::from(c.is_short()))?;
         writeln!(f, "error_bound_ns={}", self.error_bound_ns)?;
         writeln!(f, "written_counter={}", self.written_counter)?;
-        writeln!(f, "clock={}", self.clock)
+        writeln!(f, "clock={}", self.clock)?;
+        if let Some(pv) = self.pvclock {
+            let p = pv.params;
+            writeln!(
+                f,
+                "pvclock={},{},{},{},{}",
+                p.tsc_timestamp(),
+                p.system_time(),
+                p.mul(),
+                p.shift(),
+                pv.offset_ns
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -370,6 +491,50 @@ mod tests {
             error_bound_ns: 612,
             written_counter: 123_456_789_012,
             clock: JitClock::Arch,
+            pvclock: None,
+        }
+    }
+
+    #[test]
+    fn a_paravirt_record_carries_its_entry_and_anchors_anywhere() {
+        let params = PvclockParams::new(1 << 40, 1 << 50, 3_221_225_472, -1, 0).unwrap();
+        let record = TimeConvRecord {
+            mode: TimeConvMode::Paravirt,
+            ..sample()
+        }
+        .with_pvclock(PvclockConversion {
+            params,
+            offset_ns: -103_409_420,
+        });
+        let text = record.to_string();
+        assert!(text.contains("mode=paravirt\n"), "{text}");
+        assert!(
+            text.contains("pvclock=1099511627776,1125899906842624,3221225472,-1,-103409420\n"),
+            "{text}"
+        );
+        let parsed = TimeConvRecord::parse(&text).unwrap();
+        assert_eq!(parsed, record);
+        // Anchored 30 days of a 3 GHz TSC after the entry: exact there (to perf's floor).
+        let anchor = (1u64 << 40) + 30 * 86_400 * 3_000_000_000;
+        let conversion = parsed.conversion_at(anchor);
+        let exact = params.perf_ns(anchor, -103_409_420);
+        assert!(conversion.cycles_to_ns(anchor).abs_diff(exact) <= 1);
+        assert_eq!(parsed.cycles_at(exact), params.perf_ns_to_cycles(exact, -103_409_420));
+        assert!(parsed.conversion_error_at_ns(anchor + 3_000_000_000, anchor) <= 4);
+        // The same record anchored at its entry is far off there.
+        assert!(parsed.conversion().cycles_to_ns(anchor).abs_diff(exact) > 100_000);
+        for bad in ["1,2,3", "1,2,0,0,0", "1,2,3,99,0", "1,2,3,x,0", "1,2,3,-1,+5"] {
+            let text = text.replace(
+                "pvclock=1099511627776,1125899906842624,3221225472,-1,-103409420",
+                &format!("pvclock={bad}"),
+            );
+            assert!(
+                matches!(
+                    TimeConvRecord::parse(&text),
+                    Err(TimeConvError::InvalidValue { key: "pvclock", .. })
+                ),
+                "{bad}"
+            );
         }
     }
 

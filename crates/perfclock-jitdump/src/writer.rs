@@ -570,6 +570,10 @@ impl Shared {
             written,
         )
         .with_clock(self.jit_clock);
+        let record = match paravirt_form(self.clock) {
+            Some(pvclock) => record.with_pvclock(pvclock),
+            None => record,
+        };
         record
             .write_atomic(&self.timeconv_path)
             .map_err(|source| JitDumpError::Io {
@@ -609,4 +613,15 @@ fn write_once(file: &File, bytes: &[u8], at: u64) -> io::Result<()> {
             Err(error) => return Err(error),
         }
     }
+}
+
+/// In paravirt mode, the entry's parameters and `C`: the record's exact form, from which a
+/// reader anchors the conversion at its recording (`TimeConvRecord::conversion_at`).
+fn paravirt_form(clock: &perfclock::Clock) -> Option<crate::timeconv::PvclockConversion> {
+    let paravirt = clock.paravirt()?;
+    let params = paravirt.reader().params().ok()?;
+    Some(crate::timeconv::PvclockConversion {
+        params,
+        offset_ns: paravirt.offset().offset_ns,
+    })
 }
