@@ -163,8 +163,9 @@ impl TimeConvRecord {
     /// How far [`TimeConvRecord::conversion_at`]`(anchor)` can be from the writer's clock at
     /// counter value `cycles`, in ns, on top of `error_bound_ns`'s share for the clock itself.
     pub fn conversion_error_at_ns(&self, cycles: u64, anchor: u64) -> u64 {
-        self.pvclock
-            .map_or(0, |pv| pv.params.time_conversion_error_at_ns(cycles, anchor))
+        self.pvclock.map_or(0, |pv| {
+            pv.params.time_conversion_error_at_ns(cycles, anchor)
+        })
     }
 
     /// The counter value at perf-clock time `ns` (exact in paravirt mode, perf's inverse
@@ -519,11 +520,20 @@ mod tests {
         let conversion = parsed.conversion_at(anchor);
         let exact = params.perf_ns(anchor, -103_409_420);
         assert!(conversion.cycles_to_ns(anchor).abs_diff(exact) <= 1);
-        assert_eq!(parsed.cycles_at(exact), params.perf_ns_to_cycles(exact, -103_409_420));
+        assert_eq!(
+            parsed.cycles_at(exact),
+            params.perf_ns_to_cycles(exact, -103_409_420)
+        );
         assert!(parsed.conversion_error_at_ns(anchor + 3_000_000_000, anchor) <= 4);
         // The same record anchored at its entry is far off there.
         assert!(parsed.conversion().cycles_to_ns(anchor).abs_diff(exact) > 100_000);
-        for bad in ["1,2,3", "1,2,0,0,0", "1,2,3,99,0", "1,2,3,x,0", "1,2,3,-1,+5"] {
+        for bad in [
+            "1,2,3",
+            "1,2,0,0,0",
+            "1,2,3,99,0",
+            "1,2,3,x,0",
+            "1,2,3,-1,+5",
+        ] {
             let text = text.replace(
                 "pvclock=1099511627776,1125899906842624,3221225472,-1,-103409420",
                 &format!("pvclock={bad}"),
