@@ -1,0 +1,9 @@
+//! What a perf recording turns into (`perfclock report`): an interactive flame graph that
+//! opens offline in any browser ([`flamegraph`]) and a pprof profile that the fleet's profilers
+//! ingest ([`pprof`]), both from the samples `perf script` symbolizes ([`samples`]): JIT frames
+//! with the names `perf inject --jit` gave them, kernel frames told apart.
+#![deny(unsafe_code)]
+
+pub mod samples;
+
+pub use samples::{parse, Frame, FrameKind, ParseError, Sample, PERF_SCRIPT_ARGS};

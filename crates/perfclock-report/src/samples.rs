@@ -1,0 +1,252 @@
+//! The samples of a recording, with their stacks symbolized by `perf script` (the same names
+//! perf report shows, JIT code included once `perf inject --jit` has run), read into
+//! [`Sample`]s.
+//!
+//! perf's own symbolizer is the reference for every output here: the totals of a flame graph
+//! or a pprof profile then equal `perf script`'s sample counts by construction, and JIT names
+//! come from the `jitted-*.so` images exactly as perf report shows them. `perf script` is run
+//! with a fixed field list and its text read back:
+//! ```text
+//! COMM PID/TID SECONDS.NANOS: PERIOD EVENT:
+//! \tIP SYMBOL (DSO)          one line per frame, leaf first
+//! ```
+//! COMM may hold spaces (thread names), so the header is read from its end; SYMBOL may hold
+//! spaces and parentheses (`Hot.alpha(long)`, `JS:*parseExpr /app/hot.js:3:19`), so a frame's
+//! DSO is its last parenthesized group.
+
+use std::io::BufRead;
+
+/// What kind of code a frame is in, from its DSO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// The kernel (`[kernel.kallsyms]`, a module `[name]`).
+    Kernel,
+    /// JIT-compiled code: an image `perf inject --jit` wrote (`jitted-PID-N.so`), or a
+    /// runtime's perf map (`/tmp/perf-PID.map`).
+    Jit,
+    /// Native code of a file (an executable or a library).
+    Native,
+    /// perf could not tell (`[unknown]`).
+    Unknown,
+}
+
+/// One frame of a stack.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// The instruction address.
+    pub ip: u64,
+    /// The function's name as perf shows it (`[unknown]` where it has none).
+    pub function: String,
+    /// The image the address is in, as perf names it.
+    pub dso: String,
+    /// The code's kind.
+    pub kind: FrameKind,
+}
+
+/// One sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// The thread's name at the sample.
+    pub comm: String,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Perf-clock time, ns.
+    pub time_ns: u64,
+    /// The event's period: for `cpu-clock`, nanoseconds of CPU time the sample stands for.
+    pub period: u64,
+    /// The event's name (`cpu-clock:ppp`, `cycles`).
+    pub event: String,
+    /// The stack, leaf first.
+    pub frames: Vec<Frame>,
+}
+
+/// The arguments of `perf script` whose output [`parse`] reads.
+pub const PERF_SCRIPT_ARGS: &[&str] = &[
+    "script",
+    "-F",
+    "comm,pid,tid,time,period,event,ip,sym,dso",
+    "--ns",
+];
+
+/// Why `perf script`'s output could not be read.
+#[derive(Debug)]
+pub enum ParseError {
+    /// A line that is neither a sample's header nor a frame, nor blank.
+    Line {
+        /// Its number (from 1).
+        number: usize,
+        /// Its text.
+        text: String,
+    },
+    /// Reading the output failed.
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParseError::Line { number, text } => write!(
+                f,
+                "perf script's line {number} is neither a sample nor a frame: {text:?} (a perf \
+                 whose output perfclock does not know?)"
+            ),
+            ParseError::Io(_) => f.write_str("cannot read perf script's output"),
+        }
+    }
+}
+
+impl std::error::Error for ParseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ParseError::Io(error) => Some(error),
+            ParseError::Line { .. } => None,
+        }
+    }
+}
+
+/// Reads every sample of `perf script` output run with [`PERF_SCRIPT_ARGS`].
+///
+/// # Errors
+/// [`ParseError`].
+pub fn parse(output: impl BufRead) -> Result<Vec<Sample>, ParseError> {
+    let mut samples: Vec<Sample> = Vec::new();
+    for (index, line) in output.lines().enumerate() {
+        let line = line.map_err(ParseError::Io)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = || ParseError::Line {
+            number: index + 1,
+            text: line.clone(),
+        };
+        if line.starts_with(char::is_whitespace) {
+            let frame = parse_frame(&line).ok_or_else(bad)?;
+            samples.last_mut().ok_or_else(bad)?.frames.push(frame);
+        } else {
+            samples.push(parse_header(&line).ok_or_else(bad)?);
+        }
+    }
+    Ok(samples)
+}
+
+/// `COMM PID/TID SECONDS.NANOS: PERIOD EVENT:`, read from its end.
+fn parse_header(line: &str) -> Option<Sample> {
+    // The last four words, each split off the end; what is left is COMM.
+    let mut rest = line.trim_end();
+    let mut last_word = || {
+        let (head, word) = rest.rsplit_once(char::is_whitespace)?;
+        rest = head.trim_end();
+        Some(word)
+    };
+    let event = last_word()?.strip_suffix(':')?.to_owned();
+    let period = last_word()?.parse().ok()?;
+    let time = last_word()?.strip_suffix(':')?;
+    let (pid, tid) = last_word()?.split_once('/')?;
+    let comm = rest.to_owned();
+    let (seconds, nanos) = time.split_once('.')?;
+    if nanos.len() != 9 {
+        return None;
+    }
+    let time_ns = seconds
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(1_000_000_000)?
+        .checked_add(nanos.parse().ok()?)?;
+    Some(Sample {
+        comm,
+        pid: pid.trim().parse().ok()?,
+        tid: tid.parse().ok()?,
+        time_ns,
+        period,
+        event,
+        frames: Vec::new(),
+    })
+}
+
+/// `\tIP SYMBOL (DSO)`.
+fn parse_frame(line: &str) -> Option<Frame> {
+    let line = line.trim();
+    let (ip, rest) = line.split_once(' ')?;
+    let ip = u64::from_str_radix(ip, 16).ok()?;
+    let rest = rest.strip_suffix(')')?;
+    let open = rest.rfind(" (")?;
+    let (function, dso) = (&rest[..open], &rest[open + 2..]);
+    Some(Frame {
+        ip,
+        function: function.to_owned(),
+        kind: kind_of(dso),
+        dso: dso.to_owned(),
+    })
+}
+
+/// A frame's kind from its DSO's name.
+fn kind_of(dso: &str) -> FrameKind {
+    let file = dso.rsplit('/').next().unwrap_or(dso);
+    if dso == "[unknown]" {
+        FrameKind::Unknown
+    } else if dso.starts_with('[') {
+        FrameKind::Kernel
+    } else if (file.starts_with("jitted-") && file.ends_with(".so"))
+        || (file.starts_with("perf-") && file.ends_with(".map"))
+    {
+        FrameKind::Jit
+    } else {
+        FrameKind::Native
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OUTPUT: &str = "\
+C2 CompilerThre 4242/4250  2412.136291842:     250000 cpu-clock:ppp: 
+\t    7f1c2a40 Hot.alpha(long) (/tmp/out.data.jit-x/pid-1/jitted-4242-17.so)
+\t    7f1c2b00 Hot.main(java.lang.String[]) <- Hot.loop() (/tmp/j/jitted-4242-3.so)
+\tffffffff8162105f __anon_vma_prepare ([kernel.kallsyms])
+\t           14645 handle_amd (/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2)
+\t               0 [unknown] ([unknown])
+
+node 30749/30749  2412.136541094:     250000 cpu-clock:ppp: 
+\t    7ff97ca968a8 JS:*parseExpr /tmp/nodet/hot.js:3:19 (/tmp/x.jit-1/foreign-0/jitted-30749-9.so)
+";
+
+    #[test]
+    fn perf_scripts_samples_are_read_with_their_frames() {
+        let samples = parse(OUTPUT.as_bytes()).unwrap();
+        assert_eq!(samples.len(), 2);
+        let java = &samples[0];
+        assert_eq!(
+            (java.comm.as_str(), java.pid, java.tid, java.time_ns, java.period),
+            ("C2 CompilerThre", 4242, 4250, 2_412_136_291_842, 250_000)
+        );
+        assert_eq!(java.event, "cpu-clock:ppp");
+        let kinds: Vec<FrameKind> = java.frames.iter().map(|f| f.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                FrameKind::Jit,
+                FrameKind::Jit,
+                FrameKind::Kernel,
+                FrameKind::Native,
+                FrameKind::Unknown
+            ]
+        );
+        assert_eq!(java.frames[0].function, "Hot.alpha(long)");
+        assert_eq!(java.frames[1].function, "Hot.main(java.lang.String[]) <- Hot.loop()");
+        assert_eq!(java.frames[2].ip, 0xffff_ffff_8162_105f);
+        assert_eq!(samples[1].frames[0].function, "JS:*parseExpr /tmp/nodet/hot.js:3:19");
+    }
+
+    #[test]
+    fn what_is_not_perf_scripts_output_is_an_error_naming_the_line() {
+        for bad in ["\tff frame before any sample (x)\n", "node 1/1 nonsense\n"] {
+            match parse(bad.as_bytes()) {
+                Err(ParseError::Line { number: 1, .. }) => {}
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+}
