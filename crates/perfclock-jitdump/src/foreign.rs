@@ -1,5 +1,6 @@
-//! A jitdump another writer made (V8/Node, CPython, .NET, Wasmtime, LLVM's listener, perf's
-//! own JVMTI agent): read, and copied with its record timestamps in another clock.
+//! A jitdump as perf reads it, whoever wrote it (perfclock's writers, V8/Node, CPython, .NET,
+//! Wasmtime, LLVM's listener, perf's own JVMTI agent): read, and copied with its record
+//! timestamps in another clock, or with only some of its records.
 //!
 //! Those writers stamp their records with `CLOCK_MONOTONIC` (flags 0), which `perf inject
 //! --jit` accepts only from a recording made with `perf record -k 1`; or with the raw counter
@@ -8,7 +9,9 @@
 //! dump's header and record headers; [`ForeignDump::with_counter_timestamps`] writes a copy in
 //! the arch form, each timestamp mapped by the caller (for example `CLOCK_MONOTONIC` to the perf
 //! clock through pairs taken during the recording, then to the counter value that the
-//! recording's TIME_CONV converts back to that perf time). Nothing else of the dump changes.
+//! recording's TIME_CONV converts back to that perf time); [`ForeignDump::copy`] keeps only the
+//! records the caller chooses (the code loads a recording sampled, with the records that
+//! describe them). Nothing else of the dump changes.
 //!
 //! Reading goes through linux-perf-data's jitdump reader; each record header is checked against
 //! the bytes at hand before the reader is asked for the record (its reader subtracts the header
@@ -44,7 +47,16 @@ pub struct RecordAt {
     pub kind: u32,
     /// Its timestamp, in the dump's clock.
     pub timestamp: u64,
+    /// For a `JIT_CODE_LOAD`, the code's address and size.
+    pub code: Option<(u64, u64)>,
 }
+
+/// `JIT_CODE_LOAD`'s record type.
+pub const JIT_CODE_LOAD: u32 = 0;
+/// `JIT_CODE_DEBUG_INFO`'s and `JIT_CODE_UNWINDING_INFO`'s: they describe the next code load.
+pub const DESCRIBES_NEXT_LOAD: [u32; 2] = [2, 4];
+/// Where `code_addr` and `code_size` are in a `JIT_CODE_LOAD`'s body (after pid, tid, vma).
+const CODE_ADDR_AT: usize = 16;
 
 /// A jitdump's header and the places of its whole records.
 #[derive(Debug, Clone)]
@@ -85,11 +97,23 @@ impl ForeignDump {
             }
             match reader.next_record() {
                 Ok(Some(record)) => {
+                    let offset = record.start_offset as usize;
+                    let kind = record.record_type.0;
+                    let body = offset + RECORD_HEADER_BYTES;
+                    let code = (kind == JIT_CODE_LOAD && end as usize >= body + CODE_ADDR_AT + 16)
+                        .then(|| {
+                            let at = body + CODE_ADDR_AT;
+                            (
+                                read_u64(bytes, at, big_endian),
+                                read_u64(bytes, at + 8, big_endian),
+                            )
+                        });
                     records.push(RecordAt {
-                        offset: record.start_offset as usize,
+                        offset,
                         size: record.record_size,
-                        kind: record.record_type.0,
+                        kind,
                         timestamp: record.timestamp,
+                        code,
                     });
                     complete_len = end as usize;
                 }
@@ -142,19 +166,71 @@ impl ForeignDump {
     pub fn with_counter_timestamps<E: From<ForeignDumpError>>(
         &self,
         bytes: &[u8],
-        mut counter_of: impl FnMut(u64) -> Result<u64, E>,
+        counter_of: impl FnMut(u64) -> Result<u64, E>,
     ) -> Result<Vec<u8>, E> {
-        let mut copy = bytes
+        self.copy(bytes, |_| true, Some(counter_of))
+    }
+
+    /// A copy of `bytes` (the bytes this dump was parsed from) with the header and the whole
+    /// records `keep` accepts, in order; with `counter_of`, in the arch form as
+    /// [`ForeignDump::with_counter_timestamps`] makes it.
+    ///
+    /// # Errors
+    /// As [`ForeignDump::with_counter_timestamps`].
+    pub fn copy<E: From<ForeignDumpError>>(
+        &self,
+        bytes: &[u8],
+        mut keep: impl FnMut(&RecordAt) -> bool,
+        mut counter_of: Option<impl FnMut(u64) -> Result<u64, E>>,
+    ) -> Result<Vec<u8>, E> {
+        let parsed = bytes
             .get(..self.complete_len)
-            .ok_or(ForeignDumpError::NotTheParsedBytes)?
-            .to_vec();
-        let flags = self.header.flags | FLAGS_ARCH_TIMESTAMP;
-        self.put_u64(&mut copy, FLAGS_AT, flags);
+            .ok_or(ForeignDumpError::NotTheParsedBytes)?;
+        let header_len = self.header.total_size as usize;
+        let mut copy = parsed[..header_len].to_vec();
+        if counter_of.is_some() {
+            let flags = self.header.flags | FLAGS_ARCH_TIMESTAMP;
+            self.put_u64(&mut copy, FLAGS_AT, flags);
+        }
         for record in &self.records {
-            let counter = counter_of(record.timestamp)?;
-            self.put_u64(&mut copy, record.offset + RECORD_TIMESTAMP_AT, counter);
+            if !keep(record) {
+                continue;
+            }
+            let at = copy.len();
+            copy.extend_from_slice(&parsed[record.offset..record.offset + record.size as usize]);
+            if let Some(counter_of) = counter_of.as_mut() {
+                let counter = counter_of(record.timestamp)?;
+                self.put_u64(&mut copy, at + RECORD_TIMESTAMP_AT, counter);
+            }
         }
         Ok(copy)
+    }
+
+    /// Which records to keep so that exactly the code loads `wanted` accepts reach perf, each
+    /// with the debug-info and unwinding records before it that describe it (perf applies
+    /// those to the next load), and every other record (moves, close, unknown types) kept.
+    pub fn keep_loads(&self, mut wanted: impl FnMut(&RecordAt) -> bool) -> Vec<bool> {
+        let mut keep = vec![true; self.records.len()];
+        let mut describing = Vec::new();
+        for (index, record) in self.records.iter().enumerate() {
+            if DESCRIBES_NEXT_LOAD.contains(&record.kind) {
+                describing.push(index);
+            } else if record.kind == JIT_CODE_LOAD {
+                let kept = wanted(record);
+                keep[index] = kept;
+                for &described in &describing {
+                    keep[described] = kept;
+                }
+                describing.clear();
+            }
+        }
+        keep
+    }
+
+    /// Reads the u64 at `at` in the dump's byte order (within a parsed record).
+    #[cfg(test)]
+    fn get_u64(&self, bytes: &[u8], at: usize) -> u64 {
+        read_u64(bytes, at, self.big_endian)
     }
 
     /// Writes `value` at `at` in the dump's byte order (`at + 8` lies within `bytes`: a field of
@@ -166,6 +242,17 @@ impl ForeignDump {
             value.to_le_bytes()
         };
         bytes[at..at + 8].copy_from_slice(&encoded);
+    }
+}
+
+/// The u64 at `at` of `bytes` (8 bytes there, checked by the caller) in the given byte order.
+fn read_u64(bytes: &[u8], at: usize, big_endian: bool) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    if big_endian {
+        u64::from_be_bytes(word)
+    } else {
+        u64::from_le_bytes(word)
     }
 }
 
@@ -268,5 +355,78 @@ mod tests {
             .unwrap();
         assert_eq!(&copy[32..40], &1u64.to_be_bytes());
         assert_eq!(&copy[48..56], &6u64.to_be_bytes());
+    }
+}
+
+#[cfg(test)]
+mod keep_tests {
+    use super::*;
+
+    /// A CODE_LOAD body: pid, tid, vma, code_addr, code_size, code_index, name, code.
+    fn load(addr: u64, size: u64, index: u64) -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&1u32.to_le_bytes());
+        body.extend_from_slice(&1u32.to_le_bytes());
+        for word in [addr, addr, size, index] {
+            body.extend_from_slice(&word.to_le_bytes());
+        }
+        body.extend_from_slice(b"f\0");
+        body.extend(std::iter::repeat_n(0xc3, size as usize));
+        body
+    }
+
+    fn dump(records: &[(u32, u64, Vec<u8>)]) -> Vec<u8> {
+        let mut bytes = b"DTiJ".to_vec();
+        for word in [1u32, 40, 62, 0, 4242] {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        bytes.extend_from_slice(&[0; 16]);
+        for (kind, timestamp, body) in records {
+            bytes.extend_from_slice(&kind.to_le_bytes());
+            bytes.extend_from_slice(&(16 + body.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&timestamp.to_le_bytes());
+            bytes.extend_from_slice(body);
+        }
+        bytes
+    }
+
+    #[test]
+    fn only_the_wanted_loads_stay_with_what_describes_them() {
+        let bytes = dump(&[
+            (2, 1, vec![7; 16]),
+            (0, 2, load(0x1000, 16, 0)),
+            (4, 3, vec![8; 24]),
+            (0, 4, load(0x2000, 32, 1)),
+            (1, 5, vec![9; 40]),
+            (3, 6, vec![]),
+        ]);
+        let parsed = ForeignDump::parse(&bytes).unwrap();
+        let codes: Vec<_> = parsed.records().iter().map(|r| r.code).collect();
+        assert_eq!(
+            codes,
+            [
+                None,
+                Some((0x1000, 16)),
+                None,
+                Some((0x2000, 32)),
+                None,
+                None
+            ]
+        );
+        let keep = parsed.keep_loads(|record| record.code == Some((0x2000, 32)));
+        assert_eq!(keep, [false, false, true, true, true, true]);
+        let copy = parsed
+            .copy::<ForeignDumpError>(
+                &bytes,
+                |r| keep[parsed.records().iter().position(|x| x == r).unwrap()],
+                None::<fn(u64) -> Result<u64, ForeignDumpError>>,
+            )
+            .unwrap();
+        let again = ForeignDump::parse(&copy).unwrap();
+        let kinds: Vec<u32> = again.records().iter().map(|r| r.kind).collect();
+        assert_eq!(kinds, [4, 0, 1, 3]);
+        assert!(!again.has_arch_timestamps());
+        assert_eq!(again.records()[1].code, Some((0x2000, 32)));
+        assert_eq!(again.get_u64(&copy, again.records()[1].offset + 8), 4);
     }
 }

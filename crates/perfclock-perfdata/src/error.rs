@@ -94,6 +94,8 @@ pub enum PerfDataError {
         /// The record's file offset where the limit was passed.
         offset: u64,
     },
+    /// linux-perf-data could not read the recording's samples (its reason).
+    Unreadable(String),
     /// More records naming jitdumps than [`MAX_MARKER_PLACES`](crate::MAX_MARKER_PLACES).
     TooManyMarkerRecords {
         /// The record's file offset where the limit was passed.
@@ -153,7 +155,8 @@ impl fmt::Display for PerfDataError {
             | Self::Compressed { .. }
             | Self::CompressedUnsupported { .. }
             | Self::TooManyJitDumps { .. }
-            | Self::TooManyMarkerRecords { .. } => self.fmt_records(f),
+            | Self::TooManyMarkerRecords { .. }
+            | Self::Unreadable(_) => self.fmt_records(f),
             Self::OffsetOverflow
             | Self::FeaturePresent(_)
             | Self::BadInsertion(_)
@@ -291,6 +294,9 @@ impl PerfDataError {
                  ordinary JIT processes has that many; split the recording (perf record with a \
                  shorter run), or report the workload if it is real"
             ),
+            Self::Unreadable(reason) => {
+                write!(f, "the perf.data's samples cannot be read: {reason}")
+            }
             Self::TooManyMarkerRecords { offset } => write!(
                 f,
                 "the perf.data has more than {} records that map jitdumps (the limit was passed \

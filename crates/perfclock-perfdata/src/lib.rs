@@ -39,6 +39,7 @@ mod layout;
 mod output;
 mod patch;
 mod record;
+mod sampled;
 mod scan;
 mod section;
 #[cfg(feature = "synth")]
@@ -54,6 +55,7 @@ pub use layout::{read_layout, Layout};
 pub use output::{check_output_path, OutputFile, TEMP_PREFIX};
 pub use patch::Patch;
 pub use record::{with_file_name, RecordHeader, RecordType, RECORD_HEADER_SIZE};
+pub use sampled::{sampled_addresses, SampledAddresses};
 pub use scan::{
     scan_records, JitDumpMap, Scan, MAX_JIT_DUMPS, MAX_JIT_DUMP_NAME_BYTES, MAX_MARKER_PLACES,
 };

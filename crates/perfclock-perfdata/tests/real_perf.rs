@@ -356,3 +356,51 @@ fn sample_times_are_perfs() {
         );
     }
 }
+
+/// Every sample of a recording with call chains is read, and every raw address perf's dump
+/// (`perf script -D`) shows for a sample (its IP and its call chain's entries, the context
+/// markers aside) is among the sampled addresses of its process; an address of no sample is
+/// not.
+#[test]
+fn sampled_addresses_are_perfs() {
+    let test = "sampled_addresses_are_perfs";
+    let path = fixture_path("callgraph.data");
+    let sampled =
+        perfclock_perfdata::sampled_addresses(std::fs::File::open(&path).unwrap()).unwrap();
+    let Some(output) = perf(test, &["script", "-D", "-i"], &path) else {
+        return;
+    };
+    let (mut pid, mut samples, mut checked) = (0u32, 0u64, 0u64);
+    for line in stdout(&output).lines() {
+        if let Some((_, rest)) = line.split_once("PERF_RECORD_SAMPLE(") {
+            // `...(IP, 0x2): PID/TID: 0xIP period: ...`
+            let fields: Vec<&str> = rest.split(": ").collect();
+            pid = fields[1].split('/').next().unwrap().parse().unwrap();
+            let ip = u64::from_str_radix(
+                fields[2]
+                    .trim_start_matches("0x")
+                    .split(' ')
+                    .next()
+                    .unwrap(),
+                16,
+            )
+            .unwrap();
+            assert!(sampled.any_in(pid, ip, 0), "pid {pid} ip {ip:x}");
+            samples += 1;
+            checked += 1;
+        } else if let Some(entry) = line.strip_prefix(".....  ") {
+            let address =
+                u64::from_str_radix(entry.split(": ").nth(1).unwrap().trim(), 16).unwrap();
+            if address < u64::MAX - 4094 {
+                assert!(
+                    sampled.any_in(pid, address, 0),
+                    "pid {pid} chain {address:x}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > samples && samples > 0, "{checked} {samples}");
+    assert_eq!(sampled.samples(), samples);
+    assert!(!sampled.any_in(pid, 1, 0));
+}
