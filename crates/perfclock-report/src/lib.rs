@@ -4,6 +4,7 @@
 //! with the names `perf inject --jit` gave them, kernel frames told apart.
 #![deny(unsafe_code)]
 
+pub mod pprof;
 pub mod samples;
 
 pub use samples::{parse, Frame, FrameKind, ParseError, Sample, PERF_SCRIPT_ARGS};
