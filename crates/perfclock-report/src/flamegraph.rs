@@ -1,0 +1,447 @@
+//! The flame graph of a recording: its stacks folded into the FlameGraph suite's format
+//! (`root;...;leaf COUNT`, [`folded`]) and drawn as inferno's interactive SVG ([`write_svg`]),
+//! which opens offline in any browser: click to zoom, Ctrl-F or the Search button to highlight,
+//! each frame's share in its tooltip.
+//!
+//! Each sample counts once, whatever its period: the totals are then `perf script`'s sample
+//! counts (perf report's `Samples` column), and samples of events with different units (cycles,
+//! nanoseconds) never add up to a meaningless sum.
+//!
+//! Frames carry the FlameGraph suite's annotations, which inferno strips from the names it shows:
+//! kernel code `_[k]`, JIT code `_[j]`, code a JIT inlined `_[i]`. The JVMTI agent names a
+//! stretch of inlined code `callee <- caller <- ... <- compiled method`, one perf frame; here it
+//! becomes the frames it stands for, the compiled method `_[j]` and each inlined method `_[i]`
+//! above it, so a method weighs the same inlined or not.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::io::{self, Write};
+
+use inferno::flamegraph::color::{Color, MultiPalette, PaletteMap};
+use inferno::flamegraph::{from_lines, Options, Palette};
+
+use crate::samples::{Frame, FrameKind, Sample};
+
+/// What goes below each stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Split {
+    /// Nothing: one graph for all processes.
+    #[default]
+    None,
+    /// A root frame per process, `comm-pid` (the comm of its main thread where it was sampled).
+    Process,
+    /// A root frame per thread, `comm-pid/tid`.
+    Thread,
+}
+
+/// What the SVG shows besides the stacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FlameGraphOptions {
+    /// The title at the top.
+    pub title: String,
+    /// A line under the title (the recording, its event), if any.
+    pub subtitle: Option<String>,
+    /// What goes below each stack.
+    pub split: Split,
+}
+
+impl Default for FlameGraphOptions {
+    fn default() -> Self {
+        FlameGraphOptions {
+            title: "Flame Graph".to_owned(),
+            subtitle: None,
+            split: Split::None,
+        }
+    }
+}
+
+/// Why no flame graph was written.
+#[derive(Debug)]
+pub enum FlameGraphError {
+    /// There are no samples to draw.
+    NoSamples,
+    /// Writing the SVG failed.
+    Write(io::Error),
+}
+
+impl fmt::Display for FlameGraphError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FlameGraphError::NoSamples => f.write_str(
+                "the recording has no samples to draw (did the workload run long enough, or \
+                 perf record sample the event?)",
+            ),
+            FlameGraphError::Write(_) => f.write_str("cannot write the flame graph's SVG"),
+        }
+    }
+}
+
+impl std::error::Error for FlameGraphError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FlameGraphError::Write(error) => Some(error),
+            FlameGraphError::NoSamples => None,
+        }
+    }
+}
+
+/// The folded stacks of `samples`, `root;...;leaf COUNT`, one line per distinct stack, sorted;
+/// each sample counts once, so the counts sum to `samples.len()`.
+pub fn folded(samples: &[Sample], split: Split) -> Vec<String> {
+    Folded::new(samples, split).lines()
+}
+
+/// Writes the interactive SVG flame graph of `samples` to `out`.
+///
+/// inferno's `java` palette colours by the annotations: kernel orange, JIT green, inlined aqua.
+/// Its guess for names without one takes `JVM_Sleep` or `libjvm.so` for Java, so native frames
+/// are pinned to its native hues (red, C++ yellow) and the split's roots to blue.
+///
+/// # Errors
+/// [`FlameGraphError`].
+pub fn write_svg(
+    samples: &[Sample],
+    options: &FlameGraphOptions,
+    out: impl Write,
+) -> Result<(), FlameGraphError> {
+    if samples.is_empty() {
+        return Err(FlameGraphError::NoSamples);
+    }
+    let folded = Folded::new(samples, options.split);
+    let mut pinned = PaletteMap::default();
+    for name in &folded.native {
+        pinned.insert(name, native_color(name));
+    }
+    for name in &folded.roots {
+        pinned.insert(name, shade(name, Hue::Blue));
+    }
+    let lines = folded.lines();
+
+    let mut inferno = Options::default();
+    inferno.title.clone_from(&options.title);
+    inferno.subtitle.clone_from(&options.subtitle);
+    inferno.colors = Palette::Multi(MultiPalette::Java);
+    inferno.count_name = "samples".to_owned();
+    // The same recording draws the same SVG.
+    inferno.deterministic = true;
+    inferno.palette_map = Some(&mut pinned);
+    from_lines(&mut inferno, lines.iter().map(String::as_str), out).map_err(FlameGraphError::Write)
+}
+
+/// The name perf gives a frame without a symbol, and a stack without frames.
+const UNKNOWN: &str = "[unknown]";
+
+/// How the JVMTI agent joins an inlined method to its callers in a JIT code name.
+const INLINED_INTO: &str = " <- ";
+
+/// The stacks of a recording, folded, and the names whose colour is pinned.
+struct Folded {
+    stacks: BTreeMap<String, u64>,
+    native: BTreeSet<String>,
+    roots: BTreeSet<String>,
+}
+
+impl Folded {
+    fn new(samples: &[Sample], split: Split) -> Folded {
+        let comms = match split {
+            Split::Process => process_comms(samples),
+            Split::None | Split::Thread => HashMap::new(),
+        };
+        let mut folded = Folded {
+            stacks: BTreeMap::new(),
+            native: BTreeSet::new(),
+            roots: BTreeSet::new(),
+        };
+        let mut names: Vec<String> = Vec::new();
+        for sample in samples {
+            names.clear();
+            let root = match split {
+                Split::None => None,
+                Split::Process => {
+                    let comm = comms.get(&sample.pid).copied().unwrap_or(&sample.comm);
+                    Some(format!("{comm}-{}", sample.pid))
+                }
+                Split::Thread => Some(format!("{}-{}/{}", sample.comm, sample.pid, sample.tid)),
+            };
+            if let Some(root) = root {
+                let root = safe_name(&root);
+                folded.roots.insert(root.clone());
+                names.push(root);
+            }
+            let first = names.len();
+            for frame in sample.frames.iter().rev() {
+                folded.push_frame(frame, &mut names);
+            }
+            if names.len() == first {
+                // Still counted, so the total stays perf's sample count.
+                folded.native.insert(UNKNOWN.to_owned());
+                names.push(UNKNOWN.to_owned());
+            }
+            *folded.stacks.entry(names.join(";")).or_default() += 1;
+        }
+        folded
+    }
+
+    /// Appends the folded frames `frame` stands for, caller first.
+    fn push_frame(&mut self, frame: &Frame, names: &mut Vec<String>) {
+        let name = function_name(frame);
+        match frame.kind {
+            FrameKind::Kernel => names.push(safe_name(&name) + "_[k]"),
+            FrameKind::Jit => {
+                // `callee <- caller <- ... <- compiled method`: the code is the compiled method's.
+                let mut methods = name.rsplit(INLINED_INTO);
+                let compiled = methods.next().unwrap_or(&name);
+                names.push(safe_name(compiled) + "_[j]");
+                names.extend(methods.map(|inlined| safe_name(inlined) + "_[i]"));
+            }
+            FrameKind::Native | FrameKind::Unknown => {
+                let name = safe_name(&name);
+                self.native.insert(name.clone());
+                names.push(name);
+            }
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.stacks
+            .iter()
+            .map(|(stack, count)| format!("{stack} {count}"))
+            .collect()
+    }
+}
+
+/// Each process's comm: its main thread's where that was sampled, else its first sample's.
+/// Threads name themselves (a JVM's `C2 CompilerThre`), and a process is one root.
+fn process_comms(samples: &[Sample]) -> HashMap<u32, &str> {
+    let mut comms: HashMap<u32, &str> = HashMap::new();
+    for sample in samples {
+        if sample.tid == sample.pid {
+            comms.insert(sample.pid, &sample.comm);
+        } else {
+            comms.entry(sample.pid).or_insert(&sample.comm);
+        }
+    }
+    comms
+}
+
+/// The frame's function, or `[image]` for an address perf found no symbol for in a known image
+/// (as stackcollapse-perf names it).
+fn function_name(frame: &Frame) -> Cow<'_, str> {
+    if frame.function != UNKNOWN || frame.dso == UNKNOWN {
+        return Cow::Borrowed(&frame.function);
+    }
+    let image = frame.dso.rsplit('/').next().unwrap_or(&frame.dso);
+    if image.starts_with('[') {
+        // Already bracketed: `[kernel.kallsyms]`, a module `[nf_conntrack]`.
+        Cow::Borrowed(image)
+    } else {
+        Cow::Owned(format!("[{image}]"))
+    }
+}
+
+/// `name` as one frame of a folded line, as inferno reads it back: `;` separates frames (so it
+/// becomes `:`, as stackcollapse-perf writes it), a line break ends the line, the outer spaces
+/// are trimmed, a last word that reads as a number is taken for a count, and a line starting
+/// `# ` is a comment. The spaces it would misread become no-break spaces, which look the same.
+fn safe_name(name: &str) -> String {
+    let name = name.trim();
+    if name.is_empty() {
+        return UNKNOWN.to_owned();
+    }
+    let mut safe: String = name
+        .chars()
+        .map(|c| match c {
+            ';' => ':',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect();
+    if safe.starts_with("# ") {
+        safe.replace_range(1..2, "\u{a0}");
+    }
+    if let Some(space) = safe.rfind(' ') {
+        if reads_as_count(&safe[space + 1..]) {
+            safe.replace_range(space..space + 1, "\u{a0}");
+        }
+    }
+    safe
+}
+
+/// Whether inferno would read `word` as a sample count: digits, with at most one `.`.
+fn reads_as_count(word: &str) -> bool {
+    word.replacen('.', "", 1)
+        .chars()
+        .all(|c| c.is_ascii_digit())
+}
+
+/// The hues of inferno's palettes that pinned names take.
+#[derive(Clone, Copy)]
+enum Hue {
+    Red,
+    Yellow,
+    Blue,
+}
+
+/// Native code's hue in inferno's java palette: C++ yellow, the rest red.
+fn native_color(name: &str) -> Color {
+    if name.contains("::") {
+        shade(name, Hue::Yellow)
+    } else {
+        shade(name, Hue::Red)
+    }
+}
+
+/// A shade of `hue` picked by `name`'s hash, with inferno's formulas for its basic palettes.
+fn shade(name: &str, hue: Hue) -> Color {
+    // FNV-1a: stable across machines and runs.
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let v = (hash >> 56) as f32 / 256.0;
+    let t = |base: u8, span: f32| base + (span * v) as u8;
+    let (r, g, b) = match hue {
+        Hue::Red => (t(200, 55.0), t(50, 80.0), t(50, 80.0)),
+        Hue::Yellow => (t(175, 55.0), t(175, 55.0), t(50, 20.0)),
+        Hue::Blue => (t(80, 60.0), t(80, 60.0), t(205, 50.0)),
+    };
+    Color { r, g, b }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(function: &str, dso: &str, kind: FrameKind) -> Frame {
+        Frame {
+            ip: 0x1000,
+            function: function.to_owned(),
+            dso: dso.to_owned(),
+            kind,
+        }
+    }
+
+    fn sample(comm: &str, pid: u32, tid: u32, frames: Vec<Frame>) -> Sample {
+        Sample {
+            comm: comm.to_owned(),
+            pid,
+            tid,
+            time_ns: 1,
+            period: 250_000,
+            event: "cpu-clock:ppp".to_owned(),
+            frames,
+        }
+    }
+
+    fn native(function: &str) -> Frame {
+        frame(function, "/usr/lib/libc.so.6", FrameKind::Native)
+    }
+
+    #[test]
+    fn kinds_are_annotated_and_inlined_code_becomes_its_methods() {
+        let leaf_first = vec![
+            frame("__x64_sys_write", "[kernel.kallsyms]", FrameKind::Kernel),
+            frame(
+                "Hot.alpha(long) <- Hot.loop() <- Hot.main(java.lang.String[])",
+                "/tmp/jitted-1-2.so",
+                FrameKind::Jit,
+            ),
+            frame(
+                "JavaCalls::call_helper",
+                "/jvm/libjvm.so",
+                FrameKind::Native,
+            ),
+            frame("[unknown]", "/jvm/libjvm.so", FrameKind::Native),
+            frame("[unknown]", "[unknown]", FrameKind::Unknown),
+        ];
+        let lines = folded(&[sample("java", 1, 1, leaf_first)], Split::None);
+        assert_eq!(
+            lines,
+            [
+                "[unknown];[libjvm.so];JavaCalls::call_helper;Hot.main(java.lang.String[])_[j];\
+              Hot.loop()_[i];Hot.alpha(long)_[i];__x64_sys_write_[k] 1"
+            ]
+        );
+    }
+
+    #[test]
+    fn names_cannot_break_the_folded_format() {
+        let cases = [
+            ("LHot;alpha(J)J", "LHot:alpha(J)J"),
+            ("  spaced out  ", "spaced out"),
+            ("", "[unknown]"),
+            ("line\nbreak", "line break"),
+            ("worker 2", "worker\u{a0}2"),
+            ("ratio 1.5", "ratio\u{a0}1.5"),
+            ("# not a comment", "#\u{a0}not a comment"),
+            ("JS:*parse /app/hot.js:3:19", "JS:*parse /app/hot.js:3:19"),
+        ];
+        for (name, safe) in cases {
+            assert_eq!(safe_name(name), safe, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn splits_put_the_process_or_the_thread_below() {
+        let samples = [
+            sample("C2 CompilerThre", 7, 9, vec![native("f")]),
+            sample("java", 7, 7, vec![native("f")]),
+            sample("node", 8, 10, vec![native("g")]),
+        ];
+        assert_eq!(folded(&samples, Split::None), ["f 2", "g 1"]);
+        assert_eq!(
+            folded(&samples, Split::Process),
+            ["java-7;f 2", "node-8;g 1"]
+        );
+        assert_eq!(
+            folded(&samples, Split::Thread),
+            ["C2 CompilerThre-7/9;f 1", "java-7/7;f 1", "node-8/10;g 1"]
+        );
+    }
+
+    #[test]
+    fn a_sample_without_frames_still_counts() {
+        assert_eq!(
+            folded(&[sample("x", 1, 1, Vec::new())], Split::None),
+            ["[unknown] 1"]
+        );
+    }
+
+    #[test]
+    fn inferno_reads_back_every_sample() {
+        // Names that inferno would misread if passed as they are: its total is the check.
+        let samples: Vec<Sample> = ["worker 2", "a;b", "# x", "ratio 1.5", "plain"]
+            .iter()
+            .map(|name| sample("# 3", 1, 1, vec![native(name), native("main 4")]))
+            .collect();
+        let options = FlameGraphOptions {
+            split: Split::Thread,
+            ..FlameGraphOptions::default()
+        };
+        let mut svg = Vec::new();
+        write_svg(&samples, &options, &mut svg).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(svg.contains("total_samples=\"5\""), "{svg}");
+        assert!(svg.contains("worker\u{a0}2 (1 samples, 20.00%)"), "{svg}");
+    }
+
+    #[test]
+    fn no_samples_is_an_error_not_an_svg_saying_so() {
+        let mut svg = Vec::new();
+        let error = write_svg(&[], &FlameGraphOptions::default(), &mut svg).unwrap_err();
+        assert!(matches!(error, FlameGraphError::NoSamples));
+        assert!(svg.is_empty());
+    }
+
+    #[test]
+    fn pinned_shades_stay_in_their_hue() {
+        for name in ["JVM_Sleep", "libjvm.so", "x"] {
+            let Color { r, g, b } = shade(name, Hue::Red);
+            assert!(r >= 200 && g < 130 && b < 130);
+            let Color { r, g, b } = shade(name, Hue::Blue);
+            assert!(b >= 205 && r < 140 && g < 140);
+        }
+        assert_eq!(native_color("A::b"), shade("A::b", Hue::Yellow));
+    }
+}
