@@ -56,6 +56,11 @@ pub enum Command {
         /// far off it can be).
         #[arg(long)]
         clock_data_now: bool,
+        /// Give perf inject --jit every JIT code load of the dumps, not only those whose code a
+        /// sample or a call chain touched (the output then holds an image per compiled
+        /// function: many thousands for a JVM).
+        #[arg(long)]
+        all_jit_code: bool,
     },
     /// Load perfclock's JVMTI agent into a running HotSpot JVM (HotSpot's dynamic attach, as
     /// `jcmd PID JVMTI.agent_load` does; no JDK needed). As root it acts as the JVM's user; a
@@ -129,6 +134,11 @@ pub enum Command {
         /// code's names) instead of an error before recording.
         #[arg(long)]
         allow_unattached: bool,
+        /// Give perf inject --jit every JIT code load of the dumps, not only those whose code a
+        /// sample or a call chain touched (the output then holds an image per compiled
+        /// function: many thousands for a JVM).
+        #[arg(long)]
+        all_jit_code: bool,
         /// Options for `perf record` (after its `-g`), e.g. `-F 999 --call-graph dwarf`;
         /// `-k`/`--clockid` and `-z`/`--compression-level` are refused.
         #[arg(

@@ -28,9 +28,11 @@ use std::path::{Path, PathBuf};
 
 use perfclock::ClockSnapshot;
 use perfclock_core::TimeConversion;
-use perfclock_jitdump::foreign::ForeignDump;
+use perfclock_jitdump::foreign::{ForeignDump, RecordAt};
 use perfclock_jitdump::ForeignDumpError;
-use perfclock_perfdata::{with_file_name, JitDumpMap, Patch, RecordHeader, RECORD_HEADER_SIZE};
+use perfclock_perfdata::{
+    with_file_name, JitDumpMap, Patch, RecordHeader, SampledAddresses, RECORD_HEADER_SIZE,
+};
 
 use crate::error::ForeignError;
 
@@ -104,49 +106,65 @@ impl Pairings {
     }
 }
 
-/// What became of one foreign dump.
+/// Who wrote a dump the recording maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Writer {
+    /// perfclock's writer (its time conversion record beside it): counter timestamps.
+    Perfclock,
+    /// Another runtime: see the [module docs](self).
+    Other,
+}
+
+/// What became of one dump.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// Counter values already: unchanged, converted by the TIME_CONV.
-    Arch,
-    /// Copied in the arch form.
+    /// Left as it is: every code load sampled (or no samples to filter by), and counter
+    /// timestamps already.
+    Unchanged,
+    /// Copied: only its sampled code loads, in the arch form.
     Copied {
         /// The copy the recording now maps.
         copy: PathBuf,
-        /// Its records.
-        records: usize,
-        /// The largest error bound of a retimed record, ns.
-        bound_ns: u64,
+        /// Its code loads, and how many of them the copy keeps.
+        loads: (usize, usize),
+        /// Where its timestamps were `CLOCK_MONOTONIC`, the largest error bound of one moved to
+        /// a counter value, ns.
+        retimed_bound_ns: Option<u64>,
     },
     /// Not injected, for the reason given; its maps were disabled so the others are.
     Skipped(ForeignError),
 }
 
-/// Makes every foreign dump of `maps` symbolizable: see the [module docs](self). `input` is
-/// the recording; `conversion` the TIME_CONV the output carries; `copies` the directory the
-/// copies go to, made by `make_dir` when the first copy needs it.
+/// Makes every dump of `maps` symbolizable and keeps only its sampled code: see the
+/// [module docs](self). `input` is the recording; `conversion` the TIME_CONV the output
+/// carries (needed for `CLOCK_MONOTONIC` dumps); `sampled` the recording's sampled addresses
+/// (`None`: every load kept); `copies` makes the copies' directory when the first copy needs it.
 ///
 /// # Errors
 /// [`ForeignError`] only where the output as a whole cannot be written (the copies' directory,
-/// a copy, the recording); a dump that cannot be read or told is an [`Outcome::Skipped`].
-pub(crate) fn convert(
-    maps: &[&JitDumpMap],
+/// a copy, the recording); a dump that cannot be read or told is an [`Outcome::Skipped`] (or,
+/// perfclock's own, [`Outcome::Unchanged`]: perf reads it as before).
+pub(crate) fn rewrite(
+    maps: &[(&JitDumpMap, Writer)],
     input: &mut File,
-    conversion: &TimeConversion,
+    conversion: Option<&TimeConversion>,
     pairings: &Pairings,
+    sampled: Option<&SampledAddresses>,
     copies: &mut dyn FnMut() -> Result<PathBuf, ForeignError>,
     patch: &mut Patch,
-) -> Result<Vec<(PathBuf, Outcome)>, ForeignError> {
+) -> Result<Vec<(PathBuf, Writer, Outcome)>, ForeignError> {
     let mut outcomes = Vec::with_capacity(maps.len());
-    for (index, map) in maps.iter().enumerate() {
-        let outcome = match judge(map, conversion, pairings) {
-            Ok(Judged::Arch) => Outcome::Arch,
-            Ok(Judged::Monotonic {
+    for (index, &(map, writer)) in maps.iter().enumerate() {
+        let pid = map_pid(map, input).unwrap_or(map.pid);
+        let sampled = sampled.filter(|sampled| sampled.has_process(pid));
+        let outcome = match judge(map, writer, conversion, pairings, sampled, pid) {
+            Ok(None) => Outcome::Unchanged,
+            Ok(Some(Judged {
                 copy,
-                records,
-                bound_ns,
-            }) => {
-                let dir = copies()?.join(format!("foreign-{index}"));
+                loads,
+                retimed_bound_ns,
+            })) => {
+                let dir = copies()?.join(format!("dump-{index}"));
                 fs::create_dir(&dir).map_err(|e| ForeignError::CopyDir(dir.clone(), e))?;
                 let path = dir.join(map.path.file_name().unwrap_or_default());
                 fs::write(&path, &copy).map_err(|e| ForeignError::WriteCopy(path.clone(), e))?;
@@ -155,64 +173,105 @@ pub(crate) fn convert(
                 point_at_copy(map, &path, input, patch)?;
                 Outcome::Copied {
                     copy: path,
-                    records,
-                    bound_ns,
+                    loads,
+                    retimed_bound_ns,
                 }
             }
+            Err(_) if writer == Writer::Perfclock => Outcome::Unchanged,
             Err(reason) => {
                 disable(map, patch)?;
                 Outcome::Skipped(reason)
             }
         };
-        outcomes.push((map.path.clone(), outcome));
+        outcomes.push((map.path.clone(), writer, outcome));
     }
     Ok(outcomes)
 }
 
-/// What a dump's header and timestamps say.
-enum Judged {
-    Arch,
-    Monotonic {
-        copy: Vec<u8>,
-        records: usize,
-        bound_ns: u64,
-    },
+/// A dump's copy: its bytes, its code loads and how many it keeps, the retiming's bound.
+struct Judged {
+    copy: Vec<u8>,
+    loads: (usize, usize),
+    retimed_bound_ns: Option<u64>,
 }
 
-/// Reads `map`'s dump and judges its clock; for a `CLOCK_MONOTONIC` dump, its arch copy.
+/// Reads `map`'s dump and judges its clock; the copy it needs (`None`: none).
 fn judge(
     map: &JitDumpMap,
-    conversion: &TimeConversion,
+    writer: Writer,
+    conversion: Option<&TimeConversion>,
     pairings: &Pairings,
-) -> Result<Judged, ForeignError> {
+    sampled: Option<&SampledAddresses>,
+    pid: u32,
+) -> Result<Option<Judged>, ForeignError> {
     let bytes = fs::read(&map.path).map_err(|e| ForeignError::ReadDump(map.path.clone(), e))?;
     let dump =
         ForeignDump::parse(&bytes).map_err(|e| ForeignError::BadDump(map.path.clone(), e))?;
-    if dump.has_arch_timestamps() {
-        return Ok(Judged::Arch);
+    let keep = dump.keep_loads(|record| {
+        let (start, size) = record.code.unwrap_or_default();
+        sampled.is_none_or(|sampled| sampled.any_in(pid, start, size))
+    });
+    let is_load = |record: &RecordAt| record.code.is_some();
+    let loads = dump.records().iter().filter(|r| is_load(r)).count();
+    let kept = dump
+        .records()
+        .iter()
+        .zip(&keep)
+        .filter(|(r, k)| is_load(r) && **k)
+        .count();
+    let keeps = |index: usize, _: &RecordAt| keep[index];
+    let monotonic = writer == Writer::Other && !dump.has_arch_timestamps();
+    if !monotonic && kept == loads {
+        return Ok(None);
     }
+    if !monotonic {
+        let copy = dump.copy(&bytes, keeps, None::<fn(u64) -> Result<u64, ForeignError>>)?;
+        return Ok(Some(Judged {
+            copy,
+            loads: (loads, kept),
+            retimed_bound_ns: None,
+        }));
+    }
+    let conversion = conversion.ok_or(ForeignError::NoPairing)?;
     let latest = pairings.latest().ok_or(ForeignError::NoPairing)?;
+    // Every stamp is checked, kept or not: a CLOCK_MONOTONIC stamp is never 0 (the clock starts
+    // at boot, long before a JIT runs) and never later than the latest pairing, taken after
+    // the recording.
+    if let Some(record) = dump
+        .records()
+        .iter()
+        .find(|r| r.timestamp == 0 || r.timestamp > latest)
+    {
+        return Err(ForeignError::NotMonotonic {
+            dump: map.path.clone(),
+            stamp: record.timestamp,
+            latest,
+        });
+    }
     let mut bound_ns = 0u64;
-    let mut retime = |mono: u64| -> Result<u64, ForeignError> {
-        // A CLOCK_MONOTONIC stamp is never 0 (the clock starts at boot, long before a JIT runs)
-        // and never later than the latest pairing, taken after the recording.
-        if mono == 0 || mono > latest {
-            return Err(ForeignError::NotMonotonic {
-                dump: map.path.clone(),
-                stamp: mono,
-                latest,
-            });
-        }
+    let retime = |mono: u64| -> Result<u64, ForeignError> {
         let (perf, bound) = pairings.perf_ns(mono).ok_or(ForeignError::NoPairing)?;
         bound_ns = bound_ns.max(bound);
         Ok(conversion.ns_to_cycles(perf))
     };
-    let copy = dump.with_counter_timestamps(&bytes, &mut retime)?;
-    Ok(Judged::Monotonic {
-        records: dump.records().len(),
+    let copy = dump.copy(&bytes, keeps, Some(retime))?;
+    Ok(Some(Judged {
         copy,
-        bound_ns,
-    })
+        loads: (loads, kept),
+        retimed_bound_ns: Some(bound_ns),
+    }))
+}
+
+/// The pid of the first record that maps `map`'s dump: the process's, in the recording's pid
+/// namespace (the name's is the writer's own, which a container's differs from).
+fn map_pid(map: &JitDumpMap, input: &mut File) -> Option<u32> {
+    let at = map.first_record?;
+    let mut pid = [0u8; 4];
+    input
+        .seek(SeekFrom::Start(at + RECORD_HEADER_SIZE as u64))
+        .ok()?;
+    input.read_exact(&mut pid).ok()?;
+    Some(u32::from_le_bytes(pid))
 }
 
 impl From<ForeignDumpError> for ForeignError {

@@ -15,8 +15,8 @@ use perfclock_jitdump::timeconv::{TimeConvMode, TimeConvRecord, SUFFIX};
 use perfclock_jitdump::JitClock;
 use perfclock_jitdump::TimeConvError;
 use perfclock_perfdata::{
-    check_output_path, read_layout, scan_records, time_conv_record, ClockData, Feature, JitDumpMap,
-    OutputFile, Patch, PerfDataError, Scan,
+    check_output_path, read_layout, sampled_addresses, scan_records, time_conv_record, ClockData,
+    Feature, JitDumpMap, OutputFile, Patch, PerfDataError, Scan,
 };
 
 use crate::clock_data;
@@ -48,6 +48,8 @@ pub(crate) struct InjectOptions {
     /// Other writers' converted dumps go into a new `NAME.jit-XXXXXX` beside this path (the
     /// final output's: `perfclock record` writes OUT through a temporary file elsewhere).
     pub copies_beside: PathBuf,
+    /// Give perf inject every code load, not only those a sample or call chain touched.
+    pub all_jit_code: bool,
 }
 
 /// Where HEADER_CLOCK_DATA's pairing of wall-clock and perf-clock time comes from.
@@ -69,7 +71,9 @@ pub(crate) struct Outcome {
     /// Where OUT's TIME_CONV comes from.
     pub time_conv: TimeConvSource,
     /// Each dump of another writer, and what became of it.
-    pub foreign: Vec<(PathBuf, foreign::Outcome)>,
+    pub dumps: Vec<(PathBuf, foreign::Writer, foreign::Outcome)>,
+    /// Why the dumps kept every code load (the samples could not be read), if they did.
+    pub unfiltered: Option<String>,
 }
 
 impl Outcome {
@@ -90,18 +94,19 @@ impl Outcome {
             TimeConvSource::Sidecar {
                 path,
                 record,
-                agreed,
+                inserted,
             } => {
-                let conversion = record.conversion();
+                let conversion = inserted.conversion;
                 format!(
                     "added PERF_RECORD_TIME_CONV from {} ({} mode, error bound {} ns; time_mult \
-                     {}, time_shift {}, time_zero {}; {agreed} record(s) agreed)",
+                     {}, time_shift {}, time_zero {}; {} record(s) agreed)",
                     path.display(),
                     record.mode().as_str(),
-                    record.error_bound_ns(),
+                    inserted.bound_ns,
                     conversion.mult(),
                     conversion.shift(),
-                    conversion.zero()
+                    conversion.zero(),
+                    inserted.agreed
                 )
             }
             TimeConvSource::ThisClock {
@@ -118,35 +123,73 @@ impl Outcome {
         }
     }
 
-    /// One line per dump of another writer: converted (where to), passed as it is, or skipped
-    /// (why).
+    /// One line per dump of another writer (converted where to, passed as it is, or skipped
+    /// why), and one for perfclock's dumps together: how many of their code loads the samples
+    /// touched, which alone reach `perf inject --jit`.
     pub(crate) fn foreign_lines(&self) -> Vec<String> {
-        self.foreign
-            .iter()
-            .map(|(dump, outcome)| match outcome {
-                foreign::Outcome::Arch => format!(
+        let mut lines = Vec::new();
+        let (mut own, mut own_loads, mut own_kept) = (0usize, 0usize, 0usize);
+        for (dump, writer, outcome) in &self.dumps {
+            let line = match (writer, outcome) {
+                (foreign::Writer::Perfclock, foreign::Outcome::Copied { loads, .. }) => {
+                    own += 1;
+                    own_loads += loads.0;
+                    own_kept += loads.1;
+                    continue;
+                }
+                (foreign::Writer::Perfclock, _) => continue,
+                (foreign::Writer::Other, foreign::Outcome::Unchanged) => format!(
                     "{}: counter timestamps (another writer's, no perfclock record beside it): \
                      converted by the TIME_CONV as they are",
                     dump.display()
                 ),
-                foreign::Outcome::Copied {
-                    copy,
-                    records,
-                    bound_ns,
-                } => format!(
-                    "{}: CLOCK_MONOTONIC timestamps (another writer's): {records} records \
-                     converted to counter values within {bound_ns} ns into {}, which the output \
-                     maps instead",
-                    dump.display(),
-                    copy.display()
-                ),
-                foreign::Outcome::Skipped(reason) => format!(
+                (
+                    foreign::Writer::Other,
+                    foreign::Outcome::Copied {
+                        copy,
+                        loads,
+                        retimed_bound_ns,
+                    },
+                ) => match retimed_bound_ns {
+                    Some(bound) => format!(
+                        "{}: CLOCK_MONOTONIC timestamps (another writer's): converted to counter \
+                         values within {bound} ns, {} of its {} code loads sampled, into {}, \
+                         which the output maps instead",
+                        dump.display(),
+                        loads.1,
+                        loads.0,
+                        copy.display()
+                    ),
+                    None => format!(
+                        "{}: counter timestamps (another writer's): {} of its {} code loads \
+                         sampled, copied into {}, which the output maps instead",
+                        dump.display(),
+                        loads.1,
+                        loads.0,
+                        copy.display()
+                    ),
+                },
+                (foreign::Writer::Other, foreign::Outcome::Skipped(reason)) => format!(
                     "warning: {}: not injected: {}",
                     dump.display(),
                     chain(reason)
                 ),
-            })
-            .collect()
+            };
+            lines.push(line);
+        }
+        if own > 0 {
+            lines.push(format!(
+                "perfclock's jitdumps: {own_kept} of {own_loads} code loads in {own} dump(s) hold \
+                 sampled code; only those become images for perf report"
+            ));
+        }
+        if let Some(why) = &self.unfiltered {
+            lines.push(format!(
+                "warning: every code load goes to perf inject --jit (the samples could not be \
+                 read: {why})"
+            ));
+        }
+        lines
     }
 }
 
@@ -161,10 +204,10 @@ pub(crate) enum TimeConvSource {
     Sidecar {
         /// The sidecar whose conversion was used.
         path: PathBuf,
-        /// Its conversion.
+        /// Its record.
         record: Box<TimeConvRecord>,
-        /// How many sidecars were found and agreed.
-        agreed: usize,
+        /// What was inserted from it.
+        inserted: Inserted,
     },
     /// This machine's perf clock (only other writers' dumps are mapped).
     ThisClock {
@@ -226,7 +269,8 @@ pub(crate) fn run(
         return Ok((
             Outcome {
                 time_conv,
-                foreign: Vec::new(),
+                dumps: Vec::new(),
+                unfiltered: None,
             },
             clock_data,
         ));
@@ -234,13 +278,16 @@ pub(crate) fn run(
     if let Some(clockid) = layout.clockid {
         return Err(InjectError::OtherClock(clockid));
     }
-    let (sidecars, foreign_maps) = sidecars_and_foreign(options, &scan)?;
+    let (sidecars, dumps) = sidecars_and_dumps(options, &scan)?;
+    let any_foreign = dumps
+        .iter()
+        .any(|(_, writer)| *writer == foreign::Writer::Other);
     let (time_conv, conversion) = if scan.has_time_conv {
         // The kernel's own: this boot's clock converts exactly as it does.
-        let conversion = if foreign_maps.is_empty() {
-            None
-        } else {
+        let conversion = if any_foreign {
             Some(this_clock(options, &metadata, &scan)?.2)
+        } else {
+            None
         };
         (TimeConvSource::InInput, conversion)
     } else if sidecars.is_empty() {
@@ -253,41 +300,60 @@ pub(crate) fn run(
         };
         (source, Some(conversion))
     } else {
-        let (path, record, agreed) = sidecar_time_conv(&scan, sidecars, &mut patch)?;
-        let conversion = record.conversion();
+        let (path, record, inserted) = sidecar_time_conv(&scan, sidecars, &mut patch)?;
         let source = TimeConvSource::Sidecar {
             path,
             record: Box::new(record),
-            agreed,
+            inserted,
         };
-        (source, Some(conversion))
+        (source, Some(inserted.conversion))
     };
-    let foreign = match conversion {
-        Some(conversion) if !foreign_maps.is_empty() => {
-            let pairings = pairings(options)?;
-            let mut copies: Option<PathBuf> = None;
-            let mut make_dir = || match &copies {
-                Some(dir) => Ok(dir.clone()),
-                None => {
-                    let dir = foreign::make_copies_dir(&options.copies_beside)?;
-                    copies = Some(dir.clone());
-                    Ok(dir)
-                }
-            };
-            foreign::convert(
-                &foreign_maps,
-                &mut file,
-                &conversion,
-                &pairings,
-                &mut make_dir,
-                &mut patch,
-            )
-            .map_err(InjectError::Foreign)?
+    // Only the code the samples touched goes to perf inject --jit.
+    let (sampled, unfiltered) = match File::open(&options.input)
+        .map_err(|e| e.to_string())
+        .and_then(|f| {
+            if options.all_jit_code {
+                return Err("--all-jit-code".to_owned());
+            }
+            Ok(f)
+        })
+        .map_err(|e| e.to_string())
+        .and_then(|f| sampled_addresses(io::BufReader::new(f)).map_err(|e| chain(&e)))
+    {
+        Ok(sampled) => (Some(sampled), None),
+        Err(why) => (None, Some(why)),
+    };
+    let pairings = if any_foreign {
+        pairings(options)?
+    } else {
+        Pairings::default()
+    };
+    let mut copies: Option<PathBuf> = None;
+    let mut make_dir = || match &copies {
+        Some(dir) => Ok(dir.clone()),
+        None => {
+            let dir = foreign::make_copies_dir(&options.copies_beside)?;
+            copies = Some(dir.clone());
+            Ok(dir)
         }
-        _ => Vec::new(),
     };
+    let dumps = foreign::rewrite(
+        &dumps,
+        &mut file,
+        conversion.as_ref(),
+        &pairings,
+        sampled.as_ref(),
+        &mut make_dir,
+        &mut patch,
+    )
+    .map_err(InjectError::Foreign)?;
     write_patched_or_copy(options, mode, cleanup, &mut file, &layout, &patch)?;
-    Ok((Outcome { time_conv, foreign }, clock_data))
+    let outcome = Outcome {
+        time_conv,
+        dumps,
+        unfiltered,
+    };
+    Ok((outcome, clock_data))
 }
 
 /// OUT: IN with `patch` applied, or a byte copy of IN where the patch changes nothing.
@@ -310,24 +376,35 @@ fn write_patched_or_copy(
     })
 }
 
-/// The sidecars of perfclock's dumps, and the maps of dumps without one that are where the
-/// recording names them (other writers'). A dump that is neither is perfclock's, moved: its
-/// missing sidecar is the error, with where to look.
+/// The sidecars of perfclock's dumps, and every dump with its writer: perfclock's (a
+/// sidecar found) or another's (none, but the dump is where the recording names it). A dump
+/// that is neither is perfclock's, moved: its missing sidecar is the error, with where to look.
 #[allow(clippy::type_complexity)]
-fn sidecars_and_foreign<'s>(
+fn sidecars_and_dumps<'s>(
     options: &InjectOptions,
     scan: &'s Scan,
-) -> Result<(Vec<(PathBuf, TimeConvRecord)>, Vec<&'s JitDumpMap>), InjectError> {
+) -> Result<
+    (
+        Vec<(PathBuf, TimeConvRecord)>,
+        Vec<(&'s JitDumpMap, foreign::Writer)>,
+    ),
+    InjectError,
+> {
     let mut sidecars = Vec::new();
-    let mut foreign = Vec::new();
+    let mut dumps = Vec::new();
     for map in &scan.jit_dumps {
         match read_sidecar(map.pid, &map.path, &options.dump_dirs) {
-            Ok(sidecar) => sidecars.push(sidecar),
-            Err(InjectError::SidecarMissing { .. }) if map.path.is_file() => foreign.push(map),
+            Ok(sidecar) => {
+                sidecars.push(sidecar);
+                dumps.push((map, foreign::Writer::Perfclock));
+            }
+            Err(InjectError::SidecarMissing { .. }) if map.path.is_file() => {
+                dumps.push((map, foreign::Writer::Other));
+            }
             Err(error) => return Err(error),
         }
     }
-    Ok((sidecars, foreign))
+    Ok((sidecars, dumps))
 }
 
 /// This machine's perf clock, for a recording of this boot: its mode, the bound over the
@@ -397,12 +474,12 @@ fn open_input(options: &InjectOptions) -> Result<(File, fs::Metadata), InjectErr
 }
 
 /// The TIME_CONV record of the dumps' sidecars (which must agree) put into `patch`: the
-/// sidecar used, its record, and how many agreed.
+/// sidecar used, its record, and what was inserted.
 fn sidecar_time_conv(
     scan: &Scan,
     sidecars: Vec<(PathBuf, TimeConvRecord)>,
     patch: &mut Patch,
-) -> Result<(PathBuf, TimeConvRecord, usize), InjectError> {
+) -> Result<(PathBuf, TimeConvRecord, Inserted), InjectError> {
     if scan.compressed_markers {
         // Seen with perf 6.1: inject --jit passes compressed records through unread, so it
         // never sees the marker, and succeeds without injecting anything.
@@ -422,8 +499,33 @@ fn sidecar_time_conv(
         .map_or(record.written_counter(), |(first, last)| {
             record.cycles_at(first / 2 + last / 2)
         });
-    patch.insert_record(&time_conv_record(&record.conversion_at(anchor)))?;
-    Ok((path.clone(), record.clone(), sidecars.len()))
+    let conversion = record.conversion_at(anchor);
+    patch.insert_record(&time_conv_record(&conversion))?;
+    // The record's own bound, and how far the anchored form drifts by the first and last sample.
+    let (first, last) = scan.sample_times.map_or((anchor, anchor), |(first, last)| {
+        (record.cycles_at(first), record.cycles_at(last))
+    });
+    let drift = record
+        .conversion_error_at_ns(first, anchor)
+        .max(record.conversion_error_at_ns(last, anchor));
+    let inserted = Inserted {
+        conversion,
+        bound_ns: record.error_bound_ns().saturating_add(drift),
+        agreed: sidecars.len(),
+    };
+    Ok((path.clone(), record.clone(), inserted))
+}
+
+/// The TIME_CONV put in from a sidecar: the conversion, its bound over the recording, and how
+/// many sidecars agreed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inserted {
+    /// The conversion inserted.
+    pub conversion: TimeConversion,
+    /// Its bound over the recording's samples, ns.
+    pub bound_ns: u64,
+    /// How many sidecars were found and agreed.
+    pub agreed: usize,
 }
 
 /// Whether `output` is `input` (`input_metadata`'s file) under any name: the same inode.
@@ -538,7 +640,12 @@ fn agree_at(
     (second, b): &(PathBuf, TimeConvRecord),
     counter: u64,
 ) -> Result<(), InjectError> {
-    let allowed_ns = a.error_bound_ns().saturating_add(b.error_bound_ns());
+    // Each anchored at `counter` is within its floor's few ns of its clock there.
+    let allowed_ns = a
+        .error_bound_ns()
+        .saturating_add(b.error_bound_ns())
+        .saturating_add(a.conversion_error_at_ns(counter, counter))
+        .saturating_add(b.conversion_error_at_ns(counter, counter));
     // Each at its exact form there (a paravirt record anchored at `counter`).
     let apart_ns = a
         .conversion_at(counter)
@@ -602,7 +709,12 @@ fn check_consistent(sidecars: &[(PathBuf, TimeConvRecord)]) -> Result<(), Inject
     let at = reference.1.written_counter();
     let ends = |sidecar: &&(PathBuf, TimeConvRecord)| {
         let ns = i128::from(sidecar.1.conversion_at(at).cycles_to_ns(at));
-        let bound = i128::from(sidecar.1.error_bound_ns());
+        let bound = i128::from(
+            sidecar
+                .1
+                .error_bound_ns()
+                .saturating_add(sidecar.1.conversion_error_at_ns(at, at)),
+        );
         (ns - bound, ns + bound)
     };
     let highest_lower = sidecars.iter().max_by_key(|sidecar| ends(sidecar).0);

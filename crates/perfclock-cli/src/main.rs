@@ -36,6 +36,7 @@ fn main() -> ExitCode {
             output,
             dump_dirs,
             clock_data_now,
+            all_jit_code,
         } => inject_time_conv(inject::InjectOptions {
             input,
             copies_beside: output.clone(),
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
                 inject::ClockDataSource::None
             },
             pairings: Vec::new(),
+            all_jit_code,
         }),
         Command::Attach {
             pid,
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
             system_wide,
             duration,
             allow_unattached,
+            all_jit_code,
             perf_args,
             command,
         } => record::run(record::RecordOptions {
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
             system_wide,
             duration: duration.map(Duration::from_secs_f64),
             allow_unattached,
+            all_jit_code,
             perf_args,
             command,
         }),

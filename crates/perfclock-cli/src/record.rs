@@ -49,6 +49,8 @@ pub(crate) struct RecordOptions {
     pub duration: Option<Duration>,
     /// `-p`: a JVM that cannot be attached is a warning, not an error.
     pub allow_unattached: bool,
+    /// Give perf inject every code load, not only the sampled ones.
+    pub all_jit_code: bool,
     /// Options passed to `perf record` after `-g`.
     pub perf_args: Vec<OsString>,
     /// The command to profile and its arguments.
@@ -619,6 +621,7 @@ fn add_time_conv(
     out_tmp: &Path,
     output: &Path,
     anchors: &ClockAnchors,
+    all_jit_code: bool,
     cleanup: &signals::TempCleanup,
 ) -> Result<TimeConvStep, RecordError> {
     // The sidecars are looked for next to each dump the recording names: every JVM has a
@@ -633,6 +636,7 @@ fn add_time_conv(
         },
         pairings: anchors.pairings.clone(),
         copies_beside: output.to_path_buf(),
+        all_jit_code,
     };
     match inject::run(&options, cleanup) {
         Ok((outcome, _)) => {
@@ -998,7 +1002,7 @@ fn record(options: &RecordOptions) -> Result<u8, Failure> {
             return Err(failure);
         }
     };
-    finish(&target, work, status, &anchors, &signals, output)
+    finish(&target, work, status, &anchors, &signals, options)
 }
 
 /// Starts `perf record` (and, for `-a`, the watcher that attaches JVMs), waits for it, and
@@ -1124,8 +1128,9 @@ fn finish(
     status: ExitStatus,
     anchors: &ClockAnchors,
     signals: &signals::TempCleanup,
-    output: &Path,
+    options: &RecordOptions,
 ) -> Result<u8, Failure> {
+    let output = &options.output;
     if !recording_complete(&work.raw) {
         return Err(fail(match status.signal() {
             Some(signal) => format!(
@@ -1156,7 +1161,7 @@ fn finish(
         _ => 0,
     };
     anchors.report();
-    if let Err(error) = post_process(&work, output, anchors, signals) {
+    if let Err(error) = post_process(&work, output, anchors, options.all_jit_code, signals) {
         let raw = work.raw.display().to_string();
         work.keep_raw();
         return Err(fail(format!(
@@ -1191,6 +1196,7 @@ fn post_process(
     work: &WorkDir,
     output: &Path,
     anchors: &ClockAnchors,
+    all_jit_code: bool,
     signals: &signals::TempCleanup,
 ) -> Result<(), RecordError> {
     let message = format!(
@@ -1202,7 +1208,14 @@ fn post_process(
     signals.fatal(None, Some(message.clone()));
     let converted = work.path("conv.data");
     signals.register(&converted);
-    match add_time_conv(&work.raw, &converted, output, anchors, signals)? {
+    match add_time_conv(
+        &work.raw,
+        &converted,
+        output,
+        anchors,
+        all_jit_code,
+        signals,
+    )? {
         TimeConvStep::ClockDataOnly => {
             errln!("{NAME}: no jitdump was mapped: no JIT code to inject");
             commit(&converted, output, signals)?;
@@ -1364,6 +1377,7 @@ mod tests {
             system_wide: false,
             duration: None,
             allow_unattached: false,
+            all_jit_code: false,
             perf_args: args(perf_args),
             command: args(&["true"]),
         };

@@ -1360,3 +1360,99 @@ fn samply_names(work: &Path, data: &str, functions: &[&str]) {
         );
     }
 }
+
+/// Only sampled JIT code becomes an image, and nothing a sample shows changes: one recording
+/// of a JVM (the agent's dump) made symbolizable twice, with the filter and with
+/// `--all-jit-code`, gives the same symbol for every sample and call-chain frame in `perf
+/// script`, from a small fraction of the images.
+#[test]
+fn only_sampled_code_becomes_an_image_and_every_symbol_stays() {
+    const TEST: &str = "only_sampled_code_becomes_an_image_and_every_symbol_stays";
+    let Some(work) = setup(TEST) else {
+        return;
+    };
+    let _lock = jvm_lock();
+    let dir = work.path();
+    let agent = Path::new(perfclock()).with_file_name("libperfclock_agent.so");
+    fs::create_dir(dir.join("dump")).unwrap();
+    let raw = Command::new("perf")
+        .args(["record", "-q", "-g", "-o", "raw.data", "--", "java"])
+        .arg(format!(
+            "-agentpath:{}=jitdump={}",
+            agent.display(),
+            dir.join("dump").display()
+        ))
+        .args(["-cp", ".", "Hot", "4000", "0"])
+        .current_dir(dir)
+        .env("HOME", dir.join("home"))
+        .env_remove("JAVA_TOOL_OPTIONS")
+        .output()
+        .unwrap();
+    assert!(raw.status.success(), "{}", text(&raw.stderr));
+    let symbols = |all: bool, name: &str| -> (String, String) {
+        let mut convert = Command::new(perfclock());
+        convert.args([
+            "inject-time-conv",
+            "raw.data",
+            "-o",
+            &format!("{name}.conv"),
+        ]);
+        if all {
+            convert.arg("--all-jit-code");
+        }
+        let converted = convert.current_dir(dir).output().unwrap();
+        assert!(converted.status.success(), "{}", text(&converted.stderr));
+        let injected = Command::new("perf")
+            .args([
+                "inject",
+                "--jit",
+                "-i",
+                &format!("{name}.conv"),
+                "-o",
+                &format!("{name}.jit"),
+            ])
+            .current_dir(dir)
+            .env("HOME", dir.join("home"))
+            .output()
+            .unwrap();
+        assert!(injected.status.success(), "{}", text(&injected.stderr));
+        let script = Command::new("perf")
+            .args([
+                "script",
+                "-F",
+                "tid,time,ip,sym",
+                "--ns",
+                "-i",
+                &format!("{name}.jit"),
+            ])
+            .current_dir(dir)
+            .env("HOME", dir.join("home"))
+            .output()
+            .unwrap();
+        assert!(script.status.success(), "{}", text(&script.stderr));
+        (text(&script.stdout), text(&converted.stderr))
+    };
+    let (filtered, said) = symbols(false, "filtered");
+    let (every, _) = symbols(true, "every");
+    assert!(filtered.contains("Hot.alpha("), "no hot method named");
+    assert!(
+        filtered == every,
+        "perf script differs with and without the filter"
+    );
+    let images = |root: &Path| {
+        fs::read_dir(root)
+            .map(|entries| entries.count())
+            .unwrap_or(0)
+    };
+    let copies: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains("filtered.conv.jit-"))
+        .collect();
+    assert_eq!(copies.len(), 1, "{said}");
+    let kept = images(&copies[0].join("dump-0")) - 1;
+    let all = images(&dir.join("dump")) - 2;
+    eprintln!("{said}\nimages: {kept} with the filter, {all} without");
+    assert!(kept * 5 <= all, "{kept} images kept of {all}");
+}

@@ -168,11 +168,12 @@ impl ForeignDump {
         bytes: &[u8],
         counter_of: impl FnMut(u64) -> Result<u64, E>,
     ) -> Result<Vec<u8>, E> {
-        self.copy(bytes, |_| true, Some(counter_of))
+        self.copy(bytes, |_, _| true, Some(counter_of))
     }
 
     /// A copy of `bytes` (the bytes this dump was parsed from) with the header and the whole
-    /// records `keep` accepts, in order; with `counter_of`, in the arch form as
+    /// records `keep` accepts (given each one's index in [`ForeignDump::records`]), in order;
+    /// with `counter_of`, in the arch form as
     /// [`ForeignDump::with_counter_timestamps`] makes it.
     ///
     /// # Errors
@@ -180,7 +181,7 @@ impl ForeignDump {
     pub fn copy<E: From<ForeignDumpError>>(
         &self,
         bytes: &[u8],
-        mut keep: impl FnMut(&RecordAt) -> bool,
+        mut keep: impl FnMut(usize, &RecordAt) -> bool,
         mut counter_of: Option<impl FnMut(u64) -> Result<u64, E>>,
     ) -> Result<Vec<u8>, E> {
         let parsed = bytes
@@ -192,8 +193,8 @@ impl ForeignDump {
             let flags = self.header.flags | FLAGS_ARCH_TIMESTAMP;
             self.put_u64(&mut copy, FLAGS_AT, flags);
         }
-        for record in &self.records {
-            if !keep(record) {
+        for (index, record) in self.records.iter().enumerate() {
+            if !keep(index, record) {
                 continue;
             }
             let at = copy.len();
@@ -418,7 +419,7 @@ mod keep_tests {
         let copy = parsed
             .copy::<ForeignDumpError>(
                 &bytes,
-                |r| keep[parsed.records().iter().position(|x| x == r).unwrap()],
+                |index, _| keep[index],
                 None::<fn(u64) -> Result<u64, ForeignDumpError>>,
             )
             .unwrap();

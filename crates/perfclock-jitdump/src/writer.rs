@@ -549,11 +549,16 @@ impl Shared {
 
     /// The bound a sidecar written at counter value `cycles` carries: the clock's own (0 in
     /// kernel mode) plus how far the recorded conversion is from the clock there (perf's form
-    /// of paravirt mode's pvclock drifts; 0 in the other modes).
+    /// of paravirt mode's pvclock drifts; 0 in the other modes). A sidecar with paravirt mode's
+    /// exact form (`pvclock=`) carries the clock's own only: its readers anchor the conversion
+    /// where they use it and add the drift from there.
     fn sidecar_bound_ns(&self, cycles: u64) -> u64 {
-        self.clock
-            .error_bound_ns()
-            .saturating_add(self.clock.conversion_error_ns(cycles))
+        let drift = if paravirt_form(self.clock).is_some() {
+            0
+        } else {
+            self.clock.conversion_error_ns(cycles)
+        };
+        self.clock.error_bound_ns().saturating_add(drift)
     }
 
     fn publish(&self, published: &mut Option<Published>) -> Result<(), JitDumpError> {

@@ -34,6 +34,11 @@ impl SampledAddresses {
             .is_some_and(|&address| address <= start.saturating_add(size))
     }
 
+    /// Whether process `pid` has a sample.
+    pub fn has_process(&self, pid: u32) -> bool {
+        self.by_pid.contains_key(&pid)
+    }
+
     /// How many samples were read.
     pub fn samples(&self) -> u64 {
         self.samples
