@@ -3,7 +3,8 @@
 //! kinds the scan reads, jitdump names, compressed records, feature sections, where the
 //! attributes go) built by the synth builder, then corrupted at chosen bytes, so the fuzzer
 //! spends its time past the magic and the header checks; raw bytes are tried too, and the
-//! recordings `perf record` wrote (perfdata's test fixtures), cut and corrupted.
+//! recordings `perf record` wrote (perfdata's test fixtures), cut and corrupted. The samples'
+//! addresses are read from every input too.
 #![no_main]
 
 use std::io::Cursor;
@@ -13,7 +14,8 @@ use libfuzzer_sys::fuzz_target;
 use perfclock_core::TimeConversion;
 use perfclock_perfdata::synth::{self, Synth};
 use perfclock_perfdata::{
-    read_layout, scan_records, time_conv_record, ClockData, Feature, Patch, RecordType,
+    read_layout, sampled_addresses, scan_records, time_conv_record, ClockData, Feature, Patch,
+    RecordType, TIME_CONV_RECORD_SIZE,
 };
 
 #[derive(Debug, Arbitrary)]
@@ -166,6 +168,11 @@ fuzz_target!(|input: Input| {
             corruptions,
         } => recorded(which, cut, corruptions),
     };
+    // The sampled addresses (linux-perf-data's reader under perfclock's use of it): any input
+    // is an answer or an error, never a panic or a hang.
+    if let Ok(sampled) = sampled_addresses(Cursor::new(&bytes)) {
+        let _ = sampled.any_in(1, 0, u64::MAX);
+    }
     let mut file = Cursor::new(&bytes);
     let Ok(layout) = read_layout(&mut file) else {
         return;
@@ -191,7 +198,16 @@ fuzz_target!(|input: Input| {
     let layout_out = read_layout(&mut reread).expect("the output's layout");
     let scan_out = scan_records(&mut reread, &layout_out).expect("the output's records");
     assert!(scan_out.has_time_conv);
-    assert_eq!(scan_out.jit_dumps, scan.jit_dumps);
+    // The same maps, each record moved by the TIME_CONV inserted before them.
+    let moved = TIME_CONV_RECORD_SIZE as u64;
+    assert_eq!(scan_out.jit_dumps.len(), scan.jit_dumps.len());
+    for (after, before) in scan_out.jit_dumps.iter().zip(&scan.jit_dumps) {
+        assert_eq!((after.pid, &after.path), (before.pid, &before.path));
+        assert_eq!(after.first_record, before.first_record.map(|at| at + moved));
+        let shifted: Vec<u64> = before.marker_slashes.iter().map(|at| at + moved).collect();
+        assert_eq!(after.marker_slashes, shifted);
+    }
+    assert_eq!(scan_out.sample_times, scan.sample_times);
     assert_eq!(scan_out.records, scan.records + 1);
     assert_eq!(layout_out.clockid, layout.clockid);
     if adds_clock_data {

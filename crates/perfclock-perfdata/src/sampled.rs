@@ -1,14 +1,22 @@
 //! The code addresses a recording's samples landed in, by process: every sample's IP and every
 //! address of its call chain, read with linux-perf-data's reader. What `perf inject --jit` needs
 //! to write an image for is the JIT code these fall in ([`SampledAddresses::any_in`]).
+//!
+//! That reader sizes its allocations by counts the file claims (feature sections, the legacy
+//! event-types section), and an impossible size aborts the process (found by fuzzing). So the
+//! file must first pass this crate's own layout checks ([`crate::read_layout`]: attributes and
+//! sections inside the file, counts bounded), and the reader is shown the header with its
+//! feature bits and event-types section cleared ([`HeaderMasked`]): it needs neither to read
+//! samples.
 
 use std::collections::HashMap;
-use std::io::{Read, Seek};
+use std::io::{self, Read, Seek, SeekFrom};
 
 use linux_perf_data::linux_perf_event_reader::EventRecord;
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 
 use crate::error::PerfDataError;
+use crate::header::at;
 
 /// Call-chain entries from here up are `PERF_CONTEXT_*` markers (the kernel's `perf_event.h`:
 /// `PERF_CONTEXT_MAX` is `(u64)-4095`), not addresses.
@@ -55,12 +63,14 @@ impl SampledAddresses {
 /// # Errors
 /// [`PerfDataError::Unreadable`] where linux-perf-data cannot read the recording or a record
 /// (a compressed one without its `zstd` feature among them).
-pub fn sampled_addresses<R: Read + Seek>(reader: R) -> Result<SampledAddresses, PerfDataError> {
+pub fn sampled_addresses<R: Read + Seek>(mut reader: R) -> Result<SampledAddresses, PerfDataError> {
+    crate::read_layout(&mut reader)?;
+    reader.seek(SeekFrom::Start(0))?;
     let unreadable = |error: &dyn std::fmt::Display| PerfDataError::Unreadable(error.to_string());
     let PerfFileReader {
         mut perf_file,
         mut record_iter,
-    } = PerfFileReader::parse_file(reader).map_err(|e| unreadable(&e))?;
+    } = PerfFileReader::parse_file(HeaderMasked::new(reader)).map_err(|e| unreadable(&e))?;
     let mut sampled = SampledAddresses::default();
     while let Some(record) = record_iter
         .next_record(&mut perf_file)
@@ -91,4 +101,46 @@ pub fn sampled_addresses<R: Read + Seek>(reader: R) -> Result<SampledAddresses, 
         addresses.dedup();
     }
     Ok(sampled)
+}
+
+/// A perf.data as linux-perf-data is shown it: the header's event-types section and feature
+/// bits read as zeros (see the module docs), every other byte as it is.
+struct HeaderMasked<R> {
+    inner: R,
+    position: u64,
+}
+
+impl<R> HeaderMasked<R> {
+    /// The header's bytes read as zeros: the event-types section's offset and size, and the
+    /// 256 feature bits.
+    const MASKED: [(usize, usize); 2] = [(at::EVENT_TYPES, 16), (at::FEATURES, 32)];
+
+    fn new(inner: R) -> Self {
+        HeaderMasked { inner, position: 0 }
+    }
+}
+
+impl<R: Read> Read for HeaderMasked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let read = self.inner.read(buf)?;
+        for (start, len) in Self::MASKED {
+            // The masked range, as indices of this read's bytes (empty past the header).
+            let from = (start as u64)
+                .saturating_sub(self.position)
+                .min(read as u64) as usize;
+            let to = ((start + len) as u64)
+                .saturating_sub(self.position)
+                .min(read as u64) as usize;
+            buf[from..to].fill(0);
+        }
+        self.position += read as u64;
+        Ok(read)
+    }
+}
+
+impl<R: Seek> Seek for HeaderMasked<R> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        self.position = self.inner.seek(to)?;
+        Ok(self.position)
+    }
 }
