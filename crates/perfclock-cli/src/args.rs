@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// Kernel stamps `doctor` checks per record kind when the command line names no number.
 pub const DEFAULT_RECORDS_PER_KIND: usize = 20_000;
@@ -96,6 +96,24 @@ pub enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// What a recording turns into: an interactive flame graph (one SVG that opens offline in
+    /// any browser: click to zoom, search, a tooltip with the share) and a gzipped pprof profile
+    /// (for `go tool pprof` and the fleet's profilers), from the samples `perf script`
+    /// symbolizes (JIT names after `perf inject --jit`; `perfclock record`'s output has them).
+    Report {
+        /// The recording.
+        #[arg(value_name = "IN", default_value = "perf.data")]
+        input: PathBuf,
+        /// Write the flame graph (SVG) here.
+        #[arg(short = 'o', long = "output", value_name = "FLAME.svg")]
+        flamegraph: Option<PathBuf>,
+        /// Write the pprof profile (gzipped profile.proto) here.
+        #[arg(long, value_name = "PROFILE.pb.gz")]
+        pprof: Option<PathBuf>,
+        /// Split the flame graph by process (`comm-pid` below each stack) or by thread.
+        #[arg(long, value_enum)]
+        split: Option<SplitBy>,
+    },
     /// Profile CMD with `perf record -g` (perf's default clock), every JVM in it writing a
     /// jitdump through perfclock's agent, then add the TIME_CONV record and run `perf inject
     /// --jit`: one OUT for `perf report`, `perf script` and `samply import`. SIGINT/SIGTERM stop
@@ -170,4 +188,13 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
         Ok(timeout) if !timeout.is_zero() => Ok(timeout),
         _ => Err(format!("the timeout must be positive seconds, not {text}")),
     }
+}
+
+/// What `perfclock report --split` puts below the flame graph's stacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SplitBy {
+    /// A root frame per process, `comm-pid`.
+    Process,
+    /// A root frame per thread, `comm-pid/tid`.
+    Thread,
 }

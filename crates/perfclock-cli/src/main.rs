@@ -16,6 +16,7 @@ pub(crate) mod inject;
 pub(crate) mod jvms;
 pub(crate) mod output;
 pub(crate) mod record;
+pub(crate) mod report;
 pub(crate) mod serve;
 pub(crate) mod signals;
 
@@ -23,7 +24,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use perfclock_cli::{Cli, Command};
+use perfclock_cli::{Cli, Command, SplitBy};
 
 use crate::output::errln;
 
@@ -84,6 +85,24 @@ fn main() -> ExitCode {
             perf_args,
             command,
         }),
+        Command::Report {
+            input,
+            flamegraph,
+            pprof,
+            split,
+        } => {
+            let split = match split {
+                None => perfclock_report::flamegraph::Split::None,
+                Some(SplitBy::Process) => perfclock_report::flamegraph::Split::Process,
+                Some(SplitBy::Thread) => perfclock_report::flamegraph::Split::Thread,
+            };
+            report::run(&report::ReportOptions {
+                input,
+                flamegraph,
+                pprof,
+                split,
+            })
+        }
         Command::AgentPath => match agent_path::find() {
             Ok(path) => {
                 output::outln!("{}", path.display());

@@ -265,6 +265,142 @@ fn one_command_names_the_hot_java_methods() {
     assert_ok_output(work.path(), &output, 0);
     assert_hot(work.path(), "out.data", "perf script");
     samply_names_the_hot_methods(work.path());
+    report_totals_are_perf_scripts(work.path());
+}
+
+/// `perfclock report` of the recording: the flame graph's total and the pprof profile's
+/// totals (in `go tool pprof`) are `perf script`'s sample count, and each hot method's flat
+/// count in pprof is the number of samples `perf script` shows it at the leaf of; the flame
+/// graph, opened in headless Chromium offline, names the hot method.
+fn report_totals_are_perf_scripts(work: &Path) {
+    const TEST: &str = "report_totals_are_perf_scripts";
+    let report = Command::new(perfclock())
+        .args([
+            "report",
+            "out.data",
+            "-o",
+            "flame.svg",
+            "--pprof",
+            "profile.pb.gz",
+        ])
+        .current_dir(work)
+        .env("HOME", work.join("home"))
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    // perf script's samples and each one's leaf symbol.
+    let script = Command::new("perf")
+        .args([
+            "script",
+            "-F",
+            "comm,tid,time,ip,sym",
+            "--ns",
+            "-i",
+            "out.data",
+        ])
+        .current_dir(work)
+        .env("HOME", work.join("home"))
+        .output()
+        .unwrap();
+    let script = text(&script.stdout);
+    let mut leaves = Vec::new();
+    let mut at_leaf = false;
+    for line in script.lines() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        if !line.starts_with(char::is_whitespace) {
+            at_leaf = true;
+            leaves.push(String::new());
+        } else if at_leaf {
+            at_leaf = false;
+            // `IP SYMBOL`: the symbol after the address.
+            let symbol = line.trim().split_once(' ').map_or("", |(_, symbol)| symbol);
+            *leaves.last_mut().unwrap() = symbol.trim().to_owned();
+        }
+    }
+    let total = leaves.len();
+    let leaf_count = |method: &str| {
+        leaves
+            .iter()
+            .filter(|leaf| leaf.starts_with(method))
+            .count()
+    };
+    let svg = fs::read_to_string(work.join("flame.svg")).unwrap();
+    let all = format!("<title>all ({} samples, 100%)", thousands(total));
+    assert!(svg.contains(&all), "the flame graph's total is not {total}");
+    if !runs("go", "version") {
+        skip(TEST, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
+    } else {
+        let gohome = work.join("gohome");
+        let top = Command::new("go")
+            .args([
+                "tool",
+                "pprof",
+                "-top",
+                "-sample_index=samples",
+                "-symbolize=none",
+                "-nodecount=50",
+                "profile.pb.gz",
+            ])
+            .current_dir(work)
+            .env("HOME", &gohome)
+            .env("GOCACHE", gohome.join("cache"))
+            .env("GOPATH", gohome.join("path"))
+            .env("GOTOOLCHAIN", "local")
+            .output()
+            .unwrap();
+        let top = text(&top.stdout);
+        assert!(top.contains(&format!("Total samples = {total}")), "{top}");
+        for method in ["Hot.alpha(long)", "Hot.beta(long)"] {
+            let expected = leaf_count(method);
+            let flat: u64 = top
+                .lines()
+                .filter(|line| line.contains(method))
+                .filter_map(|line| line.split_whitespace().next()?.parse::<u64>().ok())
+                .sum();
+            assert_eq!(
+                flat as usize, expected,
+                "{method}: pprof {flat}, perf script {expected}\n{top}"
+            );
+        }
+    }
+    if !runs("chromium", "--version") {
+        skip(
+            TEST,
+            Need::Tool("chromium"),
+            "no chromium on PATH (Debian: chromium)",
+        );
+        return;
+    }
+    let dom = Command::new("chromium")
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", work.join("flame.svg").display()))
+        .env("HOME", work.join("home"))
+        .output()
+        .unwrap();
+    assert!(
+        text(&dom.stdout).contains("Hot.alpha(long)"),
+        "the browser's DOM lacks the hot method"
+    );
+}
+
+/// `n` as inferno prints counts: with `,` between thousands.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
 }
 
 /// `samply import` of the output: the main thread's leaf frames, symbolized from the

@@ -219,7 +219,13 @@ node 30749/30749  2412.136541094:     250000 cpu-clock:ppp:
         assert_eq!(samples.len(), 2);
         let java = &samples[0];
         assert_eq!(
-            (java.comm.as_str(), java.pid, java.tid, java.time_ns, java.period),
+            (
+                java.comm.as_str(),
+                java.pid,
+                java.tid,
+                java.time_ns,
+                java.period
+            ),
             ("C2 CompilerThre", 4242, 4250, 2_412_136_291_842, 250_000)
         );
         assert_eq!(java.event, "cpu-clock:ppp");
@@ -235,9 +241,15 @@ node 30749/30749  2412.136541094:     250000 cpu-clock:ppp:
             ]
         );
         assert_eq!(java.frames[0].function, "Hot.alpha(long)");
-        assert_eq!(java.frames[1].function, "Hot.main(java.lang.String[]) <- Hot.loop()");
+        assert_eq!(
+            java.frames[1].function,
+            "Hot.main(java.lang.String[]) <- Hot.loop()"
+        );
         assert_eq!(java.frames[2].ip, 0xffff_ffff_8162_105f);
-        assert_eq!(samples[1].frames[0].function, "JS:*parseExpr /tmp/nodet/hot.js:3:19");
+        assert_eq!(
+            samples[1].frames[0].function,
+            "JS:*parseExpr /tmp/nodet/hot.js:3:19"
+        );
     }
 
     #[test]

@@ -1,0 +1,164 @@
+//! `perfclock report IN [-o FLAME.svg] [--pprof PROFILE.pb.gz]`: what a recording turns into,
+//! from the samples `perf script` symbolizes (JIT names after `perf inject --jit`, which
+//! `perfclock record` has run): an interactive flame graph that opens offline in any browser
+//! and a gzipped pprof profile for `go tool pprof` and the fleet's profilers
+//! (`perfclock_report`). Each file is written complete under a temporary name and renamed, or
+//! not at all; IN is only read.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use perfclock_perfdata::{
+    check_output_path, read_layout, ClockData, Feature, OutputFile, PerfDataError,
+};
+use perfclock_report::flamegraph::{self, FlameGraphOptions, Split};
+use perfclock_report::pprof::{self, PprofOptions};
+use perfclock_report::{Sample, PERF_SCRIPT_ARGS};
+
+use crate::output::{chain, errln};
+
+const NAME: &str = "perfclock report";
+
+/// What to write.
+#[derive(Debug)]
+pub(crate) struct ReportOptions {
+    /// The recording.
+    pub input: PathBuf,
+    /// The flame graph (SVG), if asked for.
+    pub flamegraph: Option<PathBuf>,
+    /// The pprof profile (gzipped), if asked for.
+    pub pprof: Option<PathBuf>,
+    /// What goes below the flame graph's stacks.
+    pub split: Split,
+}
+
+/// Runs the subcommand.
+pub(crate) fn run(options: &ReportOptions) -> ExitCode {
+    match report(options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            errln!("{NAME}: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn report(options: &ReportOptions) -> Result<(), String> {
+    if options.flamegraph.is_none() && options.pprof.is_none() {
+        return Err("nothing to write: pass -o FLAME.svg, --pprof PROFILE.pb.gz, or both".into());
+    }
+    for out in [&options.flamegraph, &options.pprof].into_iter().flatten() {
+        check_output_path(out).map_err(|e| chain(&e))?;
+    }
+    let samples = samples(&options.input)?;
+    if samples.is_empty() {
+        return Err(format!("{} holds no sample", options.input.display()));
+    }
+    errln!(
+        "{NAME}: {} samples of {} thread(s) read through perf script",
+        samples.len(),
+        samples
+            .iter()
+            .map(|s| s.tid)
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+    );
+    if let Some(path) = &options.flamegraph {
+        let mut graph = FlameGraphOptions::default();
+        graph.title = format!("perfclock report: {}", options.input.display());
+        graph.subtitle = samples
+            .first()
+            .map(|s| format!("{} samples of {}", samples.len(), s.event));
+        graph.split = options.split;
+        write_atomically(path, |out| {
+            flamegraph::write_svg(&samples, &graph, out).map_err(|e| chain(&e))
+        })?;
+        errln!(
+            "{NAME}: wrote the flame graph {} (open it in a browser)",
+            path.display()
+        );
+    }
+    if let Some(path) = &options.pprof {
+        let pprof_options = PprofOptions {
+            wall_clock_offset_ns: wall_clock_offset(&options.input),
+            ..PprofOptions::default()
+        };
+        let profile = pprof::profile(&samples, &pprof_options);
+        write_atomically(path, |out| {
+            pprof::write_gzipped(&profile, out).map_err(|e| e.to_string())
+        })?;
+        errln!(
+            "{NAME}: wrote the pprof profile {} (go tool pprof -top {}; docs/report.md for the \
+             fleet's profilers){}",
+            path.display(),
+            path.display(),
+            if pprof_options.wall_clock_offset_ns.is_none() {
+                "; no wall-clock times: the recording has no HEADER_CLOCK_DATA (perfclock \
+                 record, or inject-time-conv --clock-data-now, adds it)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
+}
+
+/// The recording's samples, through `perf script` (its symbolization is perf report's).
+fn samples(input: &Path) -> Result<Vec<Sample>, String> {
+    let mut child = Command::new("perf")
+        .args(PERF_SCRIPT_ARGS)
+        .arg("-i")
+        .arg(input)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                "no `perf` on PATH: install it (Debian: linux-perf)".to_owned()
+            } else {
+                format!("cannot run perf script: {e}")
+            }
+        })?;
+    let stdout = child.stdout.take().ok_or("perf script has no output")?;
+    let parsed = perfclock_report::parse(BufReader::new(stdout));
+    let output = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !output.status.success() {
+        return Err(format!(
+            "perf script -i {} failed ({}): {}",
+            input.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    parsed.map_err(|e| chain(&e))
+}
+
+/// Wall clock minus perf clock from IN's HEADER_CLOCK_DATA, if it has one (only that section
+/// is read: a recording can be gigabytes).
+fn wall_clock_offset(input: &Path) -> Option<i128> {
+    let mut file = File::open(input).ok()?;
+    let layout = read_layout(&mut file).ok()?;
+    let section = layout.feature_section(Feature::CLOCK_DATA)?;
+    let mut contents = vec![0; usize::try_from(section.size).ok()?.min(4096)];
+    file.seek(SeekFrom::Start(section.offset)).ok()?;
+    file.read_exact(&mut contents).ok()?;
+    let clock = ClockData::parse(&contents)?;
+    Some(i128::from(clock.wall_clock_ns) - i128::from(clock.clockid_time_ns))
+}
+
+/// Writes `path` through a temporary file beside it, renamed over it once `fill` succeeded.
+fn write_atomically(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<&mut File>) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut out = OutputFile::create(path, 0o644).map_err(|e| chain(&e))?;
+    let filled = {
+        let mut writer = BufWriter::new(out.file());
+        fill(&mut writer).and_then(|()| writer.flush().map_err(|e| e.to_string()))
+    };
+    filled?;
+    out.commit().map_err(|e: PerfDataError| chain(&e))
+}
