@@ -246,11 +246,7 @@ fn function_name(frame: &Frame) -> Cow<'_, str> {
 /// are trimmed, a last word that reads as a number is taken for a count, and a line starting
 /// `# ` is a comment. The spaces it would misread become no-break spaces, which look the same.
 fn safe_name(name: &str) -> String {
-    let name = name.trim();
-    if name.is_empty() {
-        return UNKNOWN.to_owned();
-    }
-    let mut safe: String = name
+    let mapped: String = name
         .chars()
         .map(|c| match c {
             ';' => ':',
@@ -258,6 +254,11 @@ fn safe_name(name: &str) -> String {
             c => c,
         })
         .collect();
+    // Trimmed after the control characters became spaces, which inferno would trim too.
+    let mut safe = mapped.trim().to_owned();
+    if safe.is_empty() {
+        return UNKNOWN.to_owned();
+    }
     if safe.starts_with("# ") {
         safe.replace_range(1..2, "\u{a0}");
     }
@@ -375,6 +376,10 @@ mod tests {
             ("worker 2", "worker\u{a0}2"),
             ("ratio 1.5", "ratio\u{a0}1.5"),
             ("# not a comment", "#\u{a0}not a comment"),
+            (
+                "\0\0# hidden behind control characters",
+                "#\u{a0}hidden behind control characters",
+            ),
             ("JS:*parse /app/hot.js:3:19", "JS:*parse /app/hot.js:3:19"),
         ];
         for (name, safe) in cases {
