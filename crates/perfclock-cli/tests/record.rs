@@ -1422,6 +1422,73 @@ fn node_functions_are_named_from_a_default_recording() {
     );
 }
 
+const HOT_WASM_PY: &str = include_str!("fixtures/hot_wasm.py");
+
+/// Wasmtime (its jitdump profiler through the `wasmtime` Python package: a `CLOCK_MONOTONIC`
+/// dump in the working directory) under `perfclock record` with a default `perf record`: the
+/// hot WebAssembly function is named in perf report. The control: plain `perf inject --jit`
+/// refuses the same kind of recording ("-k 1").
+#[test]
+fn wasmtime_functions_are_named_from_a_default_recording() {
+    const TEST: &str = "wasmtime_functions_are_named_from_a_default_recording";
+    let Some(work) = setup(TEST) else {
+        return;
+    };
+    let importable = Command::new("python3")
+        .args(["-c", "import wasmtime"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !importable {
+        skip(
+            TEST,
+            Need::Tool("python3"),
+            "python3 cannot import wasmtime (python3 -m pip install wasmtime)",
+        );
+        return;
+    }
+    let _lock = jvm_lock();
+    fs::write(work.path().join("hot_wasm.py"), HOT_WASM_PY).unwrap();
+    let output = record(
+        work.path(),
+        &["-o", "out.data", "--", "python3", "hot_wasm.py", "30"],
+    )
+    .output()
+    .unwrap();
+    assert_ok_output(work.path(), &output, 0);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("CLOCK_MONOTONIC timestamps (another writer's)"),
+        "{stderr}"
+    );
+    let share = report_share(work.path(), "out.data", |line| {
+        line.trim_end().ends_with("[.] spin_hot")
+    });
+    eprintln!("perf report: spin_hot {share}% of the samples");
+    assert!(share >= 50.0, "spin_hot: {share}%\n{stderr}");
+
+    let raw = Command::new("perf")
+        .args(["record", "-q", "-g", "-o", "raw.data", "--"])
+        .args(["python3", "hot_wasm.py", "5"])
+        .current_dir(work.path())
+        .env("HOME", work.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(raw.status.success(), "{}", text(&raw.stderr));
+    let plain = Command::new("perf")
+        .args(["inject", "--jit", "-i", "raw.data", "-o", "plain.data"])
+        .current_dir(work.path())
+        .env("HOME", work.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(
+        !plain.status.success() && text(&plain.stderr).contains("perf record -k 1"),
+        "plain perf inject accepted a CLOCK_MONOTONIC dump: {}",
+        text(&plain.stderr)
+    );
+}
+
 /// A JVM (perfclock's agent, counter timestamps and its time conversion record) and Node (a
 /// `CLOCK_MONOTONIC` dump) in one recording: both are named, through the one TIME_CONV.
 #[test]
