@@ -72,7 +72,7 @@ pub(crate) struct Outcome {
     pub time_conv: TimeConvSource,
     /// Each dump of another writer, and what became of it.
     pub dumps: Vec<(PathBuf, foreign::Writer, foreign::Outcome)>,
-    /// Why the dumps kept every code load (the samples could not be read), if they did.
+    /// Why the dumps kept every code load, if they did.
     pub unfiltered: Option<String>,
 }
 
@@ -184,10 +184,7 @@ impl Outcome {
             ));
         }
         if let Some(why) = &self.unfiltered {
-            lines.push(format!(
-                "warning: every code load goes to perf inject --jit (the samples could not be \
-                 read: {why})"
-            ));
+            lines.push(format!("every code load goes to perf inject --jit: {why}"));
         }
         lines
     }
@@ -309,19 +306,24 @@ pub(crate) fn run(
         (source, Some(inserted.conversion))
     };
     // Only the code the samples touched goes to perf inject --jit.
-    let (sampled, unfiltered) = match File::open(&options.input)
-        .map_err(|e| e.to_string())
-        .and_then(|f| {
-            if options.all_jit_code {
-                return Err("--all-jit-code".to_owned());
-            }
-            Ok(f)
-        })
-        .map_err(|e| e.to_string())
-        .and_then(|f| sampled_addresses(io::BufReader::new(f)).map_err(|e| chain(&e)))
-    {
-        Ok(sampled) => (Some(sampled), None),
-        Err(why) => (None, Some(why)),
+    let (sampled, unfiltered) = if options.all_jit_code {
+        (None, Some("--all-jit-code".to_owned()))
+    } else {
+        match File::open(&options.input)
+            .map_err(|e| e.to_string())
+            .and_then(|f| sampled_addresses(io::BufReader::new(f)).map_err(|e| chain(&e)))
+        {
+            Ok(sampled) if sampled.has_user_stacks() => (
+                None,
+                Some(
+                    "the samples carry user stacks (--call-graph dwarf), which perf unwinds only \
+                     when it reports: which JIT code those frames reach is not known before"
+                        .to_owned(),
+                ),
+            ),
+            Ok(sampled) => (Some(sampled), None),
+            Err(why) => (None, Some(format!("the samples could not be read ({why})"))),
+        }
     };
     let pairings = if any_foreign {
         pairings(options)?

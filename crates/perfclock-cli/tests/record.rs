@@ -1489,6 +1489,99 @@ fn wasmtime_functions_are_named_from_a_default_recording() {
     );
 }
 
+const HOT_PY: &str = include_str!("fixtures/hot.py");
+
+/// CPython 3.13's perf trampolines (`-X perf_jit`: a `CLOCK_MONOTONIC` dump in /tmp) under
+/// `perfclock record --call-graph dwarf`, which CPython needs where it is built without frame
+/// pointers: the Python functions are named in perf report's call chains. The samples carry
+/// user stacks, so every trampoline goes to perf inject (perf unwinds through them only when it
+/// reports). The control: plain `perf inject --jit` refuses the same kind of recording.
+#[test]
+fn cpython_functions_are_named_from_a_dwarf_recording() {
+    const TEST: &str = "cpython_functions_are_named_from_a_dwarf_recording";
+    let Some(work) = setup(TEST) else {
+        return;
+    };
+    // CI names its interpreter (.ci/provision); elsewhere the one on PATH.
+    let python = std::env::var("PERFCLOCK_CPYTHON").unwrap_or_else(|_| "python3.13".to_owned());
+    if !runs(&python, "--version") {
+        skip(
+            TEST,
+            Need::Tool("python3.13"),
+            format!("{python} does not run (CPython 3.13 or newer writes jitdumps; PERFCLOCK_CPYTHON names one)"),
+        );
+        return;
+    }
+    let _lock = jvm_lock();
+    fs::write(work.path().join("hot.py"), HOT_PY).unwrap();
+    let output = record(
+        work.path(),
+        &[
+            "-o",
+            "out.data",
+            "--call-graph",
+            "dwarf",
+            "--",
+            &python,
+            "-X",
+            "perf_jit",
+            "hot.py",
+            "20",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_ok_output(work.path(), &output, 0);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("CLOCK_MONOTONIC timestamps (another writer's)")
+            && stderr.contains("the samples carry user stacks"),
+        "{stderr}"
+    );
+    let report = Command::new("perf")
+        .args(["report", "--stdio", "--no-children", "-i", "out.data"])
+        .current_dir(work.path())
+        .env("HOME", work.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let report = text(&report.stdout);
+    for function in ["py::spin_hot:", "py::main:", "py::<module>:"] {
+        assert!(
+            report.contains(function),
+            "perf report does not name {function}\n{stderr}"
+        );
+    }
+
+    let raw = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "--call-graph",
+            "dwarf",
+            "-o",
+            "raw.data",
+            "--",
+        ])
+        .args([python.as_str(), "-X", "perf_jit", "hot.py", "2"])
+        .current_dir(work.path())
+        .env("HOME", work.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(raw.status.success(), "{}", text(&raw.stderr));
+    let plain = Command::new("perf")
+        .args(["inject", "--jit", "-i", "raw.data", "-o", "plain.data"])
+        .current_dir(work.path())
+        .env("HOME", work.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(
+        !plain.status.success() && text(&plain.stderr).contains("perf record -k 1"),
+        "plain perf inject accepted a CLOCK_MONOTONIC dump: {}",
+        text(&plain.stderr)
+    );
+}
+
 /// A JVM (perfclock's agent, counter timestamps and its time conversion record) and Node (a
 /// `CLOCK_MONOTONIC` dump) in one recording: both are named, through the one TIME_CONV.
 #[test]

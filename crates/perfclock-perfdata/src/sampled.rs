@@ -27,6 +27,7 @@ const PERF_CONTEXT_MAX: u64 = u64::MAX - 4094;
 pub struct SampledAddresses {
     by_pid: HashMap<u32, Vec<u64>>,
     samples: u64,
+    user_stacks: bool,
 }
 
 impl SampledAddresses {
@@ -50,6 +51,12 @@ impl SampledAddresses {
     /// How many samples were read.
     pub fn samples(&self) -> u64 {
         self.samples
+    }
+
+    /// Whether samples carry a copy of the user stack (`--call-graph dwarf`): perf unwinds
+    /// those only when it reports, so the frames it will reach are not among the addresses.
+    pub fn has_user_stacks(&self) -> bool {
+        self.user_stacks
     }
 
     /// How many processes have samples.
@@ -83,6 +90,9 @@ pub fn sampled_addresses<R: Read + Seek>(mut reader: R) -> Result<SampledAddress
             continue;
         };
         sampled.samples += 1;
+        sampled.user_stacks |= sample
+            .user_stack
+            .is_some_and(|(stack, _)| !stack.is_empty());
         let Some(pid) = sample.pid.and_then(|pid| u32::try_from(pid).ok()) else {
             continue;
         };
