@@ -1324,6 +1324,46 @@ fn hot_js_shares(work: &Path, data: &str) -> (Vec<f64>, f64) {
     (shares, sum)
 }
 
+/// The control of another runtime's `CLOCK_MONOTONIC` dump: `perf record -q CALL_GRAPH -o
+/// raw.data -- COMMAND` in `work`, then plain `perf inject --jit` refuses it, asking for
+/// `perf record -k 1`. raw.data stays for the caller.
+fn plain_inject_refuses(work: &Path, call_graph: &[&str], command: &[&str]) {
+    let raw = Command::new("perf")
+        .args(["record", "-q"])
+        .args(call_graph)
+        .args(["-o", "raw.data", "--"])
+        .args(command)
+        .current_dir(work)
+        .env("HOME", work.join("home"))
+        .output()
+        .unwrap();
+    assert!(raw.status.success(), "{}", text(&raw.stderr));
+    let plain = Command::new("perf")
+        .args(["inject", "--jit", "-i", "raw.data", "-o", "plain.data"])
+        .current_dir(work)
+        .env("HOME", work.join("home"))
+        .output()
+        .unwrap();
+    assert!(
+        !plain.status.success() && text(&plain.stderr).contains("perf record -k 1"),
+        "plain perf inject accepted a CLOCK_MONOTONIC dump: {}",
+        text(&plain.stderr)
+    );
+}
+
+/// The working directory of a Node test, with hot.js in it, and the lock the JVM tests share;
+/// `None` (said through the skip helper) without perf or node.
+fn node_work(test: &str) -> Option<(tempfile::TempDir, std::sync::MutexGuard<'static, ()>)> {
+    let work = setup(test)?;
+    if !runs("node", "--version") {
+        skip(test, Need::Tool("node"), "no node on PATH (Debian: nodejs)");
+        return None;
+    }
+    let lock = jvm_lock();
+    fs::write(work.path().join("hot.js"), HOT_JS).unwrap();
+    Some((work, lock))
+}
+
 /// Node (V8's `--perf-prof`, a `CLOCK_MONOTONIC` jitdump in the working directory) under
 /// `perfclock record` with a default `perf record`: the hot JS functions are named in perf
 /// report and in samply import. The control: the same dump with plain `perf inject --jit` is
@@ -1331,15 +1371,9 @@ fn hot_js_shares(work: &Path, data: &str) -> (Vec<f64>, f64) {
 #[test]
 fn node_functions_are_named_from_a_default_recording() {
     const TEST: &str = "node_functions_are_named_from_a_default_recording";
-    let Some(work) = setup(TEST) else {
+    let Some((work, _lock)) = node_work(TEST) else {
         return;
     };
-    if !runs("node", "--version") {
-        skip(TEST, Need::Tool("node"), "no node on PATH (Debian: nodejs)");
-        return;
-    }
-    let _lock = jvm_lock();
-    fs::write(work.path().join("hot.js"), HOT_JS).unwrap();
     let output = record(
         work.path(),
         &[
@@ -1369,38 +1403,10 @@ fn node_functions_are_named_from_a_default_recording() {
     samply_names(work.path(), "out.data", &HOT_JS_FUNCTIONS);
 
     // The control and inject-time-conv: a plain recording of the same program.
-    let raw = Command::new("perf")
-        .args([
-            "record",
-            "-q",
-            "-g",
-            "-o",
-            "raw.data",
-            "--",
-            "node",
-            "--perf-prof",
-            "hot.js",
-            "3000",
-        ])
-        .current_dir(work.path())
-        .env("HOME", work.path().join("home"))
-        .output()
-        .unwrap();
-    assert!(raw.status.success(), "{}", text(&raw.stderr));
-    let plain = Command::new("perf")
-        .args(["inject", "--jit", "-i", "raw.data", "-o", "plain.data"])
-        .current_dir(work.path())
-        .env("HOME", work.path().join("home"))
-        .output()
-        .unwrap();
-    assert!(
-        !plain.status.success(),
-        "plain perf inject accepted a CLOCK_MONOTONIC dump"
-    );
-    assert!(
-        text(&plain.stderr).contains("perf record -k 1"),
-        "{}",
-        text(&plain.stderr)
+    plain_inject_refuses(
+        work.path(),
+        &["-g"],
+        &["node", "--perf-prof", "hot.js", "3000"],
     );
     let converted = Command::new(perfclock())
         .args(["inject-time-conv", "raw.data", "-o", "conv.data"])
@@ -1468,25 +1474,7 @@ fn wasmtime_functions_are_named_from_a_default_recording() {
     eprintln!("perf report: spin_hot {share}% of the samples");
     assert!(share >= 50.0, "spin_hot: {share}%\n{stderr}");
 
-    let raw = Command::new("perf")
-        .args(["record", "-q", "-g", "-o", "raw.data", "--"])
-        .args(["python3", "hot_wasm.py", "5"])
-        .current_dir(work.path())
-        .env("HOME", work.path().join("home"))
-        .output()
-        .unwrap();
-    assert!(raw.status.success(), "{}", text(&raw.stderr));
-    let plain = Command::new("perf")
-        .args(["inject", "--jit", "-i", "raw.data", "-o", "plain.data"])
-        .current_dir(work.path())
-        .env("HOME", work.path().join("home"))
-        .output()
-        .unwrap();
-    assert!(
-        !plain.status.success() && text(&plain.stderr).contains("perf record -k 1"),
-        "plain perf inject accepted a CLOCK_MONOTONIC dump: {}",
-        text(&plain.stderr)
-    );
+    plain_inject_refuses(work.path(), &["-g"], &["python3", "hot_wasm.py", "5"]);
 }
 
 const HOT_PY: &str = include_str!("fixtures/hot.py");
@@ -1553,32 +1541,10 @@ fn cpython_functions_are_named_from_a_dwarf_recording() {
         );
     }
 
-    let raw = Command::new("perf")
-        .args([
-            "record",
-            "-q",
-            "--call-graph",
-            "dwarf",
-            "-o",
-            "raw.data",
-            "--",
-        ])
-        .args([python.as_str(), "-X", "perf_jit", "hot.py", "2"])
-        .current_dir(work.path())
-        .env("HOME", work.path().join("home"))
-        .output()
-        .unwrap();
-    assert!(raw.status.success(), "{}", text(&raw.stderr));
-    let plain = Command::new("perf")
-        .args(["inject", "--jit", "-i", "raw.data", "-o", "plain.data"])
-        .current_dir(work.path())
-        .env("HOME", work.path().join("home"))
-        .output()
-        .unwrap();
-    assert!(
-        !plain.status.success() && text(&plain.stderr).contains("perf record -k 1"),
-        "plain perf inject accepted a CLOCK_MONOTONIC dump: {}",
-        text(&plain.stderr)
+    plain_inject_refuses(
+        work.path(),
+        &["--call-graph", "dwarf"],
+        &[python.as_str(), "-X", "perf_jit", "hot.py", "2"],
     );
 }
 
@@ -1587,15 +1553,9 @@ fn cpython_functions_are_named_from_a_dwarf_recording() {
 #[test]
 fn a_jvm_and_node_recorded_together_are_both_named() {
     const TEST: &str = "a_jvm_and_node_recorded_together_are_both_named";
-    let Some(work) = setup(TEST) else {
+    let Some((work, _lock)) = node_work(TEST) else {
         return;
     };
-    if !runs("node", "--version") {
-        skip(TEST, Need::Tool("node"), "no node on PATH (Debian: nodejs)");
-        return;
-    }
-    let _lock = jvm_lock();
-    fs::write(work.path().join("hot.js"), HOT_JS).unwrap();
     let output = record(
         work.path(),
         &[
