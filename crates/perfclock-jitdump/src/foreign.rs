@@ -262,7 +262,8 @@ mod tests {
     use super::*;
 
     /// A little-endian dump: header, then (kind, timestamp, body) records.
-    fn dump(flags: u64, records: &[(u32, u64, &[u8])]) -> Vec<u8> {
+    /// A dump of pid 4242 with `flags` and `records` (kind, timestamp, body).
+    pub(super) fn dump(flags: u64, records: &[(u32, u64, &[u8])]) -> Vec<u8> {
         let mut bytes = Vec::new();
         bytes.extend_from_slice(b"DTiJ");
         for word in [1u32, 40, 62, 0, 4242] {
@@ -377,18 +378,11 @@ mod keep_tests {
     }
 
     fn dump(records: &[(u32, u64, Vec<u8>)]) -> Vec<u8> {
-        let mut bytes = b"DTiJ".to_vec();
-        for word in [1u32, 40, 62, 0, 4242] {
-            bytes.extend_from_slice(&word.to_le_bytes());
-        }
-        bytes.extend_from_slice(&[0; 16]);
-        for (kind, timestamp, body) in records {
-            bytes.extend_from_slice(&kind.to_le_bytes());
-            bytes.extend_from_slice(&(16 + body.len() as u32).to_le_bytes());
-            bytes.extend_from_slice(&timestamp.to_le_bytes());
-            bytes.extend_from_slice(body);
-        }
-        bytes
+        let records: Vec<(u32, u64, &[u8])> = records
+            .iter()
+            .map(|(kind, timestamp, body)| (*kind, *timestamp, body.as_slice()))
+            .collect();
+        super::tests::dump(0, &records)
     }
 
     #[test]
