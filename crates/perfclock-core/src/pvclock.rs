@@ -101,6 +101,18 @@ pub const fn mul_u64_u32_shr(a: u64, mul: u32, shift: u32) -> u64 {
     ((a as u128 * mul as u128) >> (shift & 127)) as u64
 }
 
+/// `mul_u64_u32_shr(a, mul, 32)` as two independent 64-bit products of `a`'s halves, the shape
+/// of the perf page's arithmetic: `hi * mul + (lo * mul >> 32)`, equal bit for bit (`hi * mul`
+/// is whole and below 2^64, `lo * mul` fits in 64 bits, and the sum wraps as the truncation to
+/// 64 bits does). One 64x64->128 multiply and its double shift lengthen the chain after the
+/// counter read on CPUs whose `rdtsc` is cheap; the two products issue in parallel.
+#[inline(always)]
+pub const fn mul_u64_u32_shr32(a: u64, mul: u32) -> u64 {
+    let high = (a >> 32) * mul as u64;
+    let low = ((a & 0xffff_ffff) * mul as u64) >> 32;
+    high.wrapping_add(low)
+}
+
 /// `pvclock_scale_delta(delta, mul_frac, shift)`: `delta` shifted left by `shift` (right if
 /// negative, bits shifted out of a `u64` lost as in C), times `mul_frac / 2^32`. `shift` must be
 /// within -63..=63 (C leaves larger shifts undefined; [`PvclockParams::new`] refuses them).
@@ -111,7 +123,7 @@ pub const fn pvclock_scale_delta(delta: u64, mul_frac: u32, shift: i8) -> u64 {
     } else {
         delta << ((shift as u32) & 63)
     };
-    mul_u64_u32_shr(delta, mul_frac, 32)
+    mul_u64_u32_shr32(delta, mul_frac)
 }
 
 /// Why an entry (or what was read at its address) gives no reading.

@@ -132,7 +132,57 @@ fn entries_that_are_no_clock_are_refused() {
     );
 }
 
+/// `pvclock_scale_delta` with the 128-bit product, as x86_64's `mul_u64_u32_shr` computes it
+/// (`mulq`, then `shrd`).
+fn wide_scale_delta(delta: u64, mul: u32, shift: i8) -> u64 {
+    let delta = if shift < 0 {
+        delta >> -i32::from(shift)
+    } else {
+        delta << shift
+    };
+    ((u128::from(delta) * u128::from(mul)) >> 32) as u64
+}
+
+/// The two-product form against the 128-bit product over every shift C defines, at the values
+/// where a carry or a truncation would show: all ones, powers of two and their neighbours.
+#[test]
+fn two_products_are_the_wide_product_over_every_shift() {
+    let mut values = std::vec![0, 1, u64::MAX, u64::MAX - 1, 0xffff_ffff, 1 << 32];
+    for bit in 0..64 {
+        values.extend([
+            1u64 << bit,
+            (1u64 << bit) - 1,
+            (1u64 << bit).wrapping_add(1),
+        ]);
+    }
+    let muls = [
+        0,
+        1,
+        u32::MAX,
+        u32::MAX - 1,
+        1 << 31,
+        (1 << 31) - 1,
+        0x8000_0001,
+    ];
+    for shift in -63..=63i8 {
+        for &delta in &values {
+            for &mul in &muls {
+                assert_eq!(
+                    pvclock_scale_delta(delta, mul, shift),
+                    wide_scale_delta(delta, mul, shift),
+                    "delta {delta:#x}, mul {mul:#x}, shift {shift}"
+                );
+            }
+        }
+    }
+}
+
 proptest! {
+    #[test]
+    fn two_products_are_the_wide_product(delta in any::<u64>(), mul in any::<u32>(), shift in -63i8..=63) {
+        prop_assert_eq!(pvclock_scale_delta(delta, mul, shift), wide_scale_delta(delta, mul, shift));
+    }
+
     #[test]
     fn mul_u64_u32_shr_is_the_kernels(a in any::<u64>(), mul in any::<u32>(), shift in 1u32..=32) {
         prop_assert_eq!(mul_u64_u32_shr(a, mul, shift), reference_mul_u64_u32_shr(a, mul, shift));
