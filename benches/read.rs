@@ -18,7 +18,11 @@
 //! The paired ratios (`cargo bench --bench read -- paired`) time every read once per round and
 //! divide within the round; they include two parts of a read ([`floor`]) that locate the floor
 //! on the machine at hand: the seqlock around the counter read, and that plus the conversion
-//! without any check.
+//! without any check. That second part is the floor a read is measured against (`floor: the
+//! page's arithmetic inline`, and the paired `perfclock::now_ns / floor`): a regression of the
+//! read's form shows as a ratio to it on any machine. The clock is the process's: run the bench
+//! once per mode the machine offers (as it is; `PERFCLOCK_PARAVIRT=off` for calibrated mode, or
+//! shared mode with a `perfclock serve` running); the mode is printed first.
 //!
 //! Per thread (group `read per thread`): one or two threads run the same loop at the same time,
 //! spawned for each sample, pinned to CPUs 0 and 1, released together by a spinning barrier.
@@ -343,6 +347,8 @@ fn reads(c: &mut Criterion) {
         perfclock::now_ns()
     };
     let rdtsc = || counter::read_counter().unwrap_or(0);
+    let floor_page = exact.page().as_ptr();
+    let floor_now = || floor::seqlock_and_conversion(floor_page);
     let lfence_rdtsc = || counter::read_counter_ordered().unwrap_or(0);
     let std_instant = Instant::now;
     let quanta_now = || quanta_clock.now();
@@ -365,6 +371,7 @@ fn reads(c: &mut Criterion) {
     bench_one!(one, "CounterStamp::now", stamp_now, run_calls);
     bench_one!(one, "lfence; perfclock::now_ns", lfence_now, run_calls);
     bench_one!(one, "rdtsc", rdtsc, run_calls);
+    bench_one!(one, "floor: the page's arithmetic inline", floor_now, run_calls);
     bench_one!(one, "lfence;rdtsc", lfence_rdtsc, run_calls);
     if has_rdtscp() {
         bench_one!(one, "rdtscp", rdtscp, run_calls);
@@ -459,6 +466,8 @@ fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock, exact: &Pa
             seqlock / rdtsc,
             conversion / rdtsc,
             exact_now / rdtsc,
+            now / conversion,
+            clock_now / conversion,
         ]);
     }
     let labels = [
@@ -472,6 +481,8 @@ fn paired_ratios(clock: &'static Clock, quanta_clock: &quanta::Clock, exact: &Pa
         "floor: seqlock around rdtsc / rdtsc",
         "floor: seqlock, time_zero, conversion, no checks / rdtsc",
         "PageReader::now_ns exact page / rdtsc",
+        "perfclock::now_ns / floor",
+        "Clock::now_ns / floor",
     ];
     for (index, label) in labels.iter().enumerate() {
         let mut ratios: Vec<f64> = rounds.iter().map(|round| round[index]).collect();
