@@ -10,6 +10,7 @@ use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use perfclock_core::published_offset::{parse_boot_id, write_boot_id};
 use perfclock_core::TimeConversion;
 use perfclock_jitdump::timeconv::{TimeConvMode, TimeConvRecord, SUFFIX};
 use perfclock_jitdump::JitClock;
@@ -27,9 +28,6 @@ use crate::signals::TempCleanup;
 
 /// A sidecar is a dozen short lines; anything longer is not one.
 const MAX_SIDECAR_BYTES: u64 = 64 * 1024;
-
-/// Where the kernel publishes this boot's identity.
-const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
 /// What to do: the command line of `inject-time-conv`.
 #[derive(Debug, Clone)]
@@ -735,19 +733,24 @@ fn warn_if_other_boot(sidecars: &[(PathBuf, TimeConvRecord)]) {
     let Some((path, record)) = sidecars.first() else {
         return;
     };
-    match fs::read_to_string(BOOT_ID_PATH) {
-        Ok(boot_id) if boot_id.trim() == record.boot_id() => {}
-        Ok(boot_id) => errln!(
-            "perfclock inject-time-conv: warning: {} was written on boot {}, this machine is on \
-             boot {}: fine if IN was recorded on that boot (analysed after a reboot or \
-             elsewhere); if IN was recorded on this boot, the record is stale",
-            path.display(),
-            record.boot_id(),
-            boot_id.trim()
-        ),
+    match perfclock_event::sys::boot_id() {
+        Ok(boot_id) if parse_boot_id(record.boot_id()) == Some(boot_id) => {}
+        Ok(boot_id) => {
+            let mut this_boot = String::new();
+            // Writing into a String cannot fail.
+            let _ = write_boot_id(&mut this_boot, boot_id);
+            errln!(
+                "perfclock inject-time-conv: warning: {} was written on boot {}, this machine is \
+                 on boot {this_boot}: fine if IN was recorded on that boot (analysed after a \
+                 reboot or elsewhere); if IN was recorded on this boot, the record is stale",
+                path.display(),
+                record.boot_id(),
+            );
+        }
         Err(error) => errln!(
-            "perfclock inject-time-conv: warning: cannot read {BOOT_ID_PATH} ({error}): the \
-             record's boot is not checked"
+            "perfclock inject-time-conv: warning: cannot read {} ({error}): the record's boot \
+             is not checked",
+            perfclock_event::sys::BOOT_ID_PATH
         ),
     }
 }

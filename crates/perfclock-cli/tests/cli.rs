@@ -217,6 +217,11 @@ fn inserts_the_sidecar_conversion_and_replaces_an_existing_out() {
     write(&out, b"an older OUT");
     let output = inject(&input, &out, &[]);
     assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        !stderr(&output).contains("written on boot"),
+        "{}",
+        stderr(&output)
+    );
     let written = fs::read(&out).unwrap();
     assert_eq!(written.len(), built.bytes.len() + TIME_CONV_SIZE);
     assert_eq!(inserted(&written, &built), (2_796_202_667, 123_456, 1));
@@ -275,7 +280,8 @@ fn another_boot_is_a_warning_not_an_error() {
     let message = stderr(&output);
     assert!(message.contains("warning: "), "{message}");
     assert!(
-        message.contains("00000000-1111-2222-3333-444444444444"),
+        message.contains("00000000-1111-2222-3333-444444444444")
+            && message.contains(&format!("this machine is on boot {}", this_boot.trim())),
         "{message}"
     );
     assert!(out.exists());
