@@ -23,7 +23,7 @@ pub const NOBODY: u32 = 65534;
 
 /// Whether this process is root; says why a case is skipped otherwise (fatal under
 /// `PERFCLOCK_REQUIRE_ROOT`).
-pub fn is_root(test: &str) -> bool {
+pub fn root_or_skip(test: &str) -> bool {
     if crate::is_root() {
         return true;
     }
