@@ -371,7 +371,12 @@ fn reads(c: &mut Criterion) {
     bench_one!(one, "CounterStamp::now", stamp_now, run_calls);
     bench_one!(one, "lfence; perfclock::now_ns", lfence_now, run_calls);
     bench_one!(one, "rdtsc", rdtsc, run_calls);
-    bench_one!(one, "floor: the page's arithmetic inline", floor_now, run_calls);
+    bench_one!(
+        one,
+        "floor: the page's arithmetic inline",
+        floor_now,
+        run_calls
+    );
     bench_one!(one, "lfence;rdtsc", lfence_rdtsc, run_calls);
     if has_rdtscp() {
         bench_one!(one, "rdtscp", rdtscp, run_calls);

@@ -89,7 +89,8 @@ fn names(pid: u32) -> [String; 2] {
 #[test]
 fn planted_names_are_refused_and_left_alone() {
     let test = "planted_names_are_refused_and_left_alone";
-    if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() || !shared_dir::root_or_skip(test) {
+    if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() || !shared_dir::root_or_skip(test)
+    {
         return;
     }
     for name in names(std::process::id()) {
@@ -104,7 +105,8 @@ fn planted_names_are_refused_and_left_alone() {
 #[test]
 fn own_stale_files_are_replaced() {
     let test = "own_stale_files_are_replaced";
-    if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() || !shared_dir::root_or_skip(test) {
+    if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() || !shared_dir::root_or_skip(test)
+    {
         return;
     }
     let dir = shared_dir::open_dir("jit-stale");
@@ -173,7 +175,8 @@ fn as_nobody_planted_names_are_refused() {
     if hostile::child_case().as_deref() == Some(test) {
         return as_nobody_case();
     }
-    if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() || !shared_dir::root_or_skip(test) {
+    if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() || !shared_dir::root_or_skip(test)
+    {
         return;
     }
     let run = hostile::run_child(test, test, Duration::from_secs(90));
