@@ -11,9 +11,8 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use perfclock_event::sys::lock;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -54,7 +53,7 @@ impl TempCleanup {
             .name("perfclock-signals".to_owned())
             .spawn(move || {
                 for signal in signals.forever() {
-                    let mut state = lock(&on_signal);
+                    let mut state = on_signal.lock().unwrap_or_else(PoisonError::into_inner);
                     if state.received == 0 {
                         state.received = signal;
                     }
@@ -72,13 +71,17 @@ impl TempCleanup {
 
     /// From now on a signal removes `path`.
     pub(crate) fn register(&self, path: &Path) {
-        lock(&self.state).temps.push(path.to_path_buf());
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .temps
+            .push(path.to_path_buf());
     }
 
     /// Runs `commit` (the rename of `path` into place) with signals held off, then forgets
     /// `path`, renamed or removed.
     pub(crate) fn commit<T>(&self, path: &Path, commit: impl FnOnce() -> T) -> T {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let result = commit();
         state.temps.retain(|temp| temp != path);
         result
@@ -86,13 +89,17 @@ impl TempCleanup {
 
     /// Forgets `path` (removed, or renamed, by the caller).
     pub(crate) fn forget(&self, path: &Path) {
-        lock(&self.state).temps.retain(|temp| temp != path);
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .temps
+            .retain(|temp| temp != path);
     }
 
     /// Forwarding mode: signals go as SIGINT to `pid` (0: noted until [`Self::forward_to`]
     /// names it; a signal noted before is sent then).
     pub(crate) fn forward_to(&self, pid: u32) {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.forward_to = Some(pid);
         if pid != 0 && state.received != 0 {
             let _ = children::kill(pid, SIGINT);
@@ -103,7 +110,7 @@ impl TempCleanup {
     /// prints `message` (if any; `{signal}` is replaced by its number) and ends the process. A
     /// signal forwarded before is not acted on again.
     pub(crate) fn fatal(&self, child: Option<u32>, message: Option<String>) {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.forward_to = None;
         state.child = child;
         state.message = message;
@@ -111,7 +118,13 @@ impl TempCleanup {
 
     /// The first signal received, if any.
     pub(crate) fn received(&self) -> Option<i32> {
-        Some(lock(&self.state).received).filter(|&signal| signal != 0)
+        Some(
+            self.state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .received,
+        )
+        .filter(|&signal| signal != 0)
     }
 }
 

@@ -11,7 +11,7 @@
 //!   clock's pages and scratch pages), unmapped on drop and read only through raw pointers; the
 //!   one `mmap` outside it is [`remap_page_after_fork`]'s, in a fork child's handler.
 //! - [`sys`] is the workspace's OS layer: the small system calls the other crates need (page
-//!   size, thread id, boot id, `clock_gettime`, a poison-tolerant lock, a file lock, CPU
+//!   size, thread id, boot id, `clock_gettime`, a file lock, CPU
 //!   affinity, child processes and signals, the pid across forks, an exit hook, the calling
 //!   thread's name and signal mask), so that the crates above hold unsafe code only to build
 //!   `perfclock_core`'s page readers and writers over their pages (and the C ABI and the JVMTI

@@ -26,7 +26,6 @@ pub mod thread;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::mapping::{Access, Mapping, Sharing};
 
@@ -192,15 +191,6 @@ pub fn boot_id() -> io::Result<[u64; 2]> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not a boot id"))
 }
 
-/// Locks `mutex`, taking over a lock that a panicking thread left poisoned.
-///
-/// For the writers' state, whose every critical section leaves it consistent between statements
-/// (a record or a line is committed only after its write completed), so a panic elsewhere must
-/// not turn every later call into a panic too.
-pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// A private, read-only, executable mapping of the first page of a file, held so that
 /// `perf record` logs an `MMAP2` record naming the file: that is how `perf inject --jit` finds a
 /// `jit-<pid>.dump` and samply a `marker-<pid>.txt`. A default `perf record` logs only executable
@@ -348,20 +338,6 @@ mod tests {
         let (other, other_kernel) = std::thread::spawn(here).join().unwrap();
         assert_eq!(other, other_kernel);
         assert_ne!(other, tid);
-    }
-
-    #[test]
-    fn lock_survives_a_panicking_holder() {
-        let mutex = std::sync::Arc::new(Mutex::new(1));
-        let held = std::sync::Arc::clone(&mutex);
-        let _ = std::thread::spawn(move || {
-            let _guard = held.lock().unwrap();
-            panic!("poison it");
-        })
-        .join();
-        assert!(mutex.is_poisoned());
-        *lock(&mutex) += 1;
-        assert_eq!(*lock(&mutex), 2);
     }
 
     #[test]

@@ -9,10 +9,9 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use perfclock::{Clock, Mode};
-use perfclock_event::sys::lock;
 
 use crate::{
     clock, error_code, guard, DESCRIPTIONS, PERFCLOCK_E_INTERNAL, PERFCLOCK_E_NOT_INITIALIZED,
@@ -44,7 +43,7 @@ pub extern "C" fn perfclock_init() -> c_int {
             return PERFCLOCK_OK;
         }
         // A poisoned lock guards nothing (it protects no data): go on.
-        let _serial = lock(&INIT_LOCK);
+        let _serial = INIT_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
         if clock().is_some() {
             return PERFCLOCK_OK;
         }

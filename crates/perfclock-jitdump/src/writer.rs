@@ -4,12 +4,12 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use perfclock::Clock;
 use perfclock_core::{ReadError, TimeConversion};
-use perfclock_event::sys::{self, lock, monotonic_ns, ExecMarkerMapping};
+use perfclock_event::sys::{self, monotonic_ns, ExecMarkerMapping};
 use perfclock_event::{shared_file, CreateError};
 use perfclock_procfile::{ClockMismatch, FileKey, ForkChild, Registry, Retention};
 
@@ -458,7 +458,7 @@ impl Shared {
             },
         )?;
         let index = {
-            let mut state = lock(&self.state);
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             let index = state.next_index;
             let stamp = timestamp(self.clock, self.jit_clock)?;
             let (debug_info, load) = bytes.split_at_mut(load_at);
@@ -476,14 +476,14 @@ impl Shared {
     }
 
     fn write_timeconv(&self) -> Result<(), JitDumpError> {
-        let mut published = lock(&self.timeconv);
+        let mut published = self.timeconv.lock().unwrap_or_else(PoisonError::into_inner);
         self.publish(&mut published)
     }
 
     /// The close record and the last timeconv record; the marker is unmapped when `self` drops.
     fn finish(self) -> Result<(), JitDumpError> {
         let close = {
-            let mut state = lock(&self.state);
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             let mut bytes = Vec::with_capacity(record::PREFIX_SIZE);
             timestamp(self.clock, self.jit_clock).and_then(|stamp| {
                 record::code_close(&mut bytes, stamp);

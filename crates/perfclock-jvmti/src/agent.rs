@@ -15,7 +15,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use perfclock_agent_codes::AgentFailure;
-use perfclock_event::sys::lock;
 
 use crate::error::{chain, StartError};
 use crate::jvmti::{
@@ -84,7 +83,7 @@ pub(crate) unsafe fn start(vm: JavaVmPtr, options: *const c_char, origin: Origin
 /// As [`start`].
 unsafe fn serve(vm: JavaVmPtr, text: &str, origin: Origin) -> Result<(), StartError> {
     let request = Request::parse(text).map_err(|m| StartError::new(AgentFailure::Options, m))?;
-    let _serial = lock(&REQUESTS);
+    let _serial = REQUESTS.lock().unwrap_or_else(PoisonError::into_inner);
     // SAFETY: the caller's contract.
     let agent = unsafe { agent(vm) }?;
     match request {
@@ -200,7 +199,7 @@ impl Agent {
 
     /// Swaps the running session (and its GC markers) for `session`, once no callback writes.
     fn replace(&self, session: Option<Session>, gc: Option<Arc<GcMarkers>>) -> Option<Session> {
-        *lock(&self.gc) = gc;
+        *self.gc.lock().unwrap_or_else(PoisonError::into_inner) = gc;
         let mut slot = self.session.write().unwrap_or_else(PoisonError::into_inner);
         std::mem::replace(&mut *slot, session)
     }
@@ -306,7 +305,11 @@ unsafe extern "C" fn on_dynamic_code_generated(
 
 /// The running session's GC markers, cloned out under a lock only ever held for a swap.
 fn gc_markers(agent: &Agent) -> Option<Arc<GcMarkers>> {
-    lock(&agent.gc).clone()
+    agent
+        .gc
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
 }
 
 /// GC callbacks run in the pause, where JVMTI forbids JNI and most JVMTI calls: only the

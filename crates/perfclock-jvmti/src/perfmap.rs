@@ -4,10 +4,9 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use perfclock_event::shared_file::create_exclusive;
-use perfclock_event::sys::lock;
 
 use crate::error::chain;
 
@@ -46,7 +45,7 @@ impl PerfMap {
         // A line per symbol: a newline in a name would start a bogus line.
         line.extend(name.iter().map(|&b| if b == b'\n' { b' ' } else { b }));
         line.push(b'\n');
-        let mut file = lock(&self.file);
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         file.write_all(&line)
     }
 }

@@ -5,12 +5,12 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use perfclock_procfile::{ClockMismatch, FileKey, Registry, Retention};
 
 use perfclock_event::shared_file::create_exclusive;
-use perfclock_event::sys::{lock, ExecMarkerMapping};
+use perfclock_event::sys::ExecMarkerMapping;
 use perfclock_event::CreateError;
 
 use crate::error::MarkerError;
@@ -116,7 +116,7 @@ impl SharedFile {
         if lines.is_empty() {
             return Ok(());
         }
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.broken {
             return Err(MarkerError::Broken {
                 path: self.path.clone(),

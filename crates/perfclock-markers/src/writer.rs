@@ -3,9 +3,8 @@
 use std::cell::Cell;
 use std::path::Path;
 use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use perfclock_event::sys::lock;
 use thread_local::ThreadLocal;
 
 use crate::clock::to_monotonic;
@@ -134,7 +133,7 @@ impl Markers {
             buffers: ThreadLocal::new(),
             lost: AtomicU64::new(0),
         });
-        let mut live = lock(&LIVE);
+        let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
         live.retain(|w| w.strong_count() > 0);
         live.push(Arc::downgrade(&inner));
         drop(live);
@@ -204,7 +203,12 @@ impl Markers {
             self.inner.lost.fetch_add(1, Ordering::Relaxed);
             return Err(MarkerError::Busy);
         };
-        let mut lines = lock(self.inner.buffers.get_or(new_buffer));
+        let mut lines = self
+            .inner
+            .buffers
+            .get_or(new_buffer)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         push_line_with(&mut lines, start_ns, end_ns, clean);
         if lines.len() >= FLUSH_AT_BYTES {
             return self.inner.write_out(&mut lines);
@@ -300,7 +304,7 @@ impl Inner {
         };
         let mut first_error = None;
         for buffer in self.buffers.iter() {
-            let mut lines = lock(buffer);
+            let mut lines = buffer.lock().unwrap_or_else(PoisonError::into_inner);
             if let Err(e) = self.write_out(&mut lines) {
                 first_error.get_or_insert(e);
             }

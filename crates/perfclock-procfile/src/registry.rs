@@ -4,9 +4,7 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-
-use perfclock_event::sys::lock;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 /// Which file: the directory (device and inode, whatever name reached it) and the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -81,7 +79,7 @@ impl<T> Registry<T> {
     /// The registry, locked: look up, add and remove under one lock, so two opens of one
     /// directory (by any names) never both create its file.
     pub fn lock(&self) -> Registered<'_, T> {
-        let mut files = lock(&self.files);
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
         files.retain(|(_, file)| matches!(file, Held::Strong(_)) || file.get().is_some());
         Registered {
             retention: self.retention,
