@@ -1310,7 +1310,9 @@ fn report_share(work: &Path, data: &str, wanted: impl Fn(&str) -> bool) -> f64 {
 }
 
 /// `perf report`'s share of samples (no children) whose symbol names each hot JS function
-/// (optimized `JS:*` or interpreted `JS:~`), and their sum.
+/// (optimized `JS:*` or interpreted `JS:~`), and their sum. The sum is what the tests judge:
+/// TurboFan may inline any of the three into its caller in a given run (then that one has no
+/// code of its own and no share), and a recording perf cannot name has none of them.
 fn hot_js_shares(work: &Path, data: &str) -> (Vec<f64>, f64) {
     let shares: Vec<f64> = HOT_JS_FUNCTIONS
         .iter()
@@ -1396,11 +1398,15 @@ fn node_functions_are_named_from_a_default_recording() {
     );
     let (shares, sum) = hot_js_shares(work.path(), "out.data");
     eprintln!("perf report: {HOT_JS_FUNCTIONS:?} {shares:?} of the samples");
-    assert!(
-        shares.iter().all(|share| *share > 0.0) && sum >= 30.0,
-        "{shares:?}\n{stderr}"
-    );
-    samply_names(work.path(), "out.data", &HOT_JS_FUNCTIONS);
+    assert!(sum >= 30.0, "{shares:?}\n{stderr}");
+    // samply names what perf report names (an inlined function has nothing of its own).
+    let reported: Vec<&str> = HOT_JS_FUNCTIONS
+        .iter()
+        .zip(&shares)
+        .filter(|(_, share)| **share > 0.0)
+        .map(|(name, _)| *name)
+        .collect();
+    samply_names(work.path(), "out.data", &reported);
 
     // The control and inject-time-conv: a plain recording of the same program.
     plain_inject_refuses(
@@ -1422,10 +1428,7 @@ fn node_functions_are_named_from_a_default_recording() {
         .unwrap();
     assert!(injected.status.success(), "{}", text(&injected.stderr));
     let (shares, sum) = hot_js_shares(work.path(), "jit.data");
-    assert!(
-        shares.iter().all(|share| *share > 0.0) && sum >= 30.0,
-        "{shares:?}"
-    );
+    assert!(sum >= 30.0, "{shares:?}");
 }
 
 const HOT_WASM_PY: &str = include_str!("fixtures/hot_wasm.py");
@@ -1579,11 +1582,8 @@ fn a_jvm_and_node_recorded_together_are_both_named() {
         stderr.contains("CLOCK_MONOTONIC timestamps (another writer's)"),
         "{stderr}"
     );
-    let (shares, _) = hot_js_shares(work.path(), "out.data");
-    assert!(
-        shares.iter().all(|share| *share > 0.0),
-        "{shares:?}\n{stderr}"
-    );
+    let (shares, sum) = hot_js_shares(work.path(), "out.data");
+    assert!(sum >= 10.0, "{shares:?}\n{stderr}");
     let java = report_share(work.path(), "out.data", in_hot_method);
     assert!(
         java >= 20.0,
