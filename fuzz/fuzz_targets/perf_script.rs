@@ -2,7 +2,8 @@
 //! report` makes of what it parsed: a typed error or samples, never a panic; the folded stacks
 //! weigh each sample once whatever the split; the pprof profile has one sample per perf sample,
 //! every location and string it refers to exists, and it encodes and decodes to itself; the SVG
-//! is written.
+//! is written. The same bytes as `perf buildid-list`'s output: every id kept is even-length
+//! lowercase hex, for a non-empty DSO name.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -11,6 +12,11 @@ use perfclock_report::pprof::{self, PprofOptions};
 use prost::Message;
 
 fuzz_target!(|data: &[u8]| {
+    for (dso, id) in perfclock_report::build_ids::parse(&String::from_utf8_lossy(data)) {
+        assert!(!dso.is_empty() && dso.trim() == dso, "{dso:?}");
+        assert!(!id.is_empty() && id.len() % 2 == 0, "{id:?}");
+        assert!(id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')), "{id:?}");
+    }
     let Ok(samples) = perfclock_report::parse(data) else {
         return;
     };

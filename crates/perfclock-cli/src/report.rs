@@ -5,6 +5,7 @@
 //! (`perfclock_report`). Each file is written complete under a temporary name and renamed, or
 //! not at all; IN is only read.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use std::process::{Command, ExitCode, Stdio};
 use perfclock_perfdata::{
     check_output_path, read_layout, ClockData, Feature, OutputFile, PerfDataError,
 };
+use perfclock_report::build_ids;
 use perfclock_report::flamegraph::{self, FlameGraphOptions, Split};
 use perfclock_report::pprof::{self, PprofOptions};
 use perfclock_report::{Sample, PERF_SCRIPT_ARGS};
@@ -83,7 +85,7 @@ fn report(options: &ReportOptions) -> Result<(), String> {
     if let Some(path) = &options.pprof {
         let pprof_options = PprofOptions {
             wall_clock_offset_ns: wall_clock_offset(&options.input),
-            ..PprofOptions::default()
+            build_ids: build_ids(&options.input),
         };
         let profile = pprof::profile(&samples, &pprof_options);
         write_atomically(path, |out| {
@@ -134,6 +136,35 @@ fn samples(input: &Path) -> Result<Vec<Sample>, String> {
         ));
     }
     parsed.map_err(|e| chain(&e))
+}
+
+/// The build ids perf recorded for IN's images, by DSO (`perf buildid-list`); none, with a
+/// warning, where perf cannot list them: the profile is still right, its mappings only lack ids.
+fn build_ids(input: &Path) -> BTreeMap<String, String> {
+    let listed = Command::new("perf")
+        .args(build_ids::PERF_BUILDID_LIST_ARGS)
+        .arg("-i")
+        .arg(input)
+        .stdin(Stdio::null())
+        .output();
+    match listed {
+        Ok(output) if output.status.success() => {
+            build_ids::parse(&String::from_utf8_lossy(&output.stdout))
+        }
+        Ok(output) => {
+            errln!(
+                "{NAME}: warning: perf buildid-list failed ({}): the profile's mappings carry \
+                 no build ids: {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+            BTreeMap::new()
+        }
+        Err(error) => {
+            errln!("{NAME}: warning: cannot run perf buildid-list ({error}): no build ids");
+            BTreeMap::new()
+        }
+    }
 }
 
 /// Wall clock minus perf clock from IN's HEADER_CLOCK_DATA, if it has one (only that section

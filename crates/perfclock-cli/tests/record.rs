@@ -364,6 +364,33 @@ fn report_totals_are_perf_scripts(work: &Path) {
                 "{method}: pprof {flat}, perf script {expected}\n{top}"
             );
         }
+        // libjvm's mapping carries the build id its ELF note holds (read by readelf, not perf).
+        let raw = Command::new("go")
+            .args(["tool", "pprof", "-raw", "profile.pb.gz"])
+            .current_dir(work)
+            .env("HOME", &gohome)
+            .env("GOCACHE", gohome.join("cache"))
+            .env("GOPATH", gohome.join("path"))
+            .env("GOTOOLCHAIN", "local")
+            .output()
+            .unwrap();
+        let raw = text(&raw.stdout);
+        let libjvm = raw
+            .lines()
+            .skip_while(|line| *line != "Mappings")
+            .find(|line| line.contains("/libjvm.so "))
+            .unwrap_or_else(|| panic!("no libjvm mapping\n{raw}"));
+        let path = libjvm.split_whitespace().nth(2).unwrap();
+        let notes = Command::new("readelf").args(["-n", path]).output().unwrap();
+        let note = text(&notes.stdout);
+        let build_id = note
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("Build ID: "))
+            .unwrap_or_else(|| panic!("{path} has no build id note\n{note}"));
+        assert!(
+            libjvm.split_whitespace().nth(3) == Some(build_id),
+            "libjvm's mapping {libjvm:?}, its ELF note's build id {build_id}"
+        );
     }
     if !runs("chromium", "--version") {
         skip(

@@ -4,6 +4,7 @@
 //! with the names `perf inject --jit` gave them, kernel frames told apart.
 #![deny(unsafe_code)]
 
+pub mod build_ids;
 pub mod flamegraph;
 pub mod pprof;
 pub mod samples;
