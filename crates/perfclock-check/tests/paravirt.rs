@@ -295,7 +295,7 @@ fn published_offset_opens_with_bound_0_and_holds() {
     let mut text = String::new();
     published.encode(&mut text).unwrap();
     let dir = tempfile_dir();
-    let path = dir.join("pvclock-offset");
+    let path = dir.path().join("pvclock-offset");
     std::fs::write(&path, text).unwrap();
     let output = Command::new(std::env::current_exe().unwrap())
         .args([test, "--exact", "--nocapture", "--test-threads", "1"])
@@ -303,7 +303,7 @@ fn published_offset_opens_with_bound_0_and_holds() {
         .env("PERFCLOCK_PUBLISHED_OFFSET", &path)
         .output()
         .expect("child");
-    std::fs::remove_dir_all(&dir).unwrap();
+    drop(dir);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     print!("{stdout}");
@@ -317,12 +317,13 @@ fn published_offset_opens_with_bound_0_and_holds() {
     );
 }
 
-/// A directory only this user can write (the published file's trust checks want one).
-fn tempfile_dir() -> std::path::PathBuf {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!("perfclock-published-{}", std::process::id()));
-    std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
-    dir
+/// A new directory only this user can write (the published file's trust checks want one),
+/// removed when dropped.
+fn tempfile_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("perfclock-published-")
+        .tempdir()
+        .unwrap()
 }
 
 fn published_child(test: &str) {
@@ -387,7 +388,7 @@ fn a_users_own_offset_file_is_a_claim_checked_against_brackets() {
     let intersection = measured.intersection.expect("cross-checked");
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let dir = tempfile_dir();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // The wrong file is consistent in itself: its claimed intersection moved with its `C`.
     for (expect, shift_ns) in [("kept", 0), ("refused", 10_000)] {
         let published = PublishedOffset {
@@ -400,7 +401,7 @@ fn a_users_own_offset_file_is_a_claim_checked_against_brackets() {
         };
         let mut text = String::new();
         published.encode(&mut text).unwrap();
-        let path = dir.join(format!("offset-{expect}"));
+        let path = dir.path().join(format!("offset-{expect}"));
         std::fs::write(&path, text).unwrap();
         std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
         let output = Command::new("setpriv")
@@ -420,7 +421,7 @@ fn a_users_own_offset_file_is_a_claim_checked_against_brackets() {
         assert!(output.status.success(), "{expect}: child failed: {stderr}");
         assert!(stdout.contains("USER-FILE-OK"), "{expect}: {stdout}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
+    drop(dir);
 }
 
 fn user_file_child(test: &str, kept: bool) {
