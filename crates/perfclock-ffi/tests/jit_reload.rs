@@ -131,7 +131,8 @@ fn c_jit_reload_writes_a_dump_perf_can_read() {
         assert_eq!(*addr, log[0].addr, "every function at the same address");
         assert_eq!(code.len(), logged.size);
         assert_eq!(*index, k as u64);
-        let at = timeconv.conversion().cycles_to_ns(*stamp);
+        // Converted as the record converts exactly at the stamp (see `conversion_at`).
+        let at = timeconv.conversion_at(*stamp).cycles_to_ns(*stamp);
         assert!(
             logged.before_ns <= at + slack && at <= logged.after_ns + slack,
             "{}: stamp at {at} ns, logged {}..{} ns",
