@@ -4,7 +4,7 @@
 //!
 //! - [`publisher`]: the page's directory, the live page (a sealed memfd) and the thread that
 //!   hands it to clients, the file beside it, the published paravirt offset's file;
-//! - [`line`]: what is published and when (the in-process refiner's line, continued across
+//! - [`line`](mod@line): what is published and when (the in-process refiner's line, continued across
 //!   refits);
 //! - the command around them (flags, modes, signals, the poll loop, logging) is the CLI's.
 //!
