@@ -12,7 +12,9 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom};
 
-use linux_perf_data::linux_perf_event_reader::EventRecord;
+use linux_perf_data::linux_perf_event_reader::{
+    Endianness, EventRecord, RawEventRecord, ReadFormat, SampleFormat,
+};
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 
 use crate::error::PerfDataError;
@@ -86,6 +88,9 @@ pub fn sampled_addresses<R: Read + Seek>(mut reader: R) -> Result<SampledAddress
         let PerfFileRecord::EventRecord { record, .. } = record else {
             continue;
         };
+        if !callchain_length_fits(&record) {
+            continue;
+        }
         let Ok(EventRecord::Sample(sample)) = record.parse() else {
             continue;
         };
@@ -111,6 +116,61 @@ pub fn sampled_addresses<R: Read + Seek>(mut reader: R) -> Result<SampledAddress
         addresses.dedup();
     }
     Ok(sampled)
+}
+
+/// Whether linux-perf-event-reader can parse `record` without multiplying a sample's claimed
+/// call-chain length by 8 past `usize` (it does so unchecked: a panic with overflow checks, a
+/// wrapped length without; found by the perfdata fuzz target). Walks the fields before the call
+/// chain as that crate reads them; a record too short for them is one it refuses on its own.
+fn callchain_length_fits(record: &RawEventRecord<'_>) -> bool {
+    let info = &record.parse_info;
+    let format = info.sample_format;
+    if !format.contains(SampleFormat::CALLCHAIN) {
+        return true;
+    }
+    let bytes = record.data.as_slice();
+    let word = |offset: u64| -> Option<u64> {
+        let at = usize::try_from(offset).ok()?;
+        let raw: [u8; 8] = bytes.get(at..at.checked_add(8)?)?.try_into().ok()?;
+        Some(match info.endian {
+            Endianness::LittleEndian => u64::from_le_bytes(raw),
+            Endianness::BigEndian => u64::from_be_bytes(raw),
+        })
+    };
+    let words_before = [
+        SampleFormat::IDENTIFIER,
+        SampleFormat::IP,
+        SampleFormat::TID,
+        SampleFormat::TIME,
+        SampleFormat::ADDR,
+        SampleFormat::ID,
+        SampleFormat::STREAM_ID,
+        SampleFormat::CPU,
+        SampleFormat::PERIOD,
+    ]
+    .iter()
+    .filter(|flag| format.contains(**flag))
+    .count() as u64;
+    let mut offset = 8 * words_before;
+    if format.contains(SampleFormat::READ) {
+        let read = info.read_format;
+        let times = u64::from(read.contains(ReadFormat::TOTAL_TIME_ENABLED))
+            + u64::from(read.contains(ReadFormat::TOTAL_TIME_RUNNING));
+        let id = u64::from(read.contains(ReadFormat::ID));
+        // The crate's reading, whatever the kernel's layout: one value with GROUP, a count of
+        // values otherwise.
+        let read_words = if read.contains(ReadFormat::GROUP) {
+            Some(1 + times + id)
+        } else {
+            word(offset).and_then(|count| count.checked_mul(1 + id)?.checked_add(1 + times))
+        };
+        match read_words.and_then(|words| offset.checked_add(words.checked_mul(8)?)) {
+            Some(end) => offset = end,
+            None => return true,
+        }
+    }
+    word(offset)
+        .is_none_or(|length| usize::try_from(length).is_ok_and(|n| n.checked_mul(8).is_some()))
 }
 
 /// A perf.data as linux-perf-data is shown it: the header's event-types section and feature
