@@ -7,7 +7,8 @@
 //! file must first pass this crate's own layout checks ([`crate::read_layout`]: attributes and
 //! sections inside the file, counts bounded), and the reader is shown the header with its
 //! feature bits and event-types section cleared ([`HeaderMasked`]): it needs neither to read
-//! samples.
+//! samples. It also sizes a buffer by the AUX data an AUXTRACE record claims, so every such
+//! claim is checked against the data section first.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom};
@@ -73,7 +74,8 @@ impl SampledAddresses {
 /// [`PerfDataError::Unreadable`] where linux-perf-data cannot read the recording or a record
 /// (a compressed one without its `zstd` feature among them).
 pub fn sampled_addresses<R: Read + Seek>(mut reader: R) -> Result<SampledAddresses, PerfDataError> {
-    crate::read_layout(&mut reader)?;
+    let layout = crate::read_layout(&mut reader)?;
+    crate::scan::check_aux_data(&mut reader, &layout)?;
     reader.seek(SeekFrom::Start(0))?;
     let unreadable = |error: &dyn std::fmt::Display| PerfDataError::Unreadable(error.to_string());
     let PerfFileReader {

@@ -184,15 +184,7 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
                 inspector.inspect(kind, &[], offset, false)?;
             }
             RecordType::AUXTRACE => {
-                // The AUX data follows the record, outside its size: its length is the body's
-                // first field.
-                let mut aux_size = [0u8; 8];
-                if body_len < 8 {
-                    return Err(PerfDataError::RecordTooSmall { offset, size });
-                }
-                reader.read_exact(&mut aux_size)?;
-                reader.seek_relative(body_len as i64 - 8)?;
-                extra = u64::from_le_bytes(aux_size);
+                extra = aux_data_size(&mut reader, offset, size)?;
                 inspector.scan.records += 1;
             }
             _ => {
@@ -213,6 +205,58 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
         decompressor.finish(offset)?;
     }
     Ok(inspector.scan)
+}
+
+/// Checks that the AUX data every AUXTRACE record claims lies inside the data section, walking
+/// the record headers only. linux-perf-data sizes a buffer by that claim before reading it, so a
+/// file must pass this before that crate reads it.
+///
+/// # Errors
+/// [`PerfDataError`]: a record smaller than its header, a record or its AUX data running past
+/// the data, or a read error.
+pub(crate) fn check_aux_data<R: Read + Seek>(
+    reader: R,
+    layout: &Layout,
+) -> Result<(), PerfDataError> {
+    let mut reader = BufReader::with_capacity(1 << 16, reader);
+    reader.seek(SeekFrom::Start(layout.data.offset))?;
+    let data_end = layout.data.offset + layout.data.size;
+    let mut offset = layout.data.offset;
+    while offset < data_end {
+        let (kind, size) = read_record_header(&mut reader, offset, data_end)?;
+        let extra = if kind == RecordType::AUXTRACE {
+            aux_data_size(&mut reader, offset, size)?
+        } else {
+            reader.seek_relative((size - RECORD_HEADER_SIZE as u64) as i64)?;
+            0
+        };
+        offset += size;
+        if extra > data_end - offset {
+            return Err(PerfDataError::RecordPastData { offset });
+        }
+        if extra > 0 {
+            reader.seek(SeekFrom::Start(offset + extra))?;
+            offset += extra;
+        }
+    }
+    Ok(())
+}
+
+/// The length of the AUX data that follows the AUXTRACE record at `offset` of `size` bytes,
+/// outside its size: the body's first field. Reads the body, whose header was just read.
+fn aux_data_size<R: Read + Seek>(
+    reader: &mut BufReader<R>,
+    offset: u64,
+    size: u64,
+) -> Result<u64, PerfDataError> {
+    let body_len = size - RECORD_HEADER_SIZE as u64;
+    if body_len < 8 {
+        return Err(PerfDataError::RecordTooSmall { offset, size });
+    }
+    let mut aux_size = [0u8; 8];
+    reader.read_exact(&mut aux_size)?;
+    reader.seek_relative(body_len as i64 - 8)?;
+    Ok(u64::from_le_bytes(aux_size))
 }
 
 /// The kind and size of the record at `offset`, checked to lie inside the data section.
