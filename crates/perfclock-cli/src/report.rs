@@ -1,4 +1,4 @@
-//! `perfclock report IN [-o FLAME.svg] [--pprof PROFILE.pb.gz]`: what a recording turns into,
+//! `perfclock report IN [-o FLAME.html|FLAME.svg] [--pprof PROFILE.pb.gz]`: what a recording turns into,
 //! from the samples `perf script` symbolizes (JIT names after `perf inject --jit`, which
 //! `perfclock record` has run): an interactive flame graph that opens offline in any browser
 //! and a gzipped pprof profile for `go tool pprof` and the fleet's profilers
@@ -28,7 +28,7 @@ const NAME: &str = "perfclock report";
 pub(crate) struct ReportOptions {
     /// The recording.
     pub input: PathBuf,
-    /// The flame graph (SVG), if asked for.
+    /// The flame graph (HTML or SVG, by its extension), if asked for.
     pub flamegraph: Option<PathBuf>,
     /// The pprof profile (gzipped), if asked for.
     pub pprof: Option<PathBuf>,
@@ -49,7 +49,7 @@ pub(crate) fn run(options: &ReportOptions) -> ExitCode {
 
 fn report(options: &ReportOptions) -> Result<(), String> {
     if options.flamegraph.is_none() && options.pprof.is_none() {
-        return Err("nothing to write: pass -o FLAME.svg, --pprof PROFILE.pb.gz, or both".into());
+        return Err("nothing to write: pass -o FLAME.html, --pprof PROFILE.pb.gz, or both".into());
     }
     for out in [&options.flamegraph, &options.pprof].into_iter().flatten() {
         check_output_path(out).map_err(|e| chain(&e))?;
@@ -74,8 +74,16 @@ fn report(options: &ReportOptions) -> Result<(), String> {
             .first()
             .map(|s| format!("{} samples of {}", samples.len(), s.event));
         graph.split = options.split;
+        let html = path
+            .extension()
+            .is_some_and(|ext| ext.eq_ignore_ascii_case("html") || ext.eq_ignore_ascii_case("htm"));
         write_atomically(path, |out| {
-            flamegraph::write_svg(&samples, &graph, out).map_err(|e| chain(&e))
+            if html {
+                flamegraph::write_html(&samples, &graph, out)
+            } else {
+                flamegraph::write_svg(&samples, &graph, out)
+            }
+            .map_err(|e| chain(&e))
         })?;
         errln!(
             "{NAME}: wrote the flame graph {} (open it in a browser)",
@@ -125,17 +133,30 @@ fn samples(input: &Path) -> Result<Vec<Sample>, String> {
             }
         })?;
     let stdout = child.stdout.take().ok_or("perf script has no output")?;
+    let mut stderr = child
+        .stderr
+        .take()
+        .ok_or("perf script has no error output")?;
+    // Read while stdout is: perf blocks once a pipe is full, and its warnings can fill one.
+    let errors = std::thread::spawn(move || {
+        let mut errors = Vec::new();
+        let _ = stderr.read_to_end(&mut errors);
+        errors
+    });
     let parsed = perfclock_report::parse(BufReader::new(stdout));
-    let output = child.wait_with_output().map_err(|e| e.to_string())?;
-    if !output.status.success() {
+    // perf is still writing after a parse error; its pipe is closed, so it ends (SIGPIPE).
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let errors = errors.join().unwrap_or_default();
+    // The parse error first: after one, perf's status is only the SIGPIPE it caused.
+    let samples = parsed.map_err(|e| format!("cannot read perf script's output: {}", chain(&e)))?;
+    if !status.success() {
         return Err(format!(
-            "perf script -i {} failed ({}): {}",
+            "perf script -i {} failed ({status}): {}",
             input.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
+            String::from_utf8_lossy(&errors).trim()
         ));
     }
-    parsed.map_err(|e| chain(&e))
+    Ok(samples)
 }
 
 /// The build ids perf recorded for IN's images, by DSO (`perf buildid-list`); none, with a

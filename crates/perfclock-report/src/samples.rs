@@ -10,7 +10,12 @@
 //! COMM PID/TID SECONDS.NANOS: PERIOD EVENT:
 //! \tIP SYMBOL (DSO)          one line per frame, leaf first
 //! ```
-//! COMM may hold spaces (thread names), so the header is read from its end; SYMBOL may hold
+//! or, for a recording without call chains (no `-g`), one line per sample with its one frame:
+//! ```text
+//! COMM PID/TID SECONDS.NANOS: PERIOD EVENT: IP SYMBOL (DSO)
+//! ```
+//! COMM may hold spaces (thread names) and is padded on the left when there are no call
+//! chains, so a header is found by its `PID/TID SECONDS.NANOS:` pair of words; SYMBOL may hold
 //! spaces and parentheses (`Hot.alpha(long)`, `JS:*parseExpr /app/hot.js:3:19`), so a frame's
 //! DSO is its last parenthesized group.
 
@@ -121,48 +126,77 @@ pub fn parse(output: impl BufRead) -> Result<Vec<Sample>, ParseError> {
             number: index + 1,
             text: line.clone(),
         };
-        if line.starts_with(char::is_whitespace) {
+        if let Some(sample) = parse_header(&line) {
+            samples.push(sample.ok_or_else(bad)?);
+        } else if line.starts_with(char::is_whitespace) {
             let frame = parse_frame(&line).ok_or_else(bad)?;
             samples.last_mut().ok_or_else(bad)?.frames.push(frame);
         } else {
-            samples.push(parse_header(&line).ok_or_else(bad)?);
+            return Err(bad());
         }
     }
     Ok(samples)
 }
 
-/// `COMM PID/TID SECONDS.NANOS: PERIOD EVENT:`, read from its end.
-fn parse_header(line: &str) -> Option<Sample> {
-    // The last four words, each split off the end; what is left is COMM.
-    let mut rest = line.trim_end();
-    let mut last_word = || {
-        let (head, word) = rest.rsplit_once(char::is_whitespace)?;
-        rest = head.trim_end();
-        Some(word)
+/// The sample whose header `line` is, with its frame when it carries one: `None` when `line` has
+/// no `PID/TID SECONDS.NANOS:` pair of words (a frame line), `Some(None)` when it has one but
+/// what follows is not `PERIOD EVENT: [FRAME]`.
+fn parse_header(line: &str) -> Option<Option<Sample>> {
+    let words = words(line);
+    let (at, pid, tid, time_ns) = words.windows(2).enumerate().find_map(|(at, pair)| {
+        let (pid, tid) = pair[0].1.split_once('/')?;
+        let (pid, tid) = (number(pid)?, number(tid)?);
+        let (seconds, nanos) = pair[1].1.strip_suffix(':')?.split_once('.')?;
+        let nanos = number(nanos).filter(|_| nanos.len() == 9)?;
+        let time_ns = number(seconds)?
+            .checked_mul(1_000_000_000)?
+            .checked_add(nanos)?;
+        Some((at, pid, tid, time_ns))
+    })?;
+    let sample = || {
+        let period = number(words.get(at + 2)?.1)?;
+        let &(event_at, event) = words.get(at + 3)?;
+        let inline = line[event_at + event.len()..].trim();
+        Some(Sample {
+            comm: line[..words[at].0].trim().to_owned(),
+            pid: u32::try_from(pid).ok()?,
+            tid: u32::try_from(tid).ok()?,
+            time_ns,
+            period,
+            event: event.strip_suffix(':')?.to_owned(),
+            frames: if inline.is_empty() {
+                Vec::new()
+            } else {
+                vec![parse_frame(inline)?]
+            },
+        })
     };
-    let event = last_word()?.strip_suffix(':')?.to_owned();
-    let period = last_word()?.parse().ok()?;
-    let time = last_word()?.strip_suffix(':')?;
-    let (pid, tid) = last_word()?.split_once('/')?;
-    let comm = rest.to_owned();
-    let (seconds, nanos) = time.split_once('.')?;
-    if nanos.len() != 9 {
+    Some(sample())
+}
+
+/// The whitespace-separated words of `line`, each with its byte offset.
+fn words(line: &str) -> Vec<(usize, &str)> {
+    let mut words = Vec::new();
+    let mut start = None;
+    for (at, c) in line.char_indices().chain([(line.len(), ' ')]) {
+        match (c.is_whitespace(), start) {
+            (false, None) => start = Some(at),
+            (true, Some(from)) => {
+                words.push((from, &line[from..at]));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    words
+}
+
+/// A decimal number of digits only (`str::parse` also takes a sign).
+fn number(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let time_ns = seconds
-        .parse::<u64>()
-        .ok()?
-        .checked_mul(1_000_000_000)?
-        .checked_add(nanos.parse().ok()?)?;
-    Some(Sample {
-        comm,
-        pid: pid.trim().parse().ok()?,
-        tid: tid.parse().ok()?,
-        time_ns,
-        period,
-        event,
-        frames: Vec::new(),
-    })
+    text.parse().ok()
 }
 
 /// `\tIP SYMBOL (DSO)`.
@@ -253,8 +287,37 @@ node 30749/30749  2412.136541094:     250000 cpu-clock:ppp:
     }
 
     #[test]
+    fn a_recording_without_call_chains_has_each_samples_frame_on_its_line() {
+        let output = "      jit_reload 28251/28251 11681.860192114:     250000 cpu-clock: \
+                      7fd3d250c62a handle_amd (/usr/lib/ld-linux-x86-64.so.2)
+ C2 CompilerThre 7/9 5.000000001: 1 cpu-clock:      7f00 jit_fn_3 (/tmp/jitted-7-3.so)
+";
+        let samples = parse(output.as_bytes()).unwrap();
+        assert_eq!(samples.len(), 2);
+        assert_eq!(
+            (samples[0].comm.as_str(), samples[0].pid, samples[0].period),
+            ("jit_reload", 28251, 250_000)
+        );
+        assert_eq!(samples[0].frames.len(), 1);
+        assert_eq!(samples[0].frames[0].function, "handle_amd");
+        assert_eq!(samples[1].comm, "C2 CompilerThre");
+        assert_eq!((samples[1].tid, samples[1].time_ns), (9, 5_000_000_001));
+        assert_eq!(
+            (
+                samples[1].frames[0].function.as_str(),
+                samples[1].frames[0].kind
+            ),
+            ("jit_fn_3", FrameKind::Jit)
+        );
+    }
+
+    #[test]
     fn what_is_not_perf_scripts_output_is_an_error_naming_the_line() {
-        for bad in ["\tff frame before any sample (x)\n", "node 1/1 nonsense\n"] {
+        for bad in [
+            "\tff frame before any sample (x)\n",
+            "node 1/1 nonsense\n",
+            "node 1/1 2.000000001: 1 cpu-clock: not a frame\n",
+        ] {
             match parse(bad.as_bytes()) {
                 Err(ParseError::Line { number: 1, .. }) => {}
                 other => panic!("{bad:?}: {other:?}"),
