@@ -20,6 +20,11 @@
 //! - The period's value type is `("cpu", "nanoseconds")` when every sample comes from
 //!   `cpu-clock` or `task-clock` (their period is CPU time in ns); otherwise it is the event's
 //!   name with unit `count`, and with several events each sample also carries an `event` label.
+//! - The first mapping is the main binary, as pprof reads it (`File:` in its reports): the
+//!   executable of the process with the most samples, where a frame of it was sampled (the DSO
+//!   whose file name is the process's comm, which the kernel cuts to 15 bytes).
+//! - The duration is the span of the sample times; the start time (`time_nanos`) is wall-clock
+//!   and needs [`PprofOptions::wall_clock_offset_ns`].
 //! - Every mapping says it has functions: perf has symbolized every frame already (`[unknown]`
 //!   included), and pprof must not resymbolize addresses of a process that no longer exists.
 
@@ -218,8 +223,8 @@ pub mod proto {
 /// What [`profile`] adds beyond the samples.
 #[derive(Debug, Clone, Default)]
 pub struct PprofOptions {
-    /// Wall clock minus perf clock, ns (wall clock = perf time + offset): with it each sample gets a `timestamp` label (wall-clock
-    /// ns) and the profile its start time and duration.
+    /// Wall clock minus perf clock, ns (wall clock = perf time + offset): with it each sample
+    /// gets a `timestamp` label (wall-clock ns) and the profile its start time.
     pub wall_clock_offset_ns: Option<i128>,
     /// Build ids (as hex) by DSO, as perf names the DSO.
     pub build_ids: BTreeMap<String, String>,
@@ -237,6 +242,9 @@ pub fn profile(samples: &[Sample], options: &PprofOptions) -> proto::Profile {
     builder.profile.period_type = Some(period_type);
     builder.profile.period = saturating_i64(most_common_period(samples));
 
+    if let Some(dso) = main_binary(samples) {
+        builder.mapping(dso);
+    }
     let pid_key = builder.string("pid");
     let tid_key = builder.string("tid");
     let thread_name_key = builder.string("thread_name");
@@ -245,7 +253,7 @@ pub fn profile(samples: &[Sample], options: &PprofOptions) -> proto::Profile {
         (offset, keys)
     });
     let event_key = several_events.then(|| builder.string("event"));
-    let mut wall_clock_range: Option<(i64, i64)> = None;
+    let mut wall_clock_start: Option<i64> = None;
     for sample in samples {
         let location_id = sample
             .frames
@@ -267,10 +275,7 @@ pub fn profile(samples: &[Sample], options: &PprofOptions) -> proto::Profile {
                 num_unit: nanoseconds,
                 ..num_label(timestamp_key, wall_ns)
             });
-            wall_clock_range = Some(match wall_clock_range {
-                None => (wall_ns, wall_ns),
-                Some((first, last)) => (first.min(wall_ns), last.max(wall_ns)),
-            });
+            wall_clock_start = Some(wall_clock_start.map_or(wall_ns, |first| first.min(wall_ns)));
         }
         if let Some(event_key) = event_key {
             label.push(proto::Label {
@@ -285,11 +290,39 @@ pub fn profile(samples: &[Sample], options: &PprofOptions) -> proto::Profile {
             label,
         });
     }
-    if let Some((first, last)) = wall_clock_range {
+    let times = samples.iter().map(|sample| sample.time_ns);
+    if let (Some(first), Some(last)) = (times.clone().min(), times.max()) {
+        builder.profile.duration_nanos = saturating_i64(i128::from(last - first));
+    }
+    if let Some(first) = wall_clock_start {
         builder.profile.time_nanos = first;
-        builder.profile.duration_nanos = last.saturating_sub(first);
     }
     builder.finish()
+}
+
+/// The DSO of the executable of the process with the most samples, where one of its samples
+/// has a frame in it: the native DSO whose file name is the process's comm (the comm of its
+/// main thread where that was sampled), or starts with it when the comm has the 15 bytes the
+/// kernel keeps.
+fn main_binary(samples: &[Sample]) -> Option<&str> {
+    let mut by_pid: HashMap<u32, usize> = HashMap::new();
+    for sample in samples {
+        *by_pid.entry(sample.pid).or_default() += 1;
+    }
+    let (&pid, _) = by_pid.iter().max_by_key(|&(&pid, &count)| (count, pid))?;
+    let of_pid = || samples.iter().filter(move |sample| sample.pid == pid);
+    let comm = of_pid()
+        .find(|sample| sample.tid == pid)
+        .or_else(|| of_pid().next())
+        .map(|sample| sample.comm.as_str())?;
+    let is_executable = |dso: &str| {
+        let file = dso.rsplit('/').next().unwrap_or(dso);
+        file == comm || (comm.len() == 15 && file.starts_with(comm))
+    };
+    of_pid()
+        .flat_map(|sample| &sample.frames)
+        .find(|frame| frame.kind == FrameKind::Native && is_executable(&frame.dso))
+        .map(|frame| frame.dso.as_str())
 }
 
 /// Writes `profile` encoded and gzipped, as pprof files are stored.

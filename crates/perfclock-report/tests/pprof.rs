@@ -291,10 +291,61 @@ fn labels_name_the_thread_and_the_wall_clock_time() {
     let last = samples.last().unwrap().time_ns - FIRST_NS;
     assert_eq!(profile.duration_nanos, i64::try_from(last).unwrap());
 
+    // Without the wall clock: no start time, the same duration (a span of perf-clock times).
     let without = pprof::profile(&samples, &PprofOptions::default());
-    assert_eq!((without.time_nanos, without.duration_nanos), (0, 0));
+    assert_eq!(without.time_nanos, 0);
+    assert_eq!(without.duration_nanos, profile.duration_nanos);
     assert!(without.sample.iter().all(|s| s.label.len() == 3));
     assert!(!without.string_table.iter().any(|s| s == "timestamp"));
+}
+
+#[test]
+fn the_first_mapping_is_the_busiest_processs_executable() {
+    let sample = |pid: u32, comm: &str, frames: Vec<Frame>| Sample {
+        comm: comm.into(),
+        pid,
+        tid: pid,
+        time_ns: FIRST_NS,
+        period: PERIOD_NS,
+        event: "cpu-clock".into(),
+        frames,
+    };
+    let libc = || frame(0x10, "memcpy", "/usr/lib/libc.so.6", FrameKind::Native);
+    // A comm of 15 bytes is the kernel's cut of a longer file name.
+    let spin = || {
+        frame(
+            0x20,
+            "main",
+            "/opt/bin/spin_for_a_long_time",
+            FrameKind::Native,
+        )
+    };
+    let other = || frame(0x30, "main", "/usr/bin/other", FrameKind::Native);
+    let samples = [
+        sample(9, "other", vec![libc(), other()]),
+        sample(7, "spin_for_a_long", vec![libc()]),
+        sample(7, "spin_for_a_long", vec![libc(), spin()]),
+    ];
+    let profile = pprof::profile(&samples, &PprofOptions::default());
+    let files: Vec<&str> = profile
+        .mapping
+        .iter()
+        .map(|m| string(&profile, m.filename))
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "/opt/bin/spin_for_a_long_time",
+            "/usr/lib/libc.so.6",
+            "/usr/bin/other"
+        ]
+    );
+    // No frame in the executable: the mappings in the order the samples meet them.
+    let profile = pprof::profile(&samples[1..2], &PprofOptions::default());
+    assert_eq!(
+        string(&profile, profile.mapping[0].filename),
+        "/usr/lib/libc.so.6"
+    );
 }
 
 #[test]
