@@ -96,16 +96,17 @@ pub enum Command {
         #[arg(long)]
         once: bool,
     },
-    /// What a recording turns into: an interactive flame graph (one SVG that opens offline in
-    /// any browser: click to zoom, search, a tooltip with the share) and a gzipped pprof profile
+    /// What a recording turns into: an interactive flame graph (one HTML page or SVG that opens
+    /// offline in any browser: click to zoom, search, a tooltip with the share) and a gzipped pprof profile
     /// (for `go tool pprof` and the fleet's profilers), from the samples `perf script`
     /// symbolizes (JIT names after `perf inject --jit`; `perfclock record`'s output has them).
     Report {
         /// The recording.
         #[arg(value_name = "IN", default_value = "perf.data")]
         input: PathBuf,
-        /// Write the flame graph (SVG) here.
-        #[arg(short = 'o', long = "output", value_name = "FLAME.svg")]
+        /// Write the flame graph here: an HTML page where the name ends in `.html` or `.htm`,
+        /// else an SVG.
+        #[arg(short = 'o', long = "output", value_name = "FLAME.html")]
         flamegraph: Option<PathBuf>,
         /// Write the pprof profile (gzipped profile.proto) here.
         #[arg(long, value_name = "PROFILE.pb.gz")]

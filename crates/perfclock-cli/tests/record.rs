@@ -279,7 +279,7 @@ fn report_totals_are_perf_scripts(work: &Path) {
             "report",
             "out.data",
             "-o",
-            "flame.svg",
+            "flame.html",
             "--pprof",
             "profile.pb.gz",
         ])
@@ -326,9 +326,12 @@ fn report_totals_are_perf_scripts(work: &Path) {
             .filter(|leaf| leaf.starts_with(method))
             .count()
     };
-    let svg = fs::read_to_string(work.join("flame.svg")).unwrap();
+    let flame = fs::read_to_string(work.join("flame.html")).unwrap();
     let all = format!("<title>all ({} samples, 100%)", thousands(total));
-    assert!(svg.contains(&all), "the flame graph's total is not {total}");
+    assert!(
+        flame.contains(&all),
+        "the flame graph's total is not {total}"
+    );
     if !runs("go", "version") {
         skip(TEST, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
     } else {
@@ -400,21 +403,79 @@ fn report_totals_are_perf_scripts(work: &Path) {
         );
         return;
     }
-    let dom = Command::new("chromium")
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--dump-dom",
-        ])
-        .arg(format!("file://{}", work.join("flame.svg").display()))
-        .env("HOME", work.join("home"))
-        .output()
-        .unwrap();
+    // The page's script ran offline: a search from the address (as a shared link carries it)
+    // highlighted the hot method's frames and says what share they hold.
+    let url = format!("file://{}?s=Hot.alpha", work.join("flame.html").display());
+    // A window the whole graph fits in: headless Chromium's screenshot does not follow the
+    // page's scroll to the graph's root.
+    let height: u32 = flame
+        .split_once("<svg ")
+        .and_then(|(_, svg)| {
+            svg.split_once("height=\"")?
+                .1
+                .split_once('"')?
+                .0
+                .parse()
+                .ok()
+        })
+        .expect("the page's SVG has a height");
+    let window = format!("--window-size=1200,{}", height + 16);
+    let chromium = |args: &[&str]| {
+        Command::new("chromium")
+            .args(["--headless=new", "--no-sandbox", "--disable-gpu"])
+            .args(["--hide-scrollbars", &window])
+            .arg("--virtual-time-budget=5000")
+            .args(args)
+            .arg(&url)
+            .current_dir(work)
+            .env("HOME", work.join("home"))
+            .output()
+            .unwrap()
+    };
+    let dom = text(&chromium(&["--dump-dom"]).stdout);
     assert!(
-        text(&dom.stdout).contains("Hot.alpha(long)"),
+        dom.contains("Hot.alpha(long)"),
         "the browser's DOM lacks the hot method"
     );
+    // The text element's, not the script's own "Matched: " string.
+    let matched = dom
+        .split_once("id=\"matched\"")
+        .and_then(|(_, element)| element.split_once("Matched: "))
+        .and_then(|(_, rest)| rest.split('%').next()?.parse::<f64>().ok());
+    assert!(
+        matched.is_some_and(|share| share > 0.0),
+        "the page's search did not run or matched nothing: {matched:?}"
+    );
+    // What a user sees: the screenshot shows the JIT frames in their green.
+    let shot = chromium(&["--screenshot=flame.png"]);
+    assert!(shot.status.success(), "{}", text(&shot.stderr));
+    let green = jit_green_share(&work.join("flame.png"));
+    assert!(
+        green > 0.01,
+        "the screenshot is {:.2}% JIT green: blank or not the flame graph",
+        green * 100.0
+    );
+}
+
+/// The share of an RGB(A) PNG's pixels in the green inferno's java palette gives JIT frames
+/// (`_[j]`: red and blue 50-110, green 200-255); the page's background is grey to yellow.
+fn jit_green_share(png: &Path) -> f64 {
+    let decoder = png::Decoder::new(std::io::BufReader::new(fs::File::open(png).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    let channels = info.color_type.samples();
+    assert!(
+        info.bit_depth == png::BitDepth::Eight && channels >= 3,
+        "{:?}",
+        (info.color_type, info.bit_depth)
+    );
+    let pixels = &pixels[..info.buffer_size()];
+    let green = pixels
+        .chunks_exact(channels)
+        .filter(|p| p[1] >= 200 && (50..=110).contains(&p[0]) && (50..=110).contains(&p[2]))
+        .count();
+    green as f64 / (pixels.len() / channels) as f64
 }
 
 /// `n` as inferno prints counts: with `,` between thousands.

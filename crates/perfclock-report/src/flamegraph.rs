@@ -1,6 +1,6 @@
 //! The flame graph of a recording: its stacks folded into the FlameGraph suite's format
-//! (`root;...;leaf COUNT`, [`folded`]) and drawn as inferno's interactive SVG ([`write_svg`]),
-//! which opens offline in any browser: click to zoom, Ctrl-F or the Search button to highlight,
+//! (`root;...;leaf COUNT`, [`folded`]) and drawn as inferno's interactive SVG ([`write_svg`],
+//! or inline in an HTML page, [`write_html`]), which opens offline in any browser: click to zoom, Ctrl-F or the Search button to highlight,
 //! each frame's share in its tooltip.
 //!
 //! Each sample counts once, whatever its period: the totals are then `perf script`'s sample
@@ -129,6 +129,54 @@ pub fn write_svg(
     inferno.palette_map = Some(&mut pinned);
     from_lines(&mut inferno, lines.iter().map(String::as_str), out).map_err(FlameGraphError::Write)
 }
+
+/// Writes the flame graph of `samples` to `out` as one HTML page: [`write_svg`]'s SVG inline,
+/// script included, so the page is as interactive as the SVG and as self-contained (no fetch,
+/// opens offline), and opens where an `.html` is what a browser, a mail client or a CI artifact
+/// viewer expects.
+///
+/// # Errors
+/// [`FlameGraphError`].
+pub fn write_html(
+    samples: &[Sample],
+    options: &FlameGraphOptions,
+    mut out: impl Write,
+) -> Result<(), FlameGraphError> {
+    let mut svg = Vec::new();
+    write_svg(samples, options, &mut svg)?;
+    // The XML declaration and DTD are the standalone file's; an HTML page starts at `<svg`.
+    let at = svg
+        .windows(5)
+        .position(|window| window == b"<svg ")
+        .unwrap_or_default();
+    let title = options
+        .title
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>{title}</title>\n<style>html, body {{ margin: 0; background: #fff; }} svg {{ display: block; width: 100%; }}</style>\n\
+         </head>\n<body>\n"
+    )
+    .and_then(|()| out.write_all(&svg[at..]))
+    .and_then(|()| out.write_all(HTML_END))
+    .map_err(FlameGraphError::Write)
+}
+
+/// The end of [`write_html`]'s page. A flame graph grows up from its root, and a deep stack
+/// (a JVM's compiler threads) makes it taller than a window: the page opens scrolled to the
+/// bottom, where the root and the widest frames are.
+const HTML_END: &[u8] = b"
+<script>
+window.addEventListener(\"load\", function () {
+    document.getElementsByTagName(\"svg\")[0].scrollIntoView({ block: \"end\" });
+});
+</script>
+</body>
+</html>
+";
 
 /// The name perf gives a frame without a symbol, and a stack without frames.
 const UNKNOWN: &str = "[unknown]";
