@@ -36,7 +36,7 @@ if [ "$(id -u)" != 0 ] && [ "$paranoid" -gt 1 ]; then
     perfclock_skip perf "jit_reload run.sh" \
         "perf_event_paranoid is $paranoid: run as root or set kernel.perf_event_paranoid=1"
 fi
-# Debian: apt-get install linux-perf gcc python3.
+# Debian: apt-get install linux-perf gcc python3 (and golang-go for the report's pprof check).
 perfclock_need_tools "jit_reload run.sh" perf cc python3 cargo
 
 target=${CARGO_TARGET_DIR:-$repo/target}
@@ -72,6 +72,22 @@ perf script -i jitted.data -F time,ip,sym --ns > jitted.txt 2> jitted.err
 python3 "$here/check.py" --label attribution --log log.txt --script jitted.txt \
     --min-samples "$min_samples" || fail "samples misattributed (see above)"
 
+# What the recording turns into: the flame graph and pprof give each function loaded at the one
+# address perf script's count (check_report.py), read back by the real pprof tool. Without go
+# only that part is skipped (in a subshell: the skip helper exits).
+perfclock report jitted.data -o flame.html --pprof profile.pb.gz 2> report.err ||
+    fail "perfclock report failed: $(tr '\n' ' ' < report.err)"
+report_status=0
+(
+    perfclock_need_tools "jit_reload run.sh: the report's pprof" go
+    GOTOOLCHAIN=local go tool pprof -top -sample_index=samples -symbolize=none \
+        -nodecount=100000 -nodefraction=0 profile.pb.gz > pprof-top.txt 2> pprof-top.err ||
+        fail "go tool pprof -top failed: $(tr '\n' ' ' < pprof-top.err)"
+    python3 "$here/check_report.py" --script jitted.txt --flame flame.html --top pprof-top.txt ||
+        fail "the flame graph or pprof disagrees with perf script (see above)"
+) || report_status=$?
+[ "$report_status" = 0 ] || [ "$report_status" = 77 ] || exit "$report_status"
+
 # Control 1: without the TIME_CONV record perf must refuse the dump, for that reason: a non-zero
 # status and its message about the missing conversion (tools/perf/util/jitdump.c). Any other
 # failure, or an accepted dump, fails the control.
@@ -83,9 +99,10 @@ if [ "$no_conv_status" = 0 ] || ! grep -qF "$no_conv_message" no-conv.err; then
 fi
 echo "control-no-time-conv: perf inject refused (exit $no_conv_status, '$no_conv_message'): FAILED as it must"
 
-# Shifted conversions: the recording's TIME_CONV with time_zero moved by SHIFT_NS, from a copy
-# of the timeconv record (the dump and the recording stay as they are). Every step must succeed
-# (the control's setup); then check.py must fail with misattributed samples, nothing else.
+# Shifted conversions: the recording's TIME_CONV with time_zero (and the pvclock offset) moved
+# by SHIFT_NS, from a copy of the timeconv record (the dump and the recording stay as they are).
+# Every step must succeed (the control's setup); then check.py must fail with misattributed
+# samples, nothing else.
 shifted() { # LABEL SHIFT_NS
     local label=$1 shift_ns=$2 status=0 misattributed
     rm -rf "${work:?}/$label" && mkdir -p "$work/$label"
@@ -101,6 +118,12 @@ for sidecar in sidecars:
     if len(at) != 1:
         sys.exit(f"{sidecar}: {len(at)} time_zero lines, expected 1")
     lines[at[0]] = f"time_zero={(int(lines[at[0]].split('=', 1)[1]) + shift) % 2**64}"
+    # Paravirt mode's record also carries the pvclock entry and the boot's offset C (perf time
+    # = pvclock time + C), from which inject-time-conv derives the conversion: C moves too.
+    for i, line in enumerate(lines):
+        if line.startswith("pvclock="):
+            *entry, offset = line.split("=", 1)[1].split(",")
+            lines[i] = "pvclock=" + ",".join(entry + [str(int(offset) + shift)])
     (dst / sidecar.name).write_text("\n".join(lines) + "\n")
 EOF
     perfclock inject-time-conv perf.data -o "$label-conv.data" --dump-dir "$work/$label" > /dev/null ||
@@ -122,6 +145,19 @@ EOF
 
 # Control 2: time_zero 200 ms late: samples go to the previous function.
 shifted control-time-zero+200ms 200000000
+
+# Control 4: the report's check against the 200 ms-late recording's perf script (each function's
+# samples moved to its neighbour) must name a function whose counts disagree (when go ran).
+if [ -s pprof-top.txt ]; then
+    report_status=0
+    python3 "$here/check_report.py" --script control-time-zero+200ms.txt --flame flame.html \
+        --top pprof-top.txt > control-report.txt || report_status=$?
+    cat control-report.txt
+    if [ "$report_status" != 1 ] || ! grep -q '^report: FAIL: jit_fn_[0-9]*: ' control-report.txt; then
+        fail "control-report: check_report.py exited $report_status without a disagreeing function"
+    fi
+    echo "control-report: FAILED as it must"
+fi
 
 # Control 3: 1 ms late: the samples in the first ms after each reload (about 4 at 4000 Hz) go
 # to the previous function, so the check resolves errors far below the period.
