@@ -112,13 +112,17 @@ python3 - "$out/dump-shifted/${dump##*/}.timeconv" <<'PY'
 import os, sys
 path = sys.argv[1]
 lines = open(path).read().splitlines()
+if not any(line.startswith("time_zero=") for line in lines):
+    sys.exit(f"no time_zero in {path}")
 for i, line in enumerate(lines):
     if line.startswith("time_zero="):
         # u64 arithmetic, as perf's: time_zero is often "negative" (near 2^64) and wraps.
         lines[i] = f"time_zero={(int(line.split('=', 1)[1]) + 200_000_000) % 2**64}"
-        break
-else:
-    sys.exit(f"no time_zero in {path}")
+    elif line.startswith("pvclock="):
+        # Paravirt mode's record: inject-time-conv converts with the pvclock entry and the
+        # boot's offset C (perf time = pvclock time + C), the last field: C moves too.
+        *entry, offset = line.split("=", 1)[1].split(",")
+        lines[i] = "pvclock=" + ",".join(entry + [str(int(offset) + 200_000_000)])
 with open(path + ".tmp", "w") as f:
     f.write("\n".join(lines) + "\n")
 os.rename(path + ".tmp", path)
