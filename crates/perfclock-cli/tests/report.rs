@@ -1,0 +1,229 @@
+//! `perfclock report` of a native program's call-graph recording (`perf record -g` of a C
+//! program with frame pointers): the flame graph and the pprof profile, read back by `go tool
+//! pprof`, count for each of its functions what `perf script` counts, at the leaf and anywhere
+//! in the stack. The JVM's and the C JIT's reports are checked with their recordings
+//! (`record.rs`, `crates/perfclock-ffi/tests/jit_reload/run.sh`).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use perfclock_testutil::{skip, Need};
+
+/// Three functions with distinct stacks: `hot_inner` under `hot_outer` (the most samples), and
+/// `cold_path`, each called from `main`.
+const SPIN_C: &str = r#"
+#include <stdlib.h>
+static volatile unsigned long sink;
+__attribute__((noinline)) void hot_inner(unsigned long n) { for (unsigned long i = 0; i < n; i++) sink += i * i; }
+__attribute__((noinline)) void hot_outer(unsigned long n) { for (int k = 0; k < 8; k++) hot_inner(n); }
+__attribute__((noinline)) void cold_path(unsigned long n) { for (unsigned long i = 0; i < n; i++) sink ^= i; }
+int main(void) {
+    for (int round = 0; round < 100; round++) { hot_outer(1000000); cold_path(2000000); }
+    return 0;
+}
+"#;
+
+const FUNCTIONS: [&str; 3] = ["hot_inner", "hot_outer", "cold_path"];
+
+fn runs(tool: &str, arg: &str) -> bool {
+    Command::new(tool)
+        .arg(arg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs `program args` in `work` (HOME there: perf's build-id cache), asserting success.
+fn run(work: &Path, program: &str, args: &[&str]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .current_dir(work)
+        .env("HOME", work)
+        .env("GOCACHE", work.join("go-cache"))
+        .env("GOPATH", work.join("go-path"))
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{program} {args:?}: {}",
+        text(&output.stderr)
+    );
+    text(&output.stdout)
+}
+
+/// Each sample's stack from `perf script -F comm,tid,time,ip,sym` of a call-graph recording,
+/// leaf first.
+fn stacks(script: &str) -> Vec<Vec<String>> {
+    let mut stacks: Vec<Vec<String>> = Vec::new();
+    for line in script.lines().filter(|line| !line.trim().is_empty()) {
+        if line.starts_with(char::is_whitespace) {
+            // `IP SYMBOL`
+            let symbol = line.trim().split_once(' ').map_or("", |(_, symbol)| symbol);
+            if let Some(stack) = stacks.last_mut() {
+                stack.push(symbol.trim().to_owned());
+            }
+        } else {
+            stacks.push(Vec::new());
+        }
+    }
+    stacks
+}
+
+/// `go tool pprof -top`'s flat and cum per function.
+fn pprof_top(top: &str) -> BTreeMap<String, (u64, u64)> {
+    top.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (flat, cum) = (fields.first()?.parse().ok()?, fields.get(3)?.parse().ok()?);
+            Some((fields.get(5..)?.join(" "), (flat, cum)))
+        })
+        .collect()
+}
+
+/// The flame graph's samples per frame name (summed over the frames of that name).
+fn flame_counts(flame: &str) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for title in flame.split("<title>").skip(1) {
+        let Some((title, _)) = title.split_once("</title>") else {
+            continue;
+        };
+        let Some((name, rest)) = title.rsplit_once(" (") else {
+            continue;
+        };
+        let Some(Ok(count)) = rest
+            .split_once(" sample")
+            .map(|(count, _)| count.replace(',', "").parse::<u64>())
+        else {
+            continue;
+        };
+        *counts.entry(name.to_owned()).or_default() += count;
+    }
+    counts
+}
+
+#[test]
+fn a_native_programs_report_counts_what_perf_script_counts() {
+    const TEST: &str = "a_native_programs_report_counts_what_perf_script_counts";
+    for tool in ["perf", "cc"] {
+        if !runs(tool, "--version") {
+            skip(
+                TEST,
+                Need::Tool(tool),
+                "not on PATH (Debian: linux-perf, gcc)",
+            );
+            return;
+        }
+    }
+    let work = tempfile::tempdir().unwrap();
+    let work = work.path();
+    fs::write(work.join("spin.c"), SPIN_C).unwrap();
+    // -O0: at -O1 a leaf function sets up no frame, and the frame-pointer walk loses its caller.
+    run(
+        work,
+        "cc",
+        &["-O0", "-fno-omit-frame-pointer", "-o", "spin", "spin.c"],
+    );
+    let record = Command::new("perf")
+        .args(["record", "-q", "-g", "-e", "cpu-clock", "-F", "2000"])
+        .args(["-o", "spin.data", "./spin"])
+        .current_dir(work)
+        .env("HOME", work)
+        .output()
+        .unwrap();
+    if !record.status.success() {
+        skip(
+            TEST,
+            Need::Perf,
+            format!("perf record failed: {}", text(&record.stderr)),
+        );
+        return;
+    }
+    run(
+        work,
+        env!("CARGO_BIN_EXE_perfclock"),
+        &[
+            "report",
+            "spin.data",
+            "-o",
+            "flame.html",
+            "--pprof",
+            "profile.pb.gz",
+        ],
+    );
+
+    let script = run(
+        work,
+        "perf",
+        &["script", "-F", "comm,tid,time,ip,sym", "-i", "spin.data"],
+    );
+    let stacks = stacks(&script);
+    let leaf = |function: &str| {
+        stacks
+            .iter()
+            .filter(|stack| stack.first().is_some_and(|leaf| leaf == function))
+            .count() as u64
+    };
+    let anywhere = |function: &str| {
+        stacks
+            .iter()
+            .filter(|stack| stack.iter().any(|frame| frame == function))
+            .count() as u64
+    };
+    let total = stacks.len() as u64;
+    println!(
+        "perf script: {total} samples; (leaf, anywhere): {:?}",
+        FUNCTIONS.map(|function| (function, leaf(function), anywhere(function)))
+    );
+    assert!(
+        anywhere("hot_inner") * 2 > total,
+        "the program's hot function has {} of {total} samples",
+        anywhere("hot_inner")
+    );
+
+    let flame = flame_counts(&fs::read_to_string(work.join("flame.html")).unwrap());
+    assert_eq!(flame.get("all"), Some(&total), "the flame graph's total");
+    for function in FUNCTIONS {
+        assert_eq!(
+            flame.get(function),
+            Some(&anywhere(function)),
+            "{function} in the flame graph"
+        );
+    }
+
+    if !runs("go", "version") {
+        skip(TEST, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
+        return;
+    }
+    let top = run(
+        work,
+        "go",
+        &[
+            "tool",
+            "pprof",
+            "-top",
+            "-sample_index=samples",
+            "-symbolize=none",
+            "-nodecount=100000",
+            "-nodefraction=0",
+            "profile.pb.gz",
+        ],
+    );
+    assert!(top.contains(&format!("of {total} total")), "{top}");
+    assert!(top.contains("File: spin\n"), "the main binary: {top}");
+    let top = pprof_top(&top);
+    for function in FUNCTIONS {
+        assert_eq!(
+            top.get(function),
+            Some(&(leaf(function), anywhere(function))),
+            "{function}: pprof's (flat, cum) against perf script's"
+        );
+    }
+}
