@@ -73,6 +73,12 @@ mkdir -p "$work/tar"
 tar -xzf "$x64_tar" -C "$work/tar"
 prefix=$work/tar/perfclock-$version-linux-x86_64
 check_arch "$prefix" "Advanced Micro Devices X86-64"
+# The third-party notice: inferno's CDDL-1.0 with where its source is, and the license's text.
+notice=$prefix/THIRD-PARTY-LICENSES
+grep -qE '^inferno [0-9.]+: CDDL-1\.0 \(source: https://' "$notice" ||
+    fail "$notice does not name inferno's CDDL-1.0 license and source"
+grep -q 'COMMON DEVELOPMENT AND DISTRIBUTION LICENSE' "$notice" ||
+    fail "$notice lacks the CDDL's text"
 check_glibc "$prefix" "$x64_deb"
 
 # dpkg -i into a throwaway root (its own dpkg database; the host's is never touched), then -r.
@@ -91,7 +97,7 @@ done
 for f in usr/bin/perfclock usr/lib/perfclock/libperfclock_agent.so usr/lib/libperfclock.so.0 \
     usr/lib/libperfclock.so usr/lib/libperfclock.a usr/include/perfclock.h \
     usr/lib/pkgconfig/perfclock.pc usr/share/man/man1/perfclock.1 \
-    usr/share/bash-completion/completions/perfclock; do
+    usr/share/bash-completion/completions/perfclock usr/share/doc/perfclock/THIRD-PARTY-LICENSES; do
     grep -qx "$f" <<<"$listed" || fail "the .deb holds no $f"
 done
 compgen -G "$dpkg_root/usr/lib/systemd/system/*.service" >/dev/null || fail "the .deb installs no systemd unit"

@@ -71,6 +71,11 @@ trap 'rm -rf "$work"' EXIT
 say "generating man pages and shell completions"
 cargo run --quiet --locked -p perfclock-cli --features gen-docs --example gen-docs -- "$work/gen"
 
+# The crates compiled into the binaries, their licenses and sources (inferno's CDDL-1.0 asks
+# that recipients be told where its source is), and their license texts.
+python3 scripts/third-party-licenses.py "$triple" "$work/THIRD-PARTY-LICENSES" >&2 ||
+    die "scripts/third-party-licenses.py failed"
+
 soname=$(readelf -d "$build_dir/libperfclock_ffi.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [[ $soname == libperfclock.so.* ]] ||
     die "$build_dir/libperfclock_ffi.so has soname '$soname', expected libperfclock.so.N (PERFCLOCK_FFI_SONAME, crates/perfclock-ffi/build.rs)"
@@ -107,7 +112,8 @@ name=perfclock-$version-linux-$arch
 tree=$work/tar/$name
 stage "$tree" '${pcfiledir}/../..' '${prefix}/lib' '-Wl,-rpath,${libdir} '
 install -m 644 packaging/README.package.md "$tree/README.md"
-install -m 644 packaging/licenses/LICENSE-MIT packaging/licenses/LICENSE-APACHE "$tree/"
+install -m 644 packaging/licenses/LICENSE-MIT packaging/licenses/LICENSE-APACHE \
+    "$work/THIRD-PARTY-LICENSES" "$tree/"
 epoch=$(git log -1 --format=%ct 2>/dev/null || echo 0)
 tarball=$out/$name.tar.gz
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" -C "$work/tar" \
@@ -123,7 +129,7 @@ rm -rf "$deb_root"
 stage "$deb_root/usr" /usr '${prefix}/lib' ''
 install -D -m 644 packaging/README.package.md "$deb_root/usr/share/doc/perfclock/README.md"
 install -m 644 packaging/licenses/LICENSE-MIT packaging/licenses/LICENSE-APACHE \
-    "$deb_root/usr/share/doc/perfclock/"
+    "$work/THIRD-PARTY-LICENSES" "$deb_root/usr/share/doc/perfclock/"
 rm -rf "$work/deb" && mkdir -p "$work/deb"
 cargo deb -p perfclock-cli --no-build --no-strip --locked "${cargo_target[@]}" \
     --output "$work/deb/" >&2
