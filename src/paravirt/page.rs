@@ -14,23 +14,22 @@
 //!
 //! The kernel populates that page only if kvm-clock's vDSO mode was ever in use; otherwise its
 //! fault handler raises SIGBUS. So the page is never touched before a probe that cannot fault:
-//! `write(2)` of the page into a pipe, which copies it in the kernel and fails with `EFAULT`
-//! where a load would raise the signal (`process_vm_readv` cannot be used: it refuses the
-//! `VM_PFNMAP` mapping whatever its contents). The copy read back from the pipe is validated:
-//! each online vCPU's entry (those below [`ENTRIES_PER_PAGE`]) must be a plausible clock with
-//! `PVCLOCK_TSC_STABLE_BIT`, equal to vCPU 0's in everything but `version`.
+//! a system call that reads it in the kernel, where a missing page is `EFAULT` instead of the
+//! signal (`rt_sigprocmask`, see `kernel_reads`; `process_vm_readv` cannot be used: it refuses
+//! the `VM_PFNMAP` mapping whatever its contents). Then the page is read in place and
+//! validated: each online vCPU's entry (those below [`ENTRIES_PER_PAGE`]) must be a plausible
+//! clock with `PVCLOCK_TSC_STABLE_BIT`, equal to vCPU 0's in everything but `version`.
 //!
 //! # Safety
-//! The probe passes the page's address to `write(2)`, which reads it in the kernel (where a
-//! missing page is an `EFAULT`, not a signal); the pipe's two descriptors are owned here and
-//! closed on every path. `getauxval` reads the saved auxiliary vector.
+//! The probe passes the page's address to `rt_sigprocmask(2)`, which reads it in the kernel
+//! (where a missing page is an `EFAULT`, not a signal) and changes nothing; entries are read
+//! only from a page the probe found readable. `getauxval` reads the saved auxiliary vector.
 #![allow(unsafe_code)]
 
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::ptr::NonNull;
+use std::ptr::{self, NonNull};
 
 use perfclock_core::pvclock::{
     PvclockError, PvclockParams, PvclockVcpuTimeInfo, ENTRIES_PER_PAGE, ENTRY_STRIDE,
@@ -39,8 +38,8 @@ use perfclock_core::pvclock::{
 /// The page size of the vDSO's data pages on x86_64.
 const VVAR_PAGE_BYTES: usize = 4096;
 
-/// Copies of the page taken before the entries are given up on as different (the host updates
-/// vCPUs' entries one after the other, so a copy can catch them mid-update).
+/// Reads of the page's entries before they are given up on as different (the host updates
+/// vCPUs' entries one after the other, so a read can catch them mid-update).
 const PROBE_ATTEMPTS: u32 = 8;
 
 /// Which mapping the page was found in.
@@ -131,7 +130,8 @@ pub enum PvclockPageError {
         /// Where it was looked for.
         layout: VvarLayout,
     },
-    /// The pipe for the probe could not be made or used.
+    /// The probe's system call failed for another reason than the page, or cannot tell a
+    /// missing page here (it did not say `EFAULT` for an address never mapped).
     Probe {
         /// The errno.
         errno: i32,
@@ -170,7 +170,8 @@ impl fmt::Display for PvclockPageError {
             ),
             PvclockPageError::Probe { errno } => write!(
                 f,
-                "the probe's pipe failed ({})",
+                "the probe (rt_sigprocmask reading the page) failed or cannot tell a missing \
+                 page here ({})",
                 io::Error::from_raw_os_error(*errno)
             ),
             PvclockPageError::Entry {
@@ -290,6 +291,15 @@ pub fn validate_copy(
             pad: [slot[30], slot[31]],
         }
     };
+    validate_entries(entry_at, vcpus, layout)
+}
+
+/// [`validate_copy`] of the page whose vCPU `v`'s entry `entry_at(v)` reads.
+fn validate_entries(
+    entry_at: impl Fn(usize) -> PvclockVcpuTimeInfo,
+    vcpus: &[usize],
+    layout: VvarLayout,
+) -> Result<Option<(PvclockParams, usize)>, PvclockPageError> {
     let checked = || vcpus.iter().copied().filter(|&v| v < ENTRIES_PER_PAGE);
     if checked()
         .chain([0])
@@ -326,8 +336,16 @@ pub fn find() -> Result<PvclockPage, PvclockPageError> {
     if !cfg!(target_arch = "x86_64") {
         return Err(PvclockPageError::NoVvar);
     }
-    let online = read_text("/sys/devices/system/cpu/online")?;
-    let vcpus = parse_cpu_list(&online).unwrap_or_else(|| vec![0]);
+    let mut online = [0; VVAR_PAGE_BYTES];
+    let online = read_sysfs("/sys/devices/system/cpu/online", &mut online)?;
+    let vcpus = parse_cpu_list(online).unwrap_or_else(|| vec![0]);
+    // Address 1 is never mapped (it is below `mmap_min_addr`): a probe that does not see that
+    // cannot tell a missing page either.
+    if kernel_reads(1)? {
+        return Err(PvclockPageError::Probe {
+            errno: libc::EINVAL,
+        });
+    }
     // Where recent kernels put it, found without reading /proc/self/maps (which costs more than
     // the rest of opening together); the maps' names otherwise.
     if let Some(candidate) = below_vdso() {
@@ -366,10 +384,23 @@ fn below_vdso() -> Option<Candidate> {
 }
 
 fn probe_candidate(candidate: Candidate, vcpus: &[usize]) -> Result<PvclockPage, PvclockPageError> {
+    if !kernel_reads(candidate.address)? {
+        return Err(PvclockPageError::NotPopulated {
+            layout: candidate.layout,
+        });
+    }
+    let entry_at = |vcpu: usize| {
+        let entry = (candidate.address + vcpu * ENTRY_STRIDE) as *const PvclockVcpuTimeInfo;
+        // SAFETY: `validate_entries` asks only for vCPUs below ENTRIES_PER_PAGE, whose entries
+        // lie inside the page, 8-aligned (the page is page-aligned, entries 64 bytes apart).
+        // The kernel just read the page: mapped read-only for the life of the process (its
+        // fault handler maps it again after any zap). The entry is plain integers, so any bytes
+        // are a value; volatile, as the host writes it.
+        unsafe { ptr::read_volatile(entry) }
+    };
     let mut last = PvclockPageError::EntriesDiffer { vcpu: 0 };
     for _ in 0..PROBE_ATTEMPTS {
-        let copy = copy_page(candidate)?;
-        match validate_copy(&copy, vcpus, candidate.layout) {
+        match validate_entries(entry_at, vcpus, candidate.layout) {
             Ok(Some((params, vcpus_checked))) => {
                 let entry0 = NonNull::new(candidate.address as *mut PvclockVcpuTimeInfo)
                     .ok_or(PvclockPageError::NoVvar)?;
@@ -386,6 +417,33 @@ fn probe_candidate(candidate: Candidate, vcpus: &[usize]) -> Result<PvclockPage,
         }
     }
     Err(last)
+}
+
+/// The text of a sysfs attribute, read into `buffer` (one page holds any: sysfs shows at most
+/// a page), without the allocation of [`read_text`].
+fn read_sysfs<'a>(
+    path: &'static str,
+    buffer: &'a mut [u8; VVAR_PAGE_BYTES],
+) -> Result<&'a str, PvclockPageError> {
+    let unreadable = |error: io::Error| PvclockPageError::Unreadable {
+        path,
+        errno: error.raw_os_error().unwrap_or(0),
+    };
+    let mut file = File::open(path).map_err(unreadable)?;
+    let mut len = 0;
+    loop {
+        match file.read(&mut buffer[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(unreadable(error)),
+        }
+        if len == buffer.len() {
+            return Err(unreadable(io::Error::from_raw_os_error(libc::EFBIG)));
+        }
+    }
+    std::str::from_utf8(&buffer[..len])
+        .map_err(|_| unreadable(io::Error::from_raw_os_error(libc::EILSEQ)))
 }
 
 /// The text of a procfs or sysfs file. Read in large chunks from the start: procfs files report
@@ -417,52 +475,39 @@ fn read_text(path: &'static str) -> Result<String, PvclockPageError> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// A copy of the page at `candidate`, made by the kernel (`write` into a pipe, read back), so
-/// that an unpopulated page is an `EFAULT` instead of a SIGBUS.
-fn copy_page(candidate: Candidate) -> Result<[u8; VVAR_PAGE_BYTES], PvclockPageError> {
-    let mut fds = [0; 2];
-    // SAFETY: `pipe2` writes two descriptors into the two-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(PvclockPageError::Probe {
-            errno: last_errno(),
-        });
+/// Whether the kernel can read the 8 bytes at `address`, asked without touching them here.
+/// `rt_sigprocmask` copies its new set from the caller before it looks at `how`, so with an
+/// invalid `how` it fails with `EFAULT` where the address cannot be read (a page that is not
+/// there, or whose fault handler refuses it) and with `EINVAL` where it can, and changes
+/// nothing: one system call, where a copy through a pipe takes five. [`find`] checks first that
+/// it says `EFAULT` for an address never mapped.
+fn kernel_reads(address: usize) -> Result<bool, PvclockPageError> {
+    /// The kernel's `sigset_t` on x86_64 (64 signals).
+    const KERNEL_SIGSET_BYTES: usize = 8;
+    const INVALID_HOW: libc::c_int = -1;
+    // A null set is no read: the call would succeed without looking at `how`.
+    if address == 0 {
+        return Ok(false);
     }
-    // SAFETY: both descriptors were just created and are owned by nothing else.
-    let (read_end, write_end) =
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: `write` only reads `VVAR_PAGE_BYTES` bytes at the address, in the kernel: a page
-    // that is not there (or whose fault handler refuses it) makes the call fail with EFAULT,
-    // never a signal in this process. A pipe holds at least 4096 bytes, so the write is whole.
-    let written = unsafe {
-        libc::write(
-            std::os::fd::AsRawFd::as_raw_fd(&write_end),
-            candidate.address as *const libc::c_void,
-            VVAR_PAGE_BYTES,
+    // SAFETY: the kernel only reads KERNEL_SIGSET_BYTES at `address`, with its own fault
+    // handling (an unreadable address is EFAULT, never a signal here); no old set is asked for,
+    // and an invalid `how` leaves the signal mask as it is.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            INVALID_HOW,
+            address as *const libc::c_void,
+            ptr::null_mut::<libc::c_void>(),
+            KERNEL_SIGSET_BYTES,
         )
     };
-    if written < 0 {
-        let errno = last_errno();
-        return Err(if errno == libc::EFAULT {
-            PvclockPageError::NotPopulated {
-                layout: candidate.layout,
-            }
-        } else {
-            PvclockPageError::Probe { errno }
-        });
+    match (rc, last_errno()) {
+        (-1, libc::EINVAL) => Ok(true),
+        (-1, libc::EFAULT) => Ok(false),
+        (-1, errno) => Err(PvclockPageError::Probe { errno }),
+        // A kernel that accepted -1 as `how` has changed the mask: refuse rather than guess.
+        _ => Err(PvclockPageError::Probe { errno: 0 }),
     }
-    if written as usize != VVAR_PAGE_BYTES {
-        return Err(PvclockPageError::NotPopulated {
-            layout: candidate.layout,
-        });
-    }
-    drop(write_end);
-    let mut copy = [0u8; VVAR_PAGE_BYTES];
-    File::from(read_end)
-        .read_exact(&mut copy)
-        .map_err(|error| PvclockPageError::Probe {
-            errno: error.raw_os_error().unwrap_or(0),
-        })?;
-    Ok(copy)
 }
 
 fn last_errno() -> i32 {
@@ -581,15 +626,44 @@ mod tests {
         );
     }
 
+    /// This thread's signal mask.
+    fn signal_mask() -> libc::sigset_t {
+        // SAFETY: an all-zero sigset_t is a valid value to be overwritten.
+        let mut mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: no new set; the old one is written into `mask`.
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, ptr::null(), &mut mask) };
+        assert_eq!(rc, 0);
+        mask
+    }
+
+    fn mask_bytes(mask: &libc::sigset_t) -> Vec<u8> {
+        // SAFETY: reads the plain bytes of a value that lives for the borrow.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (mask as *const libc::sigset_t).cast::<u8>(),
+                std::mem::size_of::<libc::sigset_t>(),
+            )
+        };
+        bytes.to_vec()
+    }
+
     #[test]
-    fn an_unmapped_page_is_efault_not_a_signal() {
-        // Page 0 is never mapped in a Linux process.
+    fn the_probe_tells_unmapped_from_readable_and_changes_no_signal_mask() {
+        static ALL_SIGNALS: [u8; 8] = [0xff; 8];
+        let before = mask_bytes(&signal_mask());
+        // The first pages of a Linux process are never mapped (mmap_min_addr); 0 is no page.
+        for unmapped in [0, 1, 4096] {
+            assert_eq!(kernel_reads(unmapped), Ok(false), "{unmapped:#x}");
+        }
+        // Readable bytes that, taken as a set, would block every signal.
+        assert_eq!(kernel_reads(ALL_SIGNALS.as_ptr() as usize), Ok(true));
+        assert_eq!(mask_bytes(&signal_mask()), before);
         let candidate = Candidate {
-            address: 0,
+            address: 4096,
             layout: VvarLayout::VvarVclock,
         };
         assert_eq!(
-            copy_page(candidate),
+            probe_candidate(candidate, &[0]),
             Err(PvclockPageError::NotPopulated {
                 layout: VvarLayout::VvarVclock
             })
