@@ -163,7 +163,9 @@ fn clock() -> Option<&'static Clock> {
     perfclock::global()
 }
 
-/// Runs `body`, turning a panic into `fallback`.
+/// Runs `body`, turning a panic into `fallback`. Always inlined: the exported reads are then
+/// the read itself, not a call to an outlined copy of this wrapper around it.
+#[inline(always)]
 fn guard<T, F: FnOnce() -> T + UnwindSafe>(fallback: T, body: F) -> T {
     catch_unwind(body).unwrap_or(fallback)
 }
