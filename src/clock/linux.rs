@@ -35,6 +35,16 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
             return Ok(paravirt_clock(paravirt, None));
         }
     }
+    // So does a live server's page for this boot (`perfclock serve` exits in kernel mode, and
+    // which sched_clock the kernel uses is fixed at boot): where paravirt mode does not come
+    // first, the page is looked for before the kernel page's `perf_event_open`.
+    let shared_first =
+        !options.kernel_only && !options.no_shared_page && !options.paravirt_wanted();
+    if shared_first {
+        if let (Some(shared), _) = crate::shared_page::open_first() {
+            return Ok(shared_clock(shared, None));
+        }
+    }
     let page = KernelPage::map().map_err(|error| match error {
         MapError::Open(open) => Error::PerfEvent(open),
         MapError::TooManyClocks => Error::TooManyClocks,
@@ -59,18 +69,9 @@ pub(super) fn open(options: Options) -> Result<Clock, Error> {
                     return Ok(paravirt_clock(paravirt, Some(capabilities)));
                 }
             }
-            if !options.no_shared_page {
+            if !options.no_shared_page && !shared_first {
                 if let (Some(shared), _) = crate::shared_page::open_first() {
-                    return Ok(Clock {
-                        reader: ClockReader::Page(kept_by_the_clock(shared.page_reader())),
-                        // What the kernel withholds is read when asked: reading
-                        // /proc/cpuinfo would cost more than mapping the page.
-                        source: Source::Shared {
-                            shared,
-                            capabilities,
-                            withheld: OnceLock::new(),
-                        },
-                    });
+                    return Ok(shared_clock(shared, Some(capabilities)));
                 }
             }
             options.open_calibrated(Withheld::observe(capabilities))
@@ -85,6 +86,20 @@ fn kept_by_the_clock(reader: PageReader<'_>) -> PageReader<'static> {
     // the `source` of the clock that stores this reader; the pages are mappings of their own,
     // which that move does not move, and the clock hands the reader out only borrowed.
     unsafe { PageReader::new_mirrored(reader.page(), reader.mirror()) }
+}
+
+/// A shared-mode clock; `capabilities` is the kernel page's word where it was read.
+fn shared_clock(shared: SharedMapping, capabilities: Option<u64>) -> Clock {
+    Clock {
+        reader: ClockReader::Page(kept_by_the_clock(shared.page_reader())),
+        // What the kernel withholds is read when asked: reading /proc/cpuinfo would cost more
+        // than mapping the page.
+        source: Source::Shared {
+            shared,
+            capabilities,
+            withheld: OnceLock::new(),
+        },
+    }
 }
 
 /// A paravirt-mode clock; `capabilities` is the kernel page's word where it was read.
@@ -102,8 +117,8 @@ fn paravirt_clock(paravirt: ParavirtClock, capabilities: Option<u64>) -> Clock {
     }
 }
 
-/// The kernel page's capability word, read now (for what the kernel withholds, when paravirt
-/// mode opened without it); 0 (nothing published) if the page cannot be had.
+/// The kernel page's capability word, read now (for what the kernel withholds, when the clock
+/// opened without it); 0 (nothing published) if the page cannot be had.
 fn kernel_capabilities() -> u64 {
     let Ok(page) = KernelPage::map() else {
         return 0;
@@ -172,8 +187,9 @@ pub(super) enum Source {
     /// Keeps the server's page mapped.
     Shared {
         shared: SharedMapping,
-        /// The kernel page's capability word, for `withheld`.
-        capabilities: u64,
+        /// The kernel page's capability word, for `withheld`: `None` when the clock opened
+        /// without the kernel page (read when `withheld` is first asked).
+        capabilities: Option<u64>,
         withheld: OnceLock<Withheld>,
     },
     #[cfg(feature = "calibrated")]
@@ -247,8 +263,8 @@ impl Source {
                 capabilities,
                 withheld,
                 ..
-            } => Some(withheld.get_or_init(|| Withheld::observe(*capabilities))),
-            Source::Paravirt {
+            }
+            | Source::Paravirt {
                 capabilities,
                 withheld,
                 ..
