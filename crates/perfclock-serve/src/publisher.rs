@@ -191,37 +191,21 @@ impl LivePage {
             })?;
         std::thread::Builder::new()
             .name("perfclock-serve-fds".into())
-            .spawn(move || {
-                raise_priority();
-                loop {
-                    match listener.accept() {
-                        Ok((stream, _)) => {
-                            // A client that does not read its descriptor holds this thread no
-                            // longer.
-                            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-                            let _ = sealed_page::send_fd(&stream, memfd.as_fd());
-                        }
-                        // Out of descriptors or memory: retry later rather than spin.
-                        Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            .spawn(move || loop {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        // A client that does not read its descriptor holds this thread no
+                        // longer.
+                        let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+                        let _ = sealed_page::send_fd(&stream, memfd.as_fd());
                     }
+                    // Out of descriptors or memory: retry later rather than spin.
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
             })
             .map_err(io_error("start the thread serving", socket))?;
         Ok(())
     }
-}
-
-/// Gives the calling thread the highest nice priority (-20) where it may (root, or
-/// CAP_SYS_NICE; otherwise it keeps its own). The descriptor thread runs only when a client
-/// connects, and every client's `init()` waits for it: on a busy machine a thread of ordinary
-/// priority waits for a CPU hog's slice to end first (hundreds of microseconds here), one at
-/// -20 preempts it.
-fn raise_priority() {
-    // SAFETY: gettid takes no argument and cannot fail.
-    let tid = unsafe { libc::gettid() };
-    // SAFETY: setpriority with a thread id (Linux: PRIO_PROCESS takes one) changes only that
-    // thread's nice value; a refusal (EACCES, EPERM) leaves it as it was.
-    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -20) };
 }
 
 /// The file at `path` if an earlier server of this user left it (a regular file owned by us,
