@@ -192,14 +192,7 @@ pub fn scan_records<R: Read + Seek>(reader: R, layout: &Layout) -> Result<Scan, 
                 reader.seek_relative(body_len as i64)?;
             }
         }
-        offset += size;
-        if extra > data_end - offset {
-            return Err(PerfDataError::RecordPastData { offset });
-        }
-        if extra > 0 {
-            reader.seek(SeekFrom::Start(offset + extra))?;
-            offset += extra;
-        }
+        offset = past_aux_data(&mut reader, offset + size, extra, data_end)?;
     }
     if let Some(decompressor) = decompressed {
         decompressor.finish(offset)?;
@@ -230,16 +223,26 @@ pub(crate) fn check_aux_data<R: Read + Seek>(
             reader.seek_relative((size - RECORD_HEADER_SIZE as u64) as i64)?;
             0
         };
-        offset += size;
-        if extra > data_end - offset {
-            return Err(PerfDataError::RecordPastData { offset });
-        }
-        if extra > 0 {
-            reader.seek(SeekFrom::Start(offset + extra))?;
-            offset += extra;
-        }
+        offset = past_aux_data(&mut reader, offset + size, extra, data_end)?;
     }
     Ok(())
+}
+
+/// The offset past the `extra` bytes of AUX data that follow a record ending at `offset`, with
+/// the reader moved there, checked to lie inside the data section.
+fn past_aux_data<R: Read + Seek>(
+    reader: &mut BufReader<R>,
+    offset: u64,
+    extra: u64,
+    data_end: u64,
+) -> Result<u64, PerfDataError> {
+    if extra > data_end - offset {
+        return Err(PerfDataError::RecordPastData { offset });
+    }
+    if extra > 0 {
+        reader.seek(SeekFrom::Start(offset + extra))?;
+    }
+    Ok(offset + extra)
 }
 
 /// The length of the AUX data that follows the AUXTRACE record at `offset` of `size` bytes,

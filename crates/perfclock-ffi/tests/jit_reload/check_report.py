@@ -18,18 +18,12 @@ import re
 import sys
 from collections import Counter
 
+from check import parse_script
+
 
 def script_counts(path):
-    """Samples per leaf symbol ("[unknown]" for none, as perf report says), and the total."""
-    counts = Counter()
-    with open(path, encoding="utf-8", errors="replace") as script:
-        for line in script:
-            fields = line.split(None, 2)
-            if len(fields) < 2 or not fields[0].endswith(":"):
-                continue
-            sym = fields[2].strip() if len(fields) > 2 else ""
-            counts[sym or "[unknown]"] += 1
-    return counts
+    """Samples per leaf symbol ("[unknown]" for none, as perf report says)."""
+    return Counter(sym or "[unknown]" for _, _, sym in parse_script(path))
 
 
 def flame_counts(path):
