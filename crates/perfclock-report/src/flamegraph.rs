@@ -362,15 +362,6 @@ fn shade(name: &str, hue: Hue) -> Color {
 mod tests {
     use super::*;
 
-    fn frame(function: &str, dso: &str, kind: FrameKind) -> Frame {
-        Frame {
-            ip: 0x1000,
-            function: function.to_owned(),
-            dso: dso.to_owned(),
-            kind,
-        }
-    }
-
     fn sample(comm: &str, pid: u32, tid: u32, frames: Vec<Frame>) -> Sample {
         Sample {
             comm: comm.to_owned(),
@@ -384,25 +375,32 @@ mod tests {
     }
 
     fn native(function: &str) -> Frame {
-        frame(function, "/usr/lib/libc.so.6", FrameKind::Native)
+        Frame::new(0x1000, function, "/usr/lib/libc.so.6", FrameKind::Native)
     }
 
     #[test]
     fn kinds_are_annotated_and_inlined_code_becomes_its_methods() {
         let leaf_first = vec![
-            frame("__x64_sys_write", "[kernel.kallsyms]", FrameKind::Kernel),
-            frame(
+            Frame::new(
+                0x1000,
+                "__x64_sys_write",
+                "[kernel.kallsyms]",
+                FrameKind::Kernel,
+            ),
+            Frame::new(
+                0x1000,
                 "Hot.alpha(long) <- Hot.loop() <- Hot.main(java.lang.String[])",
                 "/tmp/jitted-1-2.so",
                 FrameKind::Jit,
             ),
-            frame(
+            Frame::new(
+                0x1000,
                 "JavaCalls::call_helper",
                 "/jvm/libjvm.so",
                 FrameKind::Native,
             ),
-            frame("[unknown]", "/jvm/libjvm.so", FrameKind::Native),
-            frame("[unknown]", "[unknown]", FrameKind::Unknown),
+            Frame::new(0x1000, "[unknown]", "/jvm/libjvm.so", FrameKind::Native),
+            Frame::new(0x1000, "[unknown]", "[unknown]", FrameKind::Unknown),
         ];
         let lines = folded(&[sample("java", 1, 1, leaf_first)], Split::None);
         assert_eq!(

@@ -661,15 +661,6 @@ mod tests {
         assert_eq!(Profile::decode(&expected[..]).unwrap(), profile);
     }
 
-    fn frame(ip: u64, function: &str, dso: &str, kind: FrameKind) -> Frame {
-        Frame {
-            ip,
-            function: function.into(),
-            dso: dso.into(),
-            kind,
-        }
-    }
-
     fn sample(event: &str, period: u64, frames: Vec<Frame>) -> Sample {
         Sample {
             comm: "main".into(),
@@ -684,7 +675,7 @@ mod tests {
 
     #[test]
     fn inlined_jit_names_become_one_location_with_a_line_per_method() {
-        let jit = frame(
+        let jit = Frame::new(
             0x10,
             "LLines;helper(J)J <- LLines;outer(J)J",
             "/tmp/jitted-1-2.so",

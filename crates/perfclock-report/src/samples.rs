@@ -48,6 +48,18 @@ pub struct Frame {
     pub kind: FrameKind,
 }
 
+impl Frame {
+    /// A frame at `ip` in `function` of `dso`.
+    pub fn new(ip: u64, function: &str, dso: &str, kind: FrameKind) -> Frame {
+        Frame {
+            ip,
+            function: function.to_owned(),
+            dso: dso.to_owned(),
+            kind,
+        }
+    }
+}
+
 /// One sample.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sample {

@@ -14,38 +14,29 @@ const PERIOD_NS: u64 = 250_000;
 const FIRST_NS: u64 = 2_412_136_291_842;
 const WALL_OFFSET_NS: i128 = 1_764_945_000_000_000_000 - 2_412_000_000_000;
 
-fn frame(ip: u64, function: &str, dso: &str, kind: FrameKind) -> Frame {
-    Frame {
-        ip,
-        function: function.into(),
-        dso: dso.into(),
-        kind,
-    }
-}
-
 /// A JVM thread in JIT code with an inlined method, the same JVM in the kernel, node in
 /// V8-named code, and a node thread in code perf could not name: each stack `count` times.
 fn samples() -> Vec<Sample> {
     let jvm = vec![
-        frame(
+        Frame::new(
             0x7f1c_2a40,
             "LHot;alpha(J)J <- LHot;loop()V",
             "/tmp/out.jit/jitted-4242-17.so",
             FrameKind::Jit,
         ),
-        frame(
+        Frame::new(
             0x7f1c_2b00,
             "LHot;main([Ljava/lang/String;)V",
             "/tmp/out.jit/jitted-4242-3.so",
             FrameKind::Jit,
         ),
-        frame(
+        Frame::new(
             0x7f2d_1000,
             "thread_native_entry(Thread*)",
             "/usr/lib/jvm/lib/server/libjvm.so",
             FrameKind::Native,
         ),
-        frame(
+        Frame::new(
             0x7f3e_0100,
             "start_thread",
             "/usr/lib/x86_64-linux-gnu/libc.so.6",
@@ -53,13 +44,13 @@ fn samples() -> Vec<Sample> {
         ),
     ];
     let kernel = vec![
-        frame(
+        Frame::new(
             0xffff_ffff_8162_105f,
             "clear_page_erms",
             "[kernel.kallsyms]",
             FrameKind::Kernel,
         ),
-        frame(
+        Frame::new(
             0xffff_ffff_8100_2000,
             "asm_exc_page_fault",
             "[kernel.kallsyms]",
@@ -68,19 +59,19 @@ fn samples() -> Vec<Sample> {
         jvm[1].clone(),
     ];
     let node = vec![
-        frame(
+        Frame::new(
             0x7ff9_7ca9_68a8,
             "JS:*parseExpr /tmp/nodet/hot.js:3:19",
             "/tmp/x.jit/jitted-30749-9.so",
             FrameKind::Jit,
         ),
-        frame(
+        Frame::new(
             0x7ff9_7ca9_0010,
             "JS:~main /tmp/nodet/hot.js:1:1",
             "/tmp/x.jit/jitted-30749-2.so",
             FrameKind::Jit,
         ),
-        frame(
+        Frame::new(
             0x55_0000_1234,
             "node::Start(int, char**)",
             "/usr/bin/node",
@@ -88,8 +79,8 @@ fn samples() -> Vec<Sample> {
         ),
     ];
     let unknown = vec![
-        frame(0, "[unknown]", "[unknown]", FrameKind::Unknown),
-        frame(
+        Frame::new(0, "[unknown]", "[unknown]", FrameKind::Unknown),
+        Frame::new(
             0x7f00_0000_5000,
             "uv_run",
             "/usr/lib/x86_64-linux-gnu/libuv.so.1",
@@ -310,17 +301,17 @@ fn the_first_mapping_is_the_busiest_processs_executable() {
         event: "cpu-clock".into(),
         frames,
     };
-    let libc = || frame(0x10, "memcpy", "/usr/lib/libc.so.6", FrameKind::Native);
+    let libc = || Frame::new(0x10, "memcpy", "/usr/lib/libc.so.6", FrameKind::Native);
     // A comm of 15 bytes is the kernel's cut of a longer file name.
     let spin = || {
-        frame(
+        Frame::new(
             0x20,
             "main",
             "/opt/bin/spin_for_a_long_time",
             FrameKind::Native,
         )
     };
-    let other = || frame(0x30, "main", "/usr/bin/other", FrameKind::Native);
+    let other = || Frame::new(0x30, "main", "/usr/bin/other", FrameKind::Native);
     let samples = [
         sample(9, "other", vec![libc(), other()]),
         sample(7, "spin_for_a_long", vec![libc()]),
