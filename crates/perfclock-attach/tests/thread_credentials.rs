@@ -6,10 +6,10 @@ use perfclock_testutil::{skip, Need};
 
 #[test]
 fn a_thread_becomes_another_user_without_roots_groups() {
-    const TEST: &str = "a_thread_becomes_another_user_without_roots_groups";
+    let test = perfclock_testutil::test_name!();
     if peer::effective_uid() != 0 {
         skip(
-            TEST,
+            test,
             Need::Root,
             "switching a thread's credentials needs root",
         );

@@ -387,8 +387,8 @@ fn marker_lines(path: &Path) -> Vec<String> {
 
 #[test]
 fn attach_loads_the_agent_into_a_running_jvm_of_every_jdk() {
-    const TEST: &str = "attach_loads_the_agent_into_a_running_jvm_of_every_jdk";
-    let Some(fixture) = fixture(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(fixture) = fixture(test) else {
         return;
     };
     let agent = fixture.agent.to_str().unwrap();
@@ -471,7 +471,7 @@ fn attach_loads_the_agent_into_a_running_jvm_of_every_jdk() {
             );
         } else {
             skip(
-                TEST,
+                test,
                 "not root: the permission case needs setpriv to nobody",
             );
         }
@@ -486,12 +486,12 @@ fn attach_loads_the_agent_into_a_running_jvm_of_every_jdk() {
 
 #[test]
 fn attach_as_root_acts_as_the_jvms_user() {
-    const TEST: &str = "attach_as_root_acts_as_the_jvms_user";
-    let Some(fixture) = fixture(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(fixture) = fixture(test) else {
         return;
     };
     if !is_root() {
-        skip(TEST, "not root");
+        skip(test, "not root");
         return;
     }
     let agent = fixture.agent.to_str().unwrap();
@@ -542,12 +542,12 @@ fn attach_as_root_acts_as_the_jvms_user() {
 
 #[test]
 fn attach_reaches_a_jvm_in_its_own_mount_and_pid_namespace() {
-    const TEST: &str = "attach_reaches_a_jvm_in_its_own_mount_and_pid_namespace";
-    let Some(fixture) = fixture(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(fixture) = fixture(test) else {
         return;
     };
     if !is_root() {
-        skip(TEST, "not root: unshare --mount --pid needs root");
+        skip(test, "not root: unshare --mount --pid needs root");
         return;
     }
     let agent = fixture.agent.to_str().unwrap();
@@ -607,7 +607,7 @@ fn attach_reaches_a_jvm_in_its_own_mount_and_pid_namespace() {
 
 #[test]
 fn attach_errors_name_the_cause_within_ten_seconds() {
-    const TEST: &str = "attach_errors_name_the_cause_within_ten_seconds";
+    let test = perfclock_testutil::test_name!();
     let agent_arg = |fixture: &Fixture| fixture.agent.to_str().unwrap().to_owned();
 
     // Not a JVM: refused without a signal (SIGQUIT would have killed it).
@@ -651,7 +651,7 @@ fn attach_errors_name_the_cause_within_ten_seconds() {
         );
     }
 
-    let Some(fixture) = fixture(TEST) else {
+    let Some(fixture) = fixture(test) else {
         return;
     };
     let agent = agent_arg(fixture);
@@ -719,13 +719,13 @@ fn attach_errors_name_the_cause_within_ten_seconds() {
 
 #[test]
 fn a_socket_left_by_a_killed_jvm_with_the_same_pid_is_replaced() {
-    const TEST: &str = "a_socket_left_by_a_killed_jvm_with_the_same_pid_is_replaced";
-    let Some(fixture) = fixture(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(fixture) = fixture(test) else {
         return;
     };
     if !is_root() {
         skip(
-            TEST,
+            test,
             "not root: the JVM's /tmp socket is made as the JVM's user",
         );
         return;
@@ -1093,8 +1093,8 @@ impl Drop for FakeJvm {
 
 #[test]
 fn a_full_listen_queue_ends_in_a_timeout_not_a_hang() {
-    const TEST: &str = "a_full_listen_queue_ends_in_a_timeout_not_a_hang";
-    let Some(fixture) = fake_fixture(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(fixture) = fake_fixture(test) else {
         return;
     };
     let fake = FakeJvm::start(fixture, "backlog", &[], &fixture.dir, false, &[]);
@@ -1113,8 +1113,8 @@ fn a_full_listen_queue_ends_in_a_timeout_not_a_hang() {
 
 #[test]
 fn thousands_of_argfiles_are_not_all_read() {
-    const TEST: &str = "thousands_of_argfiles_are_not_all_read";
-    let Some(fixture) = fake_fixture(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(fixture) = fake_fixture(test) else {
         return;
     };
     // 1 MiB of short options, named 3,000 times: what the launcher would have expanded.
@@ -1163,12 +1163,12 @@ fn thousands_of_argfiles_are_not_all_read() {
 
 #[test]
 fn root_creates_no_trigger_file_where_only_its_groups_may_write() {
-    const TEST: &str = "root_creates_no_trigger_file_where_only_its_groups_may_write";
-    let Some(fixture) = fake_fixture(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(fixture) = fake_fixture(test) else {
         return;
     };
     if !is_root() {
-        skip(TEST, "not root: the target must be another user's process");
+        skip(test, "not root: the target must be another user's process");
         return;
     }
     // Writable by root and group root only; nobody may enter it.
@@ -1201,8 +1201,8 @@ fn root_creates_no_trigger_file_where_only_its_groups_may_write() {
 
 #[test]
 fn the_jvms_answer_reaches_the_terminal_escaped_and_bounded() {
-    const TEST: &str = "the_jvms_answer_reaches_the_terminal_escaped_and_bounded";
-    let Some(fixture) = fake_fixture(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(fixture) = fake_fixture(test) else {
         return;
     };
     let answer = fixture.dir.join("answer");
@@ -1253,8 +1253,8 @@ fn the_jvms_answer_reaches_the_terminal_escaped_and_bounded() {
 
 #[test]
 fn a_jvm_still_starting_is_attached_once_the_agent_can_run() {
-    const TEST: &str = "a_jvm_still_starting_is_attached_once_the_agent_can_run";
-    let Some(fixture) = fake_fixture(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(fixture) = fake_fixture(test) else {
         return;
     };
     let answer = fixture.dir.join("answer-starting");
@@ -1306,8 +1306,8 @@ fn a_jvm_still_starting_is_attached_once_the_agent_can_run() {
 
 #[test]
 fn a_jvm_that_dies_on_sigquit_ends_the_wait_at_once() {
-    const TEST: &str = "a_jvm_that_dies_on_sigquit_ends_the_wait_at_once";
-    let Some(fixture) = fake_fixture(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(fixture) = fake_fixture(test) else {
         return;
     };
     let fake = FakeJvm::start(fixture, "die", &[], &fixture.dir, false, &[]);
@@ -1340,13 +1340,13 @@ impl Drop for StallFuse {
 
 #[test]
 fn an_option_file_whose_read_never_returns_ends_at_the_deadline() {
-    const TEST: &str = "an_option_file_whose_read_never_returns_ends_at_the_deadline";
-    let Some(fixture) = fake_fixture(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(fixture) = fake_fixture(test) else {
         return;
     };
     if !is_root() || !Path::new("/dev/fuse").exists() {
         skip(
-            TEST,
+            test,
             "not root, or no /dev/fuse: mounting the stalling file system needs both",
         );
         return;

@@ -285,8 +285,8 @@ fn jit_end_to_end(test: &str, record_options: &[&str]) {
 
 #[test]
 fn a_recording_with_another_clock_is_refused() {
-    const TEST: &str = "a_recording_with_another_clock_is_refused";
-    if !tool_or_skip(TEST, "perf") || !tool_or_skip(TEST, "python3") {
+    let test = perfclock_testutil::test_name!();
+    if !tool_or_skip(test, "perf") || !tool_or_skip(test, "python3") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -300,7 +300,7 @@ fn a_recording_with_another_clock_is_refused() {
         dir.to_str().unwrap(),
         "1000",
     ];
-    if record(TEST, dir, &["-k", "1"], &recorded, &python).is_none() {
+    if record(test, dir, &["-k", "1"], &recorded, &python).is_none() {
         return;
     }
     let out = dir.join("out.data");
@@ -316,14 +316,14 @@ fn a_recording_with_another_clock_is_refused() {
 
 #[test]
 fn a_real_recording_without_a_jitdump_is_refused_with_a_hint() {
-    const TEST: &str = "a_real_recording_without_a_jitdump_is_refused_with_a_hint";
-    if !tool_or_skip(TEST, "perf") {
+    let test = perfclock_testutil::test_name!();
+    if !tool_or_skip(test, "perf") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let recorded = dir.join("perf.data");
-    if record(TEST, dir, &[], &recorded, &["true"]).is_none() {
+    if record(test, dir, &[], &recorded, &["true"]).is_none() {
         return;
     }
     let out = dir.join("out.data");
@@ -379,10 +379,10 @@ fn sample_wall_times(dir: &Path, data: &Path) -> Vec<u64> {
 /// same file with the wall clock moved 150 ms puts samples in the sleep.
 #[test]
 fn perf_script_tod_prints_wall_times_within_the_programs_own_stamps() {
-    const TEST: &str = "perf_script_tod_prints_wall_times_within_the_programs_own_stamps";
+    let test = perfclock_testutil::test_name!();
     /// The tod field's resolution (1 us), the snapshot's uncertainty and slew since.
     const TOLERANCE_NS: u64 = 2_000_000;
-    if !tool_or_skip(TEST, "perf") || !tool_or_skip(TEST, "python3") {
+    if !tool_or_skip(test, "perf") || !tool_or_skip(test, "python3") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -397,7 +397,7 @@ fn perf_script_tod_prints_wall_times_within_the_programs_own_stamps() {
         .arg(&script));
     if !output.status.success() {
         skip(
-            TEST,
+            test,
             Need::Perf,
             format_args!(
                 "perf record refused: {}",
@@ -438,7 +438,7 @@ fn perf_script_tod_prints_wall_times_within_the_programs_own_stamps() {
         count(&times, c, d),
     );
     println!(
-        "{TEST}: {} samples; first spin {first}, sleep {gap}, second spin {second}",
+        "{test}: {} samples; first spin {first}, sleep {gap}, second spin {second}",
         times.len()
     );
     // 300 ms at perf's default 4000 Hz is at most 1,200 samples; fewer on a busy machine.
@@ -461,7 +461,7 @@ fn perf_script_tod_prints_wall_times_within_the_programs_own_stamps() {
     fs::write(&shifted, &bytes).unwrap();
     let times = sample_wall_times(dir, &shifted);
     let gap = count(&times, b + TOLERANCE_NS, c - TOLERANCE_NS);
-    println!("{TEST}: control 150 ms early: {gap} samples in the sleep");
+    println!("{test}: control 150 ms early: {gap} samples in the sleep");
     // Half of the second spin's 300 ms moves into the sleep; a quarter of its samples is the
     // margin for a busy machine's uneven sampling (a fixed 100 failed at 95 of 222 in CI).
     assert!(
@@ -490,14 +490,14 @@ fn clock_and_compression(dir: &Path, data: &Path) -> (bool, bool) {
 /// unknown option, a bad value). And what follows `--` is the command's, even a `-z`.
 #[test]
 fn perf_reads_every_refused_spelling_as_the_option_named() {
-    const TEST: &str = "perf_reads_every_refused_spelling_as_the_option_named";
-    if !tool_or_skip(TEST, "perf") {
+    let test = perfclock_testutil::test_name!();
+    if !tool_or_skip(test, "perf") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let plain = dir.join("plain.data");
-    if record(TEST, dir, &[], &plain, &["true"]).is_none() {
+    if record(test, dir, &[], &plain, &["true"]).is_none() {
         return;
     }
     assert_eq!(clock_and_compression(dir, &plain), (false, false));
@@ -577,7 +577,7 @@ fn perf_reads_every_refused_spelling_as_the_option_named() {
                 "{spelling:?}: perf applied -k or -z, which perfclock record lets through"
             );
         } else {
-            println!("{TEST}: perf refused {spelling:?} itself");
+            println!("{test}: perf refused {spelling:?} itself");
         }
     }
 

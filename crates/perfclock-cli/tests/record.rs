@@ -273,7 +273,7 @@ fn one_command_names_the_hot_java_methods() {
 /// count in pprof is the number of samples `perf script` shows it at the leaf of; the flame
 /// graph, opened in headless Chromium offline, names the hot method.
 fn report_totals_are_perf_scripts(work: &Path) {
-    const TEST: &str = "report_totals_are_perf_scripts";
+    let test = perfclock_testutil::test_name!();
     let report = Command::new(perfclock())
         .args([
             "report",
@@ -333,7 +333,7 @@ fn report_totals_are_perf_scripts(work: &Path) {
         "the flame graph's total is not {total}"
     );
     if !runs("go", "version") {
-        skip(TEST, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
+        skip(test, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
     } else {
         let gohome = work.join("gohome");
         let top = Command::new("go")
@@ -397,7 +397,7 @@ fn report_totals_are_perf_scripts(work: &Path) {
     }
     if !runs("chromium", "--version") {
         skip(
-            TEST,
+            test,
             Need::Tool("chromium"),
             "no chromium on PATH (Debian: chromium)",
         );
@@ -801,8 +801,8 @@ fn outside(times: &[Vec<u64>; 2], stamps: [u64; 4]) -> [usize; 2] {
 /// same file with the wall clock moved 20 ms late puts samples outside.
 #[test]
 fn wall_clock_times_fall_within_the_phases_the_workload_stamped() {
-    const TEST: &str = "wall_clock_times_fall_within_the_phases_the_workload_stamped";
-    let Some(work) = setup(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(work) = setup(test) else {
         return;
     };
     let _lock = jvm_lock();
@@ -825,7 +825,7 @@ fn wall_clock_times_fall_within_the_phases_the_workload_stamped() {
     let times = phase_sample_times(work.path(), "out.data");
     let outside_phase = outside(&times, stamps);
     eprintln!(
-        "{TEST}: alpha {} samples, {} outside its phase; beta {} samples, {} outside",
+        "{test}: alpha {} samples, {} outside its phase; beta {} samples, {} outside",
         times[0].len(),
         outside_phase[0],
         times[1].len(),
@@ -863,7 +863,7 @@ fn wall_clock_times_fall_within_the_phases_the_workload_stamped() {
     bytes[at..at + 8].copy_from_slice(&(wall + CONTROL_SHIFT_NS).to_le_bytes());
     fs::write(work.path().join("late.data"), &bytes).unwrap();
     let late = outside(&phase_sample_times(work.path(), "late.data"), stamps);
-    eprintln!("{TEST}: control {CONTROL_SHIFT_NS} ns late: {late:?} samples outside");
+    eprintln!("{test}: control {CONTROL_SHIFT_NS} ns late: {late:?} samples outside");
     for phase in near_end {
         assert!(
             late[phase] > 0,
@@ -955,8 +955,8 @@ fn reap_leftover(pid: u32) -> bool {
 /// the command starts, and left as it is.
 #[test]
 fn an_out_that_is_not_a_regular_file_is_refused_before_the_command_starts() {
-    const TEST: &str = "an_out_that_is_not_a_regular_file_is_refused_before_the_command_starts";
-    let Some(work) = perf_or_skip(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(work) = perf_or_skip(test) else {
         return;
     };
     let dir = work.path();
@@ -983,7 +983,7 @@ fn an_out_that_is_not_a_regular_file_is_refused_before_the_command_starts() {
         assert!(made.success(), "mknod as root");
         cases.push(("null", "a character device"));
     } else {
-        skip(TEST, Need::Root, "the device-node case needs mknod");
+        skip(test, Need::Root, "the device-node case needs mknod");
     }
     for (out, kind) in cases {
         let before = fs::symlink_metadata(dir.join(out)).unwrap();
@@ -1260,20 +1260,20 @@ fn sigint_during_perf_inject_leaves_out_complete_or_absent_and_no_temporary() {
 /// writes its jitdump, and its hot methods are named.
 #[test]
 fn root_records_a_jvm_run_as_another_user() {
-    const TEST: &str = "root_records_a_jvm_run_as_another_user";
-    let Some(work) = setup(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(work) = setup(test) else {
         return;
     };
     if !is_root() {
         skip(
-            TEST,
+            test,
             Need::Root,
             "only root can run the command as another user",
         );
         return;
     }
     if !runs("setpriv", "--version") {
-        skip(TEST, Need::Tool("setpriv"), "no setpriv on PATH");
+        skip(test, Need::Tool("setpriv"), "no setpriv on PATH");
         return;
     }
     let _lock = jvm_lock();
@@ -1321,8 +1321,8 @@ fn open_files_of(pid: u32, needle: &str) -> Vec<PathBuf> {
 /// was recorded.
 #[test]
 fn a_failed_record_p_ends_the_sessions_it_started() {
-    const TEST: &str = "a_failed_record_p_ends_the_sessions_it_started";
-    let Some(work) = setup(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(work) = setup(test) else {
         return;
     };
     let _lock = jvm_lock();
@@ -1460,8 +1460,8 @@ fn node_work(test: &str) -> Option<(tempfile::TempDir, std::sync::MutexGuard<'st
 /// refused ("-k 1"), and `perfclock inject-time-conv` makes that recording symbolizable too.
 #[test]
 fn node_functions_are_named_from_a_default_recording() {
-    const TEST: &str = "node_functions_are_named_from_a_default_recording";
-    let Some((work, _lock)) = node_work(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some((work, _lock)) = node_work(test) else {
         return;
     };
     let output = record(
@@ -1527,8 +1527,8 @@ const HOT_WASM_PY: &str = include_str!("fixtures/hot_wasm.py");
 /// refuses the same kind of recording ("-k 1").
 #[test]
 fn wasmtime_functions_are_named_from_a_default_recording() {
-    const TEST: &str = "wasmtime_functions_are_named_from_a_default_recording";
-    let Some(work) = setup(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(work) = setup(test) else {
         return;
     };
     let importable = Command::new("python3")
@@ -1539,7 +1539,7 @@ fn wasmtime_functions_are_named_from_a_default_recording() {
         .is_ok_and(|s| s.success());
     if !importable {
         skip(
-            TEST,
+            test,
             Need::Tool("python3"),
             "python3 cannot import wasmtime (python3 -m pip install wasmtime)",
         );
@@ -1577,15 +1577,15 @@ const HOT_PY: &str = include_str!("fixtures/hot.py");
 /// reports). The control: plain `perf inject --jit` refuses the same kind of recording.
 #[test]
 fn cpython_functions_are_named_from_a_dwarf_recording() {
-    const TEST: &str = "cpython_functions_are_named_from_a_dwarf_recording";
-    let Some(work) = setup(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(work) = setup(test) else {
         return;
     };
     // CI names its interpreter (.ci/provision); elsewhere the one on PATH.
     let python = std::env::var("PERFCLOCK_CPYTHON").unwrap_or_else(|_| "python3.13".to_owned());
     if !runs(&python, "--version") {
         skip(
-            TEST,
+            test,
             Need::Tool("python3.13"),
             format!("{python} does not run (CPython 3.13 or newer writes jitdumps; PERFCLOCK_CPYTHON names one)"),
         );
@@ -1643,8 +1643,8 @@ fn cpython_functions_are_named_from_a_dwarf_recording() {
 /// `CLOCK_MONOTONIC` dump) in one recording: both are named, through the one TIME_CONV.
 #[test]
 fn a_jvm_and_node_recorded_together_are_both_named() {
-    const TEST: &str = "a_jvm_and_node_recorded_together_are_both_named";
-    let Some((work, _lock)) = node_work(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some((work, _lock)) = node_work(test) else {
         return;
     };
     let output = record(
@@ -1711,8 +1711,8 @@ fn samply_names(work: &Path, data: &str, functions: &[&str]) {
 /// script`, from a small fraction of the images.
 #[test]
 fn only_sampled_code_becomes_an_image_and_every_symbol_stays() {
-    const TEST: &str = "only_sampled_code_becomes_an_image_and_every_symbol_stays";
-    let Some(work) = setup(TEST) else {
+    let test = perfclock_testutil::test_name!();
+    let Some(work) = setup(test) else {
         return;
     };
     let _lock = jvm_lock();

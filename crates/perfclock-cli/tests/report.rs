@@ -111,11 +111,11 @@ fn flame_counts(flame: &str) -> BTreeMap<String, u64> {
 
 #[test]
 fn a_native_programs_report_counts_what_perf_script_counts() {
-    const TEST: &str = "a_native_programs_report_counts_what_perf_script_counts";
+    let test = perfclock_testutil::test_name!();
     for tool in ["perf", "cc"] {
         if !runs(tool, "--version") {
             skip(
-                TEST,
+                test,
                 Need::Tool(tool),
                 "not on PATH (Debian: linux-perf, gcc)",
             );
@@ -140,7 +140,7 @@ fn a_native_programs_report_counts_what_perf_script_counts() {
         .unwrap();
     if !record.status.success() {
         skip(
-            TEST,
+            test,
             Need::Perf,
             format!("perf record failed: {}", text(&record.stderr)),
         );
@@ -199,7 +199,7 @@ fn a_native_programs_report_counts_what_perf_script_counts() {
     }
 
     if !runs("go", "version") {
-        skip(TEST, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
+        skip(test, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
         return;
     }
     let top = run(

@@ -789,12 +789,12 @@ impl Drop for Mounted {
 /// and no temporary file left behind.
 #[test]
 fn serve_on_a_full_file_system_fails_cleanly() {
-    const TEST: &str = "serve_on_a_full_file_system_fails_cleanly";
+    let test = perfclock_testutil::test_name!();
     if role().is_some() {
         return;
     }
     if !calibrated_machine() {
-        eprintln!("SKIPPED {TEST}: kernel mode");
+        eprintln!("SKIPPED {test}: kernel mode");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -807,7 +807,7 @@ fn serve_on_a_full_file_system_fails_cleanly() {
     match mounted {
         Ok(output) if output.status.success() => {}
         other => {
-            perfclock_testutil::skip(TEST, perfclock_testutil::Need::Mount, format!("{other:?}"));
+            perfclock_testutil::skip(test, perfclock_testutil::Need::Mount, format!("{other:?}"));
             return;
         }
     }
@@ -833,12 +833,12 @@ fn serve_on_a_full_file_system_fails_cleanly() {
 /// exits: there is nothing to refresh.
 #[test]
 fn serve_once_publishes_the_paravirt_offset() {
-    const TEST: &str = "serve_once_publishes_the_paravirt_offset";
+    let test = perfclock_testutil::test_name!();
     if role().is_some() {
         return;
     }
     if let Err(refusal) = perfclock::paravirt::measure_offset(50) {
-        perfclock_testutil::skip(TEST, perfclock_testutil::Need::ParavirtMode, refusal);
+        perfclock_testutil::skip(test, perfclock_testutil::Need::ParavirtMode, refusal);
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -952,12 +952,12 @@ fn vandalising_the_page_file_kills_no_one() {
 /// (077): clients of other users must reach the published offset and page.
 #[test]
 fn serve_creates_its_directory_0755_whatever_the_umask() {
-    const TEST: &str = "serve_creates_its_directory_0755_whatever_the_umask";
+    let test = perfclock_testutil::test_name!();
     if role().is_some() {
         return;
     }
     if let Err(refusal) = perfclock::paravirt::measure_offset(50) {
-        perfclock_testutil::skip(TEST, perfclock_testutil::Need::ParavirtMode, refusal);
+        perfclock_testutil::skip(test, perfclock_testutil::Need::ParavirtMode, refusal);
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -390,10 +390,10 @@ fn screenshot(dir: &Path, svg: &Path, name: &str) -> Png {
 
 #[test]
 fn a_browser_draws_the_flame_graph_offline() {
-    const TEST: &str = "a_browser_draws_the_flame_graph_offline";
+    let test = perfclock_testutil::test_name!();
     match Command::new("chromium").arg("--version").output() {
         Ok(output) if output.status.success() => {}
-        other => return skip(TEST, Need::Tool("chromium"), format_args!("{other:?}")),
+        other => return skip(test, Need::Tool("chromium"), format_args!("{other:?}")),
     }
     let dir = tempfile::tempdir().unwrap();
     let graph = dir.path().join("graph.svg");

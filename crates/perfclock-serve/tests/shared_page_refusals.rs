@@ -283,11 +283,11 @@ fn secure_child_role() {
 /// copy without the setuid bit (the control) follows the variable and accepts nobody's page.
 #[test]
 fn a_setuid_client_trusts_only_roots_pages() {
-    const TEST: &str = "a_setuid_client_trusts_only_roots_pages";
+    let test = perfclock_testutil::test_name!();
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         skip(
-            TEST,
+            test,
             Need::Root,
             "making a setuid-root program and running it as nobody",
         );
@@ -296,7 +296,7 @@ fn a_setuid_client_trusts_only_roots_pages() {
     if !counter::SUPPORTED {
         let _ = writeln!(
             std::io::stderr(),
-            "SKIPPED {TEST}: no supported counter here"
+            "SKIPPED {test}: no supported counter here"
         );
         return;
     }

@@ -2,7 +2,7 @@
 //! published). Each concern gets a module of its own; today:
 //!
 //! - [`is_root()`]: whether the test runs as root (the effective uid), the one such check.
-//! - [`skip()`]: the one way a test says it cannot run here. It names what is missing, says so on
+//! - [`skip()`]: the one way a test says it cannot run here ([`test_name!`] names the test). It names what is missing, says so on
 //!   stderr past libtest's capture (and in the file `PERFCLOCK_SKIP_LOG` names), and fails
 //!   instead when CI's require variable for that need is set.
 //! - [`handoff`]: readings handed between threads or processes, and the verdict that tells the

@@ -117,6 +117,27 @@ impl fmt::Display for Need {
     }
 }
 
+/// The name of the function this is expanded in, without its module path or closures: a
+/// test's name for [`skip`], written once by the compiler rather than by hand.
+///
+/// ```
+/// fn an_example() -> &'static str {
+///     perfclock_testutil::test_name!()
+/// }
+/// assert_eq!(an_example(), "an_example");
+/// ```
+#[macro_export]
+macro_rules! test_name {
+    () => {{
+        fn here() {}
+        let path = ::core::any::type_name_of_val(&here);
+        let path = path.strip_suffix("::here").unwrap_or(path);
+        path.rsplit("::")
+            .find(|segment| *segment != "{{closure}}")
+            .unwrap_or(path)
+    }};
+}
+
 /// Says that `test` does not run here for want of `need` (`why`: what failed), or panics when
 /// `need`'s require variable is set. The caller returns right after, asserting nothing.
 ///
