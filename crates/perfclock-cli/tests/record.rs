@@ -446,20 +446,23 @@ fn report_totals_are_perf_scripts(work: &Path) {
         matched.is_some_and(|share| share > 0.0),
         "the page's search did not run or matched nothing: {matched:?}"
     );
-    // What a user sees: the screenshot shows the JIT frames in their green.
+    // What a user sees: the screenshot shows JIT frames in their green and the searched
+    // method's frames in the search's magenta. A 100-pixel-wide frame is 1,600 pixels; a blank
+    // page, or one whose script did not run, has none of either.
     let shot = chromium(&["--screenshot=flame.png"]);
     assert!(shot.status.success(), "{}", text(&shot.stderr));
-    let green = jit_green_share(&work.join("flame.png"));
+    let (green, magenta) = frame_pixels(&work.join("flame.png"));
     assert!(
-        green > 0.01,
-        "the screenshot is {:.2}% JIT green: blank or not the flame graph",
-        green * 100.0
+        green >= 1_000 && magenta >= 1_000,
+        "the screenshot has {green} JIT-green and {magenta} search-magenta pixels: blank, or not \
+         the flame graph with its search done"
     );
 }
 
-/// The share of an RGB(A) PNG's pixels in the green inferno's java palette gives JIT frames
-/// (`_[j]`: red and blue 50-110, green 200-255); the page's background is grey to yellow.
-fn jit_green_share(png: &Path) -> f64 {
+/// How many pixels of an RGB(A) PNG are in the green inferno's java palette gives JIT frames
+/// (`_[j]`: red and blue 50-110, green 200-255), and how many in the magenta its search paints
+/// matched frames (230, 0, 230); the page's background is grey to yellow.
+fn frame_pixels(png: &Path) -> (usize, usize) {
     let decoder = png::Decoder::new(std::io::BufReader::new(fs::File::open(png).unwrap()));
     let mut reader = decoder.read_info().unwrap();
     let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
@@ -471,11 +474,12 @@ fn jit_green_share(png: &Path) -> f64 {
         (info.color_type, info.bit_depth)
     );
     let pixels = &pixels[..info.buffer_size()];
-    let green = pixels
-        .chunks_exact(channels)
+    let pixels = || pixels.chunks_exact(channels);
+    let green = pixels()
         .filter(|p| p[1] >= 200 && (50..=110).contains(&p[0]) && (50..=110).contains(&p[2]))
         .count();
-    green as f64 / (pixels.len() / channels) as f64
+    let magenta = pixels().filter(|p| p[..3] == [230, 0, 230]).count();
+    (green, magenta)
 }
 
 /// `n` as inferno prints counts: with `,` between thousands.
