@@ -1,13 +1,14 @@
-//! Why a clock could not be opened ([`Error`]) or a snapshot taken ([`SnapshotError`], Linux);
-//! each message says what to change.
+//! Why a clock could not be opened ([`Error`]), a snapshot taken ([`SnapshotError`], Linux), or
+//! a source of paravirt mode's offset accepted ([`ParavirtRefusal`](crate::paravirt::ParavirtRefusal)
+//! and its causes); each message says what to change.
 //!
-//! Policy (the same in every crate of the workspace): a public error enum is
-//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
-//! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `std::error::Error`, whose `source()` gives the error it wraps: `Display`
-//! never repeats that cause, so a caller printing the chain prints each cause once.
+//! They follow the workspace's error policy, stated in docs/design.md ("Errors").
 
 use std::fmt;
+#[cfg(target_os = "linux")]
+use std::io;
+#[cfg(target_os = "linux")]
+use std::path::PathBuf;
 
 #[cfg(all(feature = "calibrated", target_os = "linux"))]
 use perfclock_calib::CalibError;
@@ -20,6 +21,16 @@ use perfclock_event::SysError;
 use crate::diagnosis::Withheld;
 #[cfg(target_os = "linux")]
 use crate::kernel::MAX_KERNEL_PAGES;
+#[cfg(target_os = "linux")]
+use crate::paravirt::kmsg::KMSG_PATH;
+#[cfg(target_os = "linux")]
+use crate::paravirt::page::VvarLayout;
+#[cfg(all(feature = "calibrated", target_os = "linux"))]
+use crate::paravirt::{OffsetSource, MAX_BRACKETS_BOUND_NS};
+#[cfg(all(feature = "calibrated", target_os = "linux"))]
+use perfclock_calib::pvclock_offset::{OffsetError, OffsetIntersection};
+#[cfg(target_os = "linux")]
+use perfclock_core::PvclockError;
 
 // The one printer of an error chain: in perfclock-core, which the test helpers can depend on.
 pub use perfclock_core::error_chain;
@@ -348,3 +359,239 @@ impl fmt::Display for Refusal {
 
 #[cfg(target_os = "linux")]
 impl std::error::Error for Refusal {}
+
+#[cfg(target_os = "linux")]
+/// Why no pvclock page was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PvclockPageError {
+    /// `/proc/self/maps` or `/sys/devices/system/cpu/online` could not be read.
+    Unreadable {
+        /// The file.
+        path: &'static str,
+        /// The errno.
+        errno: i32,
+    },
+    /// No `[vvar_vclock]` or `[vvar]` mapping: not x86_64 Linux, or a vDSO disabled (`vdso=0`).
+    NoVvar,
+    /// The candidate page is not populated (`EFAULT` from the probe): kvm-clock's vDSO mode was
+    /// never used in this boot, or this is no KVM guest.
+    NotPopulated {
+        /// Where it was looked for.
+        layout: VvarLayout,
+    },
+    /// The probe's system call failed for another reason than the page, or cannot tell a
+    /// missing page here (it did not say `EFAULT` for an address never mapped).
+    Probe {
+        /// The errno.
+        errno: i32,
+    },
+    /// An entry is not a usable pvclock entry.
+    Entry {
+        /// Where it was looked for.
+        layout: VvarLayout,
+        /// The vCPU whose entry it is.
+        vcpu: usize,
+        /// What is wrong with it.
+        error: PvclockError,
+    },
+    /// vCPU `vcpu`'s entry differs from vCPU 0's in more than `version`, in every copy.
+    EntriesDiffer {
+        /// The vCPU.
+        vcpu: usize,
+    },
+}
+
+#[cfg(target_os = "linux")]
+impl fmt::Display for PvclockPageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PvclockPageError::Unreadable { path, errno } => write!(
+                f,
+                "{path} is unreadable ({})",
+                io::Error::from_raw_os_error(*errno)
+            ),
+            PvclockPageError::NoVvar => {
+                f.write_str("no [vvar_vclock] or [vvar] mapping in /proc/self/maps (no vDSO?)")
+            }
+            PvclockPageError::NotPopulated { layout } => write!(
+                f,
+                "the {layout} is not populated (kvm-clock's vDSO mode never used: not a KVM \
+                 guest, or booted with another clocksource)"
+            ),
+            PvclockPageError::Probe { errno } => write!(
+                f,
+                "the probe (rt_sigprocmask reading the page) failed or cannot tell a missing \
+                 page here ({})",
+                io::Error::from_raw_os_error(*errno)
+            ),
+            PvclockPageError::Entry {
+                layout,
+                vcpu,
+                error,
+            } => write!(f, "vCPU {vcpu}'s entry in the {layout}: {error}"),
+            PvclockPageError::EntriesDiffer { vcpu } => write!(
+                f,
+                "vCPU {vcpu}'s pvclock entry differs from vCPU 0's (no KVM master clock)"
+            ),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl std::error::Error for PvclockPageError {}
+
+#[cfg(target_os = "linux")]
+/// Why the kernel log gave no offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KmsgError {
+    /// `/dev/kmsg` could not be opened or read (errno): `kernel.dmesg_restrict = 1` without
+    /// `CAP_SYSLOG`, or a container without the device.
+    Unreadable {
+        /// The errno.
+        errno: i32,
+    },
+    /// No `kvm-clock: using sched offset of N cycles` from the kernel: not kvm-clock's
+    /// sched_clock, or the record was overwritten since boot.
+    NoKvmSchedOffset,
+    /// No `sched_clock: Marking stable` from the kernel (never stable, or overwritten).
+    NoMarkingStable,
+    /// `sched_clock: Marking unstable` after the last `Marking stable`.
+    MarkedUnstable,
+    /// A `Marking stable (a, b)->(c, d)` with `d != a + b - c`: not the line this parser knows.
+    Inconsistent([i64; 4]),
+    /// The difference does not fit an `i64`.
+    OutOfRange,
+}
+
+#[cfg(target_os = "linux")]
+impl std::fmt::Display for KmsgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KmsgError::Unreadable { errno } => write!(
+                f,
+                "{KMSG_PATH} is unreadable ({}; kernel.dmesg_restrict = 1 needs CAP_SYSLOG)",
+                io::Error::from_raw_os_error(*errno)
+            ),
+            KmsgError::NoKvmSchedOffset => f.write_str(
+                "the kernel log has no 'kvm-clock: using sched offset' record (not a kvm-clock \
+                 sched_clock, or the record was overwritten since boot)",
+            ),
+            KmsgError::NoMarkingStable => f.write_str(
+                "the kernel log has no 'sched_clock: Marking stable' record (overwritten since \
+                 boot, or sched_clock never stable)",
+            ),
+            KmsgError::MarkedUnstable => f.write_str(
+                "the kernel log says 'sched_clock: Marking unstable' after 'Marking stable'",
+            ),
+            KmsgError::Inconsistent([a, b, c, d]) => write!(
+                f,
+                "the kernel log's 'Marking stable ({a}, {b})->({c}, {d})' has d != a + b - c"
+            ),
+            KmsgError::OutOfRange => f.write_str("the logged offsets' difference overflows"),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl std::error::Error for KmsgError {}
+
+#[cfg(target_os = "linux")]
+/// Why a source of `C` (or the page) was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ParavirtRefusal {
+    /// No usable pvclock page; `source()` says why.
+    Page(PvclockPageError),
+    /// The page's entry became unreadable or unusable; `source()` says why.
+    Entry(PvclockError),
+    /// A published offset file was refused (its trust checks, format or boot); `source()` says
+    /// why.
+    Published {
+        /// The file.
+        path: PathBuf,
+        /// Why it was refused.
+        refusal: Refusal,
+    },
+    /// The kernel log gave no `C`; `source()` says why.
+    KernelLog(KmsgError),
+    /// Brackets could not be taken or contradict every `C`; `source()` says why.
+    #[cfg(feature = "calibrated")]
+    Brackets(OffsetError),
+    /// A `C` from `source` lies outside the brackets' intersection.
+    #[cfg(feature = "calibrated")]
+    OutsideBrackets {
+        /// Where the refused `C` came from.
+        source: OffsetSource,
+        /// The refused `C`, ns.
+        offset_ns: i64,
+        /// The brackets' intersection.
+        intersection: OffsetIntersection,
+    },
+    /// Brackets alone pin `C` only to more than [`MAX_BRACKETS_BOUND_NS`].
+    #[cfg(feature = "calibrated")]
+    BracketsTooWide(OffsetIntersection),
+    /// Built without the `calibrated` feature: no brackets to check a `C` against.
+    NoBrackets,
+}
+
+#[cfg(target_os = "linux")]
+impl fmt::Display for ParavirtRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParavirtRefusal::Page(_) => f.write_str("no usable pvclock page"),
+            ParavirtRefusal::Entry(_) => f.write_str("the pvclock entry is unusable"),
+            ParavirtRefusal::Published { path, .. } => {
+                write!(f, "the published offset {} was refused", path.display())
+            }
+            ParavirtRefusal::KernelLog(_) => f.write_str("no offset from the kernel log"),
+            #[cfg(feature = "calibrated")]
+            ParavirtRefusal::Brackets(_) => f.write_str("no offset from kernel-stamped brackets"),
+            #[cfg(feature = "calibrated")]
+            ParavirtRefusal::OutsideBrackets {
+                source,
+                offset_ns,
+                intersection,
+            } => write!(
+                f,
+                "the offset {offset_ns} ns from {source} lies outside the kernel-stamped \
+                 brackets' intersection {intersection}"
+            ),
+            #[cfg(feature = "calibrated")]
+            ParavirtRefusal::BracketsTooWide(intersection) => write!(
+                f,
+                "kernel-stamped brackets pin the offset only to {intersection}, wider than \
+                 2 x {MAX_BRACKETS_BOUND_NS} ns"
+            ),
+            ParavirtRefusal::NoBrackets => f.write_str(
+                "built without the `calibrated` feature: no brackets to check an offset against",
+            ),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl std::error::Error for ParavirtRefusal {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ParavirtRefusal::Page(error) => Some(error),
+            ParavirtRefusal::Entry(error) => Some(error),
+            ParavirtRefusal::Published { refusal, .. } => Some(refusal),
+            ParavirtRefusal::KernelLog(error) => Some(error),
+            #[cfg(feature = "calibrated")]
+            ParavirtRefusal::Brackets(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+/// Why the page could not be had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MapError {
+    /// `perf_event_open` or `mmap` failed.
+    Open(SysError),
+    /// [`MAX_KERNEL_PAGES`] kernel-mode clocks are open already.
+    TooManyClocks,
+}

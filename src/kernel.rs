@@ -13,8 +13,9 @@
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::error::MapError;
 use perfclock_core::page::PerfEventMmapPage;
-use perfclock_event::{remap_page_after_fork, EventAttr, PageMapping, PerfEvent, SysError};
+use perfclock_event::{remap_page_after_fork, EventAttr, PageMapping, PerfEvent};
 
 /// Kernel pages mapped at once (one per kernel-mode [`crate::Clock`]).
 pub(crate) const MAX_KERNEL_PAGES: usize = 64;
@@ -29,15 +30,6 @@ static FORK_REMAP: [AtomicUsize; MAX_KERNEL_PAGES] =
 pub(crate) struct KernelPage {
     mapping: PageMapping,
     slot: usize,
-}
-
-/// Why the page could not be had.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MapError {
-    /// `perf_event_open` or `mmap` failed.
-    Open(SysError),
-    /// [`MAX_KERNEL_PAGES`] kernel-mode clocks are open already.
-    TooManyClocks,
 }
 
 impl KernelPage {

@@ -26,14 +26,13 @@
 //! only from a page the probe found readable. `getauxval` reads the saved auxiliary vector.
 #![allow(unsafe_code)]
 
+use crate::error::PvclockPageError;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::ptr::{self, NonNull};
 
-use perfclock_core::pvclock::{
-    PvclockError, PvclockParams, PvclockVcpuTimeInfo, ENTRIES_PER_PAGE, ENTRY_STRIDE,
-};
+use perfclock_core::pvclock::{PvclockParams, PvclockVcpuTimeInfo, ENTRIES_PER_PAGE, ENTRY_STRIDE};
 
 /// The page size of the vDSO's data pages on x86_64.
 const VVAR_PAGE_BYTES: usize = 4096;
@@ -110,84 +109,6 @@ impl PvclockPage {
         self.params
     }
 }
-
-/// Why no pvclock page was found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PvclockPageError {
-    /// `/proc/self/maps` or `/sys/devices/system/cpu/online` could not be read.
-    Unreadable {
-        /// The file.
-        path: &'static str,
-        /// The errno.
-        errno: i32,
-    },
-    /// No `[vvar_vclock]` or `[vvar]` mapping: not x86_64 Linux, or a vDSO disabled (`vdso=0`).
-    NoVvar,
-    /// The candidate page is not populated (`EFAULT` from the probe): kvm-clock's vDSO mode was
-    /// never used in this boot, or this is no KVM guest.
-    NotPopulated {
-        /// Where it was looked for.
-        layout: VvarLayout,
-    },
-    /// The probe's system call failed for another reason than the page, or cannot tell a
-    /// missing page here (it did not say `EFAULT` for an address never mapped).
-    Probe {
-        /// The errno.
-        errno: i32,
-    },
-    /// An entry is not a usable pvclock entry.
-    Entry {
-        /// Where it was looked for.
-        layout: VvarLayout,
-        /// The vCPU whose entry it is.
-        vcpu: usize,
-        /// What is wrong with it.
-        error: PvclockError,
-    },
-    /// vCPU `vcpu`'s entry differs from vCPU 0's in more than `version`, in every copy.
-    EntriesDiffer {
-        /// The vCPU.
-        vcpu: usize,
-    },
-}
-
-impl fmt::Display for PvclockPageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PvclockPageError::Unreadable { path, errno } => write!(
-                f,
-                "{path} is unreadable ({})",
-                io::Error::from_raw_os_error(*errno)
-            ),
-            PvclockPageError::NoVvar => {
-                f.write_str("no [vvar_vclock] or [vvar] mapping in /proc/self/maps (no vDSO?)")
-            }
-            PvclockPageError::NotPopulated { layout } => write!(
-                f,
-                "the {layout} is not populated (kvm-clock's vDSO mode never used: not a KVM \
-                 guest, or booted with another clocksource)"
-            ),
-            PvclockPageError::Probe { errno } => write!(
-                f,
-                "the probe (rt_sigprocmask reading the page) failed or cannot tell a missing \
-                 page here ({})",
-                io::Error::from_raw_os_error(*errno)
-            ),
-            PvclockPageError::Entry {
-                layout,
-                vcpu,
-                error,
-            } => write!(f, "vCPU {vcpu}'s entry in the {layout}: {error}"),
-            PvclockPageError::EntriesDiffer { vcpu } => write!(
-                f,
-                "vCPU {vcpu}'s pvclock entry differs from vCPU 0's (no KVM master clock)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for PvclockPageError {}
 
 /// A candidate page: the mapping's start address and which page of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -517,6 +438,7 @@ fn last_errno() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use perfclock_core::PvclockError;
 
     const MAPS_6_18: &str = "\
 7f43c21ec000-7f43c21f0000 r--p 00000000 00:00 0                          [vvar]

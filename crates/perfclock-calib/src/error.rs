@@ -9,8 +9,8 @@
 //!
 //! They follow the workspace's error policy, stated in docs/design.md ("Errors").
 
-use perfclock_core::pvclock::PvclockError;
 use perfclock_core::ParamError;
+use perfclock_core::PvclockError;
 use perfclock_event::{RingError, SysError};
 
 use crate::kind::RecordKind;

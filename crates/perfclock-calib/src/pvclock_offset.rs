@@ -11,7 +11,8 @@
 use core::fmt;
 
 use perfclock_core::counter;
-use perfclock_core::pvclock::{PvclockError, PvclockReader};
+use perfclock_core::pvclock::PvclockReader;
+use perfclock_core::PvclockError;
 
 use crate::bracket::Stamped;
 pub use crate::error::OffsetError;

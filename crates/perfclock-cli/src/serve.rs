@@ -37,28 +37,26 @@
 //! module is the command around them: modes, the poll loop, logging. SIGINT and SIGTERM set a
 //! flag through signal-hook.
 
-use std::fmt;
 use std::fs::File;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use perfclock::paravirt::{self, OffsetSource, ParavirtRefusal};
+use perfclock::paravirt::{self, OffsetSource};
 use perfclock::shared_page::socket_path;
-use perfclock::{Clock, Error, ReadError, Withheld};
+use perfclock::{Clock, Error, Withheld};
 use perfclock_calib::published::Solution;
-use perfclock_calib::{CalibError, CalibratedClock, CalibrationOptions};
+use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::counter;
 use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::shared_page::{parse, SharedPageWriter, HEARTBEAT_INTERVAL_NS};
 use perfclock_serve::line::{Publication, PublishedLine};
 use perfclock_serve::publisher::{self, LivePage, PageDir};
-use perfclock_serve::PublishError;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
+use crate::error::ServeError;
 use crate::output::chain;
 use crate::output::errln;
 
@@ -283,93 +281,6 @@ fn poll_until_stopped(
     Ok(())
 }
 
-/// Why `perfclock serve` failed: `Display` says what failed, the cause is its `source()`
-/// (printed once, by [`chain`]).
-#[derive(Debug)]
-enum ServeError {
-    /// No perf clock at all (not merely a withheld conversion).
-    NoPerfClock(Error),
-    /// No `--path` and no `XDG_RUNTIME_DIR` for the per-user default.
-    NoDefaultPath,
-    /// The page, its file, its socket or its directory: the publisher's error says which.
-    Publish(PublishError),
-    /// `/proc/sys/kernel/random/boot_id` unreadable.
-    BootId(io::Error),
-    /// The SIGINT/SIGTERM handlers could not be installed.
-    Signals(io::Error),
-    /// `--once` with paravirt mode disabled.
-    OnceWithParavirtOff,
-    /// Paravirt mode measured no offset.
-    NoOffset(ParavirtRefusal),
-    /// The offset came from a source that is not published.
-    OffsetFromUnpublished(OffsetSource),
-    /// No bracket intersection checked the offset.
-    OffsetUnchecked,
-    /// The offset could not be encoded.
-    OffsetFormat,
-    /// The in-process calibration failed.
-    Calibration(CalibError),
-    /// This architecture has no counter.
-    NoCounter,
-    /// The in-process page could not be read.
-    PageUnreadable(ReadError),
-    /// The in-process refiner republished on every try.
-    KeptRepublishing,
-}
-
-impl fmt::Display for ServeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ServeError::NoPerfClock(_) => f.write_str("no perf clock"),
-            ServeError::NoDefaultPath => f.write_str(
-                "no XDG_RUNTIME_DIR for a per-user page: name the file with --path (in a directory \
-                 only you can write)",
-            ),
-            ServeError::Publish(error) => error.fmt(f),
-            ServeError::BootId(_) => write!(f, "cannot read {}", perfclock_event::sys::BOOT_ID_PATH),
-            ServeError::Signals(_) => f.write_str("cannot install the SIGINT/SIGTERM handlers"),
-            ServeError::OnceWithParavirtOff => write!(
-                f,
-                "--once publishes the paravirt offset, which {}=off disables",
-                paravirt::ENV
-            ),
-            ServeError::NoOffset(_) => f.write_str("no paravirt offset to publish"),
-            ServeError::OffsetFromUnpublished(source) => {
-                write!(f, "no paravirt offset to publish: it came from {source}")
-            }
-            ServeError::OffsetUnchecked => {
-                f.write_str("no paravirt offset to publish: no bracket intersection checked it")
-            }
-            ServeError::OffsetFormat => f.write_str("cannot format the offset"),
-            ServeError::Calibration(_) => f.write_str("calibration failed"),
-            ServeError::NoCounter => f.write_str("no counter on this architecture"),
-            ServeError::PageUnreadable(_) => f.write_str("in-process page unreadable"),
-            ServeError::KeptRepublishing => f.write_str("the in-process refiner kept republishing"),
-        }
-    }
-}
-
-impl std::error::Error for ServeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            // Transparent: the publisher's own message is this one's.
-            ServeError::Publish(error) => error.source(),
-            ServeError::BootId(error) | ServeError::Signals(error) => Some(error),
-            ServeError::NoOffset(refusal) => Some(refusal),
-            ServeError::NoPerfClock(error) => Some(error),
-            ServeError::Calibration(error) => Some(error),
-            ServeError::PageUnreadable(error) => Some(error),
-            ServeError::NoDefaultPath
-            | ServeError::OnceWithParavirtOff
-            | ServeError::OffsetFromUnpublished(_)
-            | ServeError::OffsetUnchecked
-            | ServeError::OffsetFormat
-            | ServeError::NoCounter
-            | ServeError::KeptRepublishing => None,
-        }
-    }
-}
-
 /// Kernel-stamped brackets per record kind that cross-check the published offset (taken once).
 const OFFSET_BRACKETS_PER_KIND: usize = 200;
 
@@ -468,6 +379,8 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>, ServeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use perfclock::ReadError;
+    use perfclock_calib::CalibError;
     use perfclock_core::ParamError;
     use perfclock_event::{Op, SysError};
     use perfclock_testutil::error_chain::assert_each_cause_once;

@@ -1,15 +1,10 @@
 //! Errors of the core: small `Copy` types whose `Display` needs no allocation, with
 //! `core::error::Error` so that std users get `source()` chains without a `std` feature.
 //!
-//! Policy (the same in every crate of the workspace): a public error enum is
-//! `#[non_exhaustive]` (a new failure is not a breaking change); its variants are not, and their
-//! fields are plain data to match on. Each implements `Display`, saying what failed and which
-//! knob fixes it, and `core::error::Error`, whose `source()` gives the error it wraps: `Display`
-//! never repeats that cause, so a caller printing the chain prints each cause once.
+//! They follow the workspace's error policy, stated in docs/design.md ("Errors").
 
 use core::fmt;
 
-use crate::pvclock::PvclockError;
 use crate::shared_page::{LAYOUT_BYTES, STALE_AFTER_NS, VERSION};
 
 /// Time parameters that no kernel would publish; converting with them would give garbage.
@@ -165,3 +160,56 @@ mod tests {
         assert!(printed.contains("time_shift 64 is over 63"), "{printed}");
     }
 }
+
+/// Why an entry (or what was read at its address) gives no reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PvclockError {
+    /// `tsc_to_system_mul` is 0: not a pvclock entry (or one the host never filled).
+    ZeroMultiplier,
+    /// A slope outside 10 MHz..100 GHz, or a shift no host publishes: not a pvclock entry.
+    AbsurdSlope {
+        /// `tsc_to_system_mul`.
+        mul: u32,
+        /// `tsc_shift`.
+        shift: i8,
+    },
+    /// `version` was odd (or changed) on every one of [`MAX_RETRIES`](crate::MAX_RETRIES) attempts.
+    VersionNeverSettled,
+    /// `PVCLOCK_TSC_STABLE_BIT` is clear: the kernel clamps readings to a global last value,
+    /// which user space cannot reproduce.
+    NotStable {
+        /// The entry's `flags`.
+        flags: u8,
+    },
+    /// This architecture has no supported counter.
+    CounterUnsupported,
+}
+
+impl fmt::Display for PvclockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PvclockError::ZeroMultiplier => {
+                f.write_str("not a pvclock entry: tsc_to_system_mul is 0")
+            }
+            PvclockError::AbsurdSlope { mul, shift } => write!(
+                f,
+                "not a pvclock entry: tsc_to_system_mul {mul} with tsc_shift {shift} is no \
+                 counter between 10 MHz and 100 GHz"
+            ),
+            PvclockError::VersionNeverSettled => f.write_str(
+                "the pvclock entry's version stayed odd or kept changing for every retry",
+            ),
+            PvclockError::NotStable { flags } => write!(
+                f,
+                "the pvclock entry lacks PVCLOCK_TSC_STABLE_BIT (flags {flags:#x}): the kernel \
+                 clamps its readings, which user space cannot follow"
+            ),
+            PvclockError::CounterUnsupported => {
+                f.write_str("no supported cycle counter on this architecture")
+            }
+        }
+    }
+}
+
+impl core::error::Error for PvclockError {}

@@ -42,7 +42,7 @@ pub mod shared_page;
 mod writer;
 
 pub use conversion::TimeConversion;
-pub use error::{PageDefect, ParamError, ReadError};
+pub use error::{PageDefect, ParamError, PvclockError, ReadError};
 #[cfg(feature = "std")]
 pub use error_chain::error_chain;
 pub use reader::{PageReader, RawTimeFields, Reading, MAX_RETRIES};

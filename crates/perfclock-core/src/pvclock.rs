@@ -47,7 +47,7 @@ use core::ptr::{addr_of_mut, NonNull};
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::seq_lock::SeqLock;
-use crate::{counter, ParamError, TimeConversion, MAX_RETRIES};
+use crate::{counter, ParamError, PvclockError, TimeConversion, MAX_RETRIES};
 
 /// `struct pvclock_vcpu_time_info` (`arch/x86/include/asm/pvclock-abi.h`), field for field: 32
 /// bytes, the first of each 64-byte `struct pvclock_vsyscall_time_info` slot.
@@ -125,59 +125,6 @@ pub const fn pvclock_scale_delta(delta: u64, mul_frac: u32, shift: i8) -> u64 {
     };
     mul_u64_u32_shr32(delta, mul_frac)
 }
-
-/// Why an entry (or what was read at its address) gives no reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PvclockError {
-    /// `tsc_to_system_mul` is 0: not a pvclock entry (or one the host never filled).
-    ZeroMultiplier,
-    /// A slope outside 10 MHz..100 GHz, or a shift no host publishes: not a pvclock entry.
-    AbsurdSlope {
-        /// `tsc_to_system_mul`.
-        mul: u32,
-        /// `tsc_shift`.
-        shift: i8,
-    },
-    /// `version` was odd (or changed) on every one of [`MAX_RETRIES`] attempts.
-    VersionNeverSettled,
-    /// `PVCLOCK_TSC_STABLE_BIT` is clear: the kernel clamps readings to a global last value,
-    /// which user space cannot reproduce.
-    NotStable {
-        /// The entry's `flags`.
-        flags: u8,
-    },
-    /// This architecture has no supported counter.
-    CounterUnsupported,
-}
-
-impl core::fmt::Display for PvclockError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            PvclockError::ZeroMultiplier => {
-                f.write_str("not a pvclock entry: tsc_to_system_mul is 0")
-            }
-            PvclockError::AbsurdSlope { mul, shift } => write!(
-                f,
-                "not a pvclock entry: tsc_to_system_mul {mul} with tsc_shift {shift} is no \
-                 counter between 10 MHz and 100 GHz"
-            ),
-            PvclockError::VersionNeverSettled => f.write_str(
-                "the pvclock entry's version stayed odd or kept changing for every retry",
-            ),
-            PvclockError::NotStable { flags } => write!(
-                f,
-                "the pvclock entry lacks PVCLOCK_TSC_STABLE_BIT (flags {flags:#x}): the kernel \
-                 clamps its readings, which user space cannot follow"
-            ),
-            PvclockError::CounterUnsupported => {
-                f.write_str("no supported cycle counter on this architecture")
-            }
-        }
-    }
-}
-
-impl core::error::Error for PvclockError {}
 
 /// The parameters of one entry (everything but `version`), checked to be a plausible clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

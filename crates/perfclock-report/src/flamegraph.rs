@@ -15,12 +15,12 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt;
-use std::io::{self, Write};
+use std::io::Write;
 
 use inferno::flamegraph::color::{Color, MultiPalette, PaletteMap};
 use inferno::flamegraph::{from_lines, Options, Palette};
 
+use crate::error::FlameGraphError;
 use crate::samples::{Frame, FrameKind, Sample};
 
 /// What goes below each stack.
@@ -53,36 +53,6 @@ impl Default for FlameGraphOptions {
             title: "Flame Graph".to_owned(),
             subtitle: None,
             split: Split::None,
-        }
-    }
-}
-
-/// Why no flame graph was written.
-#[derive(Debug)]
-pub enum FlameGraphError {
-    /// There are no samples to draw.
-    NoSamples,
-    /// Writing the SVG failed.
-    Write(io::Error),
-}
-
-impl fmt::Display for FlameGraphError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FlameGraphError::NoSamples => f.write_str(
-                "the recording has no samples to draw (did the workload run long enough, or \
-                 perf record sample the event?)",
-            ),
-            FlameGraphError::Write(_) => f.write_str("cannot write the flame graph's SVG"),
-        }
-    }
-}
-
-impl std::error::Error for FlameGraphError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            FlameGraphError::Write(error) => Some(error),
-            FlameGraphError::NoSamples => None,
         }
     }
 }

@@ -5,8 +5,10 @@
 #![deny(unsafe_code)]
 
 pub mod build_ids;
+pub mod error;
 pub mod flamegraph;
 pub mod pprof;
 pub mod samples;
 
-pub use samples::{parse, Frame, FrameKind, ParseError, Sample, PERF_SCRIPT_ARGS};
+pub use error::{FlameGraphError, ParseError};
+pub use samples::{parse, Frame, FrameKind, Sample, PERF_SCRIPT_ARGS};

@@ -21,6 +21,8 @@
 
 use std::io::BufRead;
 
+use crate::error::ParseError;
+
 /// What kind of code a frame is in, from its DSO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FrameKind {
@@ -86,42 +88,6 @@ pub const PERF_SCRIPT_ARGS: &[&str] = &[
     "comm,pid,tid,time,period,event,ip,sym,dso",
     "--ns",
 ];
-
-/// Why `perf script`'s output could not be read.
-#[derive(Debug)]
-pub enum ParseError {
-    /// A line that is neither a sample's header nor a frame, nor blank.
-    Line {
-        /// Its number (from 1).
-        number: usize,
-        /// Its text.
-        text: String,
-    },
-    /// Reading the output failed.
-    Io(std::io::Error),
-}
-
-impl std::fmt::Display for ParseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ParseError::Line { number, text } => write!(
-                f,
-                "perf script's line {number} is neither a sample nor a frame: {text:?} (a perf \
-                 whose output perfclock does not know?)"
-            ),
-            ParseError::Io(_) => f.write_str("cannot read perf script's output"),
-        }
-    }
-}
-
-impl std::error::Error for ParseError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ParseError::Io(error) => Some(error),
-            ParseError::Line { .. } => None,
-        }
-    }
-}
 
 /// Reads every sample of `perf script` output run with [`PERF_SCRIPT_ARGS`].
 ///
