@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use perfclock::{Clock, Error, Mode, Options};
 use perfclock_core::PageReader;
-use perfclock_event::{EventAttr, PerfEvent};
+use perfclock_os::{EventAttr, PerfEvent};
 use perfclock_testutil::{skip, Need};
 
 fn config() -> Criterion {

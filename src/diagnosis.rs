@@ -158,7 +158,7 @@ impl fmt::Display for Withheld {
 /// [`crate::Error::Unsupported`] when `PR_GET_TSC` reports `PR_TSC_SIGSEGV`.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub(crate) fn counter_readable() -> Result<(), crate::Error> {
-    if perfclock_event::sys::process::counter_faults() {
+    if perfclock_os::process::counter_faults() {
         return Err(crate::Error::Unsupported);
     }
     Ok(())

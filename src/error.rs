@@ -16,7 +16,7 @@ use perfclock_calib::CalibError;
 use perfclock_core::PageDefect;
 use perfclock_core::ReadError;
 #[cfg(target_os = "linux")]
-use perfclock_event::SysError;
+use perfclock_os::SysError;
 
 use crate::diagnosis::Withheld;
 #[cfg(target_os = "linux")]
@@ -64,7 +64,7 @@ pub enum Error {
     },
     /// A project variable holds a value that is none of its spellings (`PERFCLOCK_PARAVIRT=x`).
     #[cfg(target_os = "linux")]
-    Environment(perfclock_event::BadSwitch),
+    Environment(perfclock_os::BadSwitch),
 }
 
 impl Error {
@@ -198,7 +198,7 @@ impl std::error::Error for SnapshotError {
 mod tests {
     use super::*;
     use perfclock_core::ParamError;
-    use perfclock_event::Op;
+    use perfclock_os::Op;
     use perfclock_testutil::error_chain::assert_each_cause_once;
 
     /// Each wrapper says what failed; its cause follows once, down to the system's text and the

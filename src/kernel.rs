@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::MapError;
 use perfclock_core::page::PerfEventMmapPage;
-use perfclock_event::{remap_page_after_fork, EventAttr, PageMapping, PerfEvent};
+use perfclock_os::{remap_page_after_fork, EventAttr, PageMapping, PerfEvent};
 
 /// Kernel pages mapped at once (one per kernel-mode [`crate::Clock`]).
 pub(crate) const MAX_KERNEL_PAGES: usize = 64;

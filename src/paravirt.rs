@@ -38,7 +38,7 @@ pub const MAX_BRACKETS_BOUND_NS: u64 = 2_000;
 /// paravirt mode as `Options::paravirt(false)` does.
 pub const ENV: &str = "PERFCLOCK_PARAVIRT";
 
-/// Whether [`ENV`] switches paravirt mode off ([`perfclock_event::sys::env_switch`]). Never
+/// Whether [`ENV`] switches paravirt mode off ([`perfclock_os::env::env_switch`]). Never
 /// true in a setuid, setgid or file-capability process (AT_SECURE), whose environment is not
 /// its user's to set; false for a value that is no switch, which opening a clock refuses
 /// ([`environment_switch`]).
@@ -49,10 +49,10 @@ pub fn disabled_by_environment() -> bool {
 /// [`ENV`] as a switch.
 ///
 /// # Errors
-/// [`BadSwitch`](perfclock_event::BadSwitch) for a value that is none of the switch's
+/// [`BadSwitch`](perfclock_os::BadSwitch) for a value that is none of the switch's
 /// spellings.
-pub fn environment_switch() -> Result<Option<bool>, perfclock_event::BadSwitch> {
-    perfclock_event::sys::env_switch(ENV)
+pub fn environment_switch() -> Result<Option<bool>, perfclock_os::BadSwitch> {
+    perfclock_os::env::env_switch(ENV)
 }
 
 /// Where `C` came from.

@@ -20,7 +20,7 @@
 //!
 //! # Nothing done to the file can fault a client
 //! A client never maps the file: it maps the memfd the server hands it over the socket, sealed
-//! against shrinking (`perfclock_event::sealed_page`), which no one can truncate. Emptying,
+//! against shrinking (`perfclock_os::memfd`), which no one can truncate. Emptying,
 //! overwriting or replacing the file or the socket changes nothing for clients that have their
 //! page; new clients then find no valid page and calibrate on their own.
 //!
@@ -59,7 +59,7 @@ use perfclock_core::shared_page::{
 use perfclock_core::{PageDefect, PageReader};
 
 use perfclock_core::published_offset::{self, PublishedOffset};
-use perfclock_event::{peer, sealed_page, sys, Access, Mapping, Sharing};
+use perfclock_os::{env, memfd, peer, time, Access, Mapping, Sharing};
 
 use crate::Refusal;
 
@@ -73,7 +73,7 @@ pub const USER_RELATIVE_PATH: &str = "perfclock/clock";
 
 /// The pages a client tries, in order: `None` when `PERFCLOCK_SHARED_PAGE=off`.
 pub fn candidates() -> Option<Vec<PathBuf>> {
-    candidates_from(sys::env_var_os(ENV), sys::env_var_os("XDG_RUNTIME_DIR"))
+    candidates_from(env::env_var_os(ENV), env::env_var_os("XDG_RUNTIME_DIR"))
 }
 
 fn candidates_from(setting: Option<OsString>, runtime: Option<OsString>) -> Option<Vec<PathBuf>> {
@@ -81,7 +81,7 @@ fn candidates_from(setting: Option<OsString>, runtime: Option<OsString>) -> Opti
     // else is a path.
     let switch = setting
         .as_deref()
-        .and_then(|value| sys::parse_switch(ENV, value).ok());
+        .and_then(|value| env::parse_switch(ENV, value).ok());
     match (setting, switch) {
         (_, Some(Some(false))) => None,
         (Some(value), None) => Some(vec![PathBuf::from(value)]),
@@ -104,7 +104,7 @@ pub fn default_server_path() -> Option<PathBuf> {
     if peer::effective_uid() == 0 {
         return Some(PathBuf::from(SYSTEM_PATH));
     }
-    let runtime = sys::env_var_os("XDG_RUNTIME_DIR").filter(|dir| !dir.is_empty())?;
+    let runtime = env::env_var_os("XDG_RUNTIME_DIR").filter(|dir| !dir.is_empty())?;
     Some(Path::new(&runtime).join(USER_RELATIVE_PATH))
 }
 
@@ -116,7 +116,7 @@ pub const OFFSET_SYSTEM_PATH: &str = "/run/perfclock/pvclock-offset";
 /// The published offsets a client tries: `PERFCLOCK_PUBLISHED_OFFSET` (`off`: none), else
 /// [`OFFSET_SYSTEM_PATH`]. In an AT_SECURE process the variable is not read.
 fn offset_candidates() -> Vec<PathBuf> {
-    match sys::env_var_os(OFFSET_ENV) {
+    match env::env_var_os(OFFSET_ENV) {
         Some(value) if value == "off" => Vec::new(),
         Some(value) if !value.is_empty() => vec![PathBuf::from(value)],
         _ => vec![PathBuf::from(OFFSET_SYSTEM_PATH)],
@@ -201,7 +201,7 @@ pub(crate) struct SharedMapping {
 
 /// This boot's id as the page stores it.
 pub(crate) fn boot_id() -> Option<[u64; 2]> {
-    sys::boot_id().ok()
+    time::boot_id().ok()
 }
 
 /// Opens `path` without following a symlink and checks that whoever can write it may set this
@@ -239,7 +239,7 @@ fn trusted_owner(owner: u32) -> bool {
         return true;
     }
     let (real, effective) = (peer::real_uid(), peer::effective_uid());
-    !sys::is_secure_execution() && (owner == real || owner == effective)
+    !env::is_secure_execution() && (owner == real || owner == effective)
 }
 
 fn counter_now() -> u64 {
@@ -259,7 +259,7 @@ impl SharedMapping {
         if let Err(stale @ Refusal::Defect(PageDefect::Stale { .. })) = judged {
             return Err(stale);
         }
-        let connected = sealed_page::connect(&socket_path(path));
+        let connected = memfd::connect(&socket_path(path));
         let memfd = match receive_page(connected, meta.uid(), SERVER_TIMEOUT) {
             Ok(memfd) => memfd,
             // No server: the file's own bytes say what is wrong with it, if anything.
@@ -302,7 +302,7 @@ impl SharedMapping {
         let Ok((_, meta)) = open_trusted(&self.path) else {
             return;
         };
-        let connected = sealed_page::connect(&socket_path(&self.path));
+        let connected = memfd::connect(&socket_path(&self.path));
         let Ok(memfd) = receive_page(connected, meta.uid(), REATTACH_TIMEOUT) else {
             return;
         };
@@ -415,7 +415,7 @@ fn lock_word(bytes: &[u8], at: usize) -> u32 {
 }
 
 /// The live page from the server listening beside the page, which must run as `owner` (the
-/// file's owner) and be trusted: a sealed memfd (`perfclock_event::sealed_page`).
+/// file's owner) and be trusted: a sealed memfd (`perfclock_os::memfd`).
 /// `connected` is the connection to [`socket_path`]; waits for the server's answer at most
 /// `timeout`.
 fn receive_page(
@@ -428,12 +428,12 @@ fn receive_page(
     };
     let stream = connected.map_err(no_server)?;
     stream.set_read_timeout(Some(timeout)).map_err(no_server)?;
-    let uid = sealed_page::peer_uid(&stream).map_err(no_server)?;
+    let uid = memfd::peer_uid(&stream).map_err(no_server)?;
     if uid != owner || !trusted_owner(uid) {
         return Err(Refusal::OtherOwner { uid });
     }
-    let memfd = File::from(sealed_page::recv_fd(&stream).map_err(no_server)?);
-    match sealed_page::is_sealed_page(&memfd, FILE_BYTES as u64) {
+    let memfd = File::from(memfd::recv_fd(&stream).map_err(no_server)?);
+    match memfd::is_sealed_page(&memfd, FILE_BYTES as u64) {
         Ok(true) => Ok(memfd),
         Ok(false) | Err(_) => Err(Refusal::NoServer { errno: None }),
     }

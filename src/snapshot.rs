@@ -21,7 +21,7 @@
 
 use perfclock_core::counter::read_counter_ordered;
 use perfclock_core::ReadError;
-use perfclock_event::sys::{self, ClockId};
+use perfclock_os::time::{self, ClockId};
 
 use crate::error::SnapshotError;
 use crate::Clock;
@@ -173,7 +173,7 @@ fn pair(bracket: &Bracket, perf_ns: u64, error_bound_ns: u64) -> PairedClock {
 
 /// `clock_gettime(id)` in ns; `Ok(None)` for a time before 1970.
 fn clock_gettime_ns(id: ClockId, name: &'static str) -> Result<Option<u64>, SnapshotError> {
-    let ns = sys::clock_gettime_ns(id).map_err(|error| SnapshotError::ClockGettime {
+    let ns = time::clock_gettime_ns(id).map_err(|error| SnapshotError::ClockGettime {
         clock: name,
         errno: error.raw_os_error().unwrap_or(0),
     })?;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use hostile::{child_case, run_child, watchdog};
 use perfclock::error_chain as chain;
 use perfclock::{Clock, Error};
-use perfclock_event::ErrorKind;
+use perfclock_os::ErrorKind;
 use perfclock_testutil::hostile;
 
 const TEST: &str = "fd_exhaustion_is_a_typed_error";

@@ -16,7 +16,7 @@ use hostile::{child_case, run_child, watchdog};
 use perfclock::error_chain as chain;
 use perfclock::{Error, Mode, Options};
 use perfclock_calib::CalibError;
-use perfclock_event::{ErrorKind, Op};
+use perfclock_os::{ErrorKind, Op};
 use perfclock_testutil::error_chain::assert_each_cause_once;
 use perfclock_testutil::hostile;
 use perfclock_testutil::{child_skipped, skip, skip_child, Need};

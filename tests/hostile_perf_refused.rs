@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use hostile::{child_case, fail_with_errno, install_filter, run_child_with, watchdog};
 use perfclock::{Clock, Error};
-use perfclock_event::{ErrorKind, EventAttr};
+use perfclock_os::{ErrorKind, EventAttr};
 use perfclock_testutil::hostile;
 
 const TEST: &str = "perf_event_open_refused_is_a_typed_error";

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use perfclock_event::record::{Parsed, Record};
+use perfclock_os::perf_event::record::{Parsed, Record};
 
 fuzz_target!(|data: &[u8]| {
     // The first 9 bytes choose how the event was opened; the rest is the ring's bytes.

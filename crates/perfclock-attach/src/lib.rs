@@ -222,7 +222,7 @@ fn attach_steps(
     };
     let target = Target::check(pid, agent, deadline)?;
     if let Some(jvm) = target.switch_to {
-        perfclock_event::peer::become_user_on_this_thread(jvm.0, jvm.1)
+        perfclock_os::peer::become_user_on_this_thread(jvm.0, jvm.1)
             .map_err(|source| ProcessError::SwitchCredentials { jvm, source })?;
     }
     step("reading the JVM's option files")?;

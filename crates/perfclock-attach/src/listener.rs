@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::thread;
 use std::time::Duration;
 
-use perfclock_event::peer;
+use perfclock_os::peer;
 
 use crate::protocol::MAX_RESPONSE_BYTES;
 use crate::target::{JvmPath, Target};

@@ -9,7 +9,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use perfclock_event::peer::{self, PidFd};
+use perfclock_os::peer::{self, PidFd};
 
 use crate::procfs::{self, MapsScan, ProcStatus, Vm};
 use crate::{Agent, Deadline, ProcessError};

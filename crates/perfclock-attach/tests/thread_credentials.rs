@@ -1,7 +1,7 @@
 //! The attach's JVM-side steps run on a thread that becomes the JVM's user: that thread, and
 //! only it, holds the JVM user's ids, no supplementary group and no capability.
 
-use perfclock_event::peer;
+use perfclock_os::peer;
 use perfclock_testutil::{skip, Need};
 
 #[test]

@@ -20,7 +20,7 @@
 //!
 //! # Safety
 //! Unsafe code here builds the [`PageReader`] over the page and its mirror, two
-//! `perfclock_event::Mapping`s that live until the last owner (the clock handle or the thread)
+//! `perfclock_os::Mapping`s that live until the last owner (the clock handle or the thread)
 //! drops the shared state; only the thread writes them (through `PageWriter`), everyone else
 //! reads them through atomics.
 #![allow(unsafe_code)]
@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 use perfclock_core::page::PerfEventMmapPage;
 use perfclock_core::{counter, PageReader};
-use perfclock_event::sys::page_size;
-use perfclock_event::{Access, Mapping};
+use perfclock_os::mapping::page_size;
+use perfclock_os::{Access, Mapping};
 
 use crate::error::CalibError;
 use crate::fork_gate;

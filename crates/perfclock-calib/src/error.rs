@@ -11,7 +11,7 @@
 
 use perfclock_core::ParamError;
 use perfclock_core::PvclockError;
-use perfclock_event::{RingError, SysError};
+use perfclock_os::{RingError, SysError};
 
 use crate::kind::RecordKind;
 use crate::pvclock_offset::OffsetIntersection;
@@ -427,10 +427,7 @@ mod chain_tests {
     /// Each step's reason comes once, through `source()`, down to the root cause.
     #[test]
     fn each_cause_is_printed_once() {
-        let open = CalibError::Open(SysError::new(
-            perfclock_event::Op::PerfEventOpen,
-            libc::EACCES,
-        ));
+        let open = CalibError::Open(SysError::new(perfclock_os::Op::PerfEventOpen, libc::EACCES));
         let printed = assert_each_cause_once(&open);
         assert!(printed.contains("perf_event_paranoid"), "{printed}");
 

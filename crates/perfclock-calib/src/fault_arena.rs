@@ -1,7 +1,7 @@
 //! Anonymous pages that fault when read: the action of page-fault brackets.
 
-use perfclock_event::sys::page_size;
-use perfclock_event::{Access, Mapping};
+use perfclock_os::mapping::page_size;
+use perfclock_os::{Access, Mapping};
 
 use crate::bracket::os_error;
 use crate::error::BracketError;

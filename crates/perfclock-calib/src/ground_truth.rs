@@ -1,6 +1,6 @@
 //! [`GroundTruth`]: counter brackets around actions that make the kernel stamp a record.
 //!
-//! The actions are system calls on this thread's own state, through `perfclock_event`'s safe
+//! The actions are system calls on this thread's own state, through `perfclock_os`'s safe
 //! wrappers: its name (restored after each bracket and on drop), a page mapped and unmapped at
 //! once, and the fault arena's pages ([`crate::fault_arena`]).
 
@@ -12,10 +12,10 @@ use crate::error::{BracketError, CalibError};
 use crate::fault_arena::FaultArena;
 use crate::kind::{KindSet, RecordKind};
 use perfclock_core::counter;
-use perfclock_event::record::Parsed;
-use perfclock_event::sys::thread::ThreadName;
-use perfclock_event::sys::{self, page_size};
-use perfclock_event::{sample, Access, EventAttr, Mapping, PerfEvent, RingReader, SysError};
+use perfclock_os::mapping::page_size;
+use perfclock_os::perf_event::record::Parsed;
+use perfclock_os::thread::{self, ThreadName};
+use perfclock_os::{sample, Access, EventAttr, Mapping, PerfEvent, RingReader, SysError};
 
 /// Consecutive discards after which [`GroundTruth::collect`] gives up.
 pub const MAX_CONSECUTIVE_DISCARDS: u32 = 64;
@@ -138,7 +138,7 @@ impl GroundTruth {
         } else {
             ThreadName::default()
         };
-        let (pid, tid) = (std::process::id(), sys::gettid());
+        let (pid, tid) = (std::process::id(), thread::gettid());
         Ok(Self {
             side_band,
             kinds: enabled,
@@ -460,7 +460,7 @@ impl GroundTruth {
 fn match_one(
     ring: &mut RingReader,
     kind: RecordKind,
-    mut matcher: impl FnMut(&perfclock_event::record::Record<'_>) -> Option<Option<(u64, u32)>>,
+    mut matcher: impl FnMut(&perfclock_os::perf_event::record::Record<'_>) -> Option<Option<(u64, u32)>>,
 ) -> Result<(u64, u32), BracketError> {
     let mut matches = 0u32;
     let mut found = None;

@@ -1,7 +1,7 @@
 //! The perf clock where the kernel withholds its parameters, and the ground truth that every
 //! perfclock claim is checked against.
 //!
-//! - Ground truth: [`GroundTruth`] opens perf events (through `perfclock-event`) and brackets
+//! - Ground truth: [`GroundTruth`] opens perf events (through `perfclock-os`) and brackets
 //!   kernel-stamped records (COMM, page-fault samples, MMAP2) with counter reads
 //!   (`perfclock-check` judges clocks against fresh ones).
 //! - Calibration: [`fit`] finds the band of lines counter -> perf ns consistent with every
@@ -14,7 +14,7 @@
 //! # Safety
 //! Unsafe code is denied here and allowed only where the calibrated clock's page reader
 //! (`calibrator`) and its writer (`thread`) are built over the two pages the clock owns; the
-//! system calls are `perfclock_event`'s safe wrappers.
+//! system calls are `perfclock_os`'s safe wrappers.
 #![deny(unsafe_code)]
 
 mod bracket;

@@ -11,7 +11,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use perfclock_core::{counter, PageWriter, TimeConversion};
-use perfclock_event::sys::{self, ClockId};
+use perfclock_os::thread;
+use perfclock_os::time::{self, ClockId};
 
 use crate::calibrator::Shared;
 use crate::error::BracketError;
@@ -409,7 +410,7 @@ fn outside_bound(sol: &Solution, b: &Constraint) -> bool {
 }
 
 fn thread_cpu_ns() -> u64 {
-    sys::clock_gettime_ns(ClockId::ThreadCpuTime)
+    time::clock_gettime_ns(ClockId::ThreadCpuTime)
         .ok()
         .and_then(|ns| u64::try_from(ns).ok())
         .unwrap_or(0)
@@ -428,8 +429,8 @@ pub(crate) fn run(
 ) {
     // No signal handler runs here (the fork gate relies on it); pthread_sigmask fails only for
     // an invalid argument, which this call never passes.
-    let _ = sys::thread::block_all_signals();
-    let tid = sys::gettid();
+    let _ = thread::block_all_signals();
+    let tid = thread::gettid();
     shared
         .stats
         .thread_tid

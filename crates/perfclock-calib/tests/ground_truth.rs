@@ -5,8 +5,8 @@ mod common;
 use common::{best_line, interleaved, skip_perf_refused};
 use perfclock_calib::Stamped;
 use perfclock_calib::{Bracket, GroundTruth, RecordKind};
-use perfclock_event::record::Parsed;
-use perfclock_event::{sample, EventAttr, PerfEvent, RingReader};
+use perfclock_os::perf_event::record::Parsed;
+use perfclock_os::{sample, EventAttr, PerfEvent, RingReader};
 
 /// Opens `kinds`, or prints `SKIPPED` and returns None when this environment refuses perf
 /// events (paranoid > 2, seccomp, no CONFIG_PERF_EVENTS). With PERFCLOCK_REQUIRE_PERF=1 (CI on

@@ -47,7 +47,7 @@ impl std::error::Error for VerifyError {
 mod tests {
     use super::*;
     use perfclock_core::ParamError;
-    use perfclock_event::{Op, SysError};
+    use perfclock_os::{Op, SysError};
     use perfclock_testutil::error_chain::assert_each_cause_once;
 
     #[test]

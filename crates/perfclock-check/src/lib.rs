@@ -12,7 +12,7 @@
 //!
 //! # Safety
 //! No unsafe code: the thread's CPU mask is saved and restored through
-//! `perfclock_event::sys::affinity`.
+//! `perfclock_os::thread::affinity`.
 #![forbid(unsafe_code)]
 
 mod error;
@@ -24,6 +24,6 @@ pub use error::VerifyError;
 pub use monotonic::{monotonic_offset, MonotonicOffset};
 /// `CLOCK_MONOTONIC` in ns: the read that the doctor and the read benchmark time against the
 /// perf clock.
-pub use perfclock_event::sys::monotonic_ns;
+pub use perfclock_os::time::monotonic_ns;
 pub use source::PerfTimeSource;
 pub use verify::{verify, verify_with, KindReport, VerifyOptions, VerifyReport};

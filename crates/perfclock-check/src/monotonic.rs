@@ -1,7 +1,7 @@
 //! How far `CLOCK_MONOTONIC` is from a perf-domain clock (for the doctor).
 
 use perfclock_core::ReadError;
-use perfclock_event::sys::{self, ClockId};
+use perfclock_os::time::{self, ClockId};
 
 use crate::PerfTimeSource;
 
@@ -26,7 +26,7 @@ pub fn monotonic_offset(clock: &impl PerfTimeSource) -> Result<MonotonicOffset, 
     let mut best: Option<MonotonicOffset> = None;
     for _ in 0..BRACKETS {
         let before = clock.now_ns()?;
-        let mono = sys::clock_gettime_ns(ClockId::Monotonic);
+        let mono = time::clock_gettime_ns(ClockId::Monotonic);
         let after = clock.now_ns()?;
         let Ok(mono) = mono else { continue };
         if after < before {

@@ -10,7 +10,7 @@ use core::fmt;
 
 use perfclock_calib::{GroundTruth, RecordKind};
 use perfclock_core::ReadError;
-use perfclock_event::sys::affinity::AffinityGuard;
+use perfclock_os::thread::affinity::AffinityGuard;
 
 use crate::error::VerifyError;
 use crate::PerfTimeSource;

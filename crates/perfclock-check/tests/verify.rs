@@ -4,7 +4,7 @@
 use perfclock_calib::{Bracket, CalibError, GroundTruth, RecordKind};
 use perfclock_check::{verify_with, PerfTimeSource, VerifyOptions};
 use perfclock_core::ReadError;
-use perfclock_event::ErrorKind;
+use perfclock_os::ErrorKind;
 use perfclock_testutil::bracket_line::{best_line, Line, Stamp};
 use perfclock_testutil::{skip, Need};
 

@@ -7,15 +7,15 @@
 //! - perfclock is a child subreaper ([`become_subreaper`]): when perf dies without stopping the
 //!   command (SIGKILL), the command becomes perfclock's child and [`stop_adopted`] stops it.
 //!
-//! The system calls are `perfclock_event::sys::children`'s.
+//! The system calls are `perfclock_os::process::children`'s.
 
 use std::fs;
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub(crate) use perfclock_event::peer::effective_uid;
-use perfclock_event::sys::children::reap_if_exited;
-pub(crate) use perfclock_event::sys::children::{become_subreaper, die_with_parent, kill};
+pub(crate) use perfclock_os::peer::effective_uid;
+use perfclock_os::process::children::reap_if_exited;
+pub(crate) use perfclock_os::process::children::{become_subreaper, die_with_parent, kill};
 
 /// How long [`stop_adopted`] waits for a process after SIGKILL.
 const UNKILLABLE_WAIT: Duration = Duration::from_secs(5);

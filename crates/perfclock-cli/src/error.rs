@@ -645,7 +645,7 @@ impl fmt::Display for ServeError {
                  only you can write)",
             ),
             ServeError::Publish(error) => error.fmt(f),
-            ServeError::BootId(_) => write!(f, "cannot read {}", perfclock_event::sys::BOOT_ID_PATH),
+            ServeError::BootId(_) => write!(f, "cannot read {}", perfclock_os::time::BOOT_ID_PATH),
             ServeError::Signals(_) => f.write_str("cannot install the SIGINT/SIGTERM handlers"),
             ServeError::OnceWithParavirtOff => write!(
                 f,

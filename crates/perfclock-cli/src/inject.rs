@@ -733,7 +733,7 @@ fn warn_if_other_boot(sidecars: &[(PathBuf, TimeConvRecord)]) {
     let Some((path, record)) = sidecars.first() else {
         return;
     };
-    match perfclock_event::sys::boot_id() {
+    match perfclock_os::time::boot_id() {
         Ok(boot_id) if parse_boot_id(record.boot_id()) == Some(boot_id) => {}
         Ok(boot_id) => {
             let mut this_boot = String::new();
@@ -750,7 +750,7 @@ fn warn_if_other_boot(sidecars: &[(PathBuf, TimeConvRecord)]) {
         Err(error) => errln!(
             "perfclock inject-time-conv: warning: cannot read {} ({error}): the record's boot \
              is not checked",
-            perfclock_event::sys::BOOT_ID_PATH
+            perfclock_os::time::BOOT_ID_PATH
         ),
     }
 }

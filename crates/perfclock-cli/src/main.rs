@@ -1,6 +1,6 @@
 //! The `perfclock` command: `doctor`, `inject-time-conv`, `attach`, `agent-path`, `record`, `serve`.
 //!
-//! No unsafe code: the system calls are `perfclock_event::sys`'s, the signal handlers
+//! No unsafe code: the system calls are `perfclock_os`'s, the signal handlers
 //! signal-hook's.
 #![forbid(unsafe_code)]
 

@@ -13,7 +13,7 @@
 //!
 //! # The page and the file (`perfclock_serve::publisher`)
 //! The page lives in a memfd sealed against shrinking, growing and other writers
-//! (`perfclock_event::sealed_page`), mapped writable by this process alone; a thread hands its
+//! (`perfclock_os::memfd`), mapped writable by this process alone; a thread hands its
 //! descriptor to every client that connects to the socket `P.sock`, and clients map it
 //! read-only: no truncation can fault them. The file `P` holds a copy, written with `pwrite`
 //! every poll (never mapped: nothing done to it can fault the server either), for the trust
@@ -364,7 +364,7 @@ fn counter_now() -> Result<u64, ServeError> {
 }
 
 fn boot_id() -> Result<[u64; 2], ServeError> {
-    perfclock_event::sys::boot_id().map_err(ServeError::BootId)
+    perfclock_os::time::boot_id().map_err(ServeError::BootId)
 }
 
 /// A flag SIGINT and SIGTERM set (the handler stores to it and does nothing else).
@@ -382,7 +382,7 @@ mod tests {
     use perfclock::ReadError;
     use perfclock_calib::CalibError;
     use perfclock_core::ParamError;
-    use perfclock_event::{Op, SysError};
+    use perfclock_os::{Op, SysError};
     use perfclock_testutil::error_chain::assert_each_cause_once;
 
     /// What failed, then each cause once, down to the errno and its knob.

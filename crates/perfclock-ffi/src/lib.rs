@@ -24,7 +24,7 @@ use std::ffi::c_int;
 use std::panic::{catch_unwind, UnwindSafe};
 
 use perfclock::{Clock, Error};
-use perfclock_event::ErrorKind;
+use perfclock_os::ErrorKind;
 
 mod clock_abi;
 mod jitdump;
@@ -216,7 +216,7 @@ mod tests {
     #[test]
     fn every_error_has_its_code() {
         use perfclock_calib::CalibError;
-        use perfclock_event::{Op, SysError};
+        use perfclock_os::{Op, SysError};
 
         let withheld = || Box::new(perfclock::Withheld::observe(0));
         let open = |errno| SysError::new(Op::PerfEventOpen, errno);

@@ -34,14 +34,14 @@
 //!   handle returns [`JitDumpError::ForkChild`] and writes nothing; the child creates its own
 //!   dump (`jit-<child pid>.dump`).
 //! - The dump and its sidecar are created exclusively
-//!   ([`perfclock_event::shared_file::create_exclusive`]): a link, a FIFO or another user's file
+//!   ([`perfclock_os::shared_file::create_exclusive`]): a link, a FIFO or another user's file
 //!   at either name is [`JitDumpError::NameTaken`] and left alone; so is a dump of the same name
 //!   that another live writer holds ([`JitDumpError::NameLive`]: containers whose JITs are all
 //!   pid 1 need a directory each).
 //!
 //! # Safety
 //! No unsafe code: the executable marker mapping, the thread id and the clock reads are
-//! [`perfclock_event::sys`]'s.
+//! [`perfclock_os`]'s.
 #![deny(unsafe_code)]
 
 mod clock;

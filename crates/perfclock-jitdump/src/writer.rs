@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 
 use perfclock::Clock;
 use perfclock_core::{ReadError, TimeConversion};
-use perfclock_event::sys::{self, monotonic_ns, ExecMarkerMapping};
-use perfclock_event::{shared_file, CreateError};
+use perfclock_os::mapping::ExecMarkerMapping;
+use perfclock_os::thread;
+use perfclock_os::time::{self, monotonic_ns};
+use perfclock_os::{shared_file, CreateError};
 use perfclock_procfile::{ClockMismatch, FileKey, ForkChild, Registry, Retention};
 
 use crate::record::{self, CodeLoad, DebugEntry};
@@ -367,7 +369,7 @@ impl Shared {
         key: FileKey,
     ) -> Result<Shared, JitDumpError> {
         let mut boot_id = String::new();
-        let words = sys::boot_id().map_err(io_error("read", Path::new(sys::BOOT_ID_PATH)))?;
+        let words = time::boot_id().map_err(io_error("read", Path::new(time::BOOT_ID_PATH)))?;
         let _ = perfclock_core::published_offset::write_boot_id(&mut boot_id, words);
         // The dump first: its lock is what proves a live writer's sidecar its own, so another
         // writer's dump at the name fails this before its sidecar is touched.
@@ -437,7 +439,7 @@ impl Shared {
         } else {
             record::check_debug_info(entries)?
         };
-        let tid = sys::gettid();
+        let tid = thread::gettid();
         // Built outside the lock with placeholder stamps and index, patched under it: copying a
         // large code blob must not hold up the other threads.
         let mut bytes = Vec::with_capacity(debug_size + load_size);

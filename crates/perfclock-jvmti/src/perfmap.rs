@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use perfclock_event::shared_file::create_exclusive;
+use perfclock_os::shared_file::create_exclusive;
 
 use crate::error::chain;
 
@@ -20,7 +20,7 @@ pub(crate) struct PerfMap {
 impl PerfMap {
     /// Creates `/tmp/perf-<pid>.map` exclusively: never through a link, never into a file this
     /// process did not create; a stale map of the same name is replaced only if it is a regular
-    /// file of our user that no live writer holds (perfclock-event's `create_exclusive`: the
+    /// file of our user that no live writer holds (perfclock-os's `create_exclusive`: the
     /// `File` kept here holds its lock while the agent runs).
     ///
     /// # Errors

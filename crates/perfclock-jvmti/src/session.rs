@@ -406,7 +406,7 @@ where
     C::Err: std::fmt::Display,
 {
     let error = |message: String| StartError::new(AgentFailure::ClockVariable, message);
-    match perfclock_event::sys::env_var_os(var).map(std::ffi::OsString::into_string) {
+    match perfclock_os::env::env_var_os(var).map(std::ffi::OsString::into_string) {
         None => Ok(C::default()),
         Some(Ok(name)) if name.is_empty() => Ok(C::default()),
         Some(Ok(name)) => name

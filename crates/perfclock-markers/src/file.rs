@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use perfclock_procfile::{ClockMismatch, FileKey, Registry, Retention};
 
-use perfclock_event::shared_file::create_exclusive;
-use perfclock_event::sys::ExecMarkerMapping;
-use perfclock_event::CreateError;
+use perfclock_os::mapping::ExecMarkerMapping;
+use perfclock_os::shared_file::create_exclusive;
+use perfclock_os::CreateError;
 
 use crate::error::MarkerError;
 use crate::line::{layout_in, LastLine, MAX_LAYOUT_BYTES};

@@ -37,15 +37,15 @@
 //!   first writer for that directory).
 //! - Markers still buffered when the process is killed (or `_exit`s) are lost.
 //! - `marker-<pid>.txt` is created exclusively
-//!   ([`perfclock_event::shared_file::create_exclusive`]): a link, a FIFO or another user's file
+//!   ([`perfclock_os::shared_file::create_exclusive`]): a link, a FIFO or another user's file
 //!   at the name is [`MarkerError::NameTaken`] and left alone; so is a file of the same name
 //!   that another live writer holds ([`MarkerError::NameLive`]: containers whose writers are
 //!   all pid 1 need a directory each).
 //! - Fork children and signal handlers: see [`Markers`].
 //!
 //! # Safety
-//! No unsafe code: the exit hook and the fork-aware pid are `perfclock_event::sys::process`'s,
-//! the executable mapping of the marker file is [`perfclock_event::sys::ExecMarkerMapping`].
+//! No unsafe code: the exit hook and the fork-aware pid are `perfclock_os::process`'s,
+//! the executable mapping of the marker file is [`perfclock_os::mapping::ExecMarkerMapping`].
 #![forbid(unsafe_code)]
 
 mod clock;

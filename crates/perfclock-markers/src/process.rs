@@ -1,10 +1,10 @@
 //! The process-wide hooks of the writers: the pid cached for the fork check
-//! (`perfclock_event::sys::process::current_pid`, forgotten in a fork child), and a flush when
+//! (`perfclock_os::process::current_pid`, forgotten in a fork child), and a flush when
 //! the process exits.
 
 use std::sync::Once;
 
-pub(crate) use perfclock_event::sys::process::current_pid;
+pub(crate) use perfclock_os::process::current_pid;
 
 static HOOKS: Once = Once::new();
 
@@ -12,6 +12,6 @@ static HOOKS: Once = Once::new();
 pub(crate) fn register_hooks(at_exit: extern "C" fn()) {
     HOOKS.call_once(|| {
         // A failed registration only loses the exit-time flush, which close and drop still do.
-        let _ = perfclock_event::sys::process::at_exit(at_exit);
+        let _ = perfclock_os::process::at_exit(at_exit);
     });
 }

@@ -37,12 +37,12 @@ pub trait ClockName: Copy + Eq + Default + fmt::Display + 'static {
 
     /// The clock [`ClockName::VARIABLE`] names: the default when it is unset or empty, and
     /// also in a setuid, setgid or file-capability process, whose environment is not its own
-    /// to trust ([`perfclock_event::sys::env_var_os`]).
+    /// to trust ([`perfclock_os::env::env_var_os`]).
     ///
     /// # Errors
     /// [`UnknownClock`] (naming the variable) if the value is not a clock's name.
     fn from_env() -> Result<Self, UnknownClock> {
-        Self::from_value(perfclock_event::sys::env_var_os(Self::VARIABLE).as_deref())
+        Self::from_value(perfclock_os::env::env_var_os(Self::VARIABLE).as_deref())
     }
 
     /// As [`ClockName::from_env`], for the variable's value (`None`: unset).

@@ -23,5 +23,5 @@ mod registry;
 
 pub use clock_name::ClockName;
 pub use error::{ClockMismatch, ForkChild, UnknownClock};
-pub use perfclock_event::shared_file::{LiveName, TakenName};
+pub use perfclock_os::shared_file::{LiveName, TakenName};
 pub use registry::{FileKey, Registered, Registry, Retention};

@@ -1,5 +1,5 @@
 //! The page's directory (owned by the server alone, locked: one server per directory), the live
-//! page (a sealed memfd, see `perfclock_event::sealed_page`) and the thread that hands it to
+//! page (a sealed memfd, see `perfclock_os::memfd`) and the thread that hands it to
 //! clients over `PATH.sock`, the file beside it (written with `write`/`pwrite`, never mapped)
 //! and the published paravirt offset's file.
 //!
@@ -22,7 +22,7 @@ use perfclock_core::shared_page::{
     parse, SharedPageReader, SharedPageWriter, FILE_BYTES, HEADER_OFFSET, MAGIC,
 };
 use perfclock_core::PageDefect;
-use perfclock_event::{peer, sealed_page, sys, Access, Mapping, Sharing};
+use perfclock_os::{memfd, peer, shared_file, Access, Mapping, Sharing};
 
 use crate::PublishError;
 
@@ -75,7 +75,7 @@ impl PageDir {
             lock.set_permissions(std::fs::Permissions::from_mode(0o755))
                 .map_err(io_error("chmod", dir))?;
         }
-        if sys::try_lock_exclusive(&lock).is_err() {
+        if shared_file::try_lock_exclusive(&lock).is_err() {
             return Err(PublishError::Busy {
                 dir: dir.to_owned(),
             });
@@ -101,8 +101,8 @@ impl LivePage {
     /// [`PublishError::Memory`] (`memfd_create`, `mmap`, the copy).
     pub fn new(inherited: Option<&[u8]>) -> Result<LivePage, PublishError> {
         let memory = |op| move |source| PublishError::Memory { op, source };
-        let memfd = sealed_page::create_memfd(c"perfclock-clock", FILE_BYTES as u64)
-            .map_err(memory("create"))?;
+        let memfd =
+            memfd::create_memfd(c"perfclock-clock", FILE_BYTES as u64).map_err(memory("create"))?;
         // Mapped writable before the seals forbid new writable mappings.
         let mapping = Mapping::file(
             memfd.as_fd(),
@@ -162,7 +162,7 @@ impl LivePage {
     /// # Errors
     /// [`PublishError::Memory`].
     pub fn seal(&self) -> Result<(), PublishError> {
-        sealed_page::seal(&self.memfd).map_err(|source| PublishError::Memory { op: "seal", source })
+        memfd::seal(&self.memfd).map_err(|source| PublishError::Memory { op: "seal", source })
     }
 
     /// Listens on `socket` (replacing a socket an earlier server left: the directory is the
@@ -197,7 +197,7 @@ impl LivePage {
                         // A client that does not read its descriptor holds this thread no
                         // longer.
                         let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-                        let _ = sealed_page::send_fd(&stream, memfd.as_fd());
+                        let _ = memfd::send_fd(&stream, memfd.as_fd());
                     }
                     // Out of descriptors or memory: retry later rather than spin.
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),

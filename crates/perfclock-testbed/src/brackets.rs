@@ -14,7 +14,7 @@
 use core_affinity::CoreId;
 use perfclock_calib::{GroundTruth, RecordKind, Stamped};
 use perfclock_core::{counter, PageReader, ReadError, Reading};
-use perfclock_event::{EventAttr, PerfEvent};
+use perfclock_os::{EventAttr, PerfEvent};
 
 use crate::page::Tolerance;
 use crate::report::{chain, min_or_dash, Report};

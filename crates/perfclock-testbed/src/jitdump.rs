@@ -28,9 +28,9 @@ use std::path::{Path, PathBuf};
 
 use perfclock_calib::{GroundTruth, RecordKind};
 use perfclock_core::{PageReader, TimeConversion};
-use perfclock_event::{EventAttr, PerfEvent};
 use perfclock_jitdump::timeconv::TimeConvRecord;
 use perfclock_jitdump::JitDump;
+use perfclock_os::{EventAttr, PerfEvent};
 
 use crate::brackets::{self, Stats};
 use crate::guest_fs::{ensure_proc, DumpDir};
@@ -161,7 +161,7 @@ pub(crate) fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance) {
 
 fn check(report: &mut Report, budget: &Budget, tolerance: Tolerance, dir: &DumpDir) {
     let addr = CODE.as_ptr() as u64;
-    let tid = perfclock_event::sys::gettid();
+    let tid = perfclock_os::thread::gettid();
     let writer = Writer {
         pid: std::process::id(),
         tid,

@@ -2,7 +2,7 @@
 
 use perfclock_core::page::caps;
 use perfclock_core::PageReader;
-use perfclock_event::{EventAttr, PerfEvent};
+use perfclock_os::{EventAttr, PerfEvent};
 
 use crate::report::{chain, Report};
 

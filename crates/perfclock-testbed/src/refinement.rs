@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use perfclock_core::{counter, PageReader, TimeConversion};
-use perfclock_event::{EventAttr, PageMapping, PerfEvent};
+use perfclock_os::{EventAttr, PageMapping, PerfEvent};
 
 use crate::report::{chain, Report};
 

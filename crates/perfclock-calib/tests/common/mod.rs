@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use perfclock_calib::{Bracket, CalibError, GroundTruth, RecordKind};
-use perfclock_event::ErrorKind;
+use perfclock_os::ErrorKind;
 use perfclock_testutil::bracket_line::{self, Line, Stamp};
 use perfclock_testutil::{skip, Need};
 

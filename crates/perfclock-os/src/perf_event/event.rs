@@ -10,10 +10,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use perf_event_open_sys::bindings as sys;
 
-use crate::attr::EventAttr;
+use super::attr::EventAttr;
 use crate::error::{Op, SysError};
+use crate::mapping::page_size;
 use crate::mapping::{Access, Mapping, PageMapping, RingMapping, Sharing};
-use crate::sys::page_size;
 
 /// The largest ring [`PerfEvent::map_ring`] maps: 2^16 data pages.
 const MAX_RING_PAGES_LOG2: u32 = 16;
@@ -37,11 +37,11 @@ impl PerfEvent {
     ///
     /// # Example
     /// ```no_run
-    /// use perfclock_event::{EventAttr, PerfEvent};
+    /// use perfclock_os::{EventAttr, PerfEvent};
     ///
     /// let event = PerfEvent::open(&EventAttr::dummy())?;
     /// assert_eq!(event.sample_type(), 0);
-    /// # Ok::<(), perfclock_event::SysError>(())
+    /// # Ok::<(), perfclock_os::SysError>(())
     /// ```
     pub fn open(attr: &EventAttr) -> Result<Self, SysError> {
         let mut raw = *attr.as_raw();
@@ -189,12 +189,11 @@ mod tests {
             return;
         }
         let exe = std::env::current_exe().expect("current_exe");
+        // libtest names a test by its module path without the crate's name.
+        let (_crate, module) = module_path!().split_once("::").expect("a module path");
+        let name = format!("{module}::fd_exhaustion_is_classified_from_a_real_open");
         let out = std::process::Command::new(exe)
-            .args([
-                "--exact",
-                "event::tests::fd_exhaustion_is_classified_from_a_real_open",
-                "--test-threads=1",
-            ])
+            .args(["--exact", &name, "--test-threads=1"])
             .env(CHILD, "1")
             .output()
             .expect("spawn child");

@@ -58,7 +58,7 @@ pub enum ErrorKind {
 /// into an [`std::io::Error`]. Small and `Copy`, like rustix's `Errno`.
 ///
 /// ```
-/// use perfclock_event::{ErrorKind, Op, SysError};
+/// use perfclock_os::{ErrorKind, Op, SysError};
 ///
 /// let error = SysError::new(Op::PerfEventOpen, libc::EMFILE);
 /// assert_eq!(error.kind(), ErrorKind::FdExhausted);
@@ -496,7 +496,7 @@ mod tests {
 }
 
 /// A project variable that takes a switch (`PERFCLOCK_PARAVIRT`, `PERFCLOCK_SHARED_PAGE`) set
-/// to something that is none of the spellings [`crate::sys::env_switch`] accepts.
+/// to something that is none of the spellings [`crate::env::env_switch`] accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadSwitch {
     /// The variable.

@@ -4,7 +4,7 @@ use core::fmt;
 
 use perf_event_open_sys::bindings as sys;
 
-/// `PERF_SAMPLE_*` bits the [`crate::record`] parser understands. Others may be set; their
+/// `PERF_SAMPLE_*` bits the [`crate::perf_event::record`] parser understands. Others may be set; their
 /// fields are skipped where the layout allows and ignored otherwise.
 pub mod sample {
     use perf_event_open_sys::bindings as sys;
@@ -23,7 +23,7 @@ pub mod sample {
 /// user space only, enabled at open, counting (no samples) until [`EventAttr::sample_period`].
 ///
 /// ```
-/// use perfclock_event::{sample, EventAttr};
+/// use perfclock_os::{sample, EventAttr};
 ///
 /// let attr = EventAttr::dummy().sample_type(sample::TID | sample::TIME).sample_id_all(true);
 /// assert!(attr.has_sample_id_all());

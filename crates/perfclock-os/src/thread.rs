@@ -1,10 +1,13 @@
-//! The calling thread's properties: its name (what perf records in `COMM` records) and its
-//! signal mask.
+//! The calling thread's properties: its kernel id ([`gettid`]), its name (what perf records in
+//! `COMM` records), its signal mask, and ([`affinity`]) the CPUs it may run on.
 //!
 //! # Safety
-//! Each unsafe block is one call on the calling thread's own state: `prctl(PR_GET_NAME)` writing
+//! Each unsafe block is one call on the calling thread's own state: `gettid`, `prctl(PR_GET_NAME)` writing
 //! at most 16 bytes into a 16-byte array, `prctl(PR_SET_NAME)` reading a NUL-terminated array of
 //! 16 bytes, and `sigfillset`/`pthread_sigmask` on a local `sigset_t`.
+#![allow(unsafe_code)]
+
+pub mod affinity;
 
 use std::io;
 
@@ -82,9 +85,38 @@ pub fn block_all_signals() -> io::Result<()> {
     Ok(())
 }
 
+/// The calling thread's kernel id (`gettid`), as perf records it in `tid` fields.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid takes no arguments, has no preconditions and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    // A thread id is a positive pid_t.
+    tid.unsigned_abs()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gettid_is_the_kernels_id_of_the_calling_thread() {
+        let here = || {
+            let link = std::fs::read_link("/proc/thread-self").unwrap();
+            (
+                gettid(),
+                link.file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .parse::<u32>()
+                    .unwrap(),
+            )
+        };
+        let (tid, kernel) = here();
+        assert_eq!(tid, kernel);
+        let (other, other_kernel) = std::thread::spawn(here).join().unwrap();
+        assert_eq!(other, other_kernel);
+        assert_ne!(other, tid);
+    }
 
     #[test]
     fn a_name_set_is_the_name_read_and_too_long_names_are_refused() {

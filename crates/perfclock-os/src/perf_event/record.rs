@@ -8,7 +8,7 @@
 
 use perf_event_open_sys::bindings as sys;
 
-use crate::attr::sample;
+use super::attr::sample;
 use crate::error::RingError;
 
 /// `PERF_RECORD_LOST`.
@@ -192,7 +192,7 @@ impl<'a> Record<'a> {
     /// `bytes`.
     ///
     /// ```
-    /// use perfclock_event::record::{Parsed, Record, RECORD_LOST};
+    /// use perfclock_os::perf_event::record::{Parsed, Record, RECORD_LOST};
     ///
     /// let mut bytes = Vec::new();
     /// bytes.extend_from_slice(&RECORD_LOST.to_ne_bytes());
@@ -202,7 +202,7 @@ impl<'a> Record<'a> {
     /// bytes.extend_from_slice(&5u64.to_ne_bytes()); // lost
     /// let record = Record::from_bytes(&bytes)?;
     /// assert!(matches!(record.parse(0, false)?, Parsed::Lost { lost: 5 }));
-    /// # Ok::<(), perfclock_event::RingError>(())
+    /// # Ok::<(), perfclock_os::RingError>(())
     /// ```
     pub fn from_bytes(bytes: &'a [u8]) -> Result<Self, RingError> {
         let available = bytes.len() as u64;

@@ -7,6 +7,9 @@
 //! `pthread_atfork` with this module's child handler, which only stores to an atomic
 //! (async-signal-safe, as a handler in the child of a multithreaded process must be), and
 //! `prctl(PR_GET_TSC)` writing one int into a local.
+#![allow(unsafe_code)]
+
+pub mod children;
 
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};

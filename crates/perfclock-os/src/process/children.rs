@@ -9,6 +9,7 @@
 //! with a status word on the stack), except [`die_with_parent`]'s `pre_exec` closure, which runs
 //! in the forked child before `exec`, where only async-signal-safe calls are allowed: it calls
 //! `prctl`, `getppid` and `signal`, which are, and allocates nothing.
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::unix::process::CommandExt;

@@ -5,6 +5,7 @@
 //! The unsafe calls are `sched_getaffinity`/`sched_setaffinity` of the calling thread into and
 //! from a `cpu_set_t` this module owns, passed with its own size; an all-zero `cpu_set_t` (a
 //! plain bit array) is a valid starting value.
+#![allow(unsafe_code)]
 
 use std::io;
 

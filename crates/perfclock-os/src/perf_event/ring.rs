@@ -15,9 +15,9 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use super::record::{u64_at, Record, HEADER_BYTES, RECORD_LOST};
 use crate::error::RingError;
 use crate::mapping::RingMapping;
-use crate::record::{u64_at, Record, HEADER_BYTES, RECORD_LOST};
 
 /// What one [`RingReader::drain`] saw.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -45,8 +45,8 @@ impl RingReader {
     ///
     /// # Example
     /// ```no_run
-    /// use perfclock_event::record::Parsed;
-    /// use perfclock_event::{sample, EventAttr, PerfEvent, RingReader};
+    /// use perfclock_os::perf_event::record::Parsed;
+    /// use perfclock_os::{sample, EventAttr, PerfEvent, RingReader};
     ///
     /// let attr = EventAttr::dummy().sample_type(sample::TID | sample::TIME).sample_id_all(true).comm(true);
     /// let event = PerfEvent::open(&attr)?;
@@ -169,7 +169,7 @@ unsafe fn atomic_at<'a>(ptr: *const u64) -> &'a AtomicU64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Parsed, RECORD_COMM};
+    use crate::perf_event::record::{Parsed, RECORD_COMM};
 
     /// Plays the kernel: writes `words` into the data area from byte position `at` (mod
     /// size) and publishes `head`.

@@ -46,12 +46,13 @@
 //! The unsafe calls are `openat`, `fstatat`, `fstat`, `unlinkat`, `geteuid` and `getpwuid_r`,
 //! with NUL-terminated names and out-buffers this module owns and sizes; a descriptor `openat`
 //! returns is owned by the `File` made from it at once, and `fstat` takes a descriptor of such a
-//! live `File` (`flock` is [`sys::try_lock_exclusive`]'s). Each call says why it is sound.
+//! live `File` (`flock` is [`try_lock_exclusive`]'s). Each call says why it is sound.
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::path::Path;
@@ -59,7 +60,6 @@ use std::time::{Duration, Instant};
 
 use crate::error::CreateError;
 pub use crate::error::{LiveName, TakenName};
-use crate::sys;
 
 /// What a name was found to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,7 +208,7 @@ const LOCK_WAIT: Duration = Duration::from_secs(1);
 fn lock_new(file: &File) -> io::Result<()> {
     let started = Instant::now();
     loop {
-        let Err(error) = sys::try_lock_exclusive(file) else {
+        let Err(error) = try_lock_exclusive(file) else {
             return Ok(());
         };
         match error.raw_os_error() {
@@ -350,7 +350,7 @@ fn look(dir_fd: libc::c_int, name: &CStr, path: &Path) -> Result<Look, Refusal> 
     if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino) {
         return Ok(Look::Changed);
     }
-    if let Err(error) = sys::try_lock_exclusive(&file) {
+    if let Err(error) = try_lock_exclusive(&file) {
         return match error.raw_os_error() {
             Some(libc::EWOULDBLOCK) => Err(Refusal::Create(CreateError::Live(LiveName {
                 path: path.to_owned(),
@@ -408,11 +408,40 @@ fn user_name(uid: u32) -> Option<String> {
     Some(String::from_utf8_lossy(name.to_bytes()).into_owned())
 }
 
+/// Takes an exclusive `flock` on `file` without waiting (held until every descriptor of that
+/// open file is closed). `std::fs::File::try_lock` does the same from Rust 1.89, past this
+/// workspace's minimum version.
+///
+/// # Errors
+/// `EWOULDBLOCK` when another open file description holds a lock on it; `flock`'s other errnos.
+pub fn try_lock_exclusive(file: &File) -> io::Result<()> {
+    // SAFETY: flock takes integers only; the descriptor is open for the call (borrowed from
+    // `file`).
+    if unsafe { libc::flock(file.as_fd().as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
 
     use super::*;
+
+    #[test]
+    fn a_second_exclusive_lock_is_refused_until_the_first_is_closed() {
+        let scratch = std::env::temp_dir().join(format!("perfclock-flock-{}", std::process::id()));
+        std::fs::create_dir(&scratch).unwrap();
+        let (first, second) = (File::open(&scratch).unwrap(), File::open(&scratch).unwrap());
+        try_lock_exclusive(&first).unwrap();
+        let refused = try_lock_exclusive(&second).unwrap_err();
+        assert_eq!(refused.raw_os_error(), Some(libc::EWOULDBLOCK));
+        drop(first);
+        try_lock_exclusive(&second).unwrap();
+        std::fs::remove_dir(&scratch).unwrap();
+    }
 
     fn temp_dir(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("pce-shared-{tag}-{}", std::process::id()));

@@ -1,5 +1,7 @@
-//! Owned mappings: [`Mapping`], the one owner of an `mmap` in the workspace, and the perf
-//! event mappings built on it (the time page, and the page followed by a ring).
+//! Owned mappings: [`Mapping`], the one owner of an `mmap` in the workspace, the perf event
+//! mappings built on it (the time page, and the page followed by a ring), the
+//! [`ExecMarkerMapping`] through which `perf record` learns of a jitdump or marker file, and the
+//! [`page_size`].
 //!
 //! Written over `libc` rather than taken from memmap2: the mappings here are read by the kernel's
 //! or another process's concurrent writes, so only raw pointers may be handed out (memmap2's
@@ -11,15 +13,17 @@
 //! Each mapping is owned by exactly one [`Mapping`] that unmaps it on drop; pointers into it
 //! are only handed out as raw pointers, because other writers change that memory concurrently,
 //! so no Rust reference into it can be invalidated by the replacement or discard operations.
+//! [`ExecMarkerMapping`] never hands out a pointer into it (nothing in this process reads it, so
+//! neither the file's size nor its concurrent appends can be observed by Rust code). `sysconf`
+//! (the page size) has no preconditions.
 #![allow(unsafe_code)]
 
 use core::ptr::NonNull;
+use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use perfclock_core::page::PerfEventMmapPage;
-
-use crate::sys::page_size;
 
 /// What a [`Mapping`]'s pages may be used for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,12 +316,106 @@ impl RingMapping {
     }
 }
 
+/// The system page size (`sysconf(_SC_PAGESIZE)`; 4096 should the call fail, which it does not
+/// on Linux).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf takes no pointers and has no preconditions; glibc answers from the aux
+    // vector it saved at start, without a system call.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size)
+        .ok()
+        .filter(|s| *s > 0)
+        .unwrap_or(4096)
+}
+
+/// A private, read-only, executable mapping of the first page of a file, held so that
+/// `perf record` logs an `MMAP2` record naming the file: that is how `perf inject --jit` finds a
+/// `jit-<pid>.dump` and samply a `marker-<pid>.txt`. A default `perf record` logs only executable
+/// mappings (data mappings need `--data`), and one that attaches later (`perf record -p`) reads
+/// the mapping from `/proc/<pid>/maps`. Unmapped on drop.
+///
+/// Mapped like perf's own JVMTI agent maps its dump (`PROT_READ | PROT_EXEC`, `MAP_PRIVATE`):
+/// memmap2 maps executable files `MAP_SHARED` only. Nothing reads the mapping: it exposes no
+/// pointer or bytes, so the file may be empty (a page past its end would fault if read) or grow
+/// while it is mapped.
+#[derive(Debug)]
+pub struct ExecMarkerMapping {
+    /// Never read through (see above).
+    mapping: Mapping,
+}
+
+impl ExecMarkerMapping {
+    /// Maps the first page of `file` (opened for reading) executable.
+    ///
+    /// # Errors
+    /// `mmap`'s errno: `EPERM` on a `noexec` mount, `EACCES` if `file` is not readable.
+    pub fn new(file: &File) -> io::Result<ExecMarkerMapping> {
+        let mapping = Mapping::file(
+            file.as_fd(),
+            page_size(),
+            Access::ReadExec,
+            Sharing::Private,
+        )?;
+        Ok(ExecMarkerMapping { mapping })
+    }
+
+    /// Where the file is mapped: the start of the range `perf record`'s `MMAP2` record and
+    /// `/proc/<pid>/maps` name.
+    pub fn address(&self) -> usize {
+        self.mapping.as_ptr().as_ptr() as usize
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsFd;
     use std::os::unix::fs::FileExt;
 
     use super::*;
+    use std::fs::File;
+
+    /// The mapping's line in `/proc/self/maps`, if it is there.
+    fn maps_line(mapping: &ExecMarkerMapping) -> Option<String> {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let start = format!("{:x}-", mapping.address());
+        maps.lines()
+            .find(|line| line.starts_with(&start))
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn page_size_is_a_power_of_two() {
+        assert!(page_size().is_power_of_two());
+    }
+
+    #[test]
+    fn marker_mapping_is_private_executable_and_unmapped_on_drop() {
+        let dir = std::env::temp_dir().join(format!("perfclock-sys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("marker-test.txt");
+        let file = File::create_new(&path)
+            .and_then(|_| File::open(&path))
+            .unwrap();
+        let mapping = ExecMarkerMapping::new(&file).unwrap();
+        let line = maps_line(&mapping).expect("the mapping is in /proc/self/maps");
+        let addr = mapping.address();
+        assert!(line.contains(" r-xp "), "{line}");
+        assert!(line.ends_with(path.to_str().unwrap()), "{line}");
+        drop(mapping);
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(
+            !maps.contains(&format!("{addr:x}-")),
+            "still mapped after drop"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn marker_mapping_of_a_write_only_file_is_an_error() {
+        let file = File::options().write(true).open("/dev/null").unwrap();
+        let error = ExecMarkerMapping::new(&file).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EACCES), "{error}");
+    }
 
     #[test]
     fn discarded_anonymous_pages_read_as_zero_again() {
@@ -369,7 +467,7 @@ mod tests {
 
     /// A memfd holding `bytes`.
     fn file_holding(bytes: &[u8]) -> std::fs::File {
-        let file = crate::sealed_page::create_memfd(c"perfclock-mapping-test", 0).unwrap();
+        let file = crate::memfd::create_memfd(c"perfclock-mapping-test", 0).unwrap();
         file.write_all_at(bytes, 0).unwrap();
         file
     }
