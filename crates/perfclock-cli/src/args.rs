@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Kernel stamps `doctor` checks per record kind when the command line names no number.
 pub const DEFAULT_RECORDS_PER_KIND: usize = 20_000;
@@ -122,65 +122,70 @@ pub enum Command {
     /// (128 + signal when a signal ended it or perfclock), 1 when recording or post-processing
     /// failed (the raw recording OUT.raw is then kept), else 0.
     #[command(override_usage = "perfclock record [OPTIONS] [PERF-OPTIONS]... -- CMD [ARGS]...")]
-    Record {
-        /// The recording to write (replaced atomically if it exists).
-        #[arg(short, long, value_name = "OUT", default_value = "perf.data")]
-        output: PathBuf,
-        /// The JVMTI agent [default: libperfclock_agent.so next to the perfclock executable].
-        #[arg(long, value_name = "PATH")]
-        agent: Option<PathBuf>,
-        /// Leave JAVA_TOOL_OPTIONS alone (and, with -p/-a, attach nothing): no agent, no
-        /// jitdump from JVMs.
-        #[arg(long)]
-        no_java_agent: bool,
-        /// Record these running processes instead of a command (`perf record -p`), attaching
-        /// the agent to each HotSpot JVM among them first; until SIGINT, or --duration.
-        #[arg(
-            short = 'p',
-            long = "pid",
-            value_name = "PID[,PID...]",
-            value_delimiter = ','
-        )]
-        pids: Vec<u32>,
-        /// Record the whole machine (`perf record -a`), attaching the agent to every HotSpot JVM
-        /// running and to each that starts during the recording; until SIGINT, or --duration.
-        #[arg(short = 'a', long = "all-cpus")]
-        system_wide: bool,
-        /// Stop recording after this many seconds.
-        #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
-        duration: Option<f64>,
-        /// With -p: a JVM that cannot be attached is a warning (it is recorded without its JIT
-        /// code's names) instead of an error before recording.
-        #[arg(long)]
-        allow_unattached: bool,
-        /// Give perf inject --jit every JIT code load of the dumps, not only those whose code a
-        /// sample or a call chain touched (the output then holds an image per compiled
-        /// function: many thousands for a JVM).
-        #[arg(long)]
-        all_jit_code: bool,
-        /// Options for `perf record` (after its `-g`), e.g. `-F 999 --call-graph dwarf`;
-        /// `-k`/`--clockid` and `-z`/`--compression-level` are refused.
-        #[arg(
-            value_name = "PERF-OPTIONS",
-            allow_hyphen_values = true,
-            value_terminator = "--"
-        )]
-        perf_args: Vec<OsString>,
-        /// The command to profile, after `--`.
-        #[arg(
-            value_name = "CMD",
-            trailing_var_arg = true,
-            allow_hyphen_values = true
-        )]
-        command: Vec<OsString>,
-    },
+    Record(RecordArgs),
+}
+
+/// `perfclock record`'s options and arguments: the one place a flag of `record` is declared,
+/// passed whole to the command's code.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The recording to write (replaced atomically if it exists).
+    #[arg(short, long, value_name = "OUT", default_value = "perf.data")]
+    pub output: PathBuf,
+    /// The JVMTI agent [default: libperfclock_agent.so next to the perfclock executable].
+    #[arg(long, value_name = "PATH")]
+    pub agent: Option<PathBuf>,
+    /// Leave JAVA_TOOL_OPTIONS alone (and, with -p/-a, attach nothing): no agent, no
+    /// jitdump from JVMs.
+    #[arg(long)]
+    pub no_java_agent: bool,
+    /// Record these running processes instead of a command (`perf record -p`), attaching
+    /// the agent to each HotSpot JVM among them first; until SIGINT, or --duration.
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID[,PID...]",
+        value_delimiter = ','
+    )]
+    pub pids: Vec<u32>,
+    /// Record the whole machine (`perf record -a`), attaching the agent to every HotSpot JVM
+    /// running and to each that starts during the recording; until SIGINT, or --duration.
+    #[arg(short = 'a', long = "all-cpus")]
+    pub system_wide: bool,
+    /// Stop recording after this many seconds.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
+    pub duration: Option<Duration>,
+    /// With -p: a JVM that cannot be attached is a warning (it is recorded without its JIT
+    /// code's names) instead of an error before recording.
+    #[arg(long)]
+    pub allow_unattached: bool,
+    /// Give perf inject --jit every JIT code load of the dumps, not only those whose code a
+    /// sample or a call chain touched (the output then holds an image per compiled
+    /// function: many thousands for a JVM).
+    #[arg(long)]
+    pub all_jit_code: bool,
+    /// Options for `perf record` (after its `-g`), e.g. `-F 999 --call-graph dwarf`;
+    /// `-k`/`--clockid` and `-z`/`--compression-level` are refused.
+    #[arg(
+        value_name = "PERF-OPTIONS",
+        allow_hyphen_values = true,
+        value_terminator = "--"
+    )]
+    pub perf_args: Vec<OsString>,
+    /// The command to profile, after `--`.
+    #[arg(
+        value_name = "CMD",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {
     parse_timeout(text).map(|timeout| timeout.as_secs_f64())
 }
 
-/// `--timeout`'s value: seconds, positive and finite.
+/// `--timeout`'s and `--duration`'s value: seconds, positive and finite.
 fn parse_timeout(text: &str) -> Result<Duration, String> {
     let seconds: f64 = text
         .parse()

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
 use std::time::{Duration, Instant};
 
+use perfclock_cli::RecordArgs;
 use perfclock_perfdata::check_output_path;
 
 use crate::error::RecordError;
@@ -31,31 +32,6 @@ use crate::output::{chain, errln};
 use crate::{agent_path, children, inject, jvms, signals};
 
 const NAME: &str = "perfclock record";
-
-/// What `perfclock record` was asked to do.
-#[derive(Debug)]
-pub(crate) struct RecordOptions {
-    /// The recording to leave behind.
-    pub output: PathBuf,
-    /// The agent library, instead of the one beside this perfclock.
-    pub agent: Option<PathBuf>,
-    /// Leave `JAVA_TOOL_OPTIONS` alone.
-    pub no_java_agent: bool,
-    /// `-p`: the running processes to record.
-    pub pids: Vec<u32>,
-    /// `-a`: the whole machine.
-    pub system_wide: bool,
-    /// Stop recording after this long.
-    pub duration: Option<Duration>,
-    /// `-p`: a JVM that cannot be attached is a warning, not an error.
-    pub allow_unattached: bool,
-    /// Give perf inject every code load, not only the sampled ones.
-    pub all_jit_code: bool,
-    /// Options passed to `perf record` after `-g`.
-    pub perf_args: Vec<OsString>,
-    /// The command to profile and its arguments.
-    pub command: Vec<OsString>,
-}
 
 /// How a perf option takes its value (`perf record -h` shows which).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -724,7 +700,7 @@ fn status_code(status: ExitStatus) -> u8 {
 }
 
 /// Runs `perfclock record`.
-pub(crate) fn run(options: RecordOptions) -> ExitCode {
+pub(crate) fn run(options: RecordArgs) -> ExitCode {
     match record(&options) {
         Ok(code) => ExitCode::from(code),
         Err(Failure(message, code)) => {
@@ -755,7 +731,7 @@ enum Target<'a> {
 }
 
 /// The usage errors, before anything is created or started.
-fn check_arguments(options: &RecordOptions) -> Result<Target<'_>, Failure> {
+fn check_arguments(options: &RecordArgs) -> Result<Target<'_>, Failure> {
     if let Some((arg, why)) = refused_option(&options.perf_args) {
         return Err(usage(format!(
             "refusing perf option {arg}: {why}; record without it"
@@ -789,7 +765,7 @@ fn check_arguments(options: &RecordOptions) -> Result<Target<'_>, Failure> {
 }
 
 /// The agent to use, unless `--no-java-agent`.
-fn agent(options: &RecordOptions) -> Result<Option<PathBuf>, Failure> {
+fn agent(options: &RecordArgs) -> Result<Option<PathBuf>, Failure> {
     if options.no_java_agent {
         return Ok(None);
     }
@@ -870,7 +846,7 @@ impl Dumps {
 }
 
 /// `perf record` for `target`, writing `raw`.
-fn perf_record(options: &RecordOptions, target: &Target<'_>, raw: &Path) -> Command {
+fn perf_record(options: &RecordArgs, target: &Target<'_>, raw: &Path) -> Command {
     let mut perf = Command::new("perf");
     perf.arg("record").arg("-g").args(&options.perf_args);
     match target {
@@ -944,7 +920,7 @@ fn attach_pids(
     )))
 }
 
-fn record(options: &RecordOptions) -> Result<u8, Failure> {
+fn record(options: &RecordArgs) -> Result<u8, Failure> {
     let target = check_arguments(options)?;
     let output = &options.output;
     // Before anything starts: a device, FIFO, socket, directory or symlink is never replaced.
@@ -1008,7 +984,7 @@ fn record(options: &RecordOptions) -> Result<u8, Failure> {
 /// Starts `perf record` (and, for `-a`, the watcher that attaches JVMs), waits for it, and
 /// stops what it left of the command if it died.
 fn run_perf_record(
-    options: &RecordOptions,
+    options: &RecordArgs,
     target: &Target<'_>,
     work: &WorkDir,
     env_options: Option<OsString>,
@@ -1128,7 +1104,7 @@ fn finish(
     status: ExitStatus,
     anchors: &ClockAnchors,
     signals: &signals::TempCleanup,
-    options: &RecordOptions,
+    options: &RecordArgs,
 ) -> Result<u8, Failure> {
     let output = &options.output;
     if !recording_complete(&work.raw) {
@@ -1369,7 +1345,7 @@ mod tests {
     }
 
     fn check(perf_args: &[&str]) -> Result<(), String> {
-        let options = RecordOptions {
+        let options = RecordArgs {
             output: "perf.data".into(),
             agent: None,
             no_java_agent: true,
