@@ -17,6 +17,10 @@ use perfclock_core::counter::COUNTER_NAME;
 use perfclock_jitdump::timeconv::TimeConvRecord;
 use perfclock_testutil::perf_script::tod_ns;
 use perfclock_testutil::{skip, Need};
+use spellings::{HARMLESS_SPELLINGS, REFUSED_SPELLINGS};
+
+#[path = "../src/record/spellings.rs"]
+mod spellings;
 
 /// Runs a JIT in miniature: copies a spinning loop into executable memory, stamps its code
 /// load with the raw counter (read by a jitted `rdtsc`/`mrs cntvct_el0`, as perfclock does),
@@ -469,8 +473,6 @@ fn perf_script_tod_prints_wall_times_within_the_programs_own_stamps() {
         "the control moved {gap} of the second spin's {second} samples into the sleep"
     );
 }
-
-include!("../src/record_spellings.rs");
 
 /// What `perf report --header-only` says `data` was recorded with: (another clock than the
 /// perf clock, compressed records).

@@ -1,13 +1,13 @@
-// The spellings of perf options that `perfclock record` refuses, and of some it does not:
-// included by record.rs's unit tests (the refusal) and by tests/real_perf.rs (what the real
-// perf makes of each), so both test the same list.
+//! The spellings of perf options that `perfclock record` refuses, and of some it does not: a
+//! module of the unit tests of `perf_options` (the refusal) and of tests/real_perf.rs (what the
+//! real perf makes of each), so both test the same list.
 
 /// Spellings perf 6.1's `perf record` reads as setting `-k`/`--clockid` or
 /// `-z`/`--compression-level` (long names, unambiguous prefixes, `=` or a separate value,
 /// short options alone or in a bundle, after options that take their value): each refused.
 /// `tests/real_perf.rs` has the real perf apply every one of them (none is system-wide: `-a`
 /// needs privileges there).
-const REFUSED_SPELLINGS: &[&[&str]] = &[
+pub(crate) const REFUSED_SPELLINGS: &[&[&str]] = &[
     &["-k", "1"],
     &["-k1"],
     &["-kmono"],
@@ -41,7 +41,7 @@ const REFUSED_SPELLINGS: &[&[&str]] = &[
 /// Spellings that set neither option as perf 6.1 reads them: a `k` or `z` that is another
 /// option's value, negations (which turn the option off: its default), prefixes perf
 /// reports as ambiguous, and names that merely start like a refused one.
-const HARMLESS_SPELLINGS: &[&[&str]] = &[
+pub(crate) const HARMLESS_SPELLINGS: &[&[&str]] = &[
     &["-F", "999"],
     &["-F999"],
     &["-g"],
