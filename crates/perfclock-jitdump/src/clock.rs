@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use perfclock_procfile::{ClockName, UnknownClock};
+use perfclock_process_files::{ClockName, UnknownClock};
 
 /// The clock of a jitdump's timestamps (the header's and every record's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -9,7 +9,7 @@ use std::io;
 use std::path::PathBuf;
 
 use perfclock_core::{ParamError, ReadError};
-use perfclock_procfile::{ClockMismatch, ForkChild, LiveName, TakenName};
+use perfclock_process_files::{ClockMismatch, ForkChild, LiveName, TakenName};
 
 use crate::timeconv::MAGIC_LINE;
 use crate::JitClock;

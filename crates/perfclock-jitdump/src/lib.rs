@@ -53,6 +53,6 @@ mod writer;
 
 pub use clock::JitClock;
 pub use error::{ForeignDumpError, JitDumpError, TimeConvError};
-pub use perfclock_procfile::{ClockMismatch, ClockName, ForkChild, UnknownClock};
+pub use perfclock_process_files::{ClockMismatch, ClockName, ForkChild, UnknownClock};
 pub use record::DebugEntry;
 pub use writer::JitDump;

@@ -13,7 +13,7 @@ use perfclock_os::mapping::ExecMarkerMapping;
 use perfclock_os::thread;
 use perfclock_os::time::{self, monotonic_ns};
 use perfclock_os::{shared_file, CreateError};
-use perfclock_procfile::{ClockMismatch, FileKey, ForkChild, Registry, Retention};
+use perfclock_process_files::{ClockMismatch, FileKey, ForkChild, Registry, Retention};
 
 use crate::record::{self, CodeLoad, DebugEntry};
 use crate::timeconv::{self, TimeConvRecord};

@@ -16,7 +16,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use perfclock::ClockSnapshot;
-use perfclock_procfile::{ClockName, UnknownClock};
+use perfclock_process_files::{ClockName, UnknownClock};
 
 use crate::MarkerError;
 

@@ -6,7 +6,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use perfclock_procfile::{ClockMismatch, ForkChild, LiveName, TakenName};
+use perfclock_process_files::{ClockMismatch, ForkChild, LiveName, TakenName};
 
 use crate::MarkerClock;
 

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use perfclock_procfile::{ClockMismatch, FileKey, Registry, Retention};
+use perfclock_process_files::{ClockMismatch, FileKey, Registry, Retention};
 
 use perfclock_os::mapping::ExecMarkerMapping;
 use perfclock_os::shared_file::create_exclusive;

@@ -59,7 +59,7 @@ mod writer;
 
 pub use clock::{MarkerClock, PAIRING_MAX_AGE_NS};
 pub use error::MarkerError;
-pub use perfclock_procfile::{ClockMismatch, ClockName, ForkChild, UnknownClock};
+pub use perfclock_process_files::{ClockMismatch, ClockName, ForkChild, UnknownClock};
 #[cfg(feature = "tracing")]
 pub use tracing_layer::MarkerLayer;
 pub use writer::{Markers, SpanGuard, FLUSH_AT_BYTES};
