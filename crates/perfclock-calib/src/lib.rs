@@ -13,12 +13,13 @@
 //!
 //! # Safety
 //! Unsafe code is denied here and allowed only where the calibrated clock's page reader
-//! (`calibrator`) and its writer (`thread`) are built over the two pages the clock owns; the
+//! (`clock`) and its writer (`calibration`) are built over the two pages the clock owns; the
 //! system calls are `perfclock_os`'s safe wrappers.
 #![deny(unsafe_code)]
 
 mod bracket;
-mod calibrator;
+mod calibration;
+mod clock;
 mod error;
 mod fault_arena;
 pub mod fit;
@@ -29,12 +30,12 @@ mod options;
 pub mod prune;
 pub mod published;
 pub mod pvclock_offset;
+mod shared;
 mod source;
 mod stats;
-mod thread;
 
 pub use bracket::{Bracket, KindStats, Stamped};
-pub use calibrator::{CalibratedClock, THREAD_NAME};
+pub use clock::{CalibratedClock, THREAD_NAME};
 pub use error::{CalibError, StepFailure};
 pub use ground_truth::{GroundTruth, MAX_CONSECUTIVE_DISCARDS};
 pub use kind::{KindSet, RecordKind};

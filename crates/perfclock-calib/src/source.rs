@@ -9,9 +9,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::calibrator::Shared;
 use crate::error::{BracketError, CalibError};
 use crate::fit::{signed_diff, Constraint, Fit};
+use crate::shared::Shared;
 use crate::{Bracket, GroundTruth, KindSet, RecordKind};
 
 /// A kind is kept for refinement if its tightest bracket side is within this of the best

@@ -1,5 +1,5 @@
 //! [`CalibratedClock`]: the handle of a calibrated perf-domain clock. A named background thread
-//! ([`crate::thread`](self)) brackets kernel-stamped records, fits them ([`crate::fit`]), and
+//! ([`crate::calibration`](self)) brackets kernel-stamped records, fits them ([`crate::fit`]), and
 //! publishes the result ([`crate::published`]) into a page of our own memory with the kernel's
 //! seqlock protocol, so the facade reads it with the same [`PageReader`] as the kernel's page.
 //!
@@ -33,61 +33,19 @@ use std::time::{Duration, Instant};
 
 use perfclock_core::page::PerfEventMmapPage;
 use perfclock_core::{counter, PageReader};
-use perfclock_os::mapping::page_size;
-use perfclock_os::{Access, Mapping};
 
+use crate::calibration::run;
 use crate::error::CalibError;
 use crate::fork_gate;
 use crate::kind::RecordKind;
 use crate::options::CalibrationOptions;
 use crate::published::{BoundCell, BoundModel, Solution};
+use crate::shared::{OwnedPage, Shared};
 use crate::source::{open_ground_truth, BracketSource, Probe};
 use crate::stats::{AtomicStats, CalibStats};
-use crate::thread::run;
 
 /// Name of the background thread (at most 15 bytes, the kernel's limit).
 pub const THREAD_NAME: &str = "perfclock-calib";
-
-/// The published page and its mirror (see `PageWriter::new_mirrored`): the writer finishes the
-/// mirror before it touches the page, so a writer preempted mid-update never blocks readers.
-/// Two anonymous mappings, so the two never overlap.
-#[derive(Debug)]
-pub(crate) struct OwnedPage {
-    page: Mapping,
-    mirror: Mapping,
-}
-
-impl OwnedPage {
-    fn new() -> Result<Self, CalibError> {
-        let map = || {
-            Mapping::anonymous(page_size(), Access::ReadWrite)
-                .map_err(|error| CalibError::Pages(error.kind()))
-        };
-        Ok(Self {
-            page: map()?,
-            mirror: map()?,
-        })
-    }
-
-    /// The page readers try first. Valid while `self` lives.
-    pub(crate) fn page(&self) -> NonNull<PerfEventMmapPage> {
-        self.page.as_ptr().cast()
-    }
-
-    /// The mirror. Valid while `self` lives.
-    pub(crate) fn mirror(&self) -> NonNull<PerfEventMmapPage> {
-        self.mirror.as_ptr().cast()
-    }
-}
-
-/// What the handle and the thread share.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) page: OwnedPage,
-    pub(crate) bound: BoundCell,
-    pub(crate) stats: AtomicStats,
-    pub(crate) stop: AtomicBool,
-}
 
 /// The refiner thread of the process the clock lives in.
 #[derive(Debug)]

@@ -14,7 +14,6 @@ use perfclock_core::{counter, PageWriter, TimeConversion};
 use perfclock_os::thread;
 use perfclock_os::time::{self, ClockId};
 
-use crate::calibrator::Shared;
 use crate::error::BracketError;
 use crate::error::CalibError;
 use crate::fit::{Constraint, Fit, FitOptions, Rel};
@@ -24,6 +23,7 @@ use crate::prune::{prune_hull_into, prune_into, HullScratch, PruneScratch};
 use crate::published::{
     continue_within, solve, switch_line, BoundCell, BoundModel, LineTarget, Solution,
 };
+use crate::shared::Shared;
 use crate::source::Probe;
 use crate::RecordKind;
 
