@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How many system calls the markers writer makes (the figure in docs/measurements.md): the
-# `phases` example, run as scripts/e2e-markers.sh records it, under `strace -f -c`; prints
+# `phases` example, run as tests/e2e/markers/run.sh records it, under `strace -f -c`; prints
 # strace's summary of the write calls and the pwrite64 count against the marker file's lines.
 #
 #   scripts/count-marker-writes.sh [ROUNDS]      (default 150, as e2e-markers.sh)

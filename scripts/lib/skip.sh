@@ -4,7 +4,7 @@
 #
 # perfclock_skip NEED WHAT WHY
 #   NEED is one of perf, root, mount, tools, kernel_mode, calibrated_mode, x86_64, cpu_features,
-#   sparse_files. When PERFCLOCK_REQUIRE_<NEED> (or an older name of it) is set to anything but
+#   sparse_files. When PERFCLOCK_REQUIRE_<NEED> is set to anything but
 #   empty or 0, prints why WHAT fails on stderr and exits 1. Otherwise prints
 #   `SKIPPED WHAT: needs NEED: WHY` on stderr (never stdout), appends it to the file
 #   $PERFCLOCK_SKIP_LOG names, if set, and exits 77: a skip is never an exit status of 0.
@@ -14,10 +14,6 @@
 perfclock_skip() {
     local need=$1 what=$2 why=$3 variable name
     local -a names=("PERFCLOCK_REQUIRE_${need^^}")
-    case $need in
-        perf) names+=(PERFCLOCK_FFI_REQUIRE_CLOCK) ;;
-        mount) names+=(PERFCLOCK_MARKERS_REQUIRE_MOUNT) ;;
-    esac
     why=${why//$'\n'/ | }
     for name in "${names[@]}"; do
         variable=${!name:-}

@@ -2,7 +2,7 @@
 //! program with frame pointers): the flame graph and the pprof profile, read back by `go tool
 //! pprof`, count for each of its functions what `perf script` counts, at the leaf and anywhere
 //! in the stack. The JVM's and the C JIT's reports are checked with their recordings
-//! (`record.rs`, `crates/perfclock-ffi/tests/jit_reload/run.sh`).
+//! (`record.rs`, `tests/e2e/jit-reload/run.sh`).
 
 use std::collections::BTreeMap;
 use std::fs;

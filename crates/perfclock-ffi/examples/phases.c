@@ -6,7 +6,7 @@
  *
  *   phases_c DIR ROUNDS PHASE_MS [LATE_NS]
  *
- * Built and run by scripts/e2e-markers.sh against libperfclock_ffi.a.
+ * Built and run by tests/e2e/markers/run.sh against libperfclock_ffi.a.
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -21,8 +21,9 @@
  *     500 ns. No thread, perf event or ring after init. UINT64_MAX bound if the host drops
  *     the entry's stable bit (call perfclock_init() in a new process to fall back).
  *     PERFCLOCK_PARAVIRT=off skips this mode.
- *   PERFCLOCK_MODE_CALIBRATED (2): the kernel withholds the conversion (e.g. KVM guests, whose
- *     sched_clock is kvm-clock); perfclock fits the counter against timestamps the kernel wrote
+ *   PERFCLOCK_MODE_CALIBRATED (2): the kernel withholds the conversion and no other mode applies
+ *     (Xen, Hyper-V and VMware guests; a KVM guest with PERFCLOCK_PARAVIRT=off); perfclock fits
+ *     the counter against timestamps the kernel wrote
  *     into perf records, at init and then in a background thread. Readings are in the perf
  *     clock's domain within perfclock_error_bound_ns().
  *   PERFCLOCK_MODE_SHARED (3): as calibrated, but the conversion and its bound are read from the

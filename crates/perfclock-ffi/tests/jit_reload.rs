@@ -1,11 +1,11 @@
-//! Compiles `tests/jit_reload/jit_reload.c` against the static library, runs it (3 reloads,
+//! Compiles `tests/e2e/jit-reload/jit_reload.c` (the workspace's) against the static library, runs it (3 reloads,
 //! no perf), and checks its jitdump with an independent reader (`linux-perf-data`): one load
 //! per reload, all at the same address with distinct code, stamps in file order, and each
 //! stamp, converted with the `.timeconv` record, between the program's clock readings around
-//! the load. The full check under `perf record` is `tests/jit_reload/run.sh`.
+//! the load. The full check under `perf record` is `tests/e2e/jit-reload/run.sh`.
 //!
 //! Needs the perfclock clock; without it the test skips (perfclock-testutil) unless
-//! `PERFCLOCK_REQUIRE_PERF=1` (or the older `PERFCLOCK_FFI_REQUIRE_CLOCK=1`; CI), which makes it fail.
+//! `PERFCLOCK_REQUIRE_PERF=1` (CI), which makes it fail.
 
 use std::io::Cursor;
 use std::path::Path;
@@ -69,7 +69,7 @@ fn c_jit_reload_writes_a_dump_perf_can_read() {
     let compiled = Command::new(cc)
         .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I"])
         .arg(Path::new(CRATE_DIR).join("include"))
-        .arg(Path::new(CRATE_DIR).join("tests/jit_reload/jit_reload.c"))
+        .arg(Path::new(CRATE_DIR).join("../../tests/e2e/jit-reload/jit_reload.c"))
         .arg(&archive)
         .args(NATIVE_LIBS)
         .arg("-o")

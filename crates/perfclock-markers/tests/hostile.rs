@@ -4,8 +4,7 @@
 //! errors must be typed.
 //!
 //! The tmpfs cases need `mount` (root in a namespace that allows it); where it is refused they
-//! skip (perfclock-testutil), unless PERFCLOCK_REQUIRE_MOUNT=1 (or the older
-//! PERFCLOCK_MARKERS_REQUIRE_MOUNT=1) makes them fail.
+//! skip (perfclock-testutil), unless PERFCLOCK_REQUIRE_MOUNT=1 makes them fail.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -17,9 +17,8 @@
 //!
 //! # Require variables
 //! `PERFCLOCK_REQUIRE_<NEED>` (see [`Need::variable`]) set to anything but empty or `0` makes
-//! a skip for that need a failure. The names older tests used stay honoured:
-//! `PERFCLOCK_FFI_REQUIRE_CLOCK` for [`Need::Perf`], `PERFCLOCK_MARKERS_REQUIRE_MOUNT` for
-//! [`Need::Mount`]. `scripts/lib/skip.sh` reads the same variables.
+//! a skip for that need a failure. `scripts/lib/skip.sh` and the C ABI's C test read the same
+//! variables.
 
 use std::fmt;
 use std::io::Write as _;
@@ -75,22 +74,12 @@ impl Need {
         }
     }
 
-    /// Older names of [`variable`](Self::variable), still honoured.
-    fn legacy_variables(self) -> &'static [&'static str] {
-        match self {
-            Need::Perf => &["PERFCLOCK_FFI_REQUIRE_CLOCK"],
-            Need::Mount => &["PERFCLOCK_MARKERS_REQUIRE_MOUNT"],
-            _ => &[],
-        }
-    }
-
     /// The variable that requires this need in this environment, if one does.
     pub fn required_by(self) -> Option<&'static str> {
-        std::iter::once(self.variable())
-            .chain(self.legacy_variables().iter().copied())
-            .find(|name| {
-                std::env::var_os(name).is_some_and(|value| !value.is_empty() && value != "0")
-            })
+        let name = self.variable();
+        std::env::var_os(name)
+            .is_some_and(|value| !value.is_empty() && value != "0")
+            .then_some(name)
     }
 }
 
@@ -233,7 +222,7 @@ mod tests {
         ];
         let names: Vec<&str> = all
             .iter()
-            .flat_map(|n| std::iter::once(n.variable()).chain(n.legacy_variables().iter().copied()))
+            .map(|n| n.variable())
             .chain([SKIP_LOG_ENV])
             .collect();
         let saved: Vec<_> = names.iter().map(|n| (*n, std::env::var_os(n))).collect();
@@ -297,8 +286,7 @@ mod tests {
     fn a_skip_under_its_require_variable_fails_and_names_it() {
         for (variable, need) in [
             ("PERFCLOCK_REQUIRE_PERF", Need::Perf),
-            ("PERFCLOCK_FFI_REQUIRE_CLOCK", Need::Perf),
-            ("PERFCLOCK_MARKERS_REQUIRE_MOUNT", Need::Mount),
+            ("PERFCLOCK_REQUIRE_MOUNT", Need::Mount),
             ("PERFCLOCK_REQUIRE_TOOLS", Need::Tool("python3")),
             ("PERFCLOCK_REQUIRE_CALIBRATED_MODE", Need::CalibratedMode),
             ("PERFCLOCK_REQUIRE_PARAVIRT_MODE", Need::ParavirtMode),

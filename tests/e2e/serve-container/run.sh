@@ -13,7 +13,7 @@
 #
 # Environment: CARGO_TARGET_DIR (default target/).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 repo=$(pwd)
 
 if [ "$(id -u)" != 0 ]; then

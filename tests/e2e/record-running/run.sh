@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of `perfclock record -p` and `-a` against running JVMs, with the real perf:
 #
-#   1. a JVM (crates/perfclock-ffi/jvmti/Workload.java: three threads, each hot in one nested
+#   1. a JVM (tests/e2e/jvm-attribution/Workload.java: three threads, each hot in one nested
 #      class) runs without an agent; `perfclock record -p PID --duration 5` must name the hot
 #      classes in `perf script` and in `samply import`, and its dump must end with the agent's
 #      close record and stop growing once the recording ended (the session is stopped);
@@ -10,9 +10,9 @@
 #   3. `perfclock record -a --duration 12` with that JVM running and a second JVM started
 #      mid-recording: both JVMs get a dump, and both JVMs' samples are named.
 #
-# Usage: scripts/e2e-record-running.sh     Needs root (perf -p/-a, attach), perf, a JDK, python3.
+# Usage: tests/e2e/record-running/run.sh     Needs root (perf -p/-a, attach), perf, a JDK, python3.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 case $target in /*) ;; *) target="$root/$target" ;; esac
 fail() { echo "RECORD-RUNNING E2E FAIL: $*" >&2; exit 1; }
@@ -33,7 +33,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-javac -d "$work" "$root/crates/perfclock-ffi/jvmti/Workload.java"
+javac -d "$work" "$root/tests/e2e/jvm-attribution/Workload.java"
 
 start_jvm() { # $1: stop file, $2: log; prints the pid once the code is hot
     java -cp "$work" Workload --until "$1" >"$2" 2>&1 &

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks one `perfclock attach` end-to-end run (scripts/e2e-attach.sh): a JVM started without
+"""Checks one `perfclock attach` end-to-end run (run.sh beside this file): a JVM started without
 an agent, recorded with `perf record -g -p PID` (perf's default clock), given the agent by
 `perfclock attach`, then `perfclock inject-time-conv` and `perf inject --jit`.
 
@@ -26,9 +26,9 @@ import re
 import sys
 
 # The jitdump, .timeconv and conversion readers of the JVM end-to-end check, one copy.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "crates", "perfclock-ffi", "jvmti"))
-from check_e2e import counter_to_perf_ns, names_class, parse_jitdump, parse_timeconv  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                "jvm-attribution"))
+from check_attribution import counter_to_perf_ns, names_class, parse_jitdump, parse_timeconv  # noqa: E402
 
 WORKLOAD = "Workload"
 PHASE_THREADS = {f"phase{p}": f"{WORKLOAD}$Phase{p}" for p in "ABC"}

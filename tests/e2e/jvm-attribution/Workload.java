@@ -1,20 +1,20 @@
 // The JVM workload of the agent's end-to-end tests: three threads, named phaseA, phaseB and
 // phaseC, each run only the code of one nested class (Workload$PhaseA, ...), which calls nothing
 // outside its class: a sample taken in a phase thread inside JIT-compiled code belongs to that
-// thread's class, the ground truth the checks (check_e2e.py, scripts/e2e-attach/check.py,
-// scripts/e2e-record-running.sh) compare perf's names with.
+// thread's class, the ground truth the checks (check_attribution.py, tests/e2e/attach/check.py,
+// tests/e2e/record-running/run.sh) compare perf's names with.
 //
 // Arguments: one mode per kind of test.
-// - SECONDS [PERIOD_MS] (e2e.sh beside this file; defaults 6 and 100): JIT-compiled code that is
+// - SECONDS [PERIOD_MS] (run.sh beside this file; defaults 6 and 100): JIT-compiled code that is
 //   thrown away and recompiled several times a second, so the code cache hands the same addresses
 //   to different methods over time and only timestamps can tell which method a sample hit. The
 //   main thread redefines one phase class every PERIOD_MS (round robin) with its own bytes;
 //   HotSpot then discards the compiled code of that class and compiles it again once it is hot,
-//   at an address the sweeper freed earlier (with a small code cache, see e2e.sh). Run as an
+//   at an address the sweeper freed earlier (with a small code cache, see run.sh). Run as an
 //   executable jar whose manifest names this class as Launcher-Agent-Class with
-//   Can-Redefine-Classes (e2e.sh builds it), which hands agentmain the Instrumentation to
+//   Can-Redefine-Classes (run.sh builds it), which hands agentmain the Instrumentation to
 //   redefine with.
-// - --until STOP_FILE (scripts/e2e-attach/run.sh, scripts/e2e-record-running.sh): a JVM that
+// - --until STOP_FILE (tests/e2e/attach/run.sh, tests/e2e/record-running/run.sh): a JVM that
 //   runs hot, already JIT-compiled code when `perfclock attach` (or `record -p`) loads the agent
 //   into it. "ready PID" is printed once the code had a second to get hot; the run ends once
 //   STOP_FILE exists (or after 10 minutes), and the JVM stays alive meanwhile, so `perf inject`
@@ -129,7 +129,7 @@ public final class Workload {
     /** SECONDS [PERIOD_MS]: one phase class redefined every PERIOD_MS. */
     private static void redefining(long seconds, long periodMs) throws Exception {
         if (instrumentation == null) {
-            System.err.println("workload: no Instrumentation; run it as the jar e2e.sh builds "
+            System.err.println("workload: no Instrumentation; run it as the jar run.sh builds "
                     + "(manifest Launcher-Agent-Class: Workload, Can-Redefine-Classes: true)");
             System.exit(2);
         }

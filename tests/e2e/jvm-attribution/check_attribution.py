@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks that `perf inject --jit` named the JVM's JIT-compiled code right, from the perfclock
-agent's jitdump, and that the negative controls fail. e2e.sh runs the tools and calls this.
+agent's jitdump, and that the negative controls fail. run.sh runs the tools and calls this.
 
 Inputs (all from one `perf record -g -e cpu-clock` run of Workload.java under the agent):
   --dump            the agent's jit-<pid>.dump (its .timeconv record next to it)

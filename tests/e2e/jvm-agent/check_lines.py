@@ -31,8 +31,8 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "../../perfclock-ffi/jvmti"))
-from check_e2e import counter_to_perf_ns, parse_jitdump, parse_timeconv  # noqa: E402
+                                "../jvm-attribution"))
+from check_attribution import counter_to_perf_ns, parse_jitdump, parse_timeconv  # noqa: E402
 
 SAMPLE = re.compile(r"^\s*(.*?)\s+(\d+)/(\d+)\s+(\d+)\.(\d{9}):\s+([0-9a-f]+)\s+(.*?)\s*$")
 JAVA_METHOD = re.compile(r"^L[^;]+;[^(;]+\(")

@@ -11,7 +11,7 @@
 # 3. `perfclock inject-time-conv` adds the PERF_RECORD_TIME_CONV the agent's .timeconv record
 #    describes; `perf inject --jit` then writes jitted-<pid>-<n>.so next to the dump and their
 #    mmaps into jitted.data; `perf script` on it names each sample's leaf.
-# 4. check_e2e.py: >= 95% of the phase threads' samples in JIT-compiled code are named with that
+# 4. check_attribution.py: >= 95% of the phase threads' samples in JIT-compiled code are named with that
 #    thread's class. Negative controls that must fail: `perf inject --jit` without TIME_CONV must
 #    refuse, and a TIME_CONV whose time_zero is 200 ms late must score measurably worse.
 #
@@ -39,7 +39,7 @@ fail() {
 # shellcheck source=scripts/lib/skip.sh
 . "$root/scripts/lib/skip.sh"
 # Debian: apt-get install -y linux-perf openjdk-17-jdk-headless python3.
-perfclock_need_tools "jvmti e2e.sh" perf java javac jar python3 cargo
+perfclock_need_tools "jvm-attribution run.sh" perf java javac jar python3 cargo
 echo "e2e: work dir $out; $(perf --version)"
 
 echo "e2e: cargo build --release -p perfclock-jvmti -p perfclock-cli"
@@ -147,7 +147,7 @@ HOME="$out/home" perf report -i "$out/jitted.data" --stdio --sort comm,sym --no-
     || fail "perf report -i jitted.data failed"
 
 status=0
-python3 "$here/check_e2e.py" --pid "$pid" --dump "$dump" \
+python3 "$here/check_attribution.py" --pid "$pid" --dump "$dump" \
     --raw-script "$out/perf.script" --script "$out/jitted.script" \
     --shifted-script "$out/shifted-jitted.script" \
     --noconv-status "$noconv_rc" --noconv-stderr "$out/noconv.err" || status=$?

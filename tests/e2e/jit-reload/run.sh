@@ -14,7 +14,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../../../.." && pwd)
+repo=$(cd "$here/../../.." && pwd)
 if [ $# -ge 1 ]; then
     mkdir -p "$1"
     work=$(cd "$1" && pwd)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end with the real tools: `perf record` (default clock) of the `phases` example (Rust, then
-# the same in C through the C ABI), then `samply import`, then scripts/check_markers.py: >= 95% of
+# the same in C through the C ABI), then `samply import`, then tests/e2e/markers/check.py: >= 95% of
 # each phase's samples must fall inside that phase's markers, a control stamped 2 ms late must
 # score at most 50%, and samply must have read every line of the marker file.
 # Installs samply (pinned) when missing. Exits non-zero on any failure.
@@ -9,7 +9,7 @@
 # ~/.cargo), CARGO_TARGET_DIR (default target/), E2E_DIR (kept for inspection; default a fresh
 # temporary directory, removed on success).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 repo=$(pwd)
 
 SAMPLY_VERSION=${SAMPLY_VERSION:-0.13.1}
@@ -24,7 +24,7 @@ fi
 # shellcheck source=scripts/lib/skip.sh
 . scripts/lib/skip.sh
 # Debian: apt-get install linux-perf binutils.
-perfclock_need_tools e2e-markers.sh perf nm
+perfclock_need_tools "markers run.sh" perf nm
 
 cargo build --release -p perfclock-markers --example phases
 target_dir=${CARGO_TARGET_DIR:-$repo/target}
@@ -44,7 +44,7 @@ if [ "${#marker_files[@]}" -ne 1 ] || [ ! -f "${marker_files[0]}" ]; then
     exit 1
 fi
 "$samply" import "$work/perf.data" --save-only --no-open -o "$work/profile.json"
-python3 scripts/check_markers.py --profile "$work/profile.json" --binary "$binary" \
+python3 tests/e2e/markers/check.py --profile "$work/profile.json" --binary "$binary" \
     --marker-file "${marker_files[0]}"
 
 # The same through the C ABI (perfclock_markers_open / perfclock_marker / _close), with a
@@ -61,7 +61,7 @@ if [ "${#c_marker_files[@]}" -ne 1 ] || [ ! -f "${c_marker_files[0]}" ]; then
     exit 1
 fi
 "$samply" import "$work/c/perf.data" --save-only --no-open -o "$work/c/profile.json"
-python3 scripts/check_markers.py --profile "$work/c/profile.json" --binary "$work/phases_c" \
+python3 tests/e2e/markers/check.py --profile "$work/c/profile.json" --binary "$work/phases_c" \
     --marker-file "${c_marker_files[0]}" --symbol-format 'phase_{}'
 
 if [ -z "${E2E_DIR:-}" ]; then

@@ -3,7 +3,7 @@
 # on every JDK under /usr/lib/jvm: for each, a JVM started without any agent, and the same in
 # its own mount + pid namespace with a private /tmp (`unshare`, as a container has).
 #
-# Each run: the agent tests' workload (crates/perfclock-ffi/jvmti/Workload.java --until STOP)
+# Each run: the agent tests' workload (tests/e2e/jvm-attribution/Workload.java --until STOP)
 # starts (no agent; its code gets hot); `perf record -g -e cpu-clock -F 2000 -p PID` (perf's
 # default clock) starts, and once it has enabled its events (perf's --control ack) and sampled
 # the hot code for a while, `perfclock attach PID jitdump=DIR` loads the agent (a second attach
@@ -29,7 +29,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/../.." && pwd)
+root=$(cd "$here/../../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 case $target in /*) ;; *) target="$root/$target" ;; esac
 mkdir -p "$target"
@@ -106,7 +106,7 @@ for jdk in "${jdks[@]}"; do
     name=$(basename "$jdk")
     rm -rf "${out:?}/$name"
     mkdir -p "$out/$name/classes"
-    "$jdk/bin/javac" -d "$out/$name/classes" "$root/crates/perfclock-ffi/jvmti/Workload.java"
+    "$jdk/bin/javac" -d "$out/$name/classes" "$root/tests/e2e/jvm-attribution/Workload.java"
     echo "attach e2e: === $name ($("$jdk/bin/java" -version 2>&1 | head -1))"
     for mode in plain namespace; do
         dir="$out/$name/$mode"
