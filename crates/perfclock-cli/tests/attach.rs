@@ -2,10 +2,10 @@
 //! any agent, as root, as the JVM's user, in its own mount and pid namespace, and each error
 //! cause with its message, a non-zero exit and the 10 s bound.
 //!
-//! The agent is a test library compiled here with `cc`: its `Agent_OnAttach` appends
-//! `attached <OPTIONS>` to the file named after the `@` in its options (options
-//! `<OPTIONS>@<FILE>`), returns N for options `code=N` (perfclock's agent's codes) and 42 when
-//! there is no `@`; a second library exports only `Agent_OnLoad`, as an agent built for
+//! The agent is a test library compiled here with `cc` (`tests/fixtures/agent.c`): its
+//! `Agent_OnAttach` appends `attached <OPTIONS>` to the file named after the `@` in its options
+//! (options `<OPTIONS>@<FILE>`), returns N for options `code=N` (perfclock's agent's codes) and
+//! 42 when there is no `@`; a second library exports only `Agent_OnLoad`, as an agent built for
 //! `-agentpath` does.
 //!
 //! Needs a JDK under /usr/lib/jvm, cc, and root (namespaces, setpriv). Without them the tests
@@ -31,42 +31,11 @@ const WATCHDOG: Duration = Duration::from_secs(60);
 /// How long a JVM may take to start on a loaded 2-core machine.
 const JVM_START: Duration = Duration::from_secs(90);
 
-const AGENT_C: &str = r#"
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-/* The JVMTI entry point; the JavaVM* is not used, so no jni.h. */
-int Agent_OnAttach(void *vm, char *options, void *reserved) {
-    (void)vm;
-    (void)reserved;
-    if (strncmp(options, "code=", 5) == 0) return atoi(options + 5);
-    const char *at = strchr(options, '@');
-    if (at == NULL) return 42;
-    FILE *marker = fopen(at + 1, "a");
-    if (marker == NULL) return 43;
-    fprintf(marker, "attached %.*s\n", (int)(at - options), options);
-    return fclose(marker) == 0 ? 0 : 44;
-}
-"#;
-
-const LOAD_ONLY_C: &str = r#"
-int Agent_OnLoad(void *vm, char *options, void *reserved) {
-    (void)vm;
-    (void)options;
-    (void)reserved;
-    return 0;
-}
-"#;
-
-const IDLE_JAVA: &str = r#"
-public final class Idle {
-    public static void main(String[] args) throws Exception {
-        System.out.println("ready " + ProcessHandle.current().pid());
-        System.out.flush();
-        Thread.sleep(600_000);
-    }
-}
-"#;
+/// The test agent and the library with only `Agent_OnLoad` (see above), and the program of the
+/// JVMs they are attached to: it prints `ready <pid>` and sleeps.
+const AGENT_C: &str = include_str!("fixtures/agent.c");
+const LOAD_ONLY_C: &str = include_str!("fixtures/load_only.c");
+const IDLE_JAVA: &str = include_str!("fixtures/Idle.java");
 
 fn required() -> bool {
     std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_some()
@@ -771,204 +740,12 @@ fn a_socket_left_by_a_killed_jvm_with_the_same_pid_is_replaced() {
 /// - `die`: exits on SIGQUIT, as a JVM that crashes while starting its listener.
 ///
 /// It prints `ready <pid>` once set up, and removes its socket when it gets SIGTERM.
-const FAKE_JVM_C: &str = r#"
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
-
-static volatile sig_atomic_t quits;
-static char socket_path[108];
-
-static void on_quit(int sig) { (void)sig; quits++; }
-static void on_quit_die(int sig) { (void)sig; _exit(3); }
-static void on_term(int sig) { (void)sig; unlink(socket_path); _exit(0); }
-
-static int listener(int backlog) {
-    struct sockaddr_un addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sun_family = AF_UNIX;
-    snprintf(socket_path, sizeof socket_path, "/tmp/.java_pid%d", (int)getpid());
-    strcpy(addr.sun_path, socket_path);
-    unlink(socket_path);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, backlog) != 0) {
-        perror("listener");
-        exit(2);
-    }
-    return fd;
-}
-
-int main(void) {
-    const char *mode = getenv("FAKE_MODE");
-    const char *libjvm = getenv("FAKE_LIBJVM");
-    int lib = libjvm ? open(libjvm, O_RDONLY) : -1;
-    if (mode == NULL || lib < 0 || mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, lib, 0) == MAP_FAILED) {
-        perror("fake jvm setup");
-        return 2;
-    }
-    signal(SIGTERM, on_term);
-    /* perfclock stops reading after 64 KiB: the rest of a write must not kill the fake. */
-    signal(SIGPIPE, SIG_IGN);
-    if (strcmp(mode, "backlog") == 0) {
-        int fd = listener(0);
-        (void)fd;
-        int self = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
-        struct sockaddr_un addr;
-        memset(&addr, 0, sizeof addr);
-        addr.sun_family = AF_UNIX;
-        strcpy(addr.sun_path, socket_path);
-        if (connect(self, (struct sockaddr *)&addr, sizeof addr) != 0) {
-            perror("self connect");
-            return 2;
-        }
-    } else if (strcmp(mode, "quit") == 0) {
-        signal(SIGQUIT, on_quit);
-    } else if (strcmp(mode, "die") == 0) {
-        signal(SIGQUIT, on_quit_die);
-    }
-    printf("ready %d\n", (int)getpid());
-    fflush(stdout);
-    if (strcmp(mode, "answer") == 0) {
-        int fd = listener(16);
-        for (;;) {
-            int peer = accept(fd, NULL, NULL);
-            if (peer < 0) continue;
-            char request[4096];
-            (void)read(peer, request, sizeof request);
-            int answer = open(getenv("FAKE_ANSWER"), O_RDONLY);
-            char buffer[65536];
-            ssize_t n;
-            while (answer >= 0 && (n = read(answer, buffer, sizeof buffer)) > 0) {
-                if (write(peer, buffer, (size_t)n) != n) break;
-            }
-            if (answer >= 0) close(answer);
-            close(peer);
-        }
-    }
-    for (;;) {
-        sleep(1);
-        while (quits > 0) {
-            quits--;
-            char name[64];
-            struct stat st;
-            snprintf(name, sizeof name, ".attach_pid%d", (int)getpid());
-            int in_cwd = stat(name, &st) == 0;
-            char tmp[80];
-            snprintf(tmp, sizeof tmp, "/tmp/%s", name);
-            int in_tmp = stat(tmp, &st) == 0;
-            printf("trigger cwd=%d tmp=%d\n", in_cwd, in_tmp);
-            fflush(stdout);
-        }
-    }
-}
-"#;
+const FAKE_JVM_C: &str = include_str!("fixtures/fake_jvm.c");
 
 /// A FUSE file system (the raw protocol on `/dev/fuse`, no library) holding one file,
 /// `argfile`, whose reads are never answered: a read of it blocks in the kernel until the
 /// server ends. Run as `stall_fuse MOUNTPOINT` (root); prints `mounted` once it serves.
-const STALL_FUSE_C: &str = r#"
-#include <errno.h>
-#include <fcntl.h>
-#include <linux/fuse.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mount.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-static int dev;
-
-static void reply(uint64_t unique, int error, const void *body, size_t len) {
-    char buffer[4096];
-    struct fuse_out_header out = {.len = (uint32_t)(sizeof out + len), .error = error, .unique = unique};
-    memcpy(buffer, &out, sizeof out);
-    if (len) memcpy(buffer + sizeof out, body, len);
-    (void)write(dev, buffer, sizeof out + len);
-}
-
-static void attr(struct fuse_attr *a, uint64_t ino) {
-    memset(a, 0, sizeof *a);
-    a->ino = ino;
-    a->mode = ino == FUSE_ROOT_ID ? (S_IFDIR | 0755) : (S_IFREG | 0644);
-    a->nlink = 1;
-    a->size = ino == FUSE_ROOT_ID ? 0 : 64;
-    a->blksize = 4096;
-}
-
-int main(int argc, char **argv) {
-    if (argc != 2) return 2;
-    dev = open("/dev/fuse", O_RDWR | O_CLOEXEC);
-    char options[128];
-    snprintf(options, sizeof options, "fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other", dev);
-    if (dev < 0 || mount("perfclock-stall", argv[1], "fuse", MS_NOSUID | MS_NODEV, options) != 0) {
-        perror("mount fuse");
-        return 2;
-    }
-    printf("mounted\n");
-    fflush(stdout);
-    static char request[1 << 20];
-    for (;;) {
-        ssize_t n = read(dev, request, sizeof request);
-        if (n < (ssize_t)sizeof(struct fuse_in_header)) {
-            if (n < 0 && errno == EINTR) continue;
-            return n < 0 && errno == ENODEV ? 0 : 1;
-        }
-        struct fuse_in_header *in = (struct fuse_in_header *)request;
-        const char *body = request + sizeof *in;
-        switch (in->opcode) {
-        case FUSE_INIT: {
-            struct fuse_init_out init = {.major = FUSE_KERNEL_VERSION, .minor = 31, .max_readahead = 0, .max_write = 4096};
-            reply(in->unique, 0, &init, sizeof init);
-            break;
-        }
-        case FUSE_LOOKUP:
-            if (strcmp(body, "argfile") == 0) {
-                struct fuse_entry_out entry;
-                memset(&entry, 0, sizeof entry);
-                entry.nodeid = 2;
-                attr(&entry.attr, 2);
-                reply(in->unique, 0, &entry, sizeof entry);
-            } else {
-                reply(in->unique, -ENOENT, NULL, 0);
-            }
-            break;
-        case FUSE_GETATTR: {
-            struct fuse_attr_out out;
-            memset(&out, 0, sizeof out);
-            attr(&out.attr, in->nodeid);
-            reply(in->unique, 0, &out, sizeof out);
-            break;
-        }
-        case FUSE_OPEN: {
-            struct fuse_open_out open_out = {.fh = 1, .open_flags = FOPEN_DIRECT_IO};
-            reply(in->unique, 0, &open_out, sizeof open_out);
-            break;
-        }
-        case FUSE_READ:
-            break; /* never answered */
-        case FUSE_FORGET:
-        case FUSE_BATCH_FORGET:
-            break; /* no reply */
-        case FUSE_FLUSH:
-        case FUSE_RELEASE:
-        case FUSE_INTERRUPT:
-            if (in->opcode != FUSE_INTERRUPT) reply(in->unique, 0, NULL, 0);
-            break;
-        default:
-            reply(in->unique, -ENOSYS, NULL, 0);
-        }
-    }
-}
-"#;
+const STALL_FUSE_C: &str = include_str!("fixtures/stall_fuse.c");
 
 /// The fake JVM, compiled once with `cc`, and the file it maps as `libjvm.so`, in a directory
 /// every user can read (one test runs it as nobody).
