@@ -8,8 +8,9 @@
 //! 42 when there is no `@`; a second library exports only `Agent_OnLoad`, as an agent built for
 //! `-agentpath` does.
 //!
-//! Needs a JDK under /usr/lib/jvm, cc, and root (namespaces, setpriv). Without them the tests
-//! print `SKIPPED` and return, unless PERFCLOCK_REQUIRE_PERF=1 (CI), where they fail instead.
+//! Needs a JDK under /usr/lib/jvm, cc, and root (namespaces, setpriv), and /dev/fuse for the
+//! stalling option file. Without one the test skips ([`perfclock_testutil::skip`], naming what
+//! is missing), or fails instead where that need's `PERFCLOCK_REQUIRE_*` variable is set (CI).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -22,7 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use perfclock_testutil::is_root;
+use perfclock_testutil::{is_root, skip, Need};
 
 /// The bound on every error (a behaviour, not a performance figure).
 const ERROR_BOUND: Duration = Duration::from_secs(10);
@@ -36,17 +37,6 @@ const JVM_START: Duration = Duration::from_secs(90);
 const AGENT_C: &str = include_str!("fixtures/agent.c");
 const LOAD_ONLY_C: &str = include_str!("fixtures/load_only.c");
 const IDLE_JAVA: &str = include_str!("fixtures/Idle.java");
-
-fn required() -> bool {
-    std::env::var_os("PERFCLOCK_REQUIRE_PERF").is_some()
-}
-
-/// Prints `SKIPPED` and returns false, or fails under PERFCLOCK_REQUIRE_PERF=1.
-fn skip(test: &str, why: &str) -> bool {
-    assert!(!required(), "{test}: {why} (PERFCLOCK_REQUIRE_PERF=1)");
-    eprintln!("SKIPPED {test}: {why}");
-    false
-}
 
 /// Every JDK's `java` under /usr/lib/jvm, one per installation (Debian adds symlinked names).
 fn jdks() -> Vec<PathBuf> {
@@ -74,24 +64,30 @@ struct Fixture {
 /// Compiles Idle.java and the two libraries once, in a directory every user can read (the
 /// tests run a JVM as nobody) and outside /tmp (the namespace test hides /tmp).
 fn fixture(test: &str) -> Option<&'static Fixture> {
-    static FIXTURE: OnceLock<Result<Fixture, String>> = OnceLock::new();
+    static FIXTURE: OnceLock<Result<Fixture, (Need, String)>> = OnceLock::new();
     let built = FIXTURE.get_or_init(|| {
         let jdks = jdks();
         if jdks.is_empty() {
-            return Err("no JDK under /usr/lib/jvm (Debian: openjdk-17-jdk-headless)".into());
+            return Err((
+                Need::Tool("java"),
+                "no JDK under /usr/lib/jvm (Debian: openjdk-17-jdk-headless)".into(),
+            ));
         }
         let javac = jdks
             .iter()
             .map(|java| java.with_file_name("javac"))
             .find(|javac| javac.is_file())
-            .ok_or("no javac in any JDK under /usr/lib/jvm")?;
+            .ok_or((
+                Need::Tool("javac"),
+                "no javac in any JDK under /usr/lib/jvm".into(),
+            ))?;
         // Outside /tmp, which the namespace test hides (the checkout, and so cargo's tmp
         // directory, may lie under it), and outside the checkout, whose directories nobody may
         // not enter: a fresh directory of ours (mkdtemp) under /var/tmp, kept for the process.
         let dir = tempfile::Builder::new()
             .prefix("perfclock-attach-fixture.")
             .tempdir_in("/var/tmp")
-            .map_err(|e| format!("a directory in /var/tmp: {e}"))?
+            .expect("a directory in /var/tmp")
             .keep();
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
         fs::create_dir_all(dir.join("classes")).unwrap();
@@ -101,7 +97,7 @@ fn fixture(test: &str) -> Option<&'static Fixture> {
             .arg(dir.join("classes"))
             .arg(dir.join("Idle.java"))
             .status()
-            .map_err(|e| format!("{}: {e}", javac.display()))?;
+            .map_err(|e| (Need::Tool("javac"), format!("{}: {e}", javac.display())))?;
         assert!(status.success(), "javac Idle.java failed");
         for (name, source) in [("agent", AGENT_C), ("load_only", LOAD_ONLY_C)] {
             let c = dir.join(format!("{name}.c"));
@@ -111,7 +107,12 @@ fn fixture(test: &str) -> Option<&'static Fixture> {
                 .arg(dir.join(format!("{name}.so")))
                 .arg(&c)
                 .status()
-                .map_err(|e| format!("cc: {e} (Debian: apt-get install -y gcc libc6-dev)"))?;
+                .map_err(|e| {
+                    (
+                        Need::Tool("cc"),
+                        format!("cc: {e} (Debian: apt-get install -y gcc libc6-dev)"),
+                    )
+                })?;
             assert!(status.success(), "cc {name}.c failed");
         }
         // The JVM runs as nobody in one test: it must reach the classes and the agent.
@@ -130,8 +131,8 @@ fn fixture(test: &str) -> Option<&'static Fixture> {
     });
     match built {
         Ok(fixture) => Some(fixture),
-        Err(why) => {
-            skip(test, why);
+        Err((need, why)) => {
+            skip(test, *need, why);
             None
         }
     }
@@ -441,7 +442,8 @@ fn attach_loads_the_agent_into_a_running_jvm_of_every_jdk() {
         } else {
             skip(
                 test,
-                "not root: the permission case needs setpriv to nobody",
+                Need::Root,
+                "the permission case needs setpriv to nobody",
             );
         }
         assert_eq!(marker_lines(&marker), ["attached first", "attached second"]);
@@ -460,7 +462,11 @@ fn attach_as_root_acts_as_the_jvms_user() {
         return;
     };
     if !is_root() {
-        skip(test, "not root");
+        skip(
+            test,
+            Need::Root,
+            "the JVM runs as nobody and perfclock as root",
+        );
         return;
     }
     let agent = fixture.agent.to_str().unwrap();
@@ -516,7 +522,7 @@ fn attach_reaches_a_jvm_in_its_own_mount_and_pid_namespace() {
         return;
     };
     if !is_root() {
-        skip(test, "not root: unshare --mount --pid needs root");
+        skip(test, Need::Root, "unshare --mount --pid needs root");
         return;
     }
     let agent = fixture.agent.to_str().unwrap();
@@ -695,7 +701,8 @@ fn a_socket_left_by_a_killed_jvm_with_the_same_pid_is_replaced() {
     if !is_root() {
         skip(
             test,
-            "not root: the JVM's /tmp socket is made as the JVM's user",
+            Need::Root,
+            "the JVM's /tmp socket is made as the JVM's user",
         );
         return;
     }
@@ -757,12 +764,12 @@ struct FakeFixture {
 }
 
 fn fake_fixture(test: &str) -> Option<&'static FakeFixture> {
-    static FIXTURE: OnceLock<Result<FakeFixture, String>> = OnceLock::new();
+    static FIXTURE: OnceLock<Result<FakeFixture, (Need, String)>> = OnceLock::new();
     let built = FIXTURE.get_or_init(|| {
         let dir = tempfile::Builder::new()
             .prefix("perfclock-attach-fake.")
             .tempdir_in("/var/tmp")
-            .map_err(|e| format!("a directory in /var/tmp: {e}"))?
+            .expect("a directory in /var/tmp")
             .keep();
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
         for (name, source) in [("fake_jvm", FAKE_JVM_C), ("stall_fuse", STALL_FUSE_C)] {
@@ -773,7 +780,12 @@ fn fake_fixture(test: &str) -> Option<&'static FakeFixture> {
                 .arg(dir.join(name))
                 .arg(&c)
                 .status()
-                .map_err(|e| format!("cc: {e} (Debian: apt-get install -y gcc libc6-dev)"))?;
+                .map_err(|e| {
+                    (
+                        Need::Tool("cc"),
+                        format!("cc: {e} (Debian: apt-get install -y gcc libc6-dev)"),
+                    )
+                })?;
             assert!(status.success(), "cc {name}.c failed");
         }
         let program = dir.join("fake_jvm");
@@ -789,8 +801,8 @@ fn fake_fixture(test: &str) -> Option<&'static FakeFixture> {
     });
     match built {
         Ok(fixture) => Some(fixture),
-        Err(why) => {
-            skip(test, why);
+        Err((need, why)) => {
+            skip(test, *need, why);
             None
         }
     }
@@ -945,7 +957,11 @@ fn root_creates_no_trigger_file_where_only_its_groups_may_write() {
         return;
     };
     if !is_root() {
-        skip(test, "not root: the target must be another user's process");
+        skip(
+            test,
+            Need::Root,
+            "the target must be another user's process",
+        );
         return;
     }
     // Writable by root and group root only; nobody may enter it.
@@ -1121,10 +1137,19 @@ fn an_option_file_whose_read_never_returns_ends_at_the_deadline() {
     let Some(fixture) = fake_fixture(test) else {
         return;
     };
-    if !is_root() || !Path::new("/dev/fuse").exists() {
+    if !is_root() {
         skip(
             test,
-            "not root, or no /dev/fuse: mounting the stalling file system needs both",
+            Need::Root,
+            "mounting the stalling FUSE file system needs root",
+        );
+        return;
+    }
+    if !Path::new("/dev/fuse").exists() {
+        skip(
+            test,
+            Need::Mount,
+            "no /dev/fuse: the stalling file system is a FUSE mount",
         );
         return;
     }
