@@ -17,71 +17,12 @@ use perfclock_testutil::perf_script::tod_ns;
 use perfclock_testutil::{is_root, skip, Need};
 
 /// Two hot methods on the main thread; arguments: milliseconds to run, exit status.
-const HOT_JAVA: &str = r#"
-public final class Hot {
-    static volatile long sink;
-    static long alpha(long x) {
-        for (int i = 0; i < 5000; i++) { x ^= x << 13; x ^= x >>> 7; x ^= x << 17; x += i; }
-        return x;
-    }
-    static long beta(long x) {
-        for (int i = 0; i < 5000; i++) {
-            x = x * 6364136223846793005L + 1442695040888963407L;
-            x ^= x >>> 29;
-        }
-        return x;
-    }
-    public static void main(String[] args) {
-        long ms = Long.parseLong(args[0]);
-        int status = Integer.parseInt(args[1]);
-        long end = System.nanoTime() + ms * 1_000_000L;
-        long x = 1;
-        while (System.nanoTime() < end) { x = alpha(x); x = beta(x); sink = x; }
-        System.out.println("hot: done " + (sink & 0xff));
-        System.exit(status);
-    }
-}
-"#;
+const HOT_JAVA: &str = include_str!("fixtures/Hot.java");
 
 /// Two phases, each running one hot method, stamped with `Instant.now()` (CLOCK_REALTIME) at
 /// their edges; argument: milliseconds per phase. Prints `phases A0 A1 B0 B1` (ns since the
 /// epoch) at the end.
-const PHASES_JAVA: &str = r#"
-import java.time.Instant;
-
-public final class Phases {
-    static volatile long sink;
-    static long alpha(long x) {
-        for (int i = 0; i < 5000; i++) { x ^= x << 13; x ^= x >>> 7; x ^= x << 17; x += i; }
-        return x;
-    }
-    static long beta(long x) {
-        for (int i = 0; i < 5000; i++) {
-            x = x * 6364136223846793005L + 1442695040888963407L;
-            x ^= x >>> 29;
-        }
-        return x;
-    }
-    static long wallNs() {
-        Instant now = Instant.now();
-        return now.getEpochSecond() * 1_000_000_000L + now.getNano();
-    }
-    public static void main(String[] args) throws Exception {
-        long ms = Long.parseLong(args[0]);
-        long x = 1;
-        long a0 = wallNs();
-        long end = System.nanoTime() + ms * 1_000_000L;
-        while (System.nanoTime() < end) { x = alpha(x); sink = x; }
-        long a1 = wallNs();
-        Thread.sleep(300);
-        long b0 = wallNs();
-        end = System.nanoTime() + ms * 1_000_000L;
-        while (System.nanoTime() < end) { x = beta(x); sink = x; }
-        long b1 = wallNs();
-        System.out.println("phases " + a0 + " " + a1 + " " + b0 + " " + b1);
-    }
-}
-"#;
+const PHASES_JAVA: &str = include_str!("fixtures/Phases.java");
 
 /// How far a sample's wall-clock time may lie outside the phase the workload stamped.
 const PHASE_TOLERANCE_NS: u64 = 1_000_000;
@@ -553,21 +494,7 @@ fn samply_names_the_hot_methods(work: &Path) {
 /// of the library its leaf frame is in, if it is a `jitted-*.so`.
 fn samply_leaf_libraries(profile: &str) -> Vec<Option<PathBuf>> {
     // The profile's tables, read with python3's json (the test has no JSON crate).
-    let script = r#"
-import json, sys
-p = json.load(sys.stdin)
-libs = p["libs"]
-t = max(p["threads"], key=lambda t: len(t["samples"]["stack"]))
-st, ft, fn, rt = t["stackTable"], t["frameTable"], t["funcTable"], t["resourceTable"]
-for s in t["samples"]["stack"]:
-    if s is None:
-        print("-"); continue
-    f = st["frame"][s]
-    r = fn["resource"][ft["func"][f]]
-    lib = rt["lib"][r] if r is not None and r >= 0 else None
-    path = libs[lib]["path"] if lib is not None else ""
-    print(path if "/jitted-" in path else "-")
-"#;
+    let script = include_str!("fixtures/samply_leaf_libraries.py");
     let mut child = Command::new("python3")
         .args(["-c", script])
         .stdin(Stdio::piped())

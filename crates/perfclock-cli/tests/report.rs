@@ -13,17 +13,7 @@ use perfclock_testutil::{skip, Need};
 
 /// Three functions with distinct stacks: `hot_inner` under `hot_outer` (the most samples), and
 /// `cold_path`, each called from `main`.
-const SPIN_C: &str = r#"
-#include <stdlib.h>
-static volatile unsigned long sink;
-__attribute__((noinline)) void hot_inner(unsigned long n) { for (unsigned long i = 0; i < n; i++) sink += i * i; }
-__attribute__((noinline)) void hot_outer(unsigned long n) { for (int k = 0; k < 8; k++) hot_inner(n); }
-__attribute__((noinline)) void cold_path(unsigned long n) { for (unsigned long i = 0; i < n; i++) sink ^= i; }
-int main(void) {
-    for (int round = 0; round < 100; round++) { hot_outer(1000000); cold_path(2000000); }
-    return 0;
-}
-"#;
+const SPIN_C: &str = include_str!("fixtures/spin.c");
 
 const FUNCTIONS: [&str; 3] = ["hot_inner", "hot_outer", "cold_path"];
 

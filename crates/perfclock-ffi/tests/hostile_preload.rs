@@ -17,33 +17,11 @@ use perfclock_testutil::{skip, Need};
 /// How `ls -l` shows a perf event's descriptor.
 const PERF_FD: &str = "anon_inode:[perf_event]";
 
-const EAGER_C: &str = r#"
-#include "perfclock.h"
-__attribute__((constructor)) static void eager(void) { (void)perfclock_init(); }
-"#;
+const EAGER_C: &str = include_str!("fixtures/preload_eager.c");
 
-const LAZY_C: &str = r#"
-#include "perfclock.h"
-uint64_t preload_stamp(void) {
-    uint64_t t;
-    if (perfclock_try_now_ns(&t) == PERFCLOCK_OK) return t;
-    if (perfclock_init() != PERFCLOCK_OK) return 0;
-    return perfclock_now_ns();
-}
-"#;
+const LAZY_C: &str = include_str!("fixtures/preload_lazy.c");
 
-const HOST_C: &str = r#"
-#include <dlfcn.h>
-#include <inttypes.h>
-#include <stdio.h>
-int main(void) {
-    uint64_t (*stamp)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "preload_stamp");
-    if (!stamp) { puts("no preload_stamp"); return 2; }
-    uint64_t first = stamp(), second = stamp();
-    printf("STAMPS %" PRIu64 " %" PRIu64 "\n", first, second);
-    return first != 0 && second >= first ? 0 : 1;
-}
-"#;
+const HOST_C: &str = include_str!("fixtures/preload_host.c");
 
 /// Runs `command`, killing it after 30 s: a hang is a failure, not a stuck CI.
 fn run(mut command: Command) -> Output {
