@@ -1,12 +1,15 @@
-//! For the `hostile_*` test binaries of every crate: run a case in a fresh child process (the
+//! For the hostile tests of every crate: run a case in a fresh child process (the
 //! test binary re-executed with an environment variable naming the case), a watchdog, seccomp
 //! BPF filters, and a formatter that needs no allocation (for code that runs where no system
 //! call is allowed).
 //!
 //! Each hostile case forks, installs seccomp filters, lowers limits or installs signal handlers:
 //! things that must not touch the test harness's own process. So the `#[test]` function, run
-//! normally, re-executes this test binary with `--exact <its own name>` and
+//! normally, re-executes this test binary with `--exact <its own path>` ([`test_path!`](crate::test_path)) and
 //! [`CASE_ENV`]` = <case>`; the same function, seeing the variable, runs the case instead.
+//! Tests of one binary share its process: anything that changes the whole process (the
+//! process-wide clock, limits, filters, signal handlers) belongs in the case, never in the
+//! parent.
 //!
 //! # Safety
 //! Raw libc calls a test harness needs and std does not offer: `fork` (the caller keeps the
@@ -71,9 +74,38 @@ impl ChildRun {
     }
 }
 
+/// The path of the test this is expanded in, within its test binary, as libtest names and
+/// filters it: `module::function` in a binary of modules, `function` in a one-file binary
+/// ([`module_path!`] without the crate's name, then [`test_name!`](crate::test_name)). What
+/// [`run_child`] needs, so a test in a module re-executes itself and not an unknown name.
+///
+/// ```
+/// mod a_module {
+///     pub fn an_example() -> String {
+///         perfclock_testutil::test_path!()
+///     }
+/// }
+/// assert_eq!(a_module::an_example(), "a_module::an_example");
+/// ```
+#[macro_export]
+macro_rules! test_path {
+    () => {{
+        let function = $crate::test_name!();
+        match ::core::module_path!().split_once("::") {
+            Some((_crate, module)) => ::std::format!("{module}::{function}"),
+            None => ::std::string::String::from(function),
+        }
+    }};
+}
+
 /// Runs `case` in a fresh process: this test binary, filtered to `test_name` (the test's path
-/// within the binary, e.g. `fork_child_reads_the_same_clock`), with [`CASE_ENV`] set. Kills the
-/// child after `timeout` (a hang is reported as a failure, never waited out).
+/// within the binary, [`test_path!`](crate::test_path), e.g.
+/// `fork::fork_children_and_grandchildren_read_the_same_clock`), with [`CASE_ENV`] set. Kills
+/// the child after `timeout` (a hang is reported as a failure, never waited out).
+///
+/// # Panics
+/// When the child cannot be started, hangs, or ran no test: libtest runs nothing for a name that
+/// matches no test and exits 0, which no caller may take for the case's success.
 pub fn run_child(test_name: &str, case: &str, timeout: Duration) -> ChildRun {
     run_child_with(test_name, case, timeout, &[])
 }
@@ -135,6 +167,13 @@ pub fn run_child_with(
     };
     // Show the child's report in the parent's (captured unless --nocapture) output.
     print!("{}", run.stdout);
+    assert!(
+        !run.stdout.lines().any(|line| line == "running 0 tests"),
+        "case {case}: the child ran no test: `{test_name}` names none in this binary (a test \
+         in a module is `module::function`: test_path!())\n--- stdout\n{}\n--- stderr\n{}",
+        run.stdout,
+        run.stderr
+    );
     run
 }
 

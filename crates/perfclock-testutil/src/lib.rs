@@ -7,8 +7,9 @@
 //!   instead when CI's require variable for that need is set.
 //! - [`handoff`]: readings handed between threads or processes, and the verdict that tells the
 //!   clock's steps back from the counter's.
-//! - [`hostile`]: a case run in a fresh child process (the test binary re-executed), a watchdog,
-//!   seccomp filters and output without allocation, for the `hostile_*` tests.
+//! - [`hostile`]: a case run in a fresh child process (the test binary re-executed, filtered to
+//!   the test's path, [`test_path!`]), a watchdog, seccomp filters and output without
+//!   allocation, for the hostile tests.
 //! - [`shared_dir`]: what is planted at a writer's name in a directory others can write, and the
 //!   checks that the writer neither followed nor reused it.
 //! - [`bracket_line`]: the one affine line through kernel-stamped brackets, and where each stamp
