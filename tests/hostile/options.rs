@@ -17,8 +17,6 @@ use perfclock_calib::{CalibError, CalibrationOptions};
 use perfclock_testutil::hostile;
 use perfclock_testutil::{child_skipped, skip_child, Need};
 
-const TEST: &str = "options_that_panicked_or_aborted_are_typed_errors";
-
 /// Each case: its name, the options, and the setter the error must name.
 fn cases() -> Vec<(&'static str, CalibrationOptions, &'static str)> {
     let default = CalibrationOptions::default;
@@ -56,10 +54,11 @@ fn options_that_panicked_or_aborted_are_typed_errors() {
         options_child(&case);
         return;
     }
+    let test = perfclock_testutil::test_path!();
     // Every case runs, so a failure lists all the cases that still go wrong.
     let mut failed = Vec::new();
     for (name, _, _) in cases() {
-        let run = run_child(TEST, name, Duration::from_secs(60));
+        let run = run_child(&test, name, Duration::from_secs(60));
         if child_skipped(run.status, &run.stderr) {
             continue;
         }
@@ -138,7 +137,7 @@ fn the_smallest_valid_batch_keeps_refining() {
         return;
     }
     let run = run_child(
-        "the_smallest_valid_batch_keeps_refining",
+        &perfclock_testutil::test_path!(),
         "small-batch",
         Duration::from_secs(60),
     );

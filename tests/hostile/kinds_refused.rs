@@ -15,8 +15,6 @@ use perfclock_testutil::error_chain::assert_each_cause_once;
 use perfclock_testutil::hostile;
 use perfclock_testutil::{child_skipped, skip_child, Need};
 
-const TEST: &str = "refused_record_kinds_degrade_calibration";
-
 /// Each case: the kinds whose action is refused ("comm-open": `prctl(PR_GET_NAME)`, which the
 /// COMM kind needs when it opens).
 const CASES: [&str; 5] = [
@@ -29,13 +27,14 @@ const CASES: [&str; 5] = [
 
 #[test]
 fn refused_record_kinds_degrade_calibration() {
+    let test = perfclock_testutil::test_path!();
     if let Some(case) = child_case() {
-        refused_child(&case);
+        refused_child(&test, &case);
         return;
     }
     let mut seen = Vec::new();
     for case in CASES.into_iter().chain(["comm+page-fault+mmap2"]) {
-        let run = run_child(TEST, case, Duration::from_secs(60));
+        let run = run_child(&test, case, Duration::from_secs(60));
         if child_skipped(run.status, &run.stderr) {
             continue;
         }
@@ -120,7 +119,7 @@ fn calibrated() -> Options {
     Options::default().paravirt(false)
 }
 
-fn refused_child(case: &str) {
+fn refused_child(test: &str, case: &str) {
     watchdog(50);
     // On this thread before the clock opens: the calibration thread inherits the filters.
     let refused: Vec<RecordKind> = case.split('+').map(refuse).collect();
@@ -151,7 +150,7 @@ fn refused_child(case: &str) {
     };
     if clock.mode() == Mode::Kernel {
         skip_child(
-            &format!("{TEST} {case}"),
+            &format!("{test} {case}"),
             Need::CalibratedMode,
             "the kernel publishes the conversion, nothing to calibrate",
         );

@@ -41,7 +41,7 @@ fn fork_in_raw_clone_children_without_refiner() {
         return;
     }
     let run = run_child(
-        "fork_in_raw_clone_children_without_refiner",
+        &perfclock_testutil::test_path!(),
         "without_refiner",
         Duration::from_secs(120),
     );
@@ -67,7 +67,7 @@ fn fork_in_raw_clone_children_with_refiner() {
         return;
     }
     let run = run_child(
-        "fork_in_raw_clone_children_with_refiner",
+        &perfclock_testutil::test_path!(),
         "with_refiner",
         Duration::from_secs(1200),
     );

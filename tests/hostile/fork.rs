@@ -18,16 +18,16 @@ use perfclock::Mode;
 use perfclock_testutil::hostile;
 use perfclock_testutil::{child_skipped, skip, skip_child, Need};
 
-const TEST: &str = "fork_children_and_grandchildren_read_the_same_clock";
 const FORKS: u32 = 300;
 
 #[test]
 fn fork_children_and_grandchildren_read_the_same_clock() {
+    let test = perfclock_testutil::test_path!();
     if child_case().is_some() {
-        fork_case();
+        fork_case(&test);
         return;
     }
-    let run = run_child(TEST, "fork", Duration::from_secs(120));
+    let run = run_child(&test, "fork", Duration::from_secs(120));
     if child_skipped(run.status, &run.stderr) {
         return;
     }
@@ -112,11 +112,11 @@ fn read_u64(fd: i32) -> Option<u64> {
     (got == 8).then(|| u64::from_ne_bytes(bytes))
 }
 
-fn fork_case() {
+fn fork_case(test: &str) {
     watchdog(100);
     let clock = match perfclock::init() {
         Ok(clock) => clock,
-        Err(error) => skip_child(TEST, Need::Perf, error),
+        Err(error) => skip_child(test, Need::Perf, error),
     };
     println!("FORK-MODE {:?}", clock.mode());
     let stop = AtomicBool::new(false);

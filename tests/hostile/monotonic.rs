@@ -9,7 +9,7 @@
 //! `new(c) - old(c)` at the first counter value `c` read with the new one. A negative step is
 //! a backward jump for any reader fast enough; an actual backward reading is counted too.
 //!
-//! Run in release in CI (`cargo test --release -p perfclock --test hostile_monotonic`): the
+//! Run in release in CI (`cargo test --release -p perfclock --test hostile monotonic::`): the
 //! faster the loop, the more likely it catches a step; the debug build runs it too.
 
 use std::time::{Duration, Instant};

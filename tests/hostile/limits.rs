@@ -21,7 +21,6 @@ use perfclock_testutil::error_chain::assert_each_cause_once;
 use perfclock_testutil::hostile;
 use perfclock_testutil::{child_skipped, skip, skip_child, Need};
 
-const TEST: &str = "per_user_limits_name_their_knob";
 const NOBODY: libc::uid_t = 65534;
 /// Docker's default `ulimit -l`.
 const DOCKER_MEMLOCK: u64 = 64 * 1024;
@@ -30,22 +29,23 @@ const MAX_CLOCKS: usize = 200;
 
 #[test]
 fn per_user_limits_name_their_knob() {
+    let test = perfclock_testutil::test_path!();
     if let Some(case) = child_case() {
-        limits_child(&case);
+        limits_child(&test, &case);
         return;
     }
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
     if euid != 0 {
         skip(
-            TEST,
+            &test,
             Need::Root,
             format_args!("euid {euid} cannot become `nobody`"),
         );
         return;
     }
     for case in ["nproc", "memlock"] {
-        let run = run_child(TEST, case, Duration::from_secs(120));
+        let run = run_child(&test, case, Duration::from_secs(120));
         if child_skipped(run.status, &run.stderr) {
             continue;
         }
@@ -79,8 +79,8 @@ fn become_nobody() {
 
 /// Exits as skipped unless this kernel gives `nobody` a calibrated clock (else there is
 /// nothing to limit).
-fn skip_unless_calibrated(case: &str) {
-    let test = format!("{TEST} {case}");
+fn skip_unless_calibrated(test: &str, case: &str) {
+    let test = format!("{test} {case}");
     match Options::default().paravirt(false).open() {
         Ok(clock) if clock.mode() == Mode::Calibrated => {}
         Ok(clock) => skip_child(
@@ -96,10 +96,10 @@ fn skip_unless_calibrated(case: &str) {
     }
 }
 
-fn limits_child(case: &str) {
+fn limits_child(test: &str, case: &str) {
     watchdog(100);
     become_nobody();
-    skip_unless_calibrated(case);
+    skip_unless_calibrated(test, case);
     match case {
         "nproc" => {
             // Every task of user nobody counts, and this process is one: a limit of 1 refuses

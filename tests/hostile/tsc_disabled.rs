@@ -12,12 +12,11 @@ use perfclock::{Clock, Error};
 use perfclock_testutil::hostile;
 use perfclock_testutil::{skip, Need};
 
-const TEST: &str = "tsc_disabled_by_prctl_is_unsupported";
-
 #[test]
 fn tsc_disabled_by_prctl_is_unsupported() {
+    let test = perfclock_testutil::test_path!();
     if !cfg!(target_arch = "x86_64") {
-        skip(TEST, Need::X86_64, "PR_SET_TSC exists on x86 only");
+        skip(&test, Need::X86_64, "PR_SET_TSC exists on x86 only");
         return;
     }
     if let Some(case) = child_case() {
@@ -25,19 +24,18 @@ fn tsc_disabled_by_prctl_is_unsupported() {
         return;
     }
     for case in ["init", "open"] {
-        let run = run_child(TEST, case, Duration::from_secs(30));
+        let run = run_child(&test, case, Duration::from_secs(30));
         run.expect_success(&format!("TSC-DISABLED-OK {case}"));
     }
 }
-
-const READS_TEST: &str = "reads_without_a_clock_on_a_tsc_disabled_thread";
 
 /// Reading calls without a clock must answer "no clock" (and `now_ns` must return 0 after its
 /// `init` fails) rather than read the TSC first and die.
 #[test]
 fn reads_without_a_clock_on_a_tsc_disabled_thread() {
+    let test = perfclock_testutil::test_path!();
     if !cfg!(target_arch = "x86_64") {
-        skip(READS_TEST, Need::X86_64, "PR_SET_TSC exists on x86 only");
+        skip(&test, Need::X86_64, "PR_SET_TSC exists on x86 only");
         return;
     }
     if let Some(case) = child_case() {
@@ -45,7 +43,7 @@ fn reads_without_a_clock_on_a_tsc_disabled_thread() {
         return;
     }
     for case in ["try_now_ns", "now_ns"] {
-        let run = run_child(READS_TEST, case, Duration::from_secs(30));
+        let run = run_child(&test, case, Duration::from_secs(30));
         run.expect_success(&format!("TSC-DISABLED-OK {case}"));
     }
 }

@@ -10,20 +10,19 @@ use perfclock::{Clock, Error};
 use perfclock_os::{ErrorKind, EventAttr};
 use perfclock_testutil::hostile;
 
-const TEST: &str = "perf_event_open_refused_is_a_typed_error";
-
 #[test]
 fn perf_event_open_refused_is_a_typed_error() {
     if let Some(case) = child_case() {
         refused_child(&case);
         return;
     }
+    let test = perfclock_testutil::test_path!();
     for errno in ["EACCES", "EPERM", "ENOSYS"] {
         // No published offset or shared page: with one, paravirt and shared mode open without a
         // perf event, and the refusal would not be seen (a machine whose root published its
         // offset, as `perfclock serve --once` does, runs this test too).
         let run = run_child_with(
-            TEST,
+            &test,
             errno,
             Duration::from_secs(30),
             &[

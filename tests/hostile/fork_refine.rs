@@ -24,7 +24,6 @@ use perfclock_calib::CalibrationOptions;
 use perfclock_testutil::hostile;
 use perfclock_testutil::{child_skipped, skip_child, Need};
 
-const TEST: &str = "fork_child_clock_is_bounded_then_refined_again";
 /// The longest refinement pause the cases use: the jump-detection latency.
 const MAX_PAUSE: Duration = Duration::from_millis(200);
 
@@ -40,9 +39,10 @@ fn fork_child_clock_is_bounded_then_refined_again() {
         fork_refine_case(&case);
         return;
     }
+    let test = perfclock_testutil::test_path!();
     let mut failed = Vec::new();
     for case in ["frozen", "resume", "drop"] {
-        let run = run_child(TEST, case, Duration::from_secs(60));
+        let run = run_child(&test, case, Duration::from_secs(60));
         if child_skipped(run.status, &run.stderr) {
             continue;
         }
