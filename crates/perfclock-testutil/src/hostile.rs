@@ -1,12 +1,13 @@
-//! For the hostile tests of every crate: run a case in a fresh child process (the
-//! test binary re-executed with an environment variable naming the case), a watchdog, seccomp
-//! BPF filters, and a formatter that needs no allocation (for code that runs where no system
-//! call is allowed).
+//! For the hostile tests of every crate: run a case in a fresh child process (the test binary
+//! re-executed with an environment variable naming the case), a watchdog, seccomp BPF filters,
+//! and a formatter that needs no allocation (for code that runs where no system call is
+//! allowed).
 //!
 //! Each hostile case forks, installs seccomp filters, lowers limits or installs signal handlers:
 //! things that must not touch the test harness's own process. So the `#[test]` function, run
-//! normally, re-executes this test binary with `--exact <its own path>` ([`test_path!`](crate::test_path)) and
-//! [`CASE_ENV`]` = <case>`; the same function, seeing the variable, runs the case instead.
+//! normally, re-executes this test binary with `--exact <its own path>`
+//! ([`test_path!`](crate::test_path)) and [`CASE_ENV`]` = <case>`; the same function, seeing
+//! the variable, runs the case instead.
 //! Tests of one binary share its process: anything that changes the whole process (the
 //! process-wide clock, limits, filters, signal handlers) belongs in the case, never in the
 //! parent.
