@@ -36,7 +36,7 @@ const CHILD_ALARM_S: u32 = 5;
 
 #[test]
 fn fork_in_raw_clone_children_without_refiner() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     if child_case().is_some() {
         clone_fork_case(false, CI_CLONES);
         return;
@@ -56,7 +56,7 @@ const STRESS_ENV: &str = "PERFCLOCK_STRESS";
 
 #[test]
 fn fork_in_raw_clone_children_with_refiner() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     if child_case().is_some() {
         // The re-executed child inherits the environment.
         let stress = std::env::var(STRESS_ENV).as_deref() == Ok("1");

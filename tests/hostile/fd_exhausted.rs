@@ -20,7 +20,7 @@ const SWEEP: u32 = 12;
 
 #[test]
 fn fd_exhaustion_is_a_typed_error() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     if let Some(case) = child_case() {
         let extra: u32 = case.parse().expect("case is a descriptor count");
         fd_child(extra);

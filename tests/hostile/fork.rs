@@ -22,7 +22,7 @@ const FORKS: u32 = 300;
 
 #[test]
 fn fork_children_and_grandchildren_read_the_same_clock() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     let test = perfclock_testutil::test_path!();
     if child_case().is_some() {
         fork_case(&test);

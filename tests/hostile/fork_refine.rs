@@ -35,7 +35,7 @@ fn options() -> Options {
 
 #[test]
 fn fork_child_clock_is_bounded_then_refined_again() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     if let Some(case) = child_case() {
         fork_refine_case(&case);
         return;

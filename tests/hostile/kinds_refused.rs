@@ -27,7 +27,7 @@ const CASES: [&str; 5] = [
 
 #[test]
 fn refused_record_kinds_degrade_calibration() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     let test = perfclock_testutil::test_path!();
     if let Some(case) = child_case() {
         refused_child(&test, &case);

@@ -29,7 +29,7 @@ const MAX_CLOCKS: usize = 200;
 
 #[test]
 fn per_user_limits_name_their_knob() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     let test = perfclock_testutil::test_path!();
     if let Some(case) = child_case() {
         limits_child(&test, &case);

@@ -5,9 +5,9 @@
 //! rather than one per place: each binary links the facade, and on a 2-core machine the links
 //! cost more than the tests take to run.
 //!
-//! The tests take turns ([`one_at_a_time`]): several judge what the machine delivers in a
-//! fixed time (signals handled, reads between republishes, forks beside a refiner), which a
-//! second case running beside them on 2 cores would halve.
+//! The tests take turns (`perfclock_testutil::one_at_a_time`): several judge what the machine
+//! delivers in a fixed time (signals handled, reads between republishes, forks beside a
+//! refiner), which a second case running beside them on 2 cores would halve.
 //!
 //! The modules that use calibrated mode's API say `#![cfg(feature = "calibrated")]` and why;
 //! the others run in a build without calibration too (kernel mode).
@@ -24,12 +24,3 @@ mod options;
 mod perf_refused;
 mod signals;
 mod tsc_disabled;
-
-use std::sync::{Mutex, MutexGuard, PoisonError};
-
-/// Held by each test for its whole run, so the cases take turns (see the module docs). A test
-/// that failed while holding it does not stop the others.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static TURN: Mutex<()> = Mutex::new(());
-    TURN.lock().unwrap_or_else(PoisonError::into_inner)
-}

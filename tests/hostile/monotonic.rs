@@ -24,7 +24,7 @@ const RUN_FOR: Duration = Duration::from_secs(5);
 
 #[test]
 fn republishing_never_steps_the_clock_back() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     let test = perfclock_testutil::test_path!();
     if child_case().is_some() {
         republish_case(&test);

@@ -26,7 +26,7 @@ const READS: u64 = 1_000_000;
 
 #[test]
 fn a_million_reads_make_no_system_call() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     if let Some(case) = child_case() {
         no_syscall_child(&case);
         return;

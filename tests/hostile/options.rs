@@ -50,7 +50,7 @@ fn cases() -> Vec<(&'static str, CalibrationOptions, &'static str)> {
 
 #[test]
 fn options_that_panicked_or_aborted_are_typed_errors() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     if let Some(case) = child_case() {
         options_child(&case);
         return;
@@ -112,7 +112,7 @@ fn options_child(case: &str) {
 
 #[test]
 fn the_smallest_valid_batch_keeps_refining() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     if child_case().is_some() {
         watchdog(40);
         let options = CalibrationOptions::default()

@@ -12,7 +12,7 @@ use perfclock_testutil::hostile;
 
 #[test]
 fn perf_event_open_refused_is_a_typed_error() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     if let Some(case) = child_case() {
         refused_child(&case);
         return;

@@ -37,7 +37,7 @@ const TIMER_INTERVAL_NS: i64 = 20_000;
 
 #[test]
 fn sigprof_handler_reads_while_threads_read() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     let test = perfclock_testutil::test_path!();
     if child_case().is_some() {
         signal_child(&test);

@@ -14,7 +14,7 @@ use perfclock_testutil::{skip, Need};
 
 #[test]
 fn tsc_disabled_by_prctl_is_unsupported() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     let test = perfclock_testutil::test_path!();
     if !cfg!(target_arch = "x86_64") {
         skip(&test, Need::X86_64, "PR_SET_TSC exists on x86 only");
@@ -34,7 +34,7 @@ fn tsc_disabled_by_prctl_is_unsupported() {
 /// `init` fails) rather than read the TSC first and die.
 #[test]
 fn reads_without_a_clock_on_a_tsc_disabled_thread() {
-    let _one_at_a_time = crate::one_at_a_time();
+    let _turn = perfclock_testutil::one_at_a_time();
     let test = perfclock_testutil::test_path!();
     if !cfg!(target_arch = "x86_64") {
         skip(&test, Need::X86_64, "PR_SET_TSC exists on x86 only");

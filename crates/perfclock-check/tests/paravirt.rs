@@ -3,6 +3,10 @@
 //! an independent computation from the entry and the logged constants, bit for bit; moved by
 //! 2 us, the same clock fails; as `nobody` (no kernel log), brackets alone give a bound of at
 //! most 600 ns, 0 violations and no thread.
+//!
+//! The tests take turns (`perfclock_testutil::one_at_a_time`): a bracket is as narrow as the
+//! CPU left undisturbed, and a kernel-stamp run beside the brackets-alone case widened its bound
+//! past 600 ns (731 ns in one debug run of the workspace's tests).
 
 use std::process::Command;
 
@@ -55,6 +59,7 @@ fn needs_the_log(test: &str, clock: &Clock) -> bool {
 
 #[test]
 fn logged_offset_holds_against_100_000_kernel_stamps() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let test = "logged_offset_holds_against_100_000_kernel_stamps";
     let Some(clock) = paravirt_clock(test) else {
         return;
@@ -90,6 +95,7 @@ impl PerfTimeSource for Moved<'_> {
 
 #[test]
 fn control_offset_moved_by_2us_shows_violations() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let test = "control_offset_moved_by_2us_shows_violations";
     let Some(clock) = paravirt_clock(test) else {
         return;
@@ -121,6 +127,7 @@ fn control_offset_moved_by_2us_shows_violations() {
 
 #[test]
 fn readings_equal_the_kernels_formula_from_the_logged_constants_bit_for_bit() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let test = "readings_equal_the_kernels_formula_from_the_logged_constants_bit_for_bit";
     let Some(clock) = paravirt_clock(test) else {
         return;
@@ -194,6 +201,7 @@ fn num_cpus() -> usize {
 
 #[test]
 fn nobody_gets_brackets_alone_within_600_ns_and_no_thread() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let test = "nobody_gets_brackets_alone_within_600_ns_and_no_thread";
     if std::env::var_os(ROLE).is_some() {
         return nobody_child(test);
@@ -268,6 +276,7 @@ const PUBLISHED_ROLE: &str = "PERFCLOCK_PARAVIRT_TEST_PUBLISHED";
 /// kernel page is not mapped when a published offset is accepted).
 #[test]
 fn published_offset_opens_with_bound_0_and_holds() {
+    let _turn = perfclock_testutil::one_at_a_time();
     use perfclock_core::published_offset::{parse_boot_id, OffsetOrigin, PublishedOffset};
     let test = "published_offset_opens_with_bound_0_and_holds";
     if std::env::var_os(PUBLISHED_ROLE).is_some() {
@@ -367,6 +376,7 @@ const USER_FILE_ROLE: &str = "PERFCLOCK_PARAVIRT_TEST_USER_FILE";
 /// labelled root-published with bound 0, and the kernel's stamps hold against both clocks.
 #[test]
 fn a_users_own_offset_file_is_a_claim_checked_against_brackets() {
+    let _turn = perfclock_testutil::one_at_a_time();
     use perfclock_core::published_offset::{parse_boot_id, OffsetOrigin, PublishedOffset};
     use std::os::unix::fs::PermissionsExt as _;
     let test = "a_users_own_offset_file_is_a_claim_checked_against_brackets";

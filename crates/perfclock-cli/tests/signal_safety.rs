@@ -314,7 +314,7 @@ fn documented_functions() -> Vec<String> {
         ("src/clock.rs", "clock"),
         ("src/paravirt.rs", "paravirt"),
         ("src/shared_page.rs", "shared_page"),
-        ("crates/perfclock-calib/src/calibrator.rs", "calibrator"),
+        ("crates/perfclock-calib/src/clock.rs", "calib::clock"),
         ("crates/perfclock-calib/src/fork_gate.rs", "fork_gate"),
     ] {
         names.extend(documented_in_rust(&workspace_file(file), module));

@@ -17,6 +17,7 @@
 //! - [`samply`]: samply's reading of a marker line.
 //! - [`perf_script`]: parsing the fields `perf script` prints (the wall-clock `tod`).
 //! - [`time`]: `CLOCK_MONOTONIC`, the clock tests compare the perf clock with.
+//! - [`one_at_a_time()`]: the tests of one binary take turns.
 //!
 //! It depends on std, libc and perfclock-core's error printer only: a crate that dev-depends on it
 //! never gets a second copy of itself or of another perfclock crate in its tests (perfclock-core's
@@ -37,8 +38,10 @@ pub mod samply;
 pub mod shared_dir;
 mod skip;
 pub mod time;
+mod turns;
 
 pub use root::is_root;
 pub use skip::{
     child_skipped, ok_or_skip, skip, skip_child, Need, SKIPPED_EXIT_STATUS, SKIP_LOG_ENV,
 };
+pub use turns::one_at_a_time;
