@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds every cargo-fuzz target and runs each for RUNS runs (default 1,000,000), two at a time
+# (the project's machines have two cores). Fails if fuzz_targets/ and `cargo fuzz list` disagree,
+# if a target CI has always had is gone (a list that comes back short or empty would fuzz
+# nothing), or if any target fails: a finding, a crash, a build error. A failing target's panic
+# or abort line is printed first (its input's Debug dump can push it out of a tail), then the
+# end of its log.
+# Usage: scripts/fuzz-all.sh [RUNS]     Needs the nightly toolchain PERFCLOCK_NIGHTLY names
+# (.ci/versions) and cargo-fuzz (.ci/provision installs both).
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+# shellcheck source=.ci/versions
+. ../.ci/versions
+runs=${1:-1000000}
+export PERFCLOCK_NIGHTLY
+
+cargo "+$PERFCLOCK_NIGHTLY" fuzz build
+files=$(for f in fuzz_targets/*.rs; do basename "$f" .rs; done | sort)
+listed=$(cargo "+$PERFCLOCK_NIGHTLY" fuzz list | sort)
+if [ "$files" != "$listed" ]; then
+    echo "fuzz targets: fuzz_targets/ holds [$(tr "\n" " " <<<"$files")], cargo fuzz list says [$(tr "\n" " " <<<"$listed")]" >&2
+    exit 1
+fi
+for target in page_snapshot conversions records timeconv marker_line perfdata attach_parsers \
+    shared_page kmsg_offsets published_offset agent_names foreign_jitdump perf_script; do
+    grep -qx "$target" <<<"$listed" || { echo "fuzz target $target is gone" >&2; exit 1; }
+done
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+# shellcheck disable=SC2016 # expanded by the inner shell
+printf '%s\n' $listed | xargs -P 2 -I{} bash -c '
+    if cargo "+$PERFCLOCK_NIGHTLY" fuzz run "$1" -- -runs="$3" >"$2/$1.log" 2>&1; then
+        echo "fuzz $1: $(grep -Eo "Done [0-9]+ runs in [0-9]+ second" "$2/$1.log")"
+    else
+        echo "fuzz $1: FAILED" >&2
+        grep -m 1 -A 25 -E "panicked at|memory allocation of|ERROR: libFuzzer|deadly signal" "$2/$1.log" >&2
+        tail -n 20 "$2/$1.log" >&2; exit 1
+    fi' _ {} "$logs" "$runs"
+ran=$(grep -l "Done $runs runs" "$logs"/*.log | wc -l)
+[ "$ran" -eq "$(wc -w <<<"$listed")" ] || { echo "fuzzing: only $ran targets completed $runs runs" >&2; exit 1; }
+echo "fuzzing: $ran targets ran $runs runs each: $(tr "\n" " " <<<"$listed")"
