@@ -12,9 +12,12 @@
 # A target directory of its own: the C ABI crate's staticlib/cdylib outputs carry no hash in their
 # names, so a verify build in target/ would replace the workspace's own libperfclock_ffi.rlib with
 # one built against the packaged facade, and the next `cargo test` would link two facades.
+# That directory starts empty each time: cargo takes a registry crate of the same name and version
+# for unchanged (registry sources are immutable to it), so a verify build would link the
+# workspace crates as an earlier run packaged them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/perfclock-[0-9]* \
+rm -rf target/package-verify "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/perfclock-[0-9]* \
     "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/perfclock-*-[0-9]*
 cargo package --workspace --allow-dirty --target-dir target/package-verify \
     --exclude perfclock-jvmti --exclude perfclock-testbed --exclude perfclock-testutil
