@@ -51,9 +51,9 @@ for tool in perf python3 cargo unshare; do
 done
 [ "$(id -u)" = 0 ] || fail "run as root (unshare --mount --pid, perf record -p)"
 
-mapfile -t jdks < <(for java in /usr/lib/jvm/*/bin/java; do
-    [ -x "$java" ] && [ -x "${java%/java}/javac" ] && readlink -f "${java%/bin/java}"
-done | sort -u)
+# shellcheck source=scripts/lib/jdks.sh
+. "$root/scripts/lib/jdks.sh"
+mapfile -t jdks < <(perfclock_jdks)
 [ "${#jdks[@]}" -gt 0 ] || fail "no JDK (bin/java and bin/javac) under /usr/lib/jvm (Debian: apt-get install -y openjdk-17-jdk-headless)"
 
 echo "attach e2e: cargo build --release -p perfclock-cli -p perfclock-jvmti"

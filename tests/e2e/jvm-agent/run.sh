@@ -36,10 +36,9 @@ done
 if [ $# -gt 0 ]; then
     jdks=("$@")
 else
-    # Every JDK once (Debian installs one under several names, as symlinks).
-    mapfile -t jdks < <(for java in /usr/lib/jvm/*/bin/java; do
-        [ -x "$java" ] && [ -x "${java%/java}/javac" ] && readlink -f "${java%/bin/java}"
-    done | sort -u)
+    # shellcheck source=scripts/lib/jdks.sh
+    . "$root/scripts/lib/jdks.sh"
+    mapfile -t jdks < <(perfclock_jdks)
 fi
 [ "${#jdks[@]}" -gt 0 ] || fail "no JDK (bin/java and bin/javac) under /usr/lib/jvm (Debian: apt-get install -y openjdk-17-jdk-headless)"
 

@@ -49,9 +49,9 @@ fi
 if [ $# -gt 0 ]; then
     jdks=("$@")
 else
-    mapfile -t jdks < <(for java in /usr/lib/jvm/*/bin/java; do
-        [ -x "$java" ] && [ -x "${java%/java}/javac" ] && readlink -f "${java%/bin/java}"
-    done | sort -u)
+    # shellcheck source=scripts/lib/jdks.sh
+    . "$root/scripts/lib/jdks.sh"
+    mapfile -t jdks < <(perfclock_jdks)
 fi
 [ "${#jdks[@]}" -gt 0 ] || fail "no JDK (bin/java and bin/javac) under /usr/lib/jvm"
 
