@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use perfclock_perfdata::synth::{self, Synth};
 use perfclock_perfdata::{Feature, RecordType};
-use perfclock_testutil::is_root;
+use perfclock_testutil::{is_root, skip, Need};
 
 const TIME_CONV_SIZE: usize = 56;
 const SIGTERM: i32 = 15;
@@ -624,11 +624,11 @@ fn out_as_a_fifo_socket_directory_or_symlink_is_refused_and_left_alone() {
 #[test]
 fn out_as_a_device_node_is_refused_and_left_alone() {
     if !is_root() {
-        let required = ["PERFCLOCK_REQUIRE_ROOT", "PERFCLOCK_REQUIRE_PERF"]
-            .iter()
-            .any(|name| std::env::var_os(name).is_some_and(|value| value == "1"));
-        eprintln!("SKIPPED out_as_a_device_node_is_refused_and_left_alone: mknod needs root");
-        assert!(!required, "not root with PERFCLOCK_REQUIRE_ROOT/PERF=1");
+        skip(
+            "out_as_a_device_node_is_refused_and_left_alone",
+            Need::Root,
+            "mknod needs root",
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -19,6 +19,7 @@ use perfclock::shared_page::probe;
 use perfclock_core::counter;
 use perfclock_core::shared_page::{FILE_BYTES, HEADER_OFFSET, STALE_AFTER_NS};
 use perfclock_testutil::handoff::{HandoffCell, Reading, Verdict, HANDOFF_CELL_BYTES};
+use perfclock_testutil::{is_root, skip, Need};
 
 const BIN: &str = env!("CARGO_BIN_EXE_perfclock");
 const ROLE: &str = "PERFCLOCK_SERVE_TEST_ROLE";
@@ -397,13 +398,16 @@ fn refused_pages_are_named(dir: &Path, live: &[u8], copy: &Path) {
         write_page(&path, bytes, mode);
         path
     };
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if is_root() {
         let path = bad("owner", live, 0o644);
         std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
         cases.push(("other-owner", path));
     } else {
-        eprintln!("SKIPPED the other-owner page: only root can give a file away");
+        skip(
+            "refused pages: the other-owner page",
+            Need::Root,
+            "only root can give a file away",
+        );
     }
     cases.push(("writable", bad("mode0666", live, 0o666)));
     cases.push(("truncated", bad("truncated", &live[..1000], 0o644)));
@@ -443,7 +447,7 @@ fn serve_end_to_end() {
         assert!(output.status.success());
         assert!(String::from_utf8_lossy(&output.stderr).contains("kernel mode"));
         assert!(!page.exists(), "a kernel-mode server published a page");
-        eprintln!("SKIPPED serve end to end: the kernel publishes the conversion (kernel mode)");
+        skip("serve_end_to_end", Need::CalibratedMode, "the kernel publishes the conversion (kernel mode): perfclock serve has nothing to serve");
         return;
     }
     fs::write(dir.path().join("handoff"), [0u8; HANDOFF_CELL_BYTES]).unwrap();
@@ -632,7 +636,7 @@ fn idle_clients_spend_no_cpu() {
         return dispatch(&role);
     }
     if !calibrated_machine() {
-        eprintln!("SKIPPED idle clients: the kernel publishes the conversion (kernel mode)");
+        skip("idle_clients_spend_no_cpu", Need::CalibratedMode, "the kernel publishes the conversion (kernel mode): perfclock serve has nothing to serve");
         return;
     }
     let secs: u64 = std::env::var("PERFCLOCK_IDLE_SECS").map_or(30, |s| s.parse().unwrap());
@@ -719,7 +723,7 @@ fn sigint_and_sigterm_stop_the_server_cleanly() {
         return;
     }
     if !calibrated_machine() {
-        eprintln!("SKIPPED sigint_and_sigterm_stop_the_server_cleanly: kernel mode");
+        skip("sigint_and_sigterm_stop_the_server_cleanly", Need::CalibratedMode, "the kernel publishes the conversion (kernel mode): perfclock serve has nothing to serve");
         return;
     }
     for signal in ["INT", "TERM"] {
@@ -758,7 +762,7 @@ fn serve_leaves_a_file_that_is_not_a_page_alone() {
         return;
     }
     if !calibrated_machine() {
-        eprintln!("SKIPPED serve_leaves_a_file_that_is_not_a_page_alone: kernel mode");
+        skip("serve_leaves_a_file_that_is_not_a_page_alone", Need::CalibratedMode, "the kernel publishes the conversion (kernel mode): perfclock serve has nothing to serve");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -794,7 +798,7 @@ fn serve_on_a_full_file_system_fails_cleanly() {
         return;
     }
     if !calibrated_machine() {
-        eprintln!("SKIPPED {test}: kernel mode");
+        skip(test, Need::CalibratedMode, "the kernel publishes the conversion (kernel mode): perfclock serve has nothing to serve");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -884,7 +888,7 @@ fn vandalising_the_page_file_kills_no_one() {
         return dispatch(&role);
     }
     if !calibrated_machine() {
-        eprintln!("SKIPPED vandalising_the_page_file_kills_no_one: kernel mode");
+        skip("vandalising_the_page_file_kills_no_one", Need::CalibratedMode, "the kernel publishes the conversion (kernel mode): perfclock serve has nothing to serve");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
