@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom};
 
 use linux_perf_data::linux_perf_event_reader::{
-    Endianness, EventRecord, RawEventRecord, ReadFormat, SampleFormat,
+    Endianness, EventRecord, RawEventRecord, ReadFormat, RecordType, SampleFormat,
 };
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 
@@ -90,7 +90,10 @@ pub fn sampled_addresses<R: Read + Seek>(mut reader: R) -> Result<SampledAddress
         let PerfFileRecord::EventRecord { record, .. } = record else {
             continue;
         };
-        if !callchain_length_fits(&record) {
+        // Only samples are parsed: linux-perf-event-reader asserts on fields of other records
+        // (an MMAP2 build id longer than 20 bytes panics it; found by the perfdata fuzz target),
+        // and none of them holds a sampled address.
+        if record.record_type != RecordType::SAMPLE || !callchain_length_fits(&record) {
             continue;
         }
         let Ok(EventRecord::Sample(sample)) = record.parse() else {

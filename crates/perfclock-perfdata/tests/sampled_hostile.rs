@@ -1,5 +1,6 @@
-//! `sampled_addresses` on records whose claimed sizes linux-perf-data would trust: a clear
-//! answer, never an allocation sized by the claim (found by the perfdata fuzz target).
+//! `sampled_addresses` on records whose claimed sizes or fields linux-perf-data would trust: a
+//! clear answer, never an allocation sized by the claim or a panic (found by the perfdata fuzz
+//! target).
 
 use std::io::Cursor;
 
@@ -63,4 +64,23 @@ fn a_call_chain_longer_than_memory_is_skipped() {
     assert_eq!(sampled.samples(), 1);
     assert!(sampled.any_in(7, 0x2000, 0) && sampled.any_in(7, 0x3000, 0));
     assert!(!sampled.any_in(7, 0x1000, 0));
+}
+
+#[test]
+fn an_mmap2_build_id_longer_than_20_bytes_is_passed_over() {
+    // PERF_RECORD_MISC_MMAP_BUILD_ID: the body carries a build id (its length byte, 3 bytes of
+    // padding, 20 bytes) where the device numbers would be; linux-perf-event-reader asserts the
+    // length is at most 20.
+    const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+    let mut hostile = synth::mmap2(7, "/tmp/x.so");
+    hostile[4..6].copy_from_slice(&MISC_MMAP_BUILD_ID.to_le_bytes());
+    let build_id_len_at = 8 + 4 + 4 + 8 + 8 + 8;
+    hostile[build_id_len_at] = 21;
+    let sample = synth::record(RecordType::SAMPLE, &words(&[7 | 7 << 32]));
+    let mut built = file(vec![hostile, sample]);
+    let at = built.attrs + SAMPLE_TYPE_AT;
+    built.bytes[at..at + 8].copy_from_slice(&PERF_SAMPLE_TID.to_le_bytes());
+    let sampled = sampled_addresses(Cursor::new(&built.bytes)).unwrap();
+    assert_eq!(sampled.samples(), 1);
+    assert!(sampled.has_process(7));
 }
