@@ -2,7 +2,7 @@
 //! at least 100,000 kernel stamps lies inside its bracket with bound 0, and the readings equal
 //! an independent computation from the entry and the logged constants, bit for bit; moved by
 //! 2 us, the same clock fails; as `nobody` (no kernel log), brackets alone give a bound of at
-//! most 600 ns, 0 violations and no thread.
+//! most 600 ns in a release build, 0 violations and no thread.
 //!
 //! The tests take turns (`perfclock_testutil::one_at_a_time`): a bracket is as narrow as the
 //! CPU left undisturbed, and a kernel-stamp run beside the brackets-alone case widened its bound
@@ -14,6 +14,12 @@ use perfclock::paravirt::OffsetSource;
 use perfclock::{Clock, Mode, Options, ReadError};
 use perfclock_check::{verify, PerfTimeSource};
 use perfclock_testutil::{child_skipped, ok_or_skip, skip, skip_child, Need};
+
+/// The bound brackets alone must reach: 600 ns in a release build (what the docs promise, and
+/// CI's release run of this file checks); 1,000 ns unoptimized, where the code between a
+/// bracket's counter reads is slower and widens every bracket (676 and 731 ns seen in debug
+/// runs of the workspace's tests).
+const BRACKETS_ALONE_LIMIT_NS: u64 = if cfg!(debug_assertions) { 1_000 } else { 600 };
 
 /// Stamps per record kind, split between the CPU turns: 3 kinds x 34,000 = 102,000 stamps.
 const PER_KIND: usize = 34_000;
@@ -261,7 +267,7 @@ fn nobody_child(test: &str) {
         paravirt.offset().intersection.map(|i| i.to_string())
     );
     assert_eq!(threads, threads_before, "opening left a thread behind");
-    assert!(bound <= 600, "bound {bound} ns");
+    assert!(bound <= BRACKETS_ALONE_LIMIT_NS, "bound {bound} ns");
     let report = verify(&clock, 5_000).expect("kernel stamps");
     print!("{report}");
     assert_eq!(report.violations(), 0, "{report}");
