@@ -26,4 +26,6 @@ pub use monotonic::{monotonic_offset, MonotonicOffset};
 /// perf clock.
 pub use perfclock_os::time::monotonic_ns;
 pub use source::PerfTimeSource;
-pub use verify::{verify, verify_with, KindReport, VerifyOptions, VerifyReport};
+pub use verify::{
+    narrowest_half_band_ns, verify, verify_with, KindReport, VerifyOptions, VerifyReport,
+};

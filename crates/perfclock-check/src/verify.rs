@@ -8,6 +8,7 @@
 
 use core::fmt;
 
+use perfclock_calib::fit::{Constraint, Fit, FitOptions};
 use perfclock_calib::{GroundTruth, RecordKind};
 use perfclock_core::ReadError;
 use perfclock_os::thread::affinity::AffinityGuard;
@@ -62,10 +63,15 @@ pub struct KindReport {
 }
 
 /// The outcome of [`verify`]. `Display` prints a table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct VerifyReport {
     /// The clock's `error_bound_ns()` at the start.
     pub bound_ns: u64,
+    /// The clock's `error_bound_ns()` at the end (a calibrated clock refines while the check
+    /// runs).
+    pub bound_end_ns: u64,
+    /// [`narrowest_half_band_ns`] of the check's own brackets (their counter reads), ns.
+    pub narrowest_half_band_ns: Option<f64>,
     /// One row per (kind, cpu), sorted.
     pub rows: Vec<KindReport>,
     /// Brackets discarded because their record was missing, ambiguous or lost.
@@ -122,6 +128,23 @@ impl fmt::Display for VerifyReport {
             self.worst_violation_ns(),
             self.discarded
         )?;
+        match self.narrowest_half_band_ns {
+            Some(half_band) if self.bound_ns == 0 && self.bound_end_ns == 0 => writeln!(
+                f,
+                "the brackets' narrowest half band {half_band:.0} ns (the clock's bound is 0: \
+                 it is not fitted to brackets)"
+            )?,
+            Some(half_band) => writeln!(
+                f,
+                "the brackets' narrowest half band {half_band:.0} ns; error bound at the start \
+                 {} ns = {}, at the end {} ns = {}",
+                self.bound_ns,
+                Ratio(self.bound_ns, half_band),
+                self.bound_end_ns,
+                Ratio(self.bound_end_ns, half_band),
+            )?,
+            None => {}
+        }
         writeln!(
             f,
             "{:<10} {:>3} {:>7} {:>9} {:>9} {:>9} {:>11} {:>11} {:>9}",
@@ -151,6 +174,42 @@ impl fmt::Display for VerifyReport {
             )?;
         }
         Ok(())
+    }
+}
+
+/// How tightly `brackets` pin the kernel clock down: half of the smallest entry (the counter
+/// read before the action to the stamp) plus the smallest exit (the stamp to the counter read
+/// after it), in ns, on the slope that fits them best (the calibrator's fit with its default
+/// noise allowance and trim); `None` when they cannot be fitted. The two minima may come from
+/// different records (one kind's stamp sits early, another's late), and their sum does not
+/// depend on where a line lies, only on its slope. No bound derived from these brackets can
+/// honestly be narrower.
+pub fn narrowest_half_band_ns(brackets: &[Constraint]) -> Option<f64> {
+    let fit = Fit::new(brackets, &FitOptions::default()).ok()?;
+    let at = |counter: u64| fit.slope_best * signed_diff(counter, fit.counter_ref);
+    let (mut entry, mut exit) = (f64::INFINITY, f64::INFINITY);
+    for c in brackets.iter().filter(|c| c.after >= c.before) {
+        let stamp = signed_diff(c.kernel_ns, fit.ns_ref);
+        entry = entry.min(stamp - at(c.before));
+        exit = exit.min(at(c.after) - stamp);
+    }
+    Some((entry + exit) / 2.0)
+}
+
+fn signed_diff(a: u64, b: u64) -> f64 {
+    (i128::from(a) - i128::from(b)) as f64
+}
+
+/// `bound / half_band` as "1.07x" ("-" when the half band is not positive).
+struct Ratio(u64, f64);
+
+impl fmt::Display for Ratio {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.1 > 0.0 {
+            write!(f, "{:.2}x", self.0 as f64 / self.1)
+        } else {
+            f.write_str("-")
+        }
     }
 }
 
@@ -299,6 +358,7 @@ pub fn verify_with(
         None => Vec::new(),
     };
     let mut accs: Vec<((RecordKind, u32), Acc)> = Vec::new();
+    let mut brackets: Vec<Constraint> = Vec::new();
     let mut discarded = 0u64;
     let mut done = vec![0usize; kinds.len()];
     let mut round = 0usize;
@@ -331,6 +391,13 @@ pub fn verify_with(
                 discards_in_a_row = 0;
                 got += 1;
                 let (now, counter) = readings_ns(clock, &s.before, &s.after)?;
+                if let (Some(before), Some(after)) = (s.before.counter, s.after.counter) {
+                    brackets.push(Constraint {
+                        before,
+                        after,
+                        kernel_ns: s.kernel_ns,
+                    });
+                }
                 acc_for(&mut accs, (kind, s.cpu)).add(s.kernel_ns, now, counter, bound);
             }
             done[i] += got;
@@ -345,6 +412,8 @@ pub fn verify_with(
     rows.sort_by_key(|r| (r.kind, r.cpu));
     Ok(VerifyReport {
         bound_ns: bound,
+        bound_end_ns: clock.error_bound_ns(),
+        narrowest_half_band_ns: narrowest_half_band_ns(&brackets),
         rows,
         discarded,
         pinned_cpus,
@@ -363,5 +432,26 @@ mod tests {
         assert_eq!(outside(115, 90, 110, 2), Some(3));
         assert_eq!(outside(0, 5, 10, 100), None);
         assert_eq!(outside(u64::MAX, 5, u64::MAX - 1, 10), None);
+    }
+
+    #[test]
+    fn the_narrowest_half_band_takes_entry_and_exit_from_different_records() {
+        // A clock of 0.5 ns per tick; brackets 1,000 ticks wide, stamps early and late in turn.
+        let brackets: Vec<Constraint> = (0..200u64)
+            .map(|i| {
+                let before = 1_000_000 + i * 100_000;
+                let stamp = before + if i % 2 == 0 { 200 } else { 800 };
+                Constraint {
+                    before,
+                    after: before + 1_000,
+                    kernel_ns: stamp / 2,
+                }
+            })
+            .collect();
+        let half_band = narrowest_half_band_ns(&brackets).expect("a fit");
+        // Entry 100 ns from the early stamps, exit 100 ns from the late ones (each 400 ns on
+        // the other side).
+        assert!((half_band - 100.0).abs() < 1.0, "{half_band}");
+        assert_eq!(narrowest_half_band_ns(&brackets[..1]), None);
     }
 }
