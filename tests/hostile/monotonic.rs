@@ -1,6 +1,8 @@
 //! No value going back across republishes. In calibrated mode the refiner republishes the
-//! conversion every few milliseconds; a new line through the middle of the new fit's band can sit
-//! below the old one at the switch (the calibrator then slews instead). Were it published as it
+//! conversion when a new line would lie nearer the fit's band (here, fitting a short window and
+//! told to republish for a gain of 1 ns, every few milliseconds); a new line through the middle of
+//! the new fit's band can sit below the old one at the switch (the calibrator then slews
+//! instead). Were it published as it
 //! is, a thread reading the old conversion and, nanoseconds later, the new one would see time go
 //! back.
 //!
@@ -18,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use hostile::{child_case, run_child, watchdog};
 use perfclock::{Mode, Options};
+use perfclock_calib::CalibrationOptions;
 use perfclock_testutil::{child_skipped, hostile, skip_child, Need};
 
 const RUN_FOR: Duration = Duration::from_secs(5);
@@ -40,7 +43,13 @@ fn republishing_never_steps_the_clock_back() {
 fn republish_case(test: &str) {
     watchdog(50);
     // The republishing under test is the calibrator's (paravirt mode's entry is the host's).
-    let clock = perfclock::init_with(Options::default().paravirt(false))
+    // A short window keeps the fit's line moving by far more than it does over the default
+    // window, so the refiner keeps stepping forward and slewing back.
+    let churn = CalibrationOptions::default()
+        .allowed_growth_ns(1)
+        .refine_interval(Duration::from_millis(5), Duration::from_millis(50))
+        .window(Duration::from_millis(100));
+    let clock = perfclock::init_with(Options::default().paravirt(false).calibration(churn))
         .unwrap_or_else(|error| skip_child(test, Need::Perf, error));
     let reader = clock
         .reader()
@@ -80,7 +89,7 @@ fn republish_case(test: &str) {
         clock.mode()
     );
     if clock.mode() == Mode::Calibrated {
-        assert!(republishes > 10, "the refiner barely republished");
+        assert!(republishes > 100, "the refiner barely republished");
     }
     assert_eq!(readings_back, 0, "a reading went back");
     assert_eq!(steps_back, 0, "a republish stepped the clock back");

@@ -21,7 +21,8 @@ use crate::fork_gate;
 use crate::options::{CalibrationOptions, MIN_REFINE_BATCH};
 use crate::prune::{prune_hull_into, prune_into, HullScratch, PruneScratch};
 use crate::published::{
-    continue_within, solve, switch_line, BoundCell, BoundModel, LineTarget, Solution,
+    continuations, solve, switch_line, Band, BoundCell, BoundModel, LineTarget, Solution,
+    CONTINUITY_MARGIN_NS, PUBLISH_MARGIN_NS,
 };
 use crate::shared::Shared;
 use crate::source::Probe;
@@ -136,21 +137,86 @@ impl LineTarget for RefinerPages<'_> {
 
 impl Calibrator {
     /// Publish `fit`. `continuous`: never step the clock back (refinements); off after a jump,
-    /// where the old line is simply wrong. A continuation that cannot be written safely now
-    /// (see [`continue_within`]) is dropped: the old line stays, its bound growing honestly,
-    /// and the next refinement tries again.
+    /// where the old line is simply wrong.
+    ///
+    /// A refinement keeps the published line (with its bound under `fit`) or moves to one of
+    /// the continuations that may follow it (see [`continuations`]), whichever lies nearest the
+    /// band a while ahead (the next refinement, at least two publish margins), among those whose
+    /// bound now is no more than the allowed growth above the kept line's, or than the kept
+    /// line's will be by then. A continuation that steps forward must come nearer by more than
+    /// the allowed growth: the fit's middle jitters from fit to fit, and following it both ways
+    /// would ratchet the line up (it may step forward, never back). A continuation that cannot
+    /// be written safely now is dropped: the old line stays, its bound growing honestly, and the
+    /// next refinement tries again.
     fn publish(&mut self, fit: &Fit, continuous: bool) -> Result<(), CalibError> {
         let now = counter::read_counter().ok_or(BracketError::CounterUnsupported)?;
         let mut sol = solve(fit, now)?;
         let mut publish_before = u64::MAX;
         if let (true, Some((old, _))) = (continuous, &self.current) {
+            let slope = fit.slope_best.max(f64::MIN_POSITIVE);
+            // A continuation flatter than the old line starts above it by the slope difference
+            // times the publish margin (see `continuations`); the old line's own drift from the
+            // band repays that after one margin more.
+            let ahead_ns =
+                (self.pause_for(&sol.bound, slope).as_nanos() as f64).max(2.0 * PUBLISH_MARGIN_NS);
+            let look = now.saturating_add((ahead_ns / slope) as u64);
+            let (band_now, band_look) = (Band::of(fit, now)?, Band::of(fit, look)?);
+            let allowed = self.options.allowed_growth_ns;
+            let kept = band_now.bound_of(&old.conversion);
+            let kept_later = band_look.bound_of(&old.conversion).base_ns;
+            let ceiling = kept.base_ns.saturating_add(allowed).max(kept_later);
+            let old_now = old.conversion.cycles_to_ns(now);
             let horizon_ns = self.options.max_refine_interval.as_nanos() as f64;
-            let horizon_ticks = (horizon_ns / fit.slope_best.max(f64::MIN_POSITIVE)) as u64;
-            let Some((next, before)) = continue_within(&old.conversion, &sol, now, horizon_ticks)
-            else {
-                return Ok(());
-            };
-            (sol, publish_before) = (next, before);
+            let best = continuations(&old.conversion, &sol, now, (horizon_ns / slope) as u64)
+                .map(|(next, before)| {
+                    let measured = band_now.bound_of(&next.conversion);
+                    let later = band_look.bound_of(&next.conversion).base_ns;
+                    (next, before, measured, later)
+                })
+                .filter(|(_, _, measured, _)| measured.base_ns <= ceiling)
+                .min_by_key(|(_, _, _, later)| *later);
+            let better = best.filter(|(next, _, _, later)| {
+                let step = next.conversion.cycles_to_ns(now).saturating_sub(old_now);
+                let hysteresis = if step > CONTINUITY_MARGIN_NS + 1 {
+                    allowed
+                } else {
+                    0
+                };
+                later.saturating_add(hysteresis) < kept_later
+            });
+            match better {
+                Some((next, before, measured, _)) => {
+                    // Both bounds are honest; publish the one that is smaller ahead.
+                    let bound = if measured.at(look) < next.bound.at(look) {
+                        measured
+                    } else {
+                        next.bound
+                    };
+                    sol = Solution {
+                        conversion: next.conversion,
+                        bound,
+                    };
+                    publish_before = before;
+                }
+                None => {
+                    if kept.at(look) < old.bound.at(look) {
+                        let conversion = old.conversion;
+                        // No fork may copy the bound mid-update (see `fork_gate`).
+                        let gate = fork_gate::hold();
+                        self.shared.bound.store(&kept);
+                        drop(gate);
+                        self.current = Some((
+                            Solution {
+                                conversion,
+                                bound: kept,
+                            },
+                            fit.slope_best,
+                        ));
+                        self.note_fit(fit);
+                    }
+                    return Ok(());
+                }
+            }
         }
         // No fork may copy the page or the bound mid-update (see `fork_gate`).
         let gate = fork_gate::hold();
@@ -163,6 +229,13 @@ impl Calibrator {
             return Ok(());
         }
         drop(gate);
+        self.note_fit(fit);
+        self.current = Some((sol, fit.slope_best));
+        Ok(())
+    }
+
+    /// Records `fit`, now what the published bound stands on, in the statistics.
+    fn note_fit(&self, fit: &Fit) {
         let st = &self.shared.stats;
         st.last_fit_span_ns.store(
             (fit.span_counter() as f64 * fit.slope_best) as u64,
@@ -170,8 +243,6 @@ impl Calibrator {
         );
         st.last_fit_brackets
             .store(fit.used as u64, Ordering::Relaxed);
-        self.current = Some((sol, fit.slope_best));
-        Ok(())
     }
 
     /// Calibrate from nothing: collect for the init budget, fit, publish. `continuous` as in
@@ -356,12 +427,18 @@ impl Calibrator {
             .refinements
             .fetch_add(1, Ordering::Relaxed);
         let (sol, slope) = self.current.unwrap_or((sol, fitted_slope));
-        let ticks = sol.bound.ticks_until_growth(self.options.allowed_growth_ns);
+        Ok(self.pause_for(&sol.bound, slope))
+    }
+
+    /// The pause after publishing `bound` (on a line of `slope` ns per tick): until it has grown
+    /// by the allowed growth, within the refine intervals.
+    fn pause_for(&self, bound: &BoundModel, slope: f64) -> Duration {
+        let ticks = bound.ticks_until_growth(self.options.allowed_growth_ns);
         let pause = Duration::from_nanos((ticks as f64 * slope).min(u64::MAX as f64) as u64);
-        Ok(pause.clamp(
+        pause.clamp(
             self.options.min_refine_interval,
             self.options.max_refine_interval,
-        ))
+        )
     }
 }
 

@@ -17,8 +17,10 @@ const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(2);
 const DEFAULT_WINDOW: Duration = Duration::from_secs(600);
 /// Brackets per refinement at the longest pause: enough to hit the tight ones again.
 const DEFAULT_REFINE_BATCH: usize = 192;
-/// Bound growth allowed between republishes, ns: well under the bound itself.
-const DEFAULT_ALLOWED_GROWTH_NS: u64 = 20;
+/// Bound growth allowed between republishes, ns: a few percent of the narrowest bound our
+/// machines' brackets allow (about 380 ns), for a refinement every 5 ms early on and about one a
+/// second after a minute.
+const DEFAULT_ALLOWED_GROWTH_NS: u64 = 10;
 /// Shortest pause between refinements: caps the thread's CPU early on.
 const DEFAULT_MIN_REFINE_INTERVAL: Duration = Duration::from_millis(5);
 /// Longest pause between refinements: also how late a clock jump is noticed.
@@ -128,7 +130,8 @@ impl CalibrationOptions {
         self
     }
 
-    /// How much the bound may grow between republishes, ns.
+    /// How much the bound may grow between republishes, ns; also how much nearer the fit a line
+    /// must come before the refiner steps forward to it (see docs/design.md).
     pub fn allowed_growth_ns(mut self, ns: u64) -> Self {
         self.allowed_growth_ns = ns;
         self

@@ -25,7 +25,7 @@ use perfclock_core::SeqLock;
 use perfclock_core::TimeConversion;
 
 use crate::error::{CalibError, PublishError};
-use crate::fit::Fit;
+use crate::fit::{signed_diff, Fit};
 
 /// Shift used for the published conversion unless `mult` would overflow `u32`: 31, the largest an
 /// x86 kernel publishes (it lowers 32 to 31 because the page's original conversion shifted a
@@ -91,23 +91,74 @@ pub fn solve(fit: &Fit, at_counter: u64) -> Result<Solution, CalibError> {
     let conversion = TimeConversion::new(mult, shift, zero).map_err(PublishError::Param)?;
     let half_band = ((upper - lower) / 2.0).ceil();
     let base_ns = half_band as u64 + fit.noise_ns().ceil() as u64 + ROUNDING_NS;
-    let growth = (fit.slope_max - slope_q)
-        .max(slope_q - fit.slope_min)
-        .max(0.0);
-    let growth_q48 = (growth * (1u64 << GROWTH_SCALE_LOG2) as f64).ceil();
-    let growth_q48 = if growth_q48 >= u64::MAX as f64 {
-        u64::MAX
-    } else {
-        growth_q48 as u64
-    };
     Ok(Solution {
         conversion,
         bound: BoundModel {
             base_ns,
-            growth_q48,
+            growth_q48: growth_q48(fit, slope_q),
             counter_ref: at_counter,
         },
     })
+}
+
+/// How far the fit's feasible slopes run from `slope` per counter tick, in the bound's fixed
+/// point, rounded up.
+fn growth_q48(fit: &Fit, slope: f64) -> u64 {
+    let growth = (fit.slope_max - slope).max(slope - fit.slope_min).max(0.0);
+    let q48 = (growth * (1u64 << GROWTH_SCALE_LOG2) as f64).ceil();
+    if q48 >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        q48 as u64
+    }
+}
+
+/// The fit's band at one counter value, to measure any line against: the module docs' bound
+/// for a line that need not be the polygon's middle (a line published earlier, or a
+/// continuation), under a fit that may know more than the one it was published for.
+#[derive(Clone, Copy, Debug)]
+pub struct Band<'a> {
+    fit: &'a Fit,
+    at: u64,
+    lower: f64,
+    upper: f64,
+}
+
+impl<'a> Band<'a> {
+    /// The band of `fit` at counter value `at`.
+    ///
+    /// # Errors
+    /// [`CalibError::Publish`] when the band is not finite.
+    pub fn of(fit: &'a Fit, at: u64) -> Result<Self, CalibError> {
+        let (lower, upper) = fit.range_at(at);
+        if !(lower.is_finite() && upper.is_finite()) || upper < lower {
+            return Err(PublishError::BandNotFinite.into());
+        }
+        Ok(Self {
+            fit,
+            at,
+            lower,
+            upper,
+        })
+    }
+
+    /// The bound of `conversion`, referenced here: how far the band's farther edge lies from it,
+    /// plus the noise allowance and rounding, growing by the widest slope difference.
+    pub fn bound_of(&self, conversion: &TimeConversion) -> BoundModel {
+        let published = signed_diff(conversion.cycles_to_ns(self.at), self.fit.ns_ref);
+        let farthest = (self.upper - published)
+            .max(published - self.lower)
+            .max(0.0)
+            .ceil();
+        let slope = f64::from(conversion.mult()) / (1u64 << conversion.shift()) as f64;
+        BoundModel {
+            base_ns: (farthest as u64)
+                .saturating_add(self.fit.noise_ns().ceil() as u64)
+                .saturating_add(ROUNDING_NS),
+            growth_q48: growth_q48(self.fit, slope),
+            counter_ref: self.at,
+        }
+    }
 }
 
 /// Margin by which a continued line starts above the old one, ns: covers the floor in both
@@ -115,10 +166,12 @@ pub fn solve(fit: &Fit, at_counter: u64) -> Result<Solution, CalibError> {
 pub const CONTINUITY_MARGIN_NS: u64 = 2;
 
 /// `target`, or, if publishing it would step the clock back (the old line is ahead of it at
-/// `at`, or less than [`CONTINUITY_MARGIN_NS`] behind), a line that continues the old one at `at` (plus [`CONTINUITY_MARGIN_NS`]) and slews
-/// into `target` over `horizon_ticks`: lower slope, same shift rules. The bound grows by exactly
-/// the distance between the two lines (`d` at `at`, plus the slope difference per tick), so it
-/// stays honest. Forward steps are published as they are: they never make time go back.
+/// `at`, or less than [`CONTINUITY_MARGIN_NS`] behind), a line that continues the old one at `at`
+/// (plus [`CONTINUITY_MARGIN_NS`]) and slews into `target` over `horizon_ticks`: lower slope, same
+/// shift rules. The bound, referenced to counter value `now` (the publishing time; `at` may lie
+/// after it), grows by exactly the distance between the two lines (`d` at `at`, plus the slope
+/// difference per tick), so it stays honest. Forward steps are published as they are: they never
+/// make time go back.
 ///
 /// # Errors
 /// [`CalibError::Publish`] if the slewed slope cannot be expressed.
@@ -127,6 +180,7 @@ pub fn continue_from(
     target: &Solution,
     at: u64,
     horizon_ticks: u64,
+    now: u64,
 ) -> Result<Solution, CalibError> {
     let old_ns = old.cycles_to_ns(at);
     let target_ns = target.conversion.cycles_to_ns(at);
@@ -144,21 +198,26 @@ pub fn continue_from(
     let scaled = ((u128::from(at) * u128::from(mult)) >> shift) as u64;
     let zero = (old_ns + CONTINUITY_MARGIN_NS).wrapping_sub(scaled);
     let conversion = TimeConversion::new(mult, shift, zero).map_err(PublishError::Param)?;
-    let extra_growth = ((slope_q - slope_target).abs() * (1u64 << GROWTH_SCALE_LOG2) as f64).ceil();
+    // |line(c) - target(c)| <= d + slew * |c - at| <= d + slew * |at - now| + slew * |c - now|,
+    // and target's bound at c is at most its bound at `now` plus its growth times |c - now|.
+    let slew = (slope_q - slope_target).abs();
+    let anchor_gap = (slew * at.abs_diff(now) as f64).ceil() as u64;
+    let extra_growth = (slew * (1u64 << GROWTH_SCALE_LOG2) as f64).ceil();
     Ok(Solution {
         conversion,
         bound: BoundModel {
             base_ns: target
                 .bound
-                .at(at)
+                .at(now)
                 .saturating_add(d)
+                .saturating_add(anchor_gap)
                 .saturating_add(ROUNDING_NS),
             growth_q48: target
                 .bound
                 .growth_q48
                 .saturating_add(extra_growth as u64)
                 .saturating_add(1),
-            counter_ref: at,
+            counter_ref: now,
         },
     })
 }
@@ -171,38 +230,51 @@ pub const PUBLISH_MARGIN_NS: f64 = 50e6;
 /// The line to publish after `old` for `target`, chosen at counter value `now`, and the counter
 /// value before which it must be written (`now` plus [`PUBLISH_MARGIN_NS`] in ticks of
 /// `target`'s slope); `None` if none can be published safely now (the caller keeps `old`, whose
-/// bound keeps growing honestly, and tries again later).
-///
-/// Readers keep using `old` until the page is written. The line returned lies at least
-/// [`CONTINUITY_MARGIN_NS`] above `old` at `now` and at the deadline, hence (both being lines)
-/// everywhere in between, floors included: a reading taken with it is never below one taken
-/// with `old` at the same or an earlier counter value, as long as it is written before the
-/// deadline. It is [`continue_from`]'s line anchored at `now` (above `old` from there on when it
-/// is steeper) or at the deadline (above `old` up to there when it is flatter), over
-/// `horizon_ticks` or longer horizons for a larger step back, so that the slope stays
-/// expressible; `target` itself where that is ahead.
+/// bound keeps growing honestly, and tries again later). The first of [`continuations`].
 pub fn continue_within(
     old: &TimeConversion,
     target: &Solution,
     now: u64,
     horizon_ticks: u64,
 ) -> Option<(Solution, u64)> {
+    continuations(old, target, now, horizon_ticks).next()
+}
+
+/// Every line that may be published after `old` for `target`, chosen at counter value `now`,
+/// each with the counter value before which it must be written (`now` plus
+/// [`PUBLISH_MARGIN_NS`] in ticks of `target`'s slope).
+///
+/// Readers keep using `old` until the page is written. Each line lies at least
+/// [`CONTINUITY_MARGIN_NS`] above `old` at `now` and at the deadline, hence (both being lines)
+/// everywhere in between, floors included: a reading taken with it is never below one taken
+/// with `old` at the same or an earlier counter value, as long as it is written before the
+/// deadline. They are [`continue_from`]'s lines anchored at `now` (above `old` from there on when
+/// steeper), then at the deadline (above `old` up to there when flatter, starting above it at
+/// `now` by the slope difference times the margin), each over `horizon_ticks` and longer
+/// horizons, so that a larger step back still finds an expressible slope; `target` itself where
+/// that is ahead.
+pub fn continuations<'a>(
+    old: &'a TimeConversion,
+    target: &'a Solution,
+    now: u64,
+    horizon_ticks: u64,
+) -> impl Iterator<Item = (Solution, u64)> + 'a {
     let t = &target.conversion;
     let slope = f64::from(t.mult()) / (1u64 << t.shift()) as f64;
     let deadline = now.saturating_add((PUBLISH_MARGIN_NS / slope) as u64);
-    let above = |next: &Solution, c: u64| {
+    let above = move |next: &Solution, c: u64| {
         next.conversion.cycles_to_ns(c) >= old.cycles_to_ns(c).saturating_add(CONTINUITY_MARGIN_NS)
     };
     [now, deadline]
         .into_iter()
-        .flat_map(|anchor| {
+        .flat_map(move |anchor| {
             [1, 10, 100, 1000, 10_000]
                 .into_iter()
                 .map(move |factor| (anchor, horizon_ticks.saturating_mul(factor)))
         })
-        .filter_map(|(anchor, horizon)| continue_from(old, target, anchor, horizon).ok())
-        .find(|next| above(next, now) && above(next, deadline))
-        .map(|next| (next, deadline))
+        .filter_map(move |(anchor, horizon)| continue_from(old, target, anchor, horizon, now).ok())
+        .filter(move |next| above(next, now) && above(next, deadline))
+        .map(move |next| (next, deadline))
 }
 
 /// The published [`BoundModel`], readable lock-free from any thread (and from signal handlers:
@@ -372,6 +444,46 @@ mod tests {
         assert!(sol.bound.at(at + 30_000_000_000) > sol.bound.at(at));
     }
 
+    /// A line that is not the fit's middle (an earlier publication, a continuation) gets a
+    /// bound that covers every line of the fit's polygon at every counter value, and the truth
+    /// with it, and no more than its distance from the middle on top of the middle's own bound.
+    #[test]
+    fn a_bound_measured_against_the_band_covers_the_polygon_off_the_middle() {
+        let data = synthetic(1000);
+        let fit = Fit::new(&data, &FitOptions::default()).expect("fit");
+        let at = fit.last_counter + 10_000;
+        let middle = solve(&fit, at).expect("solve");
+        let band = Band::of(&fit, at).expect("band");
+        let truth = |c: u64| 7_000 + c * 10 / 29;
+        let m = middle.conversion;
+        for (dmult, dzero) in [(0i64, 0i64), (0, 250), (0, -300), (3, 40), (-3, -40)] {
+            let mult = u32::try_from(i64::from(m.mult()) + dmult).expect("mult");
+            let zero = m.zero().wrapping_add_signed(dzero);
+            let line = TimeConversion::new(mult, m.shift(), zero).expect("line");
+            let bound = band.bound_of(&line);
+            let off_middle = line.cycles_to_ns(at).abs_diff(m.cycles_to_ns(at));
+            assert!(
+                bound.at(at) <= middle.bound.at(at) + off_middle + 2,
+                "{dmult} {dzero}: {bound:?} vs {:?} + {off_middle}",
+                middle.bound
+            );
+            for c in [at - 100_000_000, at, at + 30_000_000, at + 3_000_000_000] {
+                let (lower, upper) = fit.range_at(c);
+                let published = signed_diff(line.cycles_to_ns(c), fit.ns_ref);
+                let farthest = (upper - published).max(published - lower) + fit.noise_ns();
+                assert!(
+                    farthest <= bound.at(c) as f64,
+                    "{dmult} {dzero} at {c}: the polygon reaches {farthest} > {bound:?}"
+                );
+                let err = line.cycles_to_ns(c).abs_diff(truth(c));
+                assert!(
+                    err <= bound.at(c),
+                    "{dmult} {dzero} at {c}: {err} > {bound:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn negative_offset_wraps_like_the_kernel() {
         // Perf clock behind counter * slope: time_zero wraps below zero.
@@ -482,7 +594,7 @@ mod tests {
         let at = 5_000_000_000u64;
         assert!(old.cycles_to_ns(at) > target.conversion.cycles_to_ns(at));
         let horizon = 2_600_000_000;
-        let sol = continue_from(&old, &target, at, horizon).expect("continue");
+        let sol = continue_from(&old, &target, at, horizon, at).expect("continue");
         for dc in [0u64, 1, 1000, 1_000_000, horizon, 10 * horizon] {
             let c = at + dc;
             // No reading after the switch is below the old line at the same or an earlier counter.
@@ -505,11 +617,11 @@ mod tests {
         }
         // A forward step is published as it is.
         let behind = TimeConversion::new(1_654_000_000, 32, 0).expect("behind");
-        assert_eq!(continue_from(&behind, &target, at, horizon), Ok(target));
+        assert_eq!(continue_from(&behind, &target, at, horizon, at), Ok(target));
     }
 
-    /// `continue_within`'s line, whatever the target's slope and side, is at least the margin
-    /// above the old line over the whole window it must be written in, and its bound covers the
+    /// Every continuation, whatever the target's slope and side, is at least the margin above
+    /// the old line over the whole window it must be written in, and its bound covers the
     /// target.
     #[test]
     fn a_continuation_stays_above_the_old_line_until_its_deadline() {
@@ -533,22 +645,24 @@ mod tests {
                 conversion: TimeConversion::new(mult, 32, zero).expect("target"),
                 bound,
             };
-            let (next, deadline) =
-                continue_within(&old, &target, now, horizon).expect("a continuation");
-            assert!(deadline > now, "{mult} {zero}");
-            for c in (now..deadline).step_by(997_123).chain([deadline]) {
-                assert!(
-                    next.conversion.cycles_to_ns(c) >= old.cycles_to_ns(c) + CONTINUITY_MARGIN_NS,
-                    "{mult} {zero}: below the old line at {c}"
-                );
-                let gap = next
-                    .conversion
-                    .cycles_to_ns(c)
-                    .abs_diff(target.conversion.cycles_to_ns(c));
-                assert!(
-                    gap + target.bound.at(c) <= next.bound.at(c),
-                    "{mult} {zero} at {c}"
-                );
+            assert!(continue_within(&old, &target, now, horizon).is_some());
+            for (next, deadline) in continuations(&old, &target, now, horizon) {
+                assert!(deadline > now, "{mult} {zero}");
+                for c in (now..deadline).step_by(997_123).chain([deadline]) {
+                    assert!(
+                        next.conversion.cycles_to_ns(c)
+                            >= old.cycles_to_ns(c) + CONTINUITY_MARGIN_NS,
+                        "{mult} {zero}: below the old line at {c}"
+                    );
+                    let gap = next
+                        .conversion
+                        .cycles_to_ns(c)
+                        .abs_diff(target.conversion.cycles_to_ns(c));
+                    assert!(
+                        gap + target.bound.at(c) <= next.bound.at(c),
+                        "{mult} {zero} at {c}"
+                    );
+                }
             }
         }
     }
