@@ -1,7 +1,7 @@
 //! What the server publishes and when: the in-process refiner's line, continued across its
-//! refits with perfclock-calib's `continue_within` (the slewing the in-process refiner does
-//! between its own fits), with the union of both bounds while the two switch; after a clock
-//! jump the refiner detected, the new line as it is.
+//! refits with perfclock-calib's `continue_within` (the first of the continuations the
+//! in-process refiner chooses among between its own fits), with the union of both bounds while
+//! the two switch; after a clock jump the refiner detected, the new line as it is.
 
 use perfclock_calib::published::{continue_within, switch_line, BoundModel, LineTarget, Solution};
 use perfclock_core::shared_page::SharedPageWriter;
