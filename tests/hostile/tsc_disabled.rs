@@ -15,19 +15,7 @@ use perfclock_testutil::{skip, Need};
 #[test]
 fn tsc_disabled_by_prctl_is_unsupported() {
     let _turn = perfclock_testutil::one_at_a_time();
-    let test = perfclock_testutil::test_path!();
-    if !cfg!(target_arch = "x86_64") {
-        skip(&test, Need::X86_64, "PR_SET_TSC exists on x86 only");
-        return;
-    }
-    if let Some(case) = child_case() {
-        tsc_disabled_child(&case);
-        return;
-    }
-    for case in ["init", "open"] {
-        let run = run_child(&test, case, Duration::from_secs(30));
-        run.expect_success(&format!("TSC-DISABLED-OK {case}"));
-    }
+    in_children_with_the_tsc_disabled(&perfclock_testutil::test_path!(), &["init", "open"]);
 }
 
 /// Reading calls without a clock must answer "no clock" (and `now_ns` must return 0 after its
@@ -35,17 +23,22 @@ fn tsc_disabled_by_prctl_is_unsupported() {
 #[test]
 fn reads_without_a_clock_on_a_tsc_disabled_thread() {
     let _turn = perfclock_testutil::one_at_a_time();
-    let test = perfclock_testutil::test_path!();
+    in_children_with_the_tsc_disabled(&perfclock_testutil::test_path!(), &["try_now_ns", "now_ns"]);
+}
+
+/// Runs each of `cases` of `test` in a child process that disables its TSC first; in such a
+/// child, runs its case.
+fn in_children_with_the_tsc_disabled(test: &str, cases: &[&str]) {
     if !cfg!(target_arch = "x86_64") {
-        skip(&test, Need::X86_64, "PR_SET_TSC exists on x86 only");
+        skip(test, Need::X86_64, "PR_SET_TSC exists on x86 only");
         return;
     }
     if let Some(case) = child_case() {
         tsc_disabled_child(&case);
         return;
     }
-    for case in ["try_now_ns", "now_ns"] {
-        let run = run_child(&test, case, Duration::from_secs(30));
+    for case in cases {
+        let run = run_child(test, case, Duration::from_secs(30));
         run.expect_success(&format!("TSC-DISABLED-OK {case}"));
     }
 }
