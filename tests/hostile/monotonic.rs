@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use hostile::{child_case, run_child, watchdog};
 use perfclock::{Mode, Options};
-use perfclock_calib::CalibrationOptions;
 use perfclock_testutil::{child_skipped, hostile, skip_child, Need};
 
 const RUN_FOR: Duration = Duration::from_secs(5);
@@ -42,15 +41,8 @@ fn republishing_never_steps_the_clock_back() {
 
 fn republish_case(test: &str) {
     watchdog(50);
-    // The republishing under test is the calibrator's (paravirt mode's entry is the host's).
-    // A short window keeps the fit's line moving by far more than it does over the default
-    // window, so the refiner keeps stepping forward and slewing back.
-    let churn = CalibrationOptions::default()
-        .allowed_growth_ns(1)
-        .refine_interval(Duration::from_millis(5), Duration::from_millis(50))
-        .window(Duration::from_millis(100));
-    let clock = perfclock::init_with(Options::default().paravirt(false).calibration(churn))
-        .unwrap_or_else(|error| skip_child(test, Need::Perf, error));
+    let clock =
+        perfclock::init_with(options()).unwrap_or_else(|error| skip_child(test, Need::Perf, error));
     let reader = clock
         .reader()
         .expect("a perf-format page outside paravirt mode");
@@ -94,4 +86,24 @@ fn republish_case(test: &str) {
     assert_eq!(readings_back, 0, "a reading went back");
     assert_eq!(steps_back, 0, "a republish stepped the clock back");
     println!("MONOTONIC-OK");
+}
+
+/// The clock under test: calibrated (the republishing under test is the calibrator's; paravirt
+/// mode's entry is the host's), fitting a short window so that the fit's line keeps moving by far
+/// more than over the default window, and told to republish for a gain of 1 ns: the refiner
+/// keeps stepping forward and slewing back.
+#[cfg(feature = "calibrated")]
+fn options() -> Options {
+    let churn = perfclock_calib::CalibrationOptions::default()
+        .allowed_growth_ns(1)
+        .refine_interval(Duration::from_millis(5), Duration::from_millis(50))
+        .window(Duration::from_millis(100));
+    Options::default().paravirt(false).calibration(churn)
+}
+
+/// The clock under test, in a build without calibrated mode: kernel mode's page, which only the
+/// kernel republishes.
+#[cfg(not(feature = "calibrated"))]
+fn options() -> Options {
+    Options::default().paravirt(false)
 }
