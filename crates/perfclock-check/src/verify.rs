@@ -283,12 +283,21 @@ impl Acc {
     }
 }
 
-/// The accumulator of `key` (record kind, CPU), added if it is new.
-fn acc_for(accs: &mut Vec<((RecordKind, u32), Acc)>, key: (RecordKind, u32)) -> &mut Acc {
+/// The accumulator of `key` (record kind, CPU), added if it is new with room for `capacity`
+/// records.
+fn acc_for(
+    accs: &mut Vec<((RecordKind, u32), Acc)>,
+    key: (RecordKind, u32),
+    capacity: usize,
+) -> &mut Acc {
     let idx = match accs.iter().position(|(k, _)| *k == key) {
         Some(idx) => idx,
         None => {
-            accs.push((key, Acc::default()));
+            let acc = Acc {
+                widths: Vec::with_capacity(capacity),
+                ..Acc::default()
+            };
+            accs.push((key, acc));
             accs.len() - 1
         }
     };
@@ -358,7 +367,12 @@ pub fn verify_with(
         None => Vec::new(),
     };
     let mut accs: Vec<((RecordKind, u32), Acc)> = Vec::new();
-    let mut brackets: Vec<Constraint> = Vec::new();
+    // Sized up front, as each row's widths are: the check's page-fault event samples every
+    // fault of this thread, and a vector growing by copying faults in hundreds of pages at once,
+    // a burst the kernel may throttle the event for (the following brackets then find no
+    // record). Pages touched one at a time as the vectors fill are drained between brackets.
+    let expected = options.per_kind.saturating_mul(kinds.len());
+    let mut brackets: Vec<Constraint> = Vec::with_capacity(expected);
     let mut discarded = 0u64;
     let mut done = vec![0usize; kinds.len()];
     let mut round = 0usize;
@@ -398,7 +412,12 @@ pub fn verify_with(
                         kernel_ns: s.kernel_ns,
                     });
                 }
-                acc_for(&mut accs, (kind, s.cpu)).add(s.kernel_ns, now, counter, bound);
+                acc_for(&mut accs, (kind, s.cpu), options.per_kind).add(
+                    s.kernel_ns,
+                    now,
+                    counter,
+                    bound,
+                );
             }
             done[i] += got;
         }
