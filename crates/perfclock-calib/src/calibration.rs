@@ -21,7 +21,7 @@ use crate::fork_gate;
 use crate::options::{CalibrationOptions, MIN_REFINE_BATCH};
 use crate::prune::{prune_hull_into, prune_into, HullScratch, PruneScratch};
 use crate::published::{
-    continuations, solve, switch_line, Band, BoundCell, BoundModel, LineTarget, Solution,
+    continuations, slope_of, solve, switch_line, Band, BoundCell, BoundModel, LineTarget, Solution,
     CONTINUITY_MARGIN_NS, PUBLISH_MARGIN_NS,
 };
 use crate::shared::Shared;
@@ -468,11 +468,6 @@ fn is_jump(shared: &Shared, sol: &Solution, batch: &[Constraint], offsets: &mut 
         .store(offsets[offsets.len() / 2], Ordering::Relaxed);
     st.jumps.fetch_add(1, Ordering::Relaxed);
     true
-}
-
-/// Perf ns per counter tick of `conversion`.
-fn slope_of(conversion: &TimeConversion) -> f64 {
-    f64::from(conversion.mult()) / (1u64 << conversion.shift()) as f64
 }
 
 /// Whether bracket `b` contradicts the published conversion by more than its bound.

@@ -102,7 +102,8 @@ pub struct Fit {
 const TERNARY_ITERATIONS: usize = 110;
 const BISECT_ITERATIONS: usize = 64;
 
-pub(crate) fn signed_diff(a: u64, b: u64) -> f64 {
+/// `a - b`, signed, as a float: the fit's relative coordinates.
+pub fn signed_diff(a: u64, b: u64) -> f64 {
     (i128::from(a) - i128::from(b)) as f64
 }
 

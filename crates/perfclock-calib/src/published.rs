@@ -75,10 +75,7 @@ pub fn quantise_slope(slope: f64) -> Result<(u32, u16), CalibError> {
 /// # Errors
 /// [`CalibError::Publish`] when the slope cannot be expressed in the kernel's format.
 pub fn solve(fit: &Fit, at_counter: u64) -> Result<Solution, CalibError> {
-    let (lower, upper) = fit.range_at(at_counter);
-    if !(lower.is_finite() && upper.is_finite()) || upper < lower {
-        return Err(PublishError::BandNotFinite.into());
-    }
+    let Band { lower, upper, .. } = Band::of(fit, at_counter)?;
     let slope = (fit.slope_min + fit.slope_max) / 2.0;
     let (mult, shift) = quantise_slope(slope)?;
     let slope_q = f64::from(mult) / (1u64 << shift) as f64;
@@ -99,6 +96,11 @@ pub fn solve(fit: &Fit, at_counter: u64) -> Result<Solution, CalibError> {
             counter_ref: at_counter,
         },
     })
+}
+
+/// Perf ns per counter tick of `conversion`.
+pub fn slope_of(conversion: &TimeConversion) -> f64 {
+    f64::from(conversion.mult()) / (1u64 << conversion.shift()) as f64
 }
 
 /// How far the fit's feasible slopes run from `slope` per counter tick, in the bound's fixed
@@ -150,7 +152,7 @@ impl<'a> Band<'a> {
             .max(published - self.lower)
             .max(0.0)
             .ceil();
-        let slope = f64::from(conversion.mult()) / (1u64 << conversion.shift()) as f64;
+        let slope = slope_of(conversion);
         BoundModel {
             base_ns: (farthest as u64)
                 .saturating_add(self.fit.noise_ns().ceil() as u64)
@@ -191,7 +193,7 @@ pub fn continue_from(
     }
     let d = d as u64;
     let t = &target.conversion;
-    let slope_target = f64::from(t.mult()) / (1u64 << t.shift()) as f64;
+    let slope_target = slope_of(t);
     let slope = slope_target - d as f64 / horizon_ticks as f64;
     let (mult, shift) = quantise_slope(slope)?;
     let slope_q = f64::from(mult) / (1u64 << shift) as f64;
@@ -259,8 +261,7 @@ pub fn continuations<'a>(
     now: u64,
     horizon_ticks: u64,
 ) -> impl Iterator<Item = (Solution, u64)> + 'a {
-    let t = &target.conversion;
-    let slope = f64::from(t.mult()) / (1u64 << t.shift()) as f64;
+    let slope = slope_of(&target.conversion);
     let deadline = now.saturating_add((PUBLISH_MARGIN_NS / slope) as u64);
     let above = move |next: &Solution, c: u64| {
         next.conversion.cycles_to_ns(c) >= old.cycles_to_ns(c).saturating_add(CONTINUITY_MARGIN_NS)

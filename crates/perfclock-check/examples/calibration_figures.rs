@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use perfclock::error_chain as chain;
-use perfclock_calib::fit::{Constraint, Fit, FitOptions};
+use perfclock_calib::fit::{signed_diff, Constraint, Fit, FitOptions};
 use perfclock_calib::published::solve;
 use perfclock_calib::{CalibratedClock, CalibrationOptions, GroundTruth, RecordKind};
 use perfclock_check::verify;
@@ -115,10 +115,6 @@ fn long_run() -> Result<(), String> {
         return Err(format!("{violations} violations"));
     }
     Ok(())
-}
-
-fn signed_diff(a: u64, b: u64) -> f64 {
-    (i128::from(a) - i128::from(b)) as f64
 }
 
 fn band() -> Result<(), String> {

@@ -8,7 +8,7 @@
 
 use core::fmt;
 
-use perfclock_calib::fit::{Constraint, Fit, FitOptions};
+use perfclock_calib::fit::{signed_diff, Constraint, Fit, FitOptions};
 use perfclock_calib::{GroundTruth, RecordKind};
 use perfclock_core::ReadError;
 use perfclock_os::thread::affinity::AffinityGuard;
@@ -194,10 +194,6 @@ pub fn narrowest_half_band_ns(brackets: &[Constraint]) -> Option<f64> {
         exit = exit.min(at(c.after) - stamp);
     }
     Some((entry + exit) / 2.0)
-}
-
-fn signed_diff(a: u64, b: u64) -> f64 {
-    (i128::from(a) - i128::from(b)) as f64
 }
 
 /// `bound / half_band` as "1.07x" ("-" when the half band is not positive).

@@ -3,7 +3,9 @@
 //! in-process refiner chooses among between its own fits), with the union of both bounds while
 //! the two switch; after a clock jump the refiner detected, the new line as it is.
 
-use perfclock_calib::published::{continue_within, switch_line, BoundModel, LineTarget, Solution};
+use perfclock_calib::published::{
+    continue_within, slope_of, switch_line, BoundModel, LineTarget, Solution,
+};
 use perfclock_core::shared_page::SharedPageWriter;
 use perfclock_core::TimeConversion;
 
@@ -73,9 +75,7 @@ impl PublishedLine {
         let (next, publish_before, publication) = if jumps != self.jumps {
             (target, u64::MAX, Publication::Jumped(jumps - self.jumps))
         } else {
-            let slope =
-                f64::from(target.conversion.mult()) / (1u64 << target.conversion.shift()) as f64;
-            let horizon = (SLEW_HORIZON_NS / slope) as u64;
+            let horizon = (SLEW_HORIZON_NS / slope_of(&target.conversion)) as u64;
             match continue_within(&old.conversion, &target, now, horizon) {
                 Some((next, before)) => (next, before, Publication::Continued),
                 None => {
