@@ -52,6 +52,9 @@ const TOLERATED_EXTRA_REJECTS: usize = 2;
 const JUMP_MIN_STRAYS: usize = 2;
 /// Brackets checked against an inherited publication before a resumed refiner replaces it.
 const RESUME_CHECK_BRACKETS: usize = 24;
+/// Brackets a calibration from scratch collects after fitting its init's, to fit up to the
+/// moment it publishes (see [`Calibrator::bring_to_now`]).
+const CLOSING_BATCH_BRACKETS: usize = 24;
 /// Smallest share of the full refinement batch (1/this) a short pause takes.
 const MIN_REFINE_SHARE: usize = 8;
 /// Room for the pruned history on top of a refinement batch: the hull layers and per-slice
@@ -299,6 +302,7 @@ impl Calibrator {
         if !selected {
             self.probe.select_useful(&fit, raw, tags);
         }
+        let fit = self.bring_to_now(fit)?;
         let published = self.publish(&fit, continuous);
         self.buffers.rel = fit.into_spare();
         published?;
@@ -307,6 +311,39 @@ impl Calibrator {
             .calibrations
             .fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// `fit` over the init's history and a closing batch collected now. Pruning thousands of
+    /// brackets and fitting them takes milliseconds, and a fit's band widens after its last
+    /// bracket by its slope range per tick, tens of ns per ms over a first calibration's short
+    /// span: the closing batch and a fit of the pruned history take a tenth of that. `fit`
+    /// itself when the batch cannot be collected or contradicts it (a jump just now, which the
+    /// next refinement's jump check sees); its band, extrapolated to now, is still honest.
+    fn bring_to_now(&mut self, fit: Fit) -> Result<Fit, CalibError> {
+        let fitted = self.history.len();
+        let b = &mut self.buffers;
+        b.batch.clear();
+        if self
+            .probe
+            .collect(CLOSING_BATCH_BRACKETS, &mut b.batch, None)
+            .is_err()
+        {
+            return Ok(fit);
+        }
+        self.history.extend_from_slice(&b.batch);
+        let tolerated = fit.rejected + TOLERATED_EXTRA_REJECTS;
+        let mut rel = fit.into_spare();
+        match Fit::new_reusing(&self.history, &self.options.fit, &mut rel) {
+            Ok(closed) if closed.rejected <= tolerated => return Ok(closed),
+            Ok(closed) => rel = closed.into_spare(),
+            Err(_) => {}
+        }
+        self.history.truncate(fitted);
+        Ok(Fit::new_reusing(
+            &self.history,
+            &self.options.fit,
+            &mut rel,
+        )?)
     }
 
     /// Size every buffer for the steady state, after the first calibration: from then on the
@@ -321,8 +358,9 @@ impl Calibrator {
             + kinds;
         let history = raw.max(batch + HISTORY_SLACK);
         let b = &mut self.buffers;
-        reserve_total(&mut b.batch, batch.max(RESUME_CHECK_BRACKETS + kinds));
-        reserve_total(&mut b.offsets, batch.max(RESUME_CHECK_BRACKETS + kinds));
+        let small_batch = RESUME_CHECK_BRACKETS.max(CLOSING_BATCH_BRACKETS) + kinds;
+        reserve_total(&mut b.batch, batch.max(small_batch));
+        reserve_total(&mut b.offsets, batch.max(small_batch));
         reserve_total(&mut b.raw, raw);
         reserve_total(&mut b.tags, raw);
         reserve_total(&mut self.history, history);
