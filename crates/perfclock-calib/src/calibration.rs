@@ -55,6 +55,9 @@ const RESUME_CHECK_BRACKETS: usize = 24;
 /// Brackets a calibration from scratch collects after fitting its init's, to fit up to the
 /// moment it publishes (see [`Calibrator::bring_to_now`]).
 const CLOSING_BATCH_BRACKETS: usize = 24;
+/// The fastest slew a refinement offers, ns: a line above the band comes down by slewing, and
+/// one this fast gains within the look ahead what its head start costs (see `continuations`).
+const SLEW_HORIZON_NS: f64 = 2.0 * PUBLISH_MARGIN_NS;
 /// Smallest share of the full refinement batch (1/this) a short pause takes.
 const MIN_REFINE_SHARE: usize = 8;
 /// Room for the pruned history on top of a refinement batch: the hull layers and per-slice
@@ -146,11 +149,12 @@ impl Calibrator {
     /// the continuations that may follow it (see [`continuations`]), whichever lies nearest the
     /// band a while ahead (the next refinement, at least two publish margins), among those whose
     /// bound now is no more than the allowed growth above the kept line's, or than the kept
-    /// line's will be by then. A continuation that steps forward must come nearer by more than
-    /// the allowed growth: the fit's middle jitters from fit to fit, and following it both ways
-    /// would ratchet the line up (it may step forward, never back). A continuation that cannot
-    /// be written safely now is dropped: the old line stays, its bound growing honestly, and the
-    /// next refinement tries again.
+    /// line's will be by then. A continuation still ahead of the kept line there must come
+    /// nearer by more than the allowed growth: the fit's middle jitters from fit to fit, and
+    /// following it both ways would ratchet the line up (it may step forward, never back). One
+    /// that is behind by then corrects the slope, stepping forward now only by the head start a
+    /// flatter line needs. A continuation that cannot be written safely now is dropped: the old
+    /// line stays, its bound growing honestly, and the next refinement tries again.
     fn publish(&mut self, fit: &Fit, continuous: bool) -> Result<(), CalibError> {
         let now = counter::read_counter().ok_or(BracketError::CounterUnsupported)?;
         let mut sol = solve(fit, now)?;
@@ -168,25 +172,24 @@ impl Calibrator {
             let kept = band_now.bound_of(&old.conversion);
             let kept_later = band_look.bound_of(&old.conversion).base_ns;
             let ceiling = kept.base_ns.saturating_add(allowed).max(kept_later);
-            let old_now = old.conversion.cycles_to_ns(now);
-            let horizon_ns = self.options.max_refine_interval.as_nanos() as f64;
-            let best = continuations(&old.conversion, &sol, now, (horizon_ns / slope) as u64)
-                .map(|(next, before)| {
-                    let measured = band_now.bound_of(&next.conversion);
-                    let later = band_look.bound_of(&next.conversion).base_ns;
-                    (next, before, measured, later)
-                })
-                .filter(|(_, _, measured, _)| measured.base_ns <= ceiling)
-                .min_by_key(|(_, _, _, later)| *later);
-            let better = best.filter(|(next, _, _, later)| {
-                let step = next.conversion.cycles_to_ns(now).saturating_sub(old_now);
-                let hysteresis = if step > CONTINUITY_MARGIN_NS + 1 {
-                    allowed
-                } else {
-                    0
-                };
-                later.saturating_add(hysteresis) < kept_later
-            });
+            let old_look = old.conversion.cycles_to_ns(look);
+            let better =
+                continuations(&old.conversion, &sol, now, (SLEW_HORIZON_NS / slope) as u64)
+                    .map(|(next, before)| {
+                        let measured = band_now.bound_of(&next.conversion);
+                        let later = band_look.bound_of(&next.conversion).base_ns;
+                        // A line still ahead of the old one at `look` moved the clock forward
+                        // for good: it must come nearer by more than the allowed growth. One
+                        // below it by then corrects the slope; its step now is its head start.
+                        let ahead = next.conversion.cycles_to_ns(look)
+                            > old_look.saturating_add(CONTINUITY_MARGIN_NS + 1);
+                        let hysteresis = if ahead { allowed } else { 0 };
+                        (next, before, measured, later.saturating_add(hysteresis))
+                    })
+                    .filter(|(_, _, measured, judged)| {
+                        measured.base_ns <= ceiling && *judged < kept_later
+                    })
+                    .min_by_key(|(_, _, _, judged)| *judged);
             match better {
                 Some((next, before, measured, _)) => {
                     // Both bounds are honest; publish the one that is smaller ahead.

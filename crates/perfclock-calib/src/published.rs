@@ -269,7 +269,7 @@ pub fn continuations<'a>(
     [now, deadline]
         .into_iter()
         .flat_map(move |anchor| {
-            [1, 10, 100, 1000, 10_000]
+            [1, 3, 10, 30, 100, 1000, 10_000, 100_000]
                 .into_iter()
                 .map(move |factor| (anchor, horizon_ticks.saturating_mul(factor)))
         })
