@@ -125,6 +125,16 @@ impl Buffers {
     }
 }
 
+/// What a refinement publishes after the old line (see [`Calibrator::choose`]).
+enum Choice {
+    /// Keep the old line; with its bound re-measured under the new fit when that is smaller
+    /// ahead than the one published.
+    Keep(Option<BoundModel>),
+    /// Switch to `line`, written before the counter reaches `before` (see [`continuations`]);
+    /// if it cannot be, the old line stays and the next refinement tries again.
+    Switch { line: Solution, before: u64 },
+}
+
 /// The refiner's pages and bound, as [`switch_line`] writes them.
 struct RefinerPages<'a> {
     writer: &'a PageWriter,
@@ -142,102 +152,111 @@ impl LineTarget for RefinerPages<'_> {
 }
 
 impl Calibrator {
-    /// Publish `fit`. `continuous`: never step the clock back (refinements); off after a jump,
-    /// where the old line is simply wrong.
-    ///
-    /// A refinement keeps the published line (with its bound under `fit`) or moves to one of
-    /// the continuations that may follow it (see [`continuations`]), whichever lies nearest the
-    /// band a while ahead (the next refinement, at least two publish margins), among those whose
-    /// bound now is no more than the allowed growth above the kept line's, or than the kept
-    /// line's will be by then. A continuation still ahead of the kept line there must come
-    /// nearer by more than the allowed growth: the fit's middle jitters from fit to fit, and
-    /// following it both ways would ratchet the line up (it may step forward, never back). One
-    /// that is behind by then corrects the slope, stepping forward now only by the head start a
-    /// flatter line needs. A continuation that cannot be written safely now is dropped: the old
-    /// line stays, its bound growing honestly, and the next refinement tries again.
+    /// Publish `fit`. `continuous`: never step the clock back (refinements, see
+    /// [`Calibrator::choose`]); off after a jump, where the old line is simply wrong.
     fn publish(&mut self, fit: &Fit, continuous: bool) -> Result<(), CalibError> {
         let now = counter::read_counter().ok_or(BracketError::CounterUnsupported)?;
-        let mut sol = solve(fit, now)?;
-        let mut publish_before = u64::MAX;
-        if let (true, Some((old, _))) = (continuous, &self.current) {
-            let slope = fit.slope_best.max(f64::MIN_POSITIVE);
-            // A continuation flatter than the old line starts above it by the slope difference
-            // times the publish margin (see `continuations`); the old line's own drift from the
-            // band repays that after one margin more.
-            let ahead_ns =
-                (self.pause_for(&sol.bound, slope).as_nanos() as f64).max(2.0 * PUBLISH_MARGIN_NS);
-            let look = now.saturating_add((ahead_ns / slope) as u64);
-            let (band_now, band_look) = (Band::of(fit, now)?, Band::of(fit, look)?);
-            let allowed = self.options.allowed_growth_ns;
-            let kept = band_now.bound_of(&old.conversion);
-            let kept_later = band_look.bound_of(&old.conversion).base_ns;
-            let ceiling = kept.base_ns.saturating_add(allowed).max(kept_later);
-            let old_look = old.conversion.cycles_to_ns(look);
-            let better =
-                continuations(&old.conversion, &sol, now, (SLEW_HORIZON_NS / slope) as u64)
-                    .map(|(next, before)| {
-                        let measured = band_now.bound_of(&next.conversion);
-                        let later = band_look.bound_of(&next.conversion).base_ns;
-                        // A line still ahead of the old one at `look` moved the clock forward
-                        // for good: it must come nearer by more than the allowed growth. One
-                        // below it by then corrects the slope; its step now is its head start.
-                        let ahead = next.conversion.cycles_to_ns(look)
-                            > old_look.saturating_add(CONTINUITY_MARGIN_NS + 1);
-                        let hysteresis = if ahead { allowed } else { 0 };
-                        (next, before, measured, later.saturating_add(hysteresis))
-                    })
-                    .filter(|(_, _, measured, judged)| {
-                        measured.base_ns <= ceiling && *judged < kept_later
-                    })
-                    .min_by_key(|(_, _, _, judged)| *judged);
-            match better {
-                Some((next, before, measured, _)) => {
-                    // Both bounds are honest; publish the one that is smaller ahead.
-                    let bound = if measured.at(look) < next.bound.at(look) {
-                        measured
-                    } else {
-                        next.bound
-                    };
-                    sol = Solution {
-                        conversion: next.conversion,
-                        bound,
-                    };
-                    publish_before = before;
-                }
-                None => {
-                    if kept.at(look) < old.bound.at(look) {
-                        let conversion = old.conversion;
+        let target = solve(fit, now)?;
+        let (sol, publish_before) = match (continuous, self.current) {
+            (true, Some((old, _))) => match self.choose(fit, &old, &target, now)? {
+                Choice::Switch { line, before } => (line, before),
+                Choice::Keep(remeasured) => {
+                    if let Some(bound) = remeasured {
                         // No fork may copy the bound mid-update (see `fork_gate`).
                         let gate = fork_gate::hold();
-                        self.shared.bound.store(&kept);
+                        self.shared.bound.store(&bound);
                         drop(gate);
-                        self.current = Some((
-                            Solution {
-                                conversion,
-                                bound: kept,
-                            },
-                            fit.slope_best,
-                        ));
+                        let conversion = old.conversion;
+                        self.current = Some((Solution { conversion, bound }, fit.slope_best));
                         self.note_fit(fit);
                     }
                     return Ok(());
                 }
-            }
-        }
+            },
+            _ => (target, u64::MAX),
+        };
         // No fork may copy the page or the bound mid-update (see `fork_gate`).
         let gate = fork_gate::hold();
         let old = self.current.as_ref().map(|(old, _)| old);
-        let target = RefinerPages {
+        let pages = RefinerPages {
             writer: &self.writer,
             bound: &self.shared.bound,
         };
-        if !switch_line(&target, old, &sol, now, publish_before) {
+        if !switch_line(&pages, old, &sol, now, publish_before) {
             return Ok(());
         }
         drop(gate);
         self.note_fit(fit);
         self.current = Some((sol, fit.slope_best));
         Ok(())
+    }
+
+    /// What a refinement publishes after `old`, given `fit` and its middle line `target`, at
+    /// counter value `now`.
+    ///
+    /// It keeps the published line (with its bound under `fit`) or moves to one of the
+    /// continuations that may follow it (see [`continuations`]), whichever lies nearest the
+    /// band a while ahead (the next refinement, at least two publish margins), among those whose
+    /// bound now is no more than the allowed growth above the kept line's, or than the kept
+    /// line's will be by then. A continuation still ahead of the kept line there must come
+    /// nearer by more than the allowed growth: the fit's middle jitters from fit to fit, and
+    /// following it both ways would ratchet the line up (it may step forward, never back). One
+    /// that is behind by then corrects the slope, stepping forward now only by the head start a
+    /// flatter line needs.
+    fn choose(
+        &self,
+        fit: &Fit,
+        old: &Solution,
+        target: &Solution,
+        now: u64,
+    ) -> Result<Choice, CalibError> {
+        let slope = fit.slope_best.max(f64::MIN_POSITIVE);
+        // A continuation flatter than the old line starts above it by the slope difference
+        // times the publish margin (see `continuations`); the old line's own drift from the
+        // band repays that after one margin more.
+        let ahead_ns =
+            (self.pause_for(&target.bound, slope).as_nanos() as f64).max(2.0 * PUBLISH_MARGIN_NS);
+        let look = now.saturating_add((ahead_ns / slope) as u64);
+        let (band_now, band_look) = (Band::of(fit, now)?, Band::of(fit, look)?);
+        let allowed = self.options.allowed_growth_ns;
+        let kept = band_now.bound_of(&old.conversion);
+        let kept_later = band_look.bound_of(&old.conversion).base_ns;
+        let ceiling = kept.base_ns.saturating_add(allowed).max(kept_later);
+        let old_look = old.conversion.cycles_to_ns(look);
+        let better = continuations(
+            &old.conversion,
+            target,
+            now,
+            (SLEW_HORIZON_NS / slope) as u64,
+        )
+        .map(|(next, before)| {
+            let measured = band_now.bound_of(&next.conversion);
+            let later = band_look.bound_of(&next.conversion).base_ns;
+            // A line still ahead of the old one at `look` moved the clock forward for good:
+            // it must come nearer by more than the allowed growth. One below it by then
+            // corrects the slope; its step now is its head start.
+            let ahead = next.conversion.cycles_to_ns(look)
+                > old_look.saturating_add(CONTINUITY_MARGIN_NS + 1);
+            let hysteresis = if ahead { allowed } else { 0 };
+            (next, before, measured, later.saturating_add(hysteresis))
+        })
+        .filter(|(_, _, measured, judged)| measured.base_ns <= ceiling && *judged < kept_later)
+        .min_by_key(|(_, _, _, judged)| *judged);
+        Ok(match better {
+            Some((next, before, measured, _)) => Choice::Switch {
+                line: Solution {
+                    conversion: next.conversion,
+                    // Both bounds are honest; publish the one that is smaller ahead.
+                    bound: if measured.at(look) < next.bound.at(look) {
+                        measured
+                    } else {
+                        next.bound
+                    },
+                },
+                before,
+            },
+            None => Choice::Keep((kept.at(look) < old.bound.at(look)).then_some(kept)),
+        })
     }
 
     /// Records `fit`, now what the published bound stands on, in the statistics.
