@@ -214,8 +214,8 @@ impl Calibrator {
         // A continuation flatter than the old line starts above it by the slope difference
         // times the publish margin (see `continuations`); the old line's own drift from the
         // band repays that after one margin more.
-        let ahead_ns =
-            (self.pause_for(&target.bound, slope).as_nanos() as f64).max(2.0 * PUBLISH_MARGIN_NS);
+        let ahead_ns = (self.options.pause_after(&target.bound, slope).as_nanos() as f64)
+            .max(2.0 * PUBLISH_MARGIN_NS);
         let look = now.saturating_add((ahead_ns / slope) as u64);
         let (band_now, band_look) = (Band::of(fit, now)?, Band::of(fit, look)?);
         let allowed = self.options.allowed_growth_ns;
@@ -487,18 +487,7 @@ impl Calibrator {
             .refinements
             .fetch_add(1, Ordering::Relaxed);
         let (sol, slope) = self.current.unwrap_or((sol, fitted_slope));
-        Ok(self.pause_for(&sol.bound, slope))
-    }
-
-    /// The pause after publishing `bound` (on a line of `slope` ns per tick): until it has grown
-    /// by the allowed growth, within the refine intervals.
-    fn pause_for(&self, bound: &BoundModel, slope: f64) -> Duration {
-        let ticks = bound.ticks_until_growth(self.options.allowed_growth_ns);
-        let pause = Duration::from_nanos((ticks as f64 * slope).min(u64::MAX as f64) as u64);
-        pause.clamp(
-            self.options.min_refine_interval,
-            self.options.max_refine_interval,
-        )
+        Ok(self.options.pause_after(&sol.bound, slope))
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::error::CalibError;
 use crate::fit::FitOptions;
 use crate::kind::RecordKind;
+use crate::published::BoundModel;
 
 /// Brackets collected before the first fit: a few thousand over every kind on our machines,
 /// enough for a bound under a microsecond, while `init()` stays a short wait.
@@ -143,6 +144,15 @@ impl CalibrationOptions {
         self.min_refine_interval = min;
         self.max_refine_interval = max;
         self
+    }
+
+    /// The pause after publishing `bound` on a line of `ns_per_tick`: until the bound has grown
+    /// by the allowed growth, within the refine intervals. The refiner's, and a publisher's
+    /// that republishes its line (`perfclock serve`).
+    pub fn pause_after(&self, bound: &BoundModel, ns_per_tick: f64) -> Duration {
+        let ticks = bound.ticks_until_growth(self.allowed_growth_ns);
+        let pause = Duration::from_nanos((ticks as f64 * ns_per_tick).min(u64::MAX as f64) as u64);
+        pause.clamp(self.min_refine_interval, self.max_refine_interval)
     }
 
     /// Record kinds to calibrate from; empty (the default): every kind this process can open.

@@ -170,9 +170,8 @@ pub const CONTINUITY_MARGIN_NS: u64 = 2;
 /// `target`, or, if publishing it would step the clock back (the old line is ahead of it at
 /// `at`, or less than [`CONTINUITY_MARGIN_NS`] behind), a line that continues the old one at `at`
 /// (plus [`CONTINUITY_MARGIN_NS`]) and slews into `target` over `horizon_ticks`: lower slope, same
-/// shift rules. The bound, referenced to counter value `now` (the publishing time; `at` may lie
-/// after it), grows by exactly the distance between the two lines (`d` at `at`, plus the slope
-/// difference per tick), so it stays honest. Forward steps are published as they are: they never
+/// shift rules. Its bound is [`bound_toward`]'s, referenced to counter value `now` (the
+/// publishing time; `at` may lie after it). Forward steps are published as they are: they never
 /// make time go back.
 ///
 /// # Errors
@@ -196,32 +195,39 @@ pub fn continue_from(
     let slope_target = slope_of(t);
     let slope = slope_target - d as f64 / horizon_ticks as f64;
     let (mult, shift) = quantise_slope(slope)?;
-    let slope_q = f64::from(mult) / (1u64 << shift) as f64;
     let scaled = ((u128::from(at) * u128::from(mult)) >> shift) as u64;
     let zero = (old_ns + CONTINUITY_MARGIN_NS).wrapping_sub(scaled);
     let conversion = TimeConversion::new(mult, shift, zero).map_err(PublishError::Param)?;
-    // |line(c) - target(c)| <= d + slew * |c - at| <= d + slew * |at - now| + slew * |c - now|,
-    // and target's bound at c is at most its bound at `now` plus its growth times |c - now|.
-    let slew = (slope_q - slope_target).abs();
-    let anchor_gap = (slew * at.abs_diff(now) as f64).ceil() as u64;
-    let extra_growth = (slew * (1u64 << GROWTH_SCALE_LOG2) as f64).ceil();
     Ok(Solution {
         conversion,
-        bound: BoundModel {
-            base_ns: target
-                .bound
-                .at(now)
-                .saturating_add(d)
-                .saturating_add(anchor_gap)
-                .saturating_add(ROUNDING_NS),
-            growth_q48: target
-                .bound
-                .growth_q48
-                .saturating_add(extra_growth as u64)
-                .saturating_add(1),
-            counter_ref: now,
-        },
+        bound: bound_toward(&conversion, target, now),
     })
+}
+
+/// The bound of `line`, a line published instead of `target` (a continuation slewing into it),
+/// referenced at counter value `now`: `target`'s bound plus the distance between the two lines,
+/// growing by both: `|line(c) - target(c)| <= |line(now) - target(now)| + slew * |c - now|`,
+/// and `target`'s bound at `c` is at most its bound at `now` plus its growth times `|c - now|`.
+/// 2 ns more cover the floors in the two conversions.
+pub fn bound_toward(line: &TimeConversion, target: &Solution, now: u64) -> BoundModel {
+    let gap = line
+        .cycles_to_ns(now)
+        .abs_diff(target.conversion.cycles_to_ns(now));
+    let slew = (slope_of(line) - slope_of(&target.conversion)).abs();
+    let extra_growth = (slew * (1u64 << GROWTH_SCALE_LOG2) as f64).ceil() as u64;
+    BoundModel {
+        base_ns: target
+            .bound
+            .at(now)
+            .saturating_add(gap)
+            .saturating_add(ROUNDING_NS),
+        growth_q48: target
+            .bound
+            .growth_q48
+            .saturating_add(extra_growth)
+            .saturating_add(1),
+        counter_ref: now,
+    }
 }
 
 /// How far ahead of "now" a continuation is checked to lie above the old line, ns: the new line
