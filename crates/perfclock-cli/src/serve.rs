@@ -29,9 +29,10 @@
 //! holds an exclusive `flock` on the directory.
 //!
 //! # What is published
-//! Every [`POLL_INTERVAL`] the server takes the in-process conversion and bound and publishes
-//! them through `perfclock_serve::line` (a line that continues the one in the page); every poll
-//! refreshes the heartbeat.
+//! At every poll the server takes the in-process conversion and bound and publishes them through
+//! `perfclock_serve::line` (a line that continues the one in the page); every poll refreshes the
+//! heartbeat. It polls as often as the in-process refiner refines (every 5 ms while a young fit's
+//! bound grows fast), at most every [`POLL_INTERVAL`].
 //!
 //! The page, its file, its socket and its directory are `perfclock_serve::publisher`'s; this
 //! module is the command around them: modes, the poll loop, logging. SIGINT and SIGTERM set a
@@ -47,7 +48,7 @@ use std::time::{Duration, Instant};
 use perfclock::paravirt::{self, OffsetSource};
 use perfclock::shared_page::socket_path;
 use perfclock::{Clock, Error, Withheld};
-use perfclock_calib::published::Solution;
+use perfclock_calib::published::{slope_of, Solution};
 use perfclock_calib::{CalibratedClock, CalibrationOptions};
 use perfclock_core::counter;
 use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
@@ -191,15 +192,19 @@ fn inherited_solution(existing: Option<&[u8]>, boot_id: [u64; 2]) -> Option<Solu
 /// Calibrates in this process; the server starts from `inherited`, the line in the page.
 fn start_calibration(inherited: Option<Solution>) -> Result<Server, ServeError> {
     let started = Instant::now();
-    let clock =
-        CalibratedClock::start(CalibrationOptions::default()).map_err(ServeError::Calibration)?;
+    let options = CalibrationOptions::default();
+    let clock = CalibratedClock::start(options.clone()).map_err(ServeError::Calibration)?;
     errln!(
         "{NAME}: calibrated in {:.1} ms, bound {} ns",
         started.elapsed().as_secs_f64() * 1e3,
         clock.error_bound_ns()
     );
     let line = PublishedLine::new(inherited, clock.stats().jumps);
-    Ok(Server { clock, line })
+    Ok(Server {
+        clock,
+        options,
+        line,
+    })
 }
 
 /// The live page, claimed by this process with the first publication, and its file: the
@@ -243,8 +248,8 @@ fn open_page(
     Ok((page, file))
 }
 
-/// Every [`POLL_INTERVAL`] until SIGINT/SIGTERM: publishes the in-process line, refreshes the
-/// heartbeat and the file; a status line every [`STATUS_INTERVAL`].
+/// Until SIGINT/SIGTERM, at every poll ([`Server::next_poll`]): publishes the in-process line,
+/// refreshes the heartbeat and the file; a status line every [`STATUS_INTERVAL`].
 fn poll_until_stopped(
     server: &mut Server,
     page: &LivePage,
@@ -254,7 +259,7 @@ fn poll_until_stopped(
 ) -> Result<(), ServeError> {
     let mut last_status = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(POLL_INTERVAL);
+        std::thread::sleep(server.next_poll());
         let now = counter_now()?;
         match server.target() {
             Ok(target) => page.with_writer(|writer| server.publish(writer, target, now)),
@@ -329,6 +334,8 @@ const OFFSET_FILE_NAME: &str = "pvclock-offset";
 
 struct Server {
     clock: CalibratedClock,
+    /// The clock's options: the page is polled as often as the refiner refines.
+    options: CalibrationOptions,
     line: PublishedLine,
 }
 
@@ -345,6 +352,18 @@ impl Server {
             }
         }
         Err(ServeError::KeptRepublishing)
+    }
+
+    /// The pause before the next poll: until the page's bound has grown by what the refiner
+    /// allows between its own refinements (a young fit's bound grows by tens of ns per ms), at
+    /// most [`POLL_INTERVAL`].
+    fn next_poll(&self) -> Duration {
+        self.line.current().map_or(POLL_INTERVAL, |sol| {
+            let ns_per_tick = slope_of(&sol.conversion);
+            self.options
+                .pause_after(&sol.bound, ns_per_tick)
+                .min(POLL_INTERVAL)
+        })
     }
 
     /// Publishes `target` at counter value `now` (see `perfclock_serve::line`).

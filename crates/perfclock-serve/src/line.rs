@@ -4,7 +4,7 @@
 //! the two switch; after a clock jump the refiner detected, the new line as it is.
 
 use perfclock_calib::published::{
-    continue_within, slope_of, switch_line, BoundModel, LineTarget, Solution,
+    bound_toward, continue_within, slope_of, switch_line, BoundModel, LineTarget, Solution,
 };
 use perfclock_core::shared_page::SharedPageWriter;
 use perfclock_core::TimeConversion;
@@ -13,10 +13,12 @@ use perfclock_core::TimeConversion;
 /// refiner's (its longest refinement pause).
 const SLEW_HORIZON_NS: f64 = 1e9;
 
-/// The line the shared page publishes, and the refiner's jump count when it was published.
+/// The line the shared page publishes, the refiner's line it was continued toward, and the
+/// refiner's jump count when it was published.
 #[derive(Debug, Clone, Copy)]
 pub struct PublishedLine {
     published: Option<Solution>,
+    toward: Option<TimeConversion>,
     jumps: u64,
 }
 
@@ -43,6 +45,7 @@ impl PublishedLine {
     pub fn new(inherited: Option<Solution>, jumps: u64) -> Self {
         PublishedLine {
             published: inherited,
+            toward: None,
             jumps,
         }
     }
@@ -53,7 +56,10 @@ impl PublishedLine {
     }
 
     /// Publishes `target` at counter value `now`, continuing the published line unless the
-    /// refiner's jump count moved past `jumps`; refreshes the heartbeat.
+    /// refiner's jump count moved past `jumps`; refreshes the heartbeat. When only `target`'s
+    /// bound moved (the refiner kept its line), the published line stays and its bound is
+    /// re-measured toward it: continuing it again would step it up by the continuity margin at
+    /// every poll.
     pub fn publish(
         &mut self,
         writer: &SharedPageWriter,
@@ -65,11 +71,25 @@ impl PublishedLine {
         let Some(old) = self.published else {
             switch_line(&page, None, &target, now, u64::MAX);
             self.published = Some(target);
+            self.toward = Some(target.conversion);
             self.jumps = jumps;
             return Publication::First;
         };
-        if old.conversion == target.conversion && old.bound == target.bound {
-            writer.store_bound(&old.bound, now);
+        if jumps == self.jumps && old.conversion == target.conversion {
+            writer.store_bound(&target.bound, now);
+            self.published = Some(target);
+            return Publication::Unchanged;
+        }
+        if jumps == self.jumps && self.toward == Some(target.conversion) {
+            let remeasured = bound_toward(&old.conversion, &target, now);
+            let look = now.saturating_add((SLEW_HORIZON_NS / slope_of(&target.conversion)) as u64);
+            let bound = if remeasured.at(look) < old.bound.at(look) {
+                remeasured
+            } else {
+                old.bound
+            };
+            writer.store_bound(&bound, now);
+            self.published = Some(Solution { bound, ..old });
             return Publication::Unchanged;
         }
         let (next, publish_before, publication) = if jumps != self.jumps {
@@ -90,6 +110,7 @@ impl PublishedLine {
             return Publication::Deferred;
         }
         self.published = Some(next);
+        self.toward = Some(target.conversion);
         self.jumps = jumps;
         publication
     }
@@ -139,5 +160,65 @@ mod tests {
             );
         }
         assert!(next.bound.at(now) >= 1_000_000, "{:?}", next.bound);
+    }
+
+    /// A refiner's line at 1 ns per tick, `zero` ns ahead of the counter, with bound `base_ns`.
+    fn line(zero: u64, base_ns: u64, now: u64) -> Solution {
+        Solution {
+            conversion: TimeConversion::new(1 << 31, 31, zero).unwrap(),
+            bound: BoundModel {
+                base_ns,
+                growth_q48: 0,
+                counter_ref: now,
+            },
+        }
+    }
+
+    #[test]
+    fn a_new_bound_on_the_same_line_is_stored_the_line_kept() {
+        let page = crate::publisher::LivePage::new(None).expect("a page");
+        let now = 5_000_000_000;
+        let mut published = PublishedLine::new(None, 0);
+        let first = line(1_000_000, 10, now);
+        let publication = page.with_writer(|w| published.publish(w, first, 0, now));
+        assert_eq!(publication, Publication::First);
+        let wider = line(1_000_000, 30, now + 1_000);
+        let publication = page.with_writer(|w| published.publish(w, wider, 0, now + 1_000));
+        assert_eq!(publication, Publication::Unchanged);
+        assert_eq!(published.current(), Some(wider));
+    }
+
+    #[test]
+    fn a_line_slewing_into_a_target_keeps_slewing_when_only_the_target_s_bound_moves() {
+        let page = crate::publisher::LivePage::new(None).expect("a page");
+        // The real counter: a continuation is written only before its deadline passes.
+        let now = perfclock_core::counter::read_counter().expect("a counter");
+        let mut published = PublishedLine::new(None, 0);
+        page.with_writer(|w| published.publish(w, line(1_000_000, 10, now), 0, now));
+        // 1 ms back: continued, not taken.
+        let target = line(0, 10, now);
+        let publication = page.with_writer(|w| published.publish(w, target, 0, now));
+        assert_eq!(publication, Publication::Continued);
+        let slewing = published.current().expect("a line");
+        assert_ne!(slewing.conversion, target.conversion);
+        // The refiner kept its line and re-measured its bound, tighter: the page keeps its line
+        // (a new continuation would start the margin above it again) with the bound measured
+        // toward the new one.
+        let later = now + 1_000;
+        let remeasured = line(0, 5, later);
+        let publication = page.with_writer(|w| published.publish(w, remeasured, 0, later));
+        assert_eq!(publication, Publication::Unchanged);
+        let kept = published.current().expect("a line");
+        assert_eq!(kept.conversion, slewing.conversion);
+        let gap = kept
+            .conversion
+            .cycles_to_ns(later)
+            .abs_diff(target.conversion.cycles_to_ns(later));
+        assert!(
+            kept.bound.at(later) >= 5 + gap && kept.bound.at(later) < slewing.bound.at(later),
+            "{:?} for a gap of {gap} ns, before {:?}",
+            kept.bound,
+            slewing.bound
+        );
     }
 }
