@@ -21,8 +21,8 @@ use crate::fork_gate;
 use crate::options::{CalibrationOptions, MIN_REFINE_BATCH};
 use crate::prune::{prune_hull_into, prune_into, HullScratch, PruneScratch};
 use crate::published::{
-    continuations, slope_of, solve, switch_line, Band, BoundCell, BoundModel, LineTarget, Solution,
-    CONTINUITY_MARGIN_NS, PUBLISH_MARGIN_NS,
+    continuations, slope_of, solve, switch_line, tighter_at, Band, BoundCell, BoundModel,
+    LineTarget, Solution, CONTINUITY_MARGIN_NS, PUBLISH_MARGIN_NS,
 };
 use crate::shared::Shared;
 use crate::source::Probe;
@@ -246,12 +246,7 @@ impl Calibrator {
             Some((next, before, measured, _)) => Choice::Switch {
                 line: Solution {
                     conversion: next.conversion,
-                    // Both bounds are honest; publish the one that is smaller ahead.
-                    bound: if measured.at(look) < next.bound.at(look) {
-                        measured
-                    } else {
-                        next.bound
-                    },
+                    bound: tighter_at(look, measured, next.bound),
                 },
                 before,
             },

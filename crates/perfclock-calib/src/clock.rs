@@ -65,7 +65,8 @@ pub struct CalibratedClock {
     /// `'static` only inside this clock, which keeps `shared` (the pages) alive; handed out
     /// borrowed from the clock ([`CalibratedClock::reader`]).
     reader: PageReader<'static>,
-    /// Boxed: kept for a restart in a fork child, read only there and by the bound check.
+    /// Boxed: kept for a restart in a fork child, read there, by the bound check and by
+    /// [`CalibratedClock::options`].
     options: Box<CalibrationOptions>,
     /// The fork generation of the process whose refiner keeps the page up to date. Anything
     /// else: this is a fork child's copy, published by no one (see
@@ -329,6 +330,11 @@ impl CalibratedClock {
     /// The bound model currently published.
     pub fn bound_model(&self) -> BoundModel {
         self.shared.bound.load()
+    }
+
+    /// The options the clock was started with.
+    pub fn options(&self) -> &CalibrationOptions {
+        &self.options
     }
 
     /// What the calibrator has done so far.

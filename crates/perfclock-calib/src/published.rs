@@ -230,6 +230,15 @@ pub fn bound_toward(line: &TimeConversion, target: &Solution, now: u64) -> Bound
     }
 }
 
+/// Of two honest bounds for one line, the smaller at counter value `look`.
+pub fn tighter_at(look: u64, a: BoundModel, b: BoundModel) -> BoundModel {
+    if a.at(look) < b.at(look) {
+        a
+    } else {
+        b
+    }
+}
+
 /// How far ahead of "now" a continuation is checked to lie above the old line, ns: the new line
 /// must be written before the counter gets there (see [`continue_within`]). A writer preempted
 /// for longer between choosing a line and writing it drops the line and tries again later.

@@ -192,19 +192,15 @@ fn inherited_solution(existing: Option<&[u8]>, boot_id: [u64; 2]) -> Option<Solu
 /// Calibrates in this process; the server starts from `inherited`, the line in the page.
 fn start_calibration(inherited: Option<Solution>) -> Result<Server, ServeError> {
     let started = Instant::now();
-    let options = CalibrationOptions::default();
-    let clock = CalibratedClock::start(options.clone()).map_err(ServeError::Calibration)?;
+    let clock =
+        CalibratedClock::start(CalibrationOptions::default()).map_err(ServeError::Calibration)?;
     errln!(
         "{NAME}: calibrated in {:.1} ms, bound {} ns",
         started.elapsed().as_secs_f64() * 1e3,
         clock.error_bound_ns()
     );
     let line = PublishedLine::new(inherited, clock.stats().jumps);
-    Ok(Server {
-        clock,
-        options,
-        line,
-    })
+    Ok(Server { clock, line })
 }
 
 /// The live page, claimed by this process with the first publication, and its file: the
@@ -334,8 +330,6 @@ const OFFSET_FILE_NAME: &str = "pvclock-offset";
 
 struct Server {
     clock: CalibratedClock,
-    /// The clock's options: the page is polled as often as the refiner refines.
-    options: CalibrationOptions,
     line: PublishedLine,
 }
 
@@ -360,7 +354,8 @@ impl Server {
     fn next_poll(&self) -> Duration {
         self.line.current().map_or(POLL_INTERVAL, |sol| {
             let ns_per_tick = slope_of(&sol.conversion);
-            self.options
+            self.clock
+                .options()
                 .pause_after(&sol.bound, ns_per_tick)
                 .min(POLL_INTERVAL)
         })

@@ -4,7 +4,8 @@
 //! the two switch; after a clock jump the refiner detected, the new line as it is.
 
 use perfclock_calib::published::{
-    bound_toward, continue_within, slope_of, switch_line, BoundModel, LineTarget, Solution,
+    bound_toward, continue_within, slope_of, switch_line, tighter_at, BoundModel, LineTarget,
+    Solution,
 };
 use perfclock_core::shared_page::SharedPageWriter;
 use perfclock_core::TimeConversion;
@@ -80,14 +81,10 @@ impl PublishedLine {
             self.published = Some(target);
             return Publication::Unchanged;
         }
+        let horizon = (SLEW_HORIZON_NS / slope_of(&target.conversion)) as u64;
         if jumps == self.jumps && self.toward == Some(target.conversion) {
             let remeasured = bound_toward(&old.conversion, &target, now);
-            let look = now.saturating_add((SLEW_HORIZON_NS / slope_of(&target.conversion)) as u64);
-            let bound = if remeasured.at(look) < old.bound.at(look) {
-                remeasured
-            } else {
-                old.bound
-            };
+            let bound = tighter_at(now.saturating_add(horizon), remeasured, old.bound);
             writer.store_bound(&bound, now);
             self.published = Some(Solution { bound, ..old });
             return Publication::Unchanged;
@@ -95,7 +92,6 @@ impl PublishedLine {
         let (next, publish_before, publication) = if jumps != self.jumps {
             (target, u64::MAX, Publication::Jumped(jumps - self.jumps))
         } else {
-            let horizon = (SLEW_HORIZON_NS / slope_of(&target.conversion)) as u64;
             match continue_within(&old.conversion, &target, now, horizon) {
                 Some((next, before)) => (next, before, Publication::Continued),
                 None => {
