@@ -395,7 +395,8 @@ pub enum PvclockPageError {
         /// What is wrong with it.
         error: PvclockError,
     },
-    /// vCPU `vcpu`'s entry differs from vCPU 0's in more than `version`, in every copy.
+    /// vCPU `vcpu`'s entry describes another clock than vCPU 0's (`tsc_timestamp`,
+    /// `system_time`, `tsc_to_system_mul`, `tsc_shift`), in every copy.
     EntriesDiffer {
         /// The vCPU.
         vcpu: usize,

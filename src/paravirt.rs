@@ -420,14 +420,18 @@ fn brackets(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use perfclock_core::pvclock::TSC_STABLE_BIT;
+    use perfclock_core::pvclock::{GUEST_STOPPED_BIT, TSC_STABLE_BIT};
 
     #[test]
     fn the_bound_is_unknown_once_the_stable_bit_is_gone() {
         let entry = |flags| PvclockParams::new(1, 2, 3_310_237_869, -1, flags);
         assert_eq!(bound_while_stable(entry(TSC_STABLE_BIT), 0), 0);
         assert_eq!(bound_while_stable(entry(TSC_STABLE_BIT), 480), 480);
+        // A pause leaves the clock as it was.
+        let stopped = TSC_STABLE_BIT | GUEST_STOPPED_BIT;
+        assert_eq!(bound_while_stable(entry(stopped), 0), 0);
         assert_eq!(bound_while_stable(entry(0), 0), u64::MAX);
+        assert_eq!(bound_while_stable(entry(GUEST_STOPPED_BIT), 0), u64::MAX);
         assert_eq!(
             bound_while_stable(Err(PvclockError::VersionNeverSettled), 0),
             u64::MAX

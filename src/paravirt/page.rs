@@ -18,7 +18,9 @@
 //! signal (`rt_sigprocmask`, see `kernel_reads`; `process_vm_readv` cannot be used: it refuses
 //! the `VM_PFNMAP` mapping whatever its contents). Then the page is read in place and
 //! validated: each online vCPU's entry (those below [`ENTRIES_PER_PAGE`]) must be a plausible
-//! clock with `PVCLOCK_TSC_STABLE_BIT`, equal to vCPU 0's in everything but `version`.
+//! clock with `PVCLOCK_TSC_STABLE_BIT`, describing the same clock as vCPU 0's
+//! ([`PvclockParams`]: `version`, padding and notification flags such as a paused guest's
+//! `PVCLOCK_GUEST_STOPPED` may differ).
 //!
 //! # Safety
 //! The probe passes the page's address to `rt_sigprocmask(2)`, which reads it in the kernel
@@ -32,7 +34,10 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::ptr::{self, NonNull};
 
-use perfclock_core::pvclock::{PvclockParams, PvclockVcpuTimeInfo, ENTRIES_PER_PAGE, ENTRY_STRIDE};
+use perfclock_core::pvclock::{
+    PvclockParams, PvclockVcpuTimeInfo, ENTRIES_PER_PAGE, ENTRY_STRIDE, GUEST_STOPPED_BIT,
+};
+use perfclock_core::PvclockError;
 
 /// The page size of the vDSO's data pages on x86_64.
 const VVAR_PAGE_BYTES: usize = 4096;
@@ -76,6 +81,8 @@ pub struct PvclockPage {
     layout: VvarLayout,
     /// The online vCPUs whose entries were compared.
     vcpus_checked: usize,
+    /// Bit `n` set: vCPU `n`'s entry carried `PVCLOCK_GUEST_STOPPED` when validated.
+    guest_stopped: u64,
     /// vCPU 0's parameters when validated.
     params: PvclockParams,
 }
@@ -104,11 +111,30 @@ impl PvclockPage {
         self.vcpus_checked
     }
 
+    /// The vCPUs whose entries carried `PVCLOCK_GUEST_STOPPED` when the page was validated:
+    /// the host paused this VM since their watchdogs last ran. It changes no reading.
+    pub fn guest_stopped_vcpus(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..ENTRIES_PER_PAGE).filter(|vcpu| self.guest_stopped >> vcpu & 1 != 0)
+    }
+
     /// vCPU 0's parameters when the page was validated.
     pub fn params(&self) -> PvclockParams {
         self.params
     }
 }
+
+/// What a valid copy of the page showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validated {
+    /// The clock every compared entry describes.
+    pub params: PvclockParams,
+    /// How many online vCPUs' entries were compared.
+    pub vcpus_checked: usize,
+    /// Bit `n` set: vCPU `n`'s entry carries `PVCLOCK_GUEST_STOPPED`.
+    pub guest_stopped: u64,
+}
+
+const _: () = assert!(ENTRIES_PER_PAGE <= u64::BITS as usize);
 
 /// A candidate page: the mapping's start address and which page of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,7 +213,7 @@ pub fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
 }
 
 /// Checks a copy of the page: every vCPU's entry in `vcpus` (those below
-/// [`ENTRIES_PER_PAGE`]) a stable, plausible clock equal to vCPU 0's but for `version`.
+/// [`ENTRIES_PER_PAGE`]) a stable, plausible clock, the same [`PvclockParams`] as vCPU 0's.
 /// `Ok(None)` when an entry was mid-update (odd `version`) in the copy: take another.
 ///
 /// # Errors
@@ -196,7 +222,7 @@ pub fn validate_copy(
     page: &[u8; VVAR_PAGE_BYTES],
     vcpus: &[usize],
     layout: VvarLayout,
-) -> Result<Option<(PvclockParams, usize)>, PvclockPageError> {
+) -> Result<Option<Validated>, PvclockPageError> {
     let entry_at = |vcpu: usize| -> PvclockVcpuTimeInfo {
         let slot = &page[vcpu * ENTRY_STRIDE..vcpu * ENTRY_STRIDE + 32];
         let u32_at = |o: usize| u32::from_ne_bytes(slot[o..o + 4].try_into().unwrap_or([0; 4]));
@@ -220,7 +246,7 @@ fn validate_entries(
     entry_at: impl Fn(usize) -> PvclockVcpuTimeInfo,
     vcpus: &[usize],
     layout: VvarLayout,
-) -> Result<Option<(PvclockParams, usize)>, PvclockPageError> {
+) -> Result<Option<Validated>, PvclockPageError> {
     let checked = || vcpus.iter().copied().filter(|&v| v < ENTRIES_PER_PAGE);
     if checked()
         .chain([0])
@@ -229,23 +255,28 @@ fn validate_entries(
         return Ok(None);
     }
     let params_of = |vcpu: usize| {
-        PvclockParams::of(&entry_at(vcpu))
-            .and_then(PvclockParams::require_stable)
-            .map_err(|error| PvclockPageError::Entry {
-                layout,
-                vcpu,
-                error,
-            })
+        PvclockParams::of_stable(&entry_at(vcpu)).map_err(|error| PvclockPageError::Entry {
+            layout,
+            vcpu,
+            error,
+        })
     };
     let first = params_of(0)?;
-    let mut count = 0;
+    let mut validated = Validated {
+        params: first,
+        vcpus_checked: 0,
+        guest_stopped: 0,
+    };
     for vcpu in checked() {
         if params_of(vcpu)? != first {
             return Err(PvclockPageError::EntriesDiffer { vcpu });
         }
-        count += 1;
+        if entry_at(vcpu).flags & GUEST_STOPPED_BIT != 0 {
+            validated.guest_stopped |= 1 << vcpu;
+        }
+        validated.vcpus_checked += 1;
     }
-    Ok(Some((first, count)))
+    Ok(Some(validated))
 }
 
 /// Finds, probes and validates this process's pvclock page.
@@ -319,17 +350,23 @@ fn probe_candidate(candidate: Candidate, vcpus: &[usize]) -> Result<PvclockPage,
         // are a value; volatile, as the host writes it.
         unsafe { ptr::read_volatile(entry) }
     };
-    let mut last = PvclockPageError::EntriesDiffer { vcpu: 0 };
+    // Every copy caught an entry mid-update: the host never settled.
+    let mut last = PvclockPageError::Entry {
+        layout: candidate.layout,
+        vcpu: 0,
+        error: PvclockError::VersionNeverSettled,
+    };
     for _ in 0..PROBE_ATTEMPTS {
         match validate_entries(entry_at, vcpus, candidate.layout) {
-            Ok(Some((params, vcpus_checked))) => {
+            Ok(Some(validated)) => {
                 let entry0 = NonNull::new(candidate.address as *mut PvclockVcpuTimeInfo)
                     .ok_or(PvclockPageError::NoVvar)?;
                 return Ok(PvclockPage {
                     entry0,
                     layout: candidate.layout,
-                    vcpus_checked,
-                    params,
+                    vcpus_checked: validated.vcpus_checked,
+                    guest_stopped: validated.guest_stopped,
+                    params: validated.params,
                 });
             }
             Ok(None) => continue,
@@ -438,7 +475,7 @@ fn last_errno() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use perfclock_core::PvclockError;
+    use perfclock_core::pvclock::TSC_STABLE_BIT;
 
     const MAPS_6_18: &str = "\
 7f43c21ec000-7f43c21f0000 r--p 00000000 00:00 0                          [vvar]
@@ -512,11 +549,12 @@ mod tests {
     fn a_copy_is_validated_entry_by_entry() {
         let layout = VvarLayout::VvarVclock;
         let other_version = PvclockVcpuTimeInfo { version: 6, ..GOOD };
-        let (params, count) = validate_copy(&page_with(&[GOOD, other_version]), &[0, 1], layout)
+        let validated = validate_copy(&page_with(&[GOOD, other_version]), &[0, 1], layout)
             .unwrap()
             .unwrap();
-        assert_eq!(params, PvclockParams::of(&GOOD).unwrap());
-        assert_eq!(count, 2);
+        assert_eq!(validated.params, PvclockParams::of(&GOOD).unwrap());
+        assert_eq!(validated.vcpus_checked, 2);
+        assert_eq!(validated.guest_stopped, 0);
         let moved = PvclockVcpuTimeInfo {
             system_time: 1,
             ..GOOD
@@ -538,6 +576,36 @@ mod tests {
             validate_copy(&page_with(&[]), &[0], layout),
             Err(PvclockPageError::Entry {
                 error: PvclockError::ZeroMultiplier,
+                ..
+            })
+        ));
+        // A guest that was paused: vCPU 1 still carries PVCLOCK_GUEST_STOPPED (flags 0x3, as
+        // measured on an Intel guest), vCPU 0 had it cleared by a watchdog.
+        let stopped = PvclockVcpuTimeInfo {
+            flags: TSC_STABLE_BIT | GUEST_STOPPED_BIT,
+            version: 8,
+            ..GOOD
+        };
+        for (page, stopped_vcpu) in [([GOOD, stopped], 1), ([stopped, GOOD], 0)] {
+            assert_eq!(
+                validate_copy(&page_with(&page), &[0, 1], layout),
+                Ok(Some(Validated {
+                    params: PvclockParams::of(&GOOD).unwrap(),
+                    vcpus_checked: 2,
+                    guest_stopped: 1 << stopped_vcpu,
+                }))
+            );
+        }
+        // The stable bit is the clock's: one vCPU without it fails the page.
+        let stopped_unstable = PvclockVcpuTimeInfo {
+            flags: GUEST_STOPPED_BIT,
+            ..GOOD
+        };
+        assert!(matches!(
+            validate_copy(&page_with(&[GOOD, stopped_unstable]), &[0, 1], layout),
+            Err(PvclockPageError::Entry {
+                vcpu: 1,
+                error: PvclockError::NotStable { flags: 2 },
                 ..
             })
         ));

@@ -103,10 +103,19 @@ fn describe_paravirt(clock: &Clock) {
     };
     let page = paravirt.page();
     outln!(
-        "pvclock page: {} ({} online vCPUs' entries equal but for version, stable bit set)",
+        "pvclock page: {} ({} online vCPUs' entries describe one clock, stable bit set)",
         page.layout(),
         page.vcpus_checked()
     );
+    let stopped: Vec<String> = page.guest_stopped_vcpus().map(|v| v.to_string()).collect();
+    if !stopped.is_empty() {
+        outln!(
+            "PVCLOCK_GUEST_STOPPED on vCPU {}: the host paused this VM (a snapshot, a migration) \
+             and no watchdog has run there since; the kernel's sched_clock ignores the bit, and \
+             so does this clock",
+            stopped.join(", ")
+        );
+    }
     let offset = paravirt.offset();
     outln!(
         "offset C: {} ns ({:.6} ms), from {}",

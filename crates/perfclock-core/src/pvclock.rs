@@ -72,9 +72,11 @@ pub const ENTRY_STRIDE: usize = 64;
 /// Entries in one 4 KiB page: the vCPUs whose entry the vDSO page holds (`HVC_BOOT_ARRAY_SIZE`).
 pub const ENTRIES_PER_PAGE: usize = 4096 / ENTRY_STRIDE;
 /// `PVCLOCK_TSC_STABLE_BIT`: the host keeps every vCPU's entry in step (KVM's master clock), so
-/// the kernel returns the formula's value unclamped.
+/// the kernel returns the formula's value unclamped. The one flag that changes the clock.
 pub const TSC_STABLE_BIT: u8 = 1 << 0;
-/// `PVCLOCK_GUEST_STOPPED`: the host paused the guest (informational; the value stands).
+/// `PVCLOCK_GUEST_STOPPED`: the host paused the guest, a note to the guest's watchdogs that
+/// stays set until one of them runs on that vCPU. No reading depends on it (docs/design.md,
+/// "Which flag bits matter").
 pub const GUEST_STOPPED_BIT: u8 = 1 << 1;
 
 /// The counter runs at most this many nanoseconds per cycle (10 MHz) in an accepted entry.
@@ -126,18 +128,21 @@ pub const fn pvclock_scale_delta(delta: u64, mul_frac: u32, shift: i8) -> u64 {
     mul_u64_u32_shr32(delta, mul_frac)
 }
 
-/// The parameters of one entry (everything but `version`), checked to be a plausible clock.
+/// The clock one entry describes, checked to be plausible: its `tsc_timestamp`, `system_time`,
+/// `tsc_to_system_mul`, `tsc_shift` and whether it is stable. `version`, the padding and the
+/// flags other than [`TSC_STABLE_BIT`] are not kept: they change no reading (a paused guest's
+/// [`GUEST_STOPPED_BIT`] among them), so two entries of one clock compare equal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PvclockParams {
     tsc_timestamp: u64,
     system_time: u64,
     mul: u32,
     shift: i8,
-    flags: u8,
+    stable: bool,
 }
 
 impl PvclockParams {
-    /// Checks the fields of an entry.
+    /// Checks the fields of an entry; of `flags`, only [`TSC_STABLE_BIT`] is kept.
     ///
     /// # Errors
     /// [`PvclockError::ZeroMultiplier`], [`PvclockError::AbsurdSlope`].
@@ -170,7 +175,7 @@ impl PvclockParams {
             system_time,
             mul,
             shift,
-            flags,
+            stable: flags & TSC_STABLE_BIT != 0,
         })
     }
 
@@ -208,25 +213,20 @@ impl PvclockParams {
         self.shift
     }
 
-    /// `flags`.
-    pub const fn flags(&self) -> u8 {
-        self.flags
-    }
-
     /// Whether `PVCLOCK_TSC_STABLE_BIT` is set.
     pub const fn is_stable(&self) -> bool {
-        self.flags & TSC_STABLE_BIT != 0
+        self.stable
     }
 
-    /// [`PvclockError::NotStable`] unless [`PvclockParams::is_stable`].
+    /// The parameters of `entry`, which must be stable: the entries of a paravirt clock.
     ///
     /// # Errors
-    /// [`PvclockError::NotStable`].
-    pub const fn require_stable(self) -> Result<Self, PvclockError> {
-        if self.is_stable() {
-            Ok(self)
-        } else {
-            Err(PvclockError::NotStable { flags: self.flags })
+    /// As [`PvclockParams::new`], and [`PvclockError::NotStable`] (with the entry's flags).
+    pub const fn of_stable(entry: &PvclockVcpuTimeInfo) -> Result<Self, PvclockError> {
+        match Self::of(entry) {
+            Ok(params) if params.stable => Ok(params),
+            Ok(_) => Err(PvclockError::NotStable { flags: entry.flags }),
+            Err(error) => Err(error),
         }
     }
 
@@ -499,7 +499,7 @@ impl PvclockReader<'_> {
     /// # Errors
     /// [`PvclockError::VersionNeverSettled`], or the entry is none
     /// ([`PvclockError::ZeroMultiplier`], [`PvclockError::AbsurdSlope`]). The stable bit is not
-    /// checked here: see [`PvclockParams::require_stable`].
+    /// checked here: see [`PvclockParams::of_stable`].
     pub fn read_with(
         &self,
         counter: impl FnMut() -> u64,
@@ -542,7 +542,7 @@ impl PvclockReader<'_> {
     /// One seqlock attempt: perf-clock nanoseconds with `counter` read inside the section, or
     /// `None` if the host was writing, wrote meanwhile, or the entry is no clock (the caller's
     /// slow path names the error). The stable bit is not checked (see
-    /// [`PvclockParams::require_stable`]). For the facade's inlined fast path.
+    /// [`PvclockParams::of_stable`]). For the facade's inlined fast path.
     #[inline(always)]
     pub fn perf_ns_once_with(&self, counter: impl FnOnce() -> u64, offset: i64) -> Option<u64> {
         let (entry, cycles) = self.words().attempt(counter)?;
@@ -556,7 +556,7 @@ impl PvclockReader<'_> {
             system_time: entry.system_time,
             mul: entry.tsc_to_system_mul,
             shift: entry.tsc_shift,
-            flags: entry.flags,
+            stable: entry.flags & TSC_STABLE_BIT != 0,
         };
         Some(params.perf_ns(cycles, offset))
     }

@@ -127,9 +127,37 @@ fn entries_that_are_no_clock_are_refused() {
     ));
     let unstable = PvclockVcpuTimeInfo { flags: 0, ..EPYC };
     assert_eq!(
-        PvclockParams::of(&unstable).unwrap().require_stable(),
+        PvclockParams::of_stable(&unstable),
         Err(PvclockError::NotStable { flags: 0 })
     );
+    // A paused guest's entry without the stable bit: refused, and the error shows its flags.
+    let stopped_unstable = PvclockVcpuTimeInfo {
+        flags: GUEST_STOPPED_BIT,
+        ..EPYC
+    };
+    assert_eq!(
+        PvclockParams::of_stable(&stopped_unstable),
+        Err(PvclockError::NotStable {
+            flags: GUEST_STOPPED_BIT
+        })
+    );
+}
+
+#[test]
+fn a_paused_guests_entry_is_the_same_clock() {
+    let stopped = PvclockVcpuTimeInfo {
+        flags: TSC_STABLE_BIT | GUEST_STOPPED_BIT,
+        ..EPYC
+    };
+    let params = PvclockParams::of_stable(&stopped).unwrap();
+    assert_eq!(params, PvclockParams::of_stable(&EPYC).unwrap());
+    assert!(params.is_stable());
+    // Bits no kernel defines for the clock are notes too.
+    let high = PvclockVcpuTimeInfo {
+        flags: TSC_STABLE_BIT | 0xf0,
+        ..EPYC
+    };
+    assert_eq!(PvclockParams::of_stable(&high), Ok(params));
 }
 
 /// `pvclock_scale_delta` with the 128-bit product, as x86_64's `mul_u64_u32_shr` computes it
@@ -341,6 +369,49 @@ impl TestEntry {
         words.scale.store(scale, Ordering::Relaxed);
         drop(guard);
     }
+
+    /// Sets the entry's flags byte (offset 29: byte 5 of the word at 24) to `flags`, as the
+    /// host does at a pause (inside a version bump) when `bump`, else as the guest's watchdog
+    /// clears `PVCLOCK_GUEST_STOPPED` (a plain write, the version unchanged).
+    fn set_flags(&self, flags: u8, bump: bool) {
+        // SAFETY: as in `write`.
+        let words = unsafe { EntryWords::of(self.ptr()) };
+        let guard = bump.then(|| words.version.write());
+        let mut bytes = words.scale.load(Ordering::Relaxed).to_ne_bytes();
+        bytes[5] = flags;
+        words
+            .scale
+            .store(u64::from_ne_bytes(bytes), Ordering::Relaxed);
+        drop(guard);
+    }
+}
+
+#[test]
+fn guest_stopped_appearing_or_clearing_changes_no_reading() {
+    let slot = TestEntry::new(EPYC);
+    let reader = slot.reader();
+    let tsc = || EPYC.tsc_timestamp + 123_456_789;
+    let offset = -103_409_420;
+    let before = reader.perf_ns_with(tsc, offset).unwrap();
+    let params = reader.params().unwrap();
+    for (flags, bump) in [
+        (TSC_STABLE_BIT | GUEST_STOPPED_BIT, true),
+        (TSC_STABLE_BIT, false),
+        (TSC_STABLE_BIT | GUEST_STOPPED_BIT, true),
+    ] {
+        slot.set_flags(flags, bump);
+        assert_eq!(reader.raw().unwrap().flags, flags);
+        assert_eq!(
+            reader.perf_ns_with(tsc, offset),
+            Ok(before),
+            "flags {flags:#x}"
+        );
+        assert_eq!(reader.perf_ns_once_with(tsc, offset), Some(before));
+        assert_eq!(reader.params(), Ok(params), "flags {flags:#x}");
+    }
+    // The control: the stable bit is the clock's, and its loss shows.
+    slot.set_flags(GUEST_STOPPED_BIT, true);
+    assert!(!reader.params().unwrap().is_stable());
 }
 
 #[test]
