@@ -10,7 +10,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::escape::{escape_untrusted, escape_untrusted_bytes};
+use perfclock_core::untrusted::Untrusted;
 use crate::procfs::AttachBlocker;
 use crate::protocol::MAX_ARGUMENT_BYTES;
 
@@ -348,7 +348,7 @@ impl fmt::Display for ProcessError {
                 f,
                 "not a HotSpot JVM: process {pid} ({}) maps no libjvm.so (not signalled); \
                  pass the pid of a java process (pgrep -a java)",
-                escape_untrusted(name)
+                Untrusted::str(name)
             ),
             Self::OpenJ9 { pid } => write!(
                 f,
@@ -484,13 +484,13 @@ fn jvm_text(message: &str) -> String {
     if message.is_empty() {
         "(no message)".to_owned()
     } else {
-        escape_untrusted(&message.lines().collect::<Vec<_>>().join(" / "))
+        Untrusted::str(&message.lines().collect::<Vec<_>>().join(" / ")).to_string()
     }
 }
 
 /// A path for a message: escaped and bounded (it can name the JVM's files, or be long).
 fn shown(path: &std::path::Path) -> String {
-    escape_untrusted_bytes(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+    Untrusted(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())).to_string()
 }
 
 // The outer error is the inner one under another type: it shows the inner's message, so its
@@ -580,7 +580,7 @@ impl fmt::Display for MalformedResponse {
         write!(
             f,
             "the JVM's answer is not HotSpot's attach protocol: \"{}\"",
-            escape_untrusted(&self.excerpt)
+            Untrusted::str(&self.excerpt)
         )
     }
 }

@@ -43,7 +43,7 @@
 //! when the JVM exits, and the steps run on a thread of their own that [`attach`] stops waiting
 //! for at the deadline (a read that blocks in the kernel, on a stopped FUSE server say, cannot
 //! hold it). Every failure is an [`AttachError`] naming its cause; text from the JVM is printed
-//! escaped and bounded ([`escape_untrusted`]).
+//! escaped and bounded ([`perfclock_core::untrusted::Untrusted`]).
 //!
 //! # Caveats
 //! - The JVM opens the agent at the given path in its own mount namespace: for a JVM in a
@@ -63,7 +63,6 @@
 #![deny(unsafe_code)]
 
 mod error;
-mod escape;
 mod listener;
 pub mod procfs;
 pub mod protocol;
@@ -82,7 +81,6 @@ use std::time::{Duration, Instant};
 pub use error::{
     AnswerError, AttachError, MalformedResponse, ProcessError, Remedy, RequestError, StepError,
 };
-pub use escape::{escape_untrusted, escape_untrusted_bytes, UNTRUSTED_MAX_CHARS};
 use listener::Exchange;
 use protocol::LoadResponse;
 use target::Target;
@@ -100,7 +98,7 @@ pub struct Attached {
     /// library's `Agent_OnAttach` again.
     pub already_loaded: bool,
     /// Any text the JVM printed besides the return code (usually empty). The JVM's text: print
-    /// it through [`escape_untrusted`].
+    /// it through [`perfclock_core::untrusted::Untrusted`].
     pub message: String,
 }
 

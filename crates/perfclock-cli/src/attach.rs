@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use perfclock_attach::{escape_untrusted, escape_untrusted_bytes, Remedy};
+use perfclock_attach::Remedy;
+use perfclock_core::untrusted::Untrusted;
 
 use crate::agent::{agent_failure, attach_when_live};
 use crate::agent_path;
@@ -35,7 +36,7 @@ pub(crate) fn run(
     };
     match attach_when_live(pid, &agent, &options, timeout) {
         Ok(attached) => {
-            let agent = escape_untrusted_bytes(attached.agent.as_os_str().as_bytes());
+            let agent = Untrusted(attached.agent.as_os_str().as_bytes());
             let namespace = if attached.ns_pid == attached.pid {
                 String::new()
             } else {
@@ -62,7 +63,7 @@ pub(crate) fn run(
             if !attached.message.is_empty() {
                 errln!(
                     "{NAME}: the JVM said: {}",
-                    escape_untrusted(&attached.message)
+                    Untrusted::str(&attached.message)
                 );
             }
             ExitCode::SUCCESS

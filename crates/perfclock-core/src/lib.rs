@@ -39,6 +39,7 @@ pub mod pvclock;
 mod reader;
 mod seq_lock;
 pub mod shared_page;
+pub mod untrusted;
 mod writer;
 
 pub use conversion::TimeConversion;
