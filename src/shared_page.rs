@@ -108,17 +108,28 @@ pub fn default_server_path() -> Option<PathBuf> {
     Some(Path::new(&runtime).join(USER_RELATIVE_PATH))
 }
 
-/// The environment variable naming the published paravirt offset (`off` disables it).
+/// The environment variable naming the published paravirt offset (switched off, `off`, `0`,
+/// `false` or `no` in any case, it disables it; `on`, `1`, `true`, `yes` mean the default
+/// place).
 pub const OFFSET_ENV: &str = "PERFCLOCK_PUBLISHED_OFFSET";
 /// Where root publishes the paravirt offset (`perfclock serve`, `perfclock serve --once`).
 pub const OFFSET_SYSTEM_PATH: &str = "/run/perfclock/pvclock-offset";
 
-/// The published offsets a client tries: `PERFCLOCK_PUBLISHED_OFFSET` (`off`: none), else
-/// [`OFFSET_SYSTEM_PATH`]. In an AT_SECURE process the variable is not read.
+/// The published offsets a client tries: the path `PERFCLOCK_PUBLISHED_OFFSET` names (none when
+/// it is switched off), else [`OFFSET_SYSTEM_PATH`]. In an AT_SECURE process the variable is not
+/// read.
 fn offset_candidates() -> Vec<PathBuf> {
-    match env::env_var_os(OFFSET_ENV) {
-        Some(value) if value == "off" => Vec::new(),
-        Some(value) if !value.is_empty() => vec![PathBuf::from(value)],
+    offset_candidates_from(env::env_var_os(OFFSET_ENV))
+}
+
+fn offset_candidates_from(setting: Option<OsString>) -> Vec<PathBuf> {
+    // As for the page: a switch's spelling is a switch, anything else is a path.
+    let switch = setting
+        .as_deref()
+        .and_then(|value| env::parse_switch(OFFSET_ENV, value).ok());
+    match (setting, switch) {
+        (_, Some(Some(false))) => Vec::new(),
+        (Some(value), None) => vec![PathBuf::from(value)],
         _ => vec![PathBuf::from(OFFSET_SYSTEM_PATH)],
     }
 }
@@ -519,6 +530,31 @@ mod tests {
             candidates_from(Some("".into()), None),
             Some(vec![PathBuf::from(SYSTEM_PATH)])
         );
+    }
+
+    #[test]
+    fn offset_candidates_follow_the_environment() {
+        let system = || vec![PathBuf::from(OFFSET_SYSTEM_PATH)];
+        for off in [
+            "off", "OFF", "Off", " off ", "0", "false", "FALSE", "no", "No",
+        ] {
+            assert!(
+                offset_candidates_from(Some(off.into())).is_empty(),
+                "{off:?}"
+            );
+        }
+        for on in ["on", "ON", "1", "true", "yes"] {
+            assert_eq!(offset_candidates_from(Some(on.into())), system(), "{on:?}");
+        }
+        for path in ["/x/y", "offset", "./off", "off2", "none"] {
+            assert_eq!(
+                offset_candidates_from(Some(path.into())),
+                [PathBuf::from(path)],
+                "{path:?}"
+            );
+        }
+        assert_eq!(offset_candidates_from(None), system());
+        assert_eq!(offset_candidates_from(Some("".into())), system());
     }
 
     #[test]
