@@ -20,6 +20,8 @@
 //! - [`memfd`]: a sealed memfd page handed over a UNIX socket (the shared page's transport).
 //! - [`shared_file`]: files created in directories others can write (`/tmp`), never through a
 //!   link, never into another user's file; the writers' liveness lock.
+//! - [`untrusted_file`]: files another user wrote, opened to be read: never through a link,
+//!   regular, bounded, with the credentials of their owner.
 //! - Every failed system call is one [`SysError`]: which call, the errno, and a [`ErrorKind`]
 //!   whose message names the knob to change.
 //!
@@ -57,6 +59,7 @@ pub mod process;
 pub mod shared_file;
 pub mod thread;
 pub mod time;
+pub mod untrusted_file;
 
 pub use error::{read_paranoid, BadSwitch, CreateError, ErrorKind, Op, RingError, SysError};
 pub use mapping::{Access, Mapping, PageMapping, RingMapping, Sharing};
