@@ -10,9 +10,9 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use perfclock_core::untrusted::Untrusted;
 use crate::procfs::AttachBlocker;
 use crate::protocol::MAX_ARGUMENT_BYTES;
+use perfclock_core::untrusted::Untrusted;
 
 /// Why [`attach`](crate::attach) did not load the agent: the process, a step of the attach, or
 /// the JVM's answer. Each kind is an enum of its own whose `Display` matches every one of its
