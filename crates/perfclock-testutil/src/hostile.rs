@@ -256,20 +256,31 @@ fn jump_eq(k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 /// A filter that allows exactly `allowed` system calls and kills the whole process
 /// (`SECCOMP_RET_KILL_PROCESS`, SIGSYS) on any other, or on a foreign syscall ABI.
 pub fn allow_only(allowed: &[libc::c_long]) -> Vec<libc::sock_filter> {
-    let kill = libc::SECCOMP_RET_KILL_PROCESS;
+    allow_only_else(allowed, libc::SECCOMP_RET_KILL_PROCESS)
+}
+
+/// A filter that allows exactly `allowed` system calls and traps any other
+/// (`SECCOMP_RET_TRAP`: the calling thread gets SIGSYS, whose `siginfo_t` names the call, and
+/// the call fails with ENOSYS); a foreign syscall ABI kills the process.
+pub fn trap_all_but(allowed: &[libc::c_long]) -> Vec<libc::sock_filter> {
+    allow_only_else(allowed, libc::SECCOMP_RET_TRAP)
+}
+
+/// `allowed` pass, any other call gets `otherwise`, a foreign syscall ABI kills the process.
+fn allow_only_else(allowed: &[libc::c_long], otherwise: u32) -> Vec<libc::sock_filter> {
     let count = u8::try_from(allowed.len()).expect("few allowed calls");
     let mut program = vec![
         stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
         jump_eq(AUDIT_ARCH_NATIVE, 1, 0),
-        stmt(BPF_RET_K, kill),
+        stmt(BPF_RET_K, libc::SECCOMP_RET_KILL_PROCESS),
         stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR),
     ];
     for (i, nr) in allowed.iter().enumerate() {
-        // Jump over the remaining comparisons and the kill to the final allow.
+        // Jump over the remaining comparisons and the `otherwise` to the final allow.
         let to_allow = count - i as u8;
         program.push(jump_eq(*nr as u32, to_allow, 0));
     }
-    program.push(stmt(BPF_RET_K, kill));
+    program.push(stmt(BPF_RET_K, otherwise));
     program.push(stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW));
     program
 }
