@@ -8,11 +8,8 @@ pub(crate) mod agent;
 pub(crate) mod agent_path;
 pub(crate) mod attach;
 pub(crate) mod children;
-pub(crate) mod clock_data;
 pub(crate) mod doctor;
 pub(crate) mod error;
-pub(crate) mod foreign;
-pub(crate) mod inject;
 pub(crate) mod jvms;
 pub(crate) mod output;
 pub(crate) mod record;
@@ -26,6 +23,8 @@ use std::time::Duration;
 use clap::Parser;
 use perfclock_cli::{Cli, Command, SplitBy};
 
+use perfclock_core::untrusted::Untrusted;
+
 use crate::output::errln;
 
 fn main() -> ExitCode {
@@ -38,18 +37,14 @@ fn main() -> ExitCode {
             dump_dirs,
             clock_data_now,
             all_jit_code,
-        } => inject_time_conv(inject::InjectOptions {
-            input,
-            copies_beside: output.clone(),
-            output,
-            dump_dirs,
-            clock_data: if clock_data_now {
-                inject::ClockDataSource::Now
-            } else {
-                inject::ClockDataSource::None
-            },
-            pairings: Vec::new(),
-            all_jit_code,
+        } => inject_time_conv({
+            let mut options = perfclock_inject::InjectOptions::new(input, output);
+            options.dump_dirs = dump_dirs;
+            if clock_data_now {
+                options.clock_data = perfclock_inject::ClockDataSource::Now;
+            }
+            options.all_jit_code = all_jit_code;
+            options
         }),
         Command::Attach {
             pid,
@@ -94,7 +89,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
+fn inject_time_conv(options: perfclock_inject::InjectOptions) -> ExitCode {
     const NAME: &str = "perfclock inject-time-conv";
     let cleanup = match signals::TempCleanup::install() {
         Ok(cleanup) => cleanup,
@@ -103,8 +98,14 @@ fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = inject::run(&options, &cleanup);
-    if let Ok((_, Some(clock_data))) = &result {
+    let injected = match perfclock_inject::inject(&options, &cleanup) {
+        Ok(injected) => injected,
+        Err(error) => {
+            errln!("{NAME}: error: {}", output::chain(&error));
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(clock_data) = &injected.clock_data {
         errln!(
             "{NAME}: added HEADER_CLOCK_DATA: wall clock {} ns at perf clock {} ns (perf script \
              -F+tod prints wall-clock time)",
@@ -112,25 +113,23 @@ fn inject_time_conv(options: inject::InjectOptions) -> ExitCode {
             clock_data.clockid_time_ns
         );
     }
-    match result.map(|(outcome, _)| outcome) {
-        Ok(outcome) => {
-            errln!("{NAME}: {}", outcome.time_conv_line());
-            for line in outcome.foreign_lines() {
-                errln!("{NAME}: {line}");
-            }
-            if outcome.maps_jitdumps() {
-                errln!("{NAME}: wrote {}", options.output.display());
-            } else {
-                errln!(
-                    "{NAME}: wrote {} with the clock data only",
-                    options.output.display()
-                );
-            }
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            errln!("{NAME}: error: {}", output::chain(&error));
-            ExitCode::FAILURE
-        }
+    let outcome = &injected.outcome;
+    errln!("{NAME}: {}", outcome.time_conv);
+    for line in outcome.lines() {
+        errln!("{NAME}: {line}");
     }
+    let out = Untrusted(options.output.as_os_str().as_encoded_bytes());
+    if outcome.maps_jitdumps() {
+        errln!("{NAME}: wrote {out}");
+    } else {
+        errln!("{NAME}: wrote {out} with the clock data only");
+    }
+    if let Some(copies) = injected.keep_copies(&cleanup) {
+        errln!(
+            "{NAME}: the jitdumps' copies are in {} (private): perf inject --jit -i {out} reads \
+             them and writes its images there",
+            Untrusted(copies.as_os_str().as_encoded_bytes())
+        );
+    }
+    ExitCode::SUCCESS
 }

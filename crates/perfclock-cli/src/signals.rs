@@ -4,9 +4,10 @@
 //!   to perf, which stops the command and writes its file as `perf record` does on SIGINT;
 //!   perfclock goes on to post-process, and exits with 128 + the signal.
 //! - **fatal** (the default, and while OUT is written): the child doing the work (perf inject)
-//!   is stopped, every registered temporary file removed, a message printed, and the process
-//!   dies of the signal (exits 128 + N), so OUT is either what it was or complete, and nothing
-//!   is left beside it. (SIGKILL cannot be caught: after one the temporary files remain.)
+//!   is stopped, every registered temporary file and directory removed, a message printed, and
+//!   the process dies of the signal (exits 128 + N), so OUT is either what it was or complete,
+//!   and nothing is left beside it. (SIGKILL cannot be caught: after one the temporary files
+//!   remain.)
 
 use std::fs;
 use std::io;
@@ -22,7 +23,7 @@ use crate::output::errln;
 /// What a signal does now; see the module docs.
 #[derive(Debug, Default)]
 struct State {
-    /// Temporary files a fatal signal removes.
+    /// Temporary files and directories a fatal signal removes.
     temps: Vec<PathBuf>,
     /// Forwarding mode, to this pid (0: the process is not started yet).
     forward_to: Option<u32>,
@@ -69,7 +70,7 @@ impl TempCleanup {
         Ok(Self { state })
     }
 
-    /// From now on a signal removes `path`.
+    /// From now on a signal removes `path` (a directory with what is in it).
     pub(crate) fn register(&self, path: &Path) {
         self.state
             .lock()
@@ -134,8 +135,12 @@ fn die(state: &mut State, signal: i32) -> ! {
         let _ = children::kill(child, SIGTERM);
     }
     for path in state.temps.drain(..) {
-        // Nothing useful is left to do with an error: the process is ending.
-        let _ = fs::remove_file(path);
+        // Nothing useful is left to do with an error: the process is ending. A directory (the
+        // jitdumps' copies) goes with what is in it; `symlink_metadata` follows no link.
+        let _ = match fs::symlink_metadata(&path) {
+            Ok(metadata) if metadata.is_dir() => fs::remove_dir_all(&path),
+            _ => fs::remove_file(&path),
+        };
     }
     if let Some(message) = state.message.take() {
         errln!("{}", message.replace("{signal}", &signal.to_string()));
@@ -146,4 +151,22 @@ fn die(state: &mut State, signal: i32) -> ! {
         let _ = signal_hook::low_level::emulate_default_handler(signal);
     }
     std::process::exit(128 + signal);
+}
+
+impl perfclock_inject::TempFiles for TempCleanup {
+    fn register(&self, path: &Path) {
+        TempCleanup::register(self, path);
+    }
+
+    fn forget(&self, path: &Path) {
+        TempCleanup::forget(self, path);
+    }
+
+    fn commit(
+        &self,
+        path: &Path,
+        rename: &mut dyn FnMut() -> Result<(), perfclock_perfdata::PerfDataError>,
+    ) -> Result<(), perfclock_perfdata::PerfDataError> {
+        TempCleanup::commit(self, path, rename)
+    }
 }

@@ -75,16 +75,30 @@ fn assert_no_temporary(dir: &Path) {
     }
 }
 
-/// A timeconv record by the shared contract's text, for `pid`.
+/// The boot the synthetic records name: not this one, so their made-up conversions are judged
+/// against each other, as for a recording analysed after a reboot. (A record of this boot is
+/// judged against this machine's clock where it is exact: `a_record_of_this_boot_...`.)
+const OTHER_BOOT: &str = "00000000-1111-2222-3333-444444444444";
+
+/// A timeconv record by the shared contract's text, for `pid`, of [`OTHER_BOOT`].
 fn sidecar_text(pid: u32, mode: &str, mult: u32, zero: u64, bound: u64, written: u64) -> String {
-    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     format!(
-        "perfclock-timeconv 1\npid={pid}\nboot_id={}\nmode={mode}\ncounter=tsc\n\
+        "perfclock-timeconv 1\npid={pid}\nboot_id={OTHER_BOOT}\nmode={mode}\ncounter=tsc\n\
          time_mult={mult}\ntime_shift=31\ntime_zero={zero}\ntime_cycles=0\n\
          time_mask=18446744073709551615\ncap_user_time_short=0\nerror_bound_ns={bound}\n\
-         written_counter={written}\n",
-        boot_id.trim()
+         written_counter={written}\n"
     )
+}
+
+/// A success (exit 0) whose stderr warns that `dump` was not injected, for `why`.
+fn assert_left_out(output: &Output, dump: &Path, why: &str) {
+    let message = stderr(output);
+    assert_eq!(output.status.code(), Some(0), "{message}");
+    let line = message
+        .lines()
+        .find(|line| line.contains(&format!("warning: {}: not injected", dump.display())))
+        .unwrap_or_else(|| panic!("no warning for {}: {message}", dump.display()));
+    assert!(line.contains(why), "expected {why:?} in {line}");
 }
 
 /// A recording that mapped `dir/jit-<pid>.dump` for each pid, with its built layout.
@@ -217,11 +231,8 @@ fn inserts_the_sidecar_conversion_and_replaces_an_existing_out() {
     write(&out, b"an older OUT");
     let output = inject(&input, &out, &[]);
     assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        !stderr(&output).contains("written on boot"),
-        "{}",
-        stderr(&output)
-    );
+    // The dump itself is gone: it is named, and the rest is written.
+    assert_left_out(&output, &dir.join("jit-41.dump"), "No such file");
     let written = fs::read(&out).unwrap();
     assert_eq!(written.len(), built.bytes.len() + TIME_CONV_SIZE);
     assert_eq!(inserted(&written, &built), (2_796_202_667, 123_456, 1));
@@ -235,9 +246,9 @@ fn inserts_the_sidecar_conversion_and_replaces_an_existing_out() {
 }
 
 /// A dump written in the perf or the monotonic clock has nothing for a TIME_CONV to
-/// convert; inject-time-conv refuses it and says what to do instead.
+/// convert; inject-time-conv leaves it out and says what to do instead.
 #[test]
-fn dumps_in_another_clock_than_arch_are_refused_with_what_to_do() {
+fn dumps_in_another_clock_than_arch_are_left_out_with_what_to_do() {
     for (clock, advice) in [
         ("perf", "samply import"),
         ("monotonic", "perf record -k monotonic"),
@@ -254,7 +265,7 @@ fn dumps_in_another_clock_than_arch_are_refused_with_what_to_do() {
         );
         let out = dir.join("out.data");
         let output = inject(&input, &out, &[]);
-        assert_refused(&output, &out, advice);
+        assert_left_out(&output, &dir.join("jit-43.dump"), advice);
         assert!(
             stderr(&output).contains(&format!("timestamps are {clock}")),
             "{}",
@@ -272,15 +283,16 @@ fn another_boot_is_a_warning_not_an_error() {
     write(&input, &built.bytes);
     let text = sidecar_text(41, "calibrated", 2_796_202_667, 1, 700, 5_000);
     let this_boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    let other = text.replace(this_boot.trim(), "00000000-1111-2222-3333-444444444444");
-    write(&dir.join("jit-41.dump.timeconv"), other.as_bytes());
+    write(&dir.join("jit-41.dump.timeconv"), text.as_bytes());
     let out = dir.join("out.data");
     let output = inject(&input, &out, &[]);
     assert!(output.status.success());
     let message = stderr(&output);
-    assert!(message.contains("warning: "), "{message}");
     assert!(
-        message.contains("00000000-1111-2222-3333-444444444444")
+        message.contains(&format!(
+            "warning: {}",
+            dir.join("jit-41.dump.timeconv").display()
+        )) && message.contains(&format!("written on boot {OTHER_BOOT}"))
             && message.contains(&format!("this machine is on boot {}", this_boot.trim())),
         "{message}"
     );
@@ -339,11 +351,17 @@ fn refuses_records_that_disagree_or_do_not_belong() {
         sidecar_text(2, "kernel", 1_000_000_000, 5_001, 0, 20).as_bytes(),
     );
     assert_refused(&inject(&input, &out, &[]), &out, "disagree");
+    // A record that does not belong to its dump leaves that dump out, not the recording.
     write(
         &second,
         sidecar_text(9, "kernel", 1_000_000_000, 5_000, 0, 20).as_bytes(),
     );
-    assert_refused(&inject(&input, &out, &[]), &out, "says pid=9");
+    assert_left_out(
+        &inject(&input, &out, &[]),
+        &dir.join("jit-2.dump"),
+        "says pid=9",
+    );
+    fs::remove_file(&out).unwrap();
     write(
         &second,
         sidecar_text(2, "kernel", 1_000_000_000, 5_000, 0, 20)
@@ -359,9 +377,15 @@ fn refuses_records_that_disagree_or_do_not_belong() {
     );
     assert_refused(&inject(&input, &out, &[]), &out, "different boot_ids");
     write(&second, b"perfclock-timeconv 1\npid=2\n");
-    assert_refused(&inject(&input, &out, &[]), &out, "lacks the key");
+    let jit2 = dir.join("jit-2.dump");
+    assert_left_out(&inject(&input, &out, &[]), &jit2, "lacks the key");
     write(&second, &[0xff; 64]);
-    assert_refused(&inject(&input, &out, &[]), &out, "not ASCII");
+    assert_left_out(&inject(&input, &out, &[]), &jit2, "is not text");
+    // A record's content is never quoted: a forged first line stays in the file.
+    write(&second, b"\x1b]52;c;SECRET\x07 not a record\n");
+    let output = inject(&input, &out, &[]);
+    assert_left_out(&output, &jit2, "not a perfclock time conversion record");
+    assert!(!stderr(&output).contains("SECRET"), "{}", stderr(&output));
 }
 
 #[test]
@@ -373,12 +397,13 @@ fn finds_moved_sidecars_with_dump_dir_and_names_the_fix_when_missing() {
     let input = dir.join("perf.data");
     write(&input, &built.bytes);
     let out = dir.join("out.data");
-    assert_refused(&inject(&input, &out, &[]), &out, "pass --dump-dir");
+    let gone = recorded_in.join("jit-77.dump");
+    assert_left_out(&inject(&input, &out, &[]), &gone, "pass --dump-dir");
     let moved = dir.join("moved");
     let empty = dir.join("empty");
     fs::create_dir(&moved).unwrap();
     fs::create_dir(&empty).unwrap();
-    assert_refused(&inject(&input, &out, &[&empty]), &out, "pass --dump-dir");
+    assert_left_out(&inject(&input, &out, &[&empty]), &gone, "pass --dump-dir");
     write(
         &moved.join("jit-77.dump.timeconv"),
         sidecar_text(77, "calibrated", 3_000_000_000, 42, 500, 1).as_bytes(),
@@ -904,13 +929,11 @@ fn a_paravirt_time_conv_is_anchored_at_the_recording_whatever_the_uptime() {
     let params = PvclockParams::new(tsc_timestamp, system_time, mul, shift, 0).unwrap();
     let written = tsc_timestamp + 30 * 86_400 * 3_000_000_000;
     let at_entry = params.time_conversion(offset).unwrap();
-    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let sidecar = format!(
-        "perfclock-timeconv 1\npid=88\nboot_id={}\nmode=paravirt\ncounter=tsc\n\
+        "perfclock-timeconv 1\npid=88\nboot_id={OTHER_BOOT}\nmode=paravirt\ncounter=tsc\n\
          time_mult={}\ntime_shift={}\ntime_zero={}\ntime_cycles=0\ntime_mask=0\n\
          cap_user_time_short=0\nerror_bound_ns=0\nwritten_counter={written}\nclock=arch\n\
          pvclock={tsc_timestamp},{system_time},{mul},{shift},{offset}\n",
-        boot_id.trim(),
         at_entry.mult(),
         at_entry.shift(),
         at_entry.zero()

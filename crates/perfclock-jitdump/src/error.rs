@@ -118,15 +118,13 @@ impl std::error::Error for JitDumpError {
     }
 }
 
-/// Why a record could not be parsed. Each names the key (or line) to fix.
+/// Why a record could not be parsed. Each names the key (or line) to fix, never the record's
+/// text: a record may be another user's file, shown to whoever reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TimeConvError {
     /// The first line is not [`MAGIC_LINE`](crate::timeconv::MAGIC_LINE) (not a record, or a version this reader predates).
-    NotARecord {
-        /// The first line as found.
-        first_line: String,
-    },
+    NotARecord,
     /// A line has no `=`.
     MalformedLine {
         /// 1-based line number.
@@ -140,8 +138,6 @@ pub enum TimeConvError {
     InvalidValue {
         /// The key.
         key: &'static str,
-        /// The value as found.
-        value: String,
     },
     /// The conversion's parameters are ones no kernel publishes.
     InvalidConversion(ParamError),
@@ -150,10 +146,9 @@ pub enum TimeConvError {
 impl fmt::Display for TimeConvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TimeConvError::NotARecord { first_line } => write!(
+            TimeConvError::NotARecord => write!(
                 f,
-                "not a perfclock time conversion record: first line is {first_line:?}, \
-                 expected {MAGIC_LINE:?}"
+                "not a perfclock time conversion record: the first line is not {MAGIC_LINE:?}"
             ),
             TimeConvError::MalformedLine { line } => {
                 write!(f, "time conversion record line {line} is not key=value")
@@ -164,8 +159,11 @@ impl fmt::Display for TimeConvError {
             TimeConvError::DuplicateKey(key) => {
                 write!(f, "time conversion record has the key {key} twice")
             }
-            TimeConvError::InvalidValue { key, value } => {
-                write!(f, "time conversion record: {key}={value:?} does not parse")
+            TimeConvError::InvalidValue { key } => {
+                write!(
+                    f,
+                    "time conversion record: the value of {key} does not parse"
+                )
             }
             TimeConvError::InvalidConversion(error) => write!(
                 f,
@@ -177,21 +175,29 @@ impl fmt::Display for TimeConvError {
 
 impl std::error::Error for TimeConvError {}
 
-/// Why a jitdump of another writer could not be read ([`crate::foreign::ForeignDump`]).
+/// Why a jitdump could not be read or copied ([`crate::foreign::DumpReader`],
+/// [`crate::foreign::copy`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ForeignDumpError {
-    /// The bytes do not start with a jitdump header (the reader's reason).
+    /// The bytes do not start with a jitdump header (the reason, in the reader's words).
     Header(String),
-    /// A record claims fewer bytes than its own 16-byte header.
+    /// A record claims fewer bytes than its own 16-byte header, or more than
+    /// [`crate::foreign::MAX_RECORD_BYTES`].
     RecordSize {
         /// Where the record starts.
         offset: u64,
         /// The size it claims.
         size: u32,
     },
-    /// A copy was asked of bytes shorter than the dump that was parsed.
-    NotTheParsedBytes,
+    /// More than [`crate::foreign::MAX_HELD_BYTES`] of records wait for the code load they
+    /// describe.
+    HeldTooLong {
+        /// Where the record that went past the bound starts.
+        offset: u64,
+    },
+    /// Reading failed.
+    Read(std::io::ErrorKind),
 }
 
 impl fmt::Display for ForeignDumpError {
@@ -201,11 +207,15 @@ impl fmt::Display for ForeignDumpError {
             ForeignDumpError::RecordSize { offset, size } => write!(
                 f,
                 "the jitdump's record at byte {offset} claims {size} bytes, fewer than its \
-                 16-byte header: the file is corrupt"
+                 16-byte header or more than any function's: the file is corrupt"
             ),
-            ForeignDumpError::NotTheParsedBytes => {
-                f.write_str("the jitdump changed since it was read: read it again")
-            }
+            ForeignDumpError::HeldTooLong { offset } => write!(
+                f,
+                "the jitdump holds more than {} MiB of records before the code load they \
+                 describe (at byte {offset}): not a runtime's dump",
+                crate::foreign::MAX_HELD_BYTES >> 20
+            ),
+            ForeignDumpError::Read(kind) => write!(f, "reading the jitdump failed: {kind}"),
         }
     }
 }

@@ -1,47 +1,65 @@
 //! A jitdump as perf reads it, whoever wrote it (perfclock's writers, V8/Node, CPython, .NET,
-//! Wasmtime, LLVM's listener, perf's own JVMTI agent): read, and copied with its record
-//! timestamps in another clock, or with only some of its records.
+//! Wasmtime, LLVM's listener, perf's own JVMTI agent): read record by record, and copied with
+//! only some of its code loads, its timestamps in another clock, or another pid.
 //!
 //! Those writers stamp their records with `CLOCK_MONOTONIC` (flags 0), which `perf inject
 //! --jit` accepts only from a recording made with `perf record -k 1`; or with the raw counter
 //! (`JITDUMP_FLAGS_ARCH_TIMESTAMP`), which needs a `PERF_RECORD_TIME_CONV` that a default
-//! recording lacks where the kernel withholds the conversion. [`ForeignDump::parse`] reads a
-//! dump's header and record headers; [`ForeignDump::with_counter_timestamps`] writes a copy in
-//! the arch form, each timestamp mapped by the caller (for example `CLOCK_MONOTONIC` to the perf
-//! clock through pairs taken during the recording, then to the counter value that the
-//! recording's TIME_CONV converts back to that perf time); [`ForeignDump::copy`] keeps only the
-//! records the caller chooses (the code loads a recording sampled, with the records that
-//! describe them). Nothing else of the dump changes.
+//! recording lacks where the kernel withholds the conversion. [`DumpReader`] reads a dump's
+//! header and then one whole record at a time from any reader, within a length the caller
+//! knows (a file's size when it was opened); [`copy`] writes a copy as a [`CopyPolicy`] says:
+//! the code loads it keeps (with the debug-info and unwinding records before each, which perf
+//! applies to the next load), each record's timestamp (the same, or mapped to the counter
+//! value the recording's TIME_CONV converts to the same perf time), and the pid. Nothing else
+//! of the dump changes.
 //!
-//! Reading goes through linux-perf-data's jitdump reader; each record header is checked against
-//! the bytes at hand before the reader is asked for the record (its reader subtracts the header
-//! size from a record's size unchecked, and would reserve whatever size a record claims).
+//! Memory is one record and the records waiting for the next load's fate, each bounded
+//! ([`MAX_RECORD_BYTES`], [`MAX_HELD_BYTES`]): a dump of any length streams through. The
+//! format is read with linux-perf-data's header and record parsers; the reading itself is this
+//! module's, because that crate's `JitDumpReader` asserts on a header longer than its buffer
+//! and reserves whatever size a record claims.
 
-use std::io::Cursor;
+use std::io::{self, Read, Write};
 
-use linux_perf_data::jitdump::{JitDumpHeader, JitDumpReader, JitDumpRecordType};
+use linux_perf_data::jitdump::{JitDumpHeader, JitDumpRecordHeader};
+use linux_perf_data::linux_perf_event_reader::RawData;
 use linux_perf_data::Endianness;
 
 use crate::error::ForeignDumpError;
 
 /// `JITDUMP_FLAGS_ARCH_TIMESTAMP` (perf's `jitdump.h`): record timestamps are counter values.
 pub const FLAGS_ARCH_TIMESTAMP: u64 = 1;
+/// `JIT_CODE_LOAD`'s record type.
+pub const JIT_CODE_LOAD: u32 = 0;
+/// `JIT_CODE_DEBUG_INFO`'s and `JIT_CODE_UNWINDING_INFO`'s: they describe the next code load.
+pub const DESCRIBES_NEXT_LOAD: [u32; 2] = [2, 4];
+/// The longest header read: perf's is 40 bytes; the format lets it grow, not by pages.
+pub const MAX_HEADER_BYTES: u32 = 4096;
+/// The longest record read: one function's code, name and header (runtimes emit at most a few
+/// MiB per function).
+pub const MAX_RECORD_BYTES: u32 = 64 << 20;
+/// The most bytes of records held back while waiting for the code load they describe.
+pub const MAX_HELD_BYTES: usize = 64 << 20;
 
 /// The size of a record's header (`id`, `total_size`, `timestamp`).
-const RECORD_HEADER_BYTES: usize = 16;
-/// The offset of the header's `flags` (after magic, version, total_size, elf_mach, pad1, pid,
-/// timestamp).
-const FLAGS_AT: usize = 32;
+const RECORD_HEADER_BYTES: usize = JitDumpRecordHeader::SIZE;
+/// The offset of the header's `pid` (after magic, version, total_size, elf_mach, pad1).
+const HEADER_PID_AT: usize = 20;
+/// The offset of the header's `flags` (after pid and timestamp).
+const HEADER_FLAGS_AT: usize = 32;
 /// The offset of a record's `timestamp` in its header.
 const RECORD_TIMESTAMP_AT: usize = 8;
+/// A `JIT_CODE_LOAD`'s `pid` and `tid`, the first two fields of its body.
+const LOAD_PID_AT: usize = RECORD_HEADER_BYTES;
+const LOAD_TID_AT: usize = RECORD_HEADER_BYTES + 4;
+/// Where `code_addr` and `code_size` are in a `JIT_CODE_LOAD` (after pid, tid, vma).
+const LOAD_CODE_ADDR_AT: usize = RECORD_HEADER_BYTES + 16;
 
-/// One record's place in the dump.
+/// One whole record, borrowed from the reader until the next is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecordAt {
-    /// Where its header starts.
-    pub offset: usize,
-    /// Its size, header included.
-    pub size: u32,
+pub struct Record<'a> {
+    /// Where its header starts in the dump.
+    pub offset: u64,
     /// Its type (`JIT_CODE_LOAD` is 0, `JIT_CODE_MOVE` 1, `JIT_CODE_DEBUG_INFO` 2,
     /// `JIT_CODE_CLOSE` 3, `JIT_CODE_UNWINDING_INFO` 4).
     pub kind: u32,
@@ -49,82 +67,65 @@ pub struct RecordAt {
     pub timestamp: u64,
     /// For a `JIT_CODE_LOAD`, the code's address and size.
     pub code: Option<(u64, u64)>,
+    /// Its bytes, header included.
+    pub bytes: &'a [u8],
 }
 
-/// `JIT_CODE_LOAD`'s record type.
-pub const JIT_CODE_LOAD: u32 = 0;
-/// `JIT_CODE_DEBUG_INFO`'s and `JIT_CODE_UNWINDING_INFO`'s: they describe the next code load.
-pub const DESCRIBES_NEXT_LOAD: [u32; 2] = [2, 4];
-/// Where `code_addr` and `code_size` are in a `JIT_CODE_LOAD`'s body (after pid, tid, vma).
-const CODE_ADDR_AT: usize = 16;
-
-/// A jitdump's header and the places of its whole records.
-#[derive(Debug, Clone)]
-pub struct ForeignDump {
+/// A jitdump read from `R`, one whole record at a time.
+#[derive(Debug)]
+pub struct DumpReader<R> {
+    reader: io::Take<R>,
     header: JitDumpHeader,
+    header_bytes: Vec<u8>,
     big_endian: bool,
-    records: Vec<RecordAt>,
-    /// The whole records end here; bytes after it are a record still being written (or cut
-    /// off), which perf's reader stops at too.
-    complete_len: usize,
+    /// Where the next record starts.
+    offset: u64,
+    /// The current record's bytes.
+    record: Vec<u8>,
 }
 
-impl ForeignDump {
-    /// Reads the header and the record headers of `bytes`.
+impl<R: Read> DumpReader<R> {
+    /// Reads the header of the dump `reader` yields, of which at most `len` bytes are read.
     ///
     /// # Errors
-    /// [`ForeignDumpError::Header`] if `bytes` do not start with a jitdump header;
-    /// [`ForeignDumpError::RecordSize`] for a record shorter than its own header.
-    pub fn parse(bytes: &[u8]) -> Result<Self, ForeignDumpError> {
-        let mut reader = JitDumpReader::new(Cursor::new(bytes))
-            .map_err(|error| ForeignDumpError::Header(error.to_string()))?;
-        let header = reader.header().clone();
-        let big_endian = matches!(reader.endian(), Endianness::BigEndian);
-        let mut records = Vec::new();
-        let mut complete_len = header.total_size as usize;
-        loop {
-            let offset = reader.next_record_offset();
-            let Ok(Some(record_header)) = reader.next_record_header() else {
-                break;
-            };
-            let size = record_header.total_size;
-            if (size as usize) < RECORD_HEADER_BYTES {
-                return Err(ForeignDumpError::RecordSize { offset, size });
-            }
-            let end = offset.saturating_add(u64::from(size));
-            if end > bytes.len() as u64 {
-                break;
-            }
-            match reader.next_record() {
-                Ok(Some(record)) => {
-                    let offset = record.start_offset as usize;
-                    let kind = record.record_type.0;
-                    let body = offset + RECORD_HEADER_BYTES;
-                    let code = (kind == JIT_CODE_LOAD && end as usize >= body + CODE_ADDR_AT + 16)
-                        .then(|| {
-                            let at = body + CODE_ADDR_AT;
-                            (
-                                read_u64(bytes, at, big_endian),
-                                read_u64(bytes, at + 8, big_endian),
-                            )
-                        });
-                    records.push(RecordAt {
-                        offset,
-                        size: record.record_size,
-                        kind,
-                        timestamp: record.timestamp,
-                        code,
-                    });
-                    complete_len = end as usize;
-                }
-                _ => break,
-            }
+    /// [`ForeignDumpError::Header`] if it does not start with a jitdump header of at most
+    /// [`MAX_HEADER_BYTES`]; [`ForeignDumpError::Read`] if reading fails.
+    pub fn new(reader: R, len: u64) -> Result<Self, ForeignDumpError> {
+        let mut reader = reader.take(len);
+        let mut start = [0u8; 12];
+        read_whole(&mut reader, &mut start)?
+            .then_some(())
+            .ok_or_else(|| ForeignDumpError::Header("shorter than a header".to_owned()))?;
+        let big_endian = match &start[..4] {
+            b"JiTD" => true,
+            b"DTiJ" => false,
+            _ => return Err(ForeignDumpError::Header("no JiTD magic".to_owned())),
+        };
+        let size_bytes = [start[8], start[9], start[10], start[11]];
+        let total_size = if big_endian {
+            u32::from_be_bytes(size_bytes)
+        } else {
+            u32::from_le_bytes(size_bytes)
+        };
+        if !(JitDumpHeader::SIZE as u32..=MAX_HEADER_BYTES).contains(&total_size) {
+            return Err(ForeignDumpError::Header(format!(
+                "a header of {total_size} bytes"
+            )));
         }
-        Ok(ForeignDump {
+        let mut header_bytes = vec![0u8; total_size as usize];
+        header_bytes[..12].copy_from_slice(&start);
+        read_whole(&mut reader, &mut header_bytes[12..])?
+            .then_some(())
+            .ok_or_else(|| ForeignDumpError::Header("shorter than its header".to_owned()))?;
+        let header = JitDumpHeader::parse(RawData::Single(&header_bytes))
+            .map_err(|error| ForeignDumpError::Header(error.to_string()))?;
+        Ok(DumpReader {
+            reader,
             header,
+            header_bytes,
             big_endian,
-            records,
-            complete_len,
+            offset: u64::from(total_size),
+            record: Vec::new(),
         })
     }
 
@@ -143,127 +144,236 @@ impl ForeignDump {
         self.header.flags & FLAGS_ARCH_TIMESTAMP != 0
     }
 
-    /// The whole records, in file order.
-    pub fn records(&self) -> &[RecordAt] {
-        &self.records
-    }
-
-    /// The timestamp of the first code load, if there is one.
-    pub fn first_code_load(&self) -> Option<u64> {
-        self.records
-            .iter()
-            .find(|record| record.kind == JitDumpRecordType::JIT_CODE_LOAD.0)
-            .map(|record| record.timestamp)
-    }
-
-    /// A copy of `bytes` (the bytes this dump was parsed from) with
-    /// `JITDUMP_FLAGS_ARCH_TIMESTAMP` set and every whole record's timestamp replaced by
-    /// `counter_of(timestamp)`; a partial last record is left out.
+    /// The next whole record; `None` at the end, or where the last record is cut off (one
+    /// still being written), where perf's reader stops too.
     ///
     /// # Errors
-    /// The first error `counter_of` returns; [`ForeignDumpError::NotTheParsedBytes`] (wrapped
-    /// by the caller's `From`) if `bytes` are shorter than what was parsed.
-    pub fn with_counter_timestamps<E: From<ForeignDumpError>>(
-        &self,
-        bytes: &[u8],
-        counter_of: impl FnMut(u64) -> Result<u64, E>,
-    ) -> Result<Vec<u8>, E> {
-        self.copy(bytes, |_, _| true, Some(counter_of))
-    }
-
-    /// A copy of `bytes` (the bytes this dump was parsed from) with the header and the whole
-    /// records `keep` accepts (given each one's index in [`ForeignDump::records`]), in order;
-    /// with `counter_of`, in the arch form as
-    /// [`ForeignDump::with_counter_timestamps`] makes it.
-    ///
-    /// # Errors
-    /// As [`ForeignDump::with_counter_timestamps`].
-    pub fn copy<E: From<ForeignDumpError>>(
-        &self,
-        bytes: &[u8],
-        mut keep: impl FnMut(usize, &RecordAt) -> bool,
-        mut counter_of: Option<impl FnMut(u64) -> Result<u64, E>>,
-    ) -> Result<Vec<u8>, E> {
-        let parsed = bytes
-            .get(..self.complete_len)
-            .ok_or(ForeignDumpError::NotTheParsedBytes)?;
-        let header_len = self.header.total_size as usize;
-        let mut copy = parsed[..header_len].to_vec();
-        if counter_of.is_some() {
-            let flags = self.header.flags | FLAGS_ARCH_TIMESTAMP;
-            self.put_u64(&mut copy, FLAGS_AT, flags);
+    /// [`ForeignDumpError::RecordSize`] for a record shorter than its own header or longer than
+    /// [`MAX_RECORD_BYTES`]; [`ForeignDumpError::Read`].
+    pub fn next_record(&mut self) -> Result<Option<Record<'_>>, ForeignDumpError> {
+        let mut head = [0u8; RECORD_HEADER_BYTES];
+        if !read_whole(&mut self.reader, &mut head)? {
+            return Ok(None);
         }
-        for (index, record) in self.records.iter().enumerate() {
-            if !keep(index, record) {
-                continue;
-            }
-            let at = copy.len();
-            copy.extend_from_slice(&parsed[record.offset..record.offset + record.size as usize]);
-            if let Some(counter_of) = counter_of.as_mut() {
-                let counter = counter_of(record.timestamp)?;
-                self.put_u64(&mut copy, at + RECORD_TIMESTAMP_AT, counter);
-            }
-        }
-        Ok(copy)
-    }
-
-    /// Which records to keep so that exactly the code loads `wanted` accepts reach perf, each
-    /// with the debug-info and unwinding records before it that describe it (perf applies
-    /// those to the next load), and every other record (moves, close, unknown types) kept.
-    pub fn keep_loads(&self, mut wanted: impl FnMut(&RecordAt) -> bool) -> Vec<bool> {
-        let mut keep = vec![true; self.records.len()];
-        let mut describing = Vec::new();
-        for (index, record) in self.records.iter().enumerate() {
-            if DESCRIBES_NEXT_LOAD.contains(&record.kind) {
-                describing.push(index);
-            } else if record.kind == JIT_CODE_LOAD {
-                let kept = wanted(record);
-                keep[index] = kept;
-                for &described in &describing {
-                    keep[described] = kept;
-                }
-                describing.clear();
-            }
-        }
-        keep
-    }
-
-    /// Reads the u64 at `at` in the dump's byte order (within a parsed record).
-    #[cfg(test)]
-    fn get_u64(&self, bytes: &[u8], at: usize) -> u64 {
-        read_u64(bytes, at, self.big_endian)
-    }
-
-    /// Writes `value` at `at` in the dump's byte order (`at + 8` lies within `bytes`: a field of
-    /// the parsed header or of a whole record).
-    fn put_u64(&self, bytes: &mut [u8], at: usize, value: u64) {
-        let encoded = if self.big_endian {
-            value.to_be_bytes()
+        let endian = if self.big_endian {
+            Endianness::BigEndian
         } else {
-            value.to_le_bytes()
+            Endianness::LittleEndian
         };
-        bytes[at..at + 8].copy_from_slice(&encoded);
+        let parsed = JitDumpRecordHeader::parse(endian, RawData::Single(&head))
+            .map_err(|error| ForeignDumpError::Read(error.kind()))?;
+        let size = parsed.total_size;
+        if (size as usize) < RECORD_HEADER_BYTES || size > MAX_RECORD_BYTES {
+            return Err(ForeignDumpError::RecordSize {
+                offset: self.offset,
+                size,
+            });
+        }
+        self.record.clear();
+        self.record.extend_from_slice(&head);
+        self.record.resize(size as usize, 0);
+        if !read_whole(&mut self.reader, &mut self.record[RECORD_HEADER_BYTES..])? {
+            return Ok(None);
+        }
+        let offset = self.offset;
+        self.offset += u64::from(size);
+        let kind = parsed.record_type.0;
+        let code =
+            (kind == JIT_CODE_LOAD && self.record.len() >= LOAD_CODE_ADDR_AT + 16).then(|| {
+                (
+                    self.u64_at(&self.record, LOAD_CODE_ADDR_AT),
+                    self.u64_at(&self.record, LOAD_CODE_ADDR_AT + 8),
+                )
+            });
+        Ok(Some(Record {
+            offset,
+            kind,
+            timestamp: parsed.timestamp,
+            code,
+            bytes: &self.record,
+        }))
+    }
+
+    fn u64_at(&self, bytes: &[u8], at: usize) -> u64 {
+        let word: [u8; 8] = bytes[at..at + 8].try_into().unwrap_or([0; 8]);
+        if self.big_endian {
+            u64::from_be_bytes(word)
+        } else {
+            u64::from_le_bytes(word)
+        }
     }
 }
 
-/// The u64 at `at` of `bytes` (8 bytes there, checked by the caller) in the given byte order.
-fn read_u64(bytes: &[u8], at: usize, big_endian: bool) -> u64 {
-    let mut word = [0u8; 8];
-    word.copy_from_slice(&bytes[at..at + 8]);
-    if big_endian {
-        u64::from_be_bytes(word)
-    } else {
-        u64::from_le_bytes(word)
+/// Fills `buf` from `reader`: `false` if the input ends first (nothing or part was read).
+fn read_whole(reader: &mut impl Read, buf: &mut [u8]) -> Result<bool, ForeignDumpError> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => return Ok(false),
+            Ok(n) => filled += n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(ForeignDumpError::Read(error.kind())),
+        }
     }
+    Ok(true)
+}
+
+/// What a copy keeps and changes; see [`copy`].
+pub trait CopyPolicy {
+    /// What makes a copy fail (with [`ForeignDumpError`] and write errors among them).
+    type Error: From<ForeignDumpError> + From<io::Error>;
+
+    /// Whether the code load `record` goes into the copy.
+    fn keep_load(&mut self, record: &Record<'_>) -> bool;
+
+    /// The timestamp the copy gives `record`, asked of every record, kept or not: an error
+    /// leaves the dump uncopied.
+    fn timestamp(&mut self, record: &Record<'_>) -> Result<u64, Self::Error>;
+
+    /// Whether the copy's timestamps are counter values (its header then says so).
+    fn arch_timestamps(&self) -> bool;
+
+    /// The pid the copy names in its header and in each load's `pid` and `tid` (`None`: as the
+    /// dump has them).
+    fn pid(&self) -> Option<u32>;
+}
+
+/// How many code loads a dump held, and how many its copy keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyCounts {
+    /// Code loads read.
+    pub loads: usize,
+    /// Code loads written.
+    pub kept: usize,
+}
+
+/// Writes to `out` the copy of `dump` (its header read, no record yet) that `policy` asks for:
+/// exactly the code loads it keeps, each with the debug-info and unwinding records before it
+/// that describe it, and every other record (moves, close, types perf does not know), in the
+/// dump's order; a partial last record is left out.
+///
+/// # Errors
+/// The first error of `policy`, of reading `dump` ([`ForeignDumpError`]) or of writing `out`;
+/// [`ForeignDumpError::HeldTooLong`] when more than [`MAX_HELD_BYTES`] of records wait for the
+/// load they describe. `out` then holds part of a copy: discard it.
+pub fn copy<R: Read, P: CopyPolicy>(
+    dump: &mut DumpReader<R>,
+    out: &mut impl Write,
+    policy: &mut P,
+) -> Result<CopyCounts, P::Error> {
+    let big_endian = dump.big_endian;
+    let mut header = dump.header_bytes.clone();
+    if policy.arch_timestamps() {
+        let flags = dump.header.flags | FLAGS_ARCH_TIMESTAMP;
+        put_u64(&mut header, HEADER_FLAGS_AT, flags, big_endian);
+    }
+    let pid = policy.pid();
+    if let Some(pid) = pid {
+        put_u32(&mut header, HEADER_PID_AT, pid, big_endian);
+    }
+    out.write_all(&header)?;
+    let mut held = Held::default();
+    let mut counts = CopyCounts::default();
+    let mut bytes = Vec::new();
+    while let Some(record) = dump.next_record()? {
+        let stamp = policy.timestamp(&record)?;
+        let is_load = record.kind == JIT_CODE_LOAD;
+        let keep = is_load && policy.keep_load(&record);
+        let describes = DESCRIBES_NEXT_LOAD.contains(&record.kind);
+        let offset = record.offset;
+        bytes.clear();
+        bytes.extend_from_slice(record.bytes);
+        put_u64(&mut bytes, RECORD_TIMESTAMP_AT, stamp, big_endian);
+        if let (true, Some(pid)) = (is_load, pid) {
+            if bytes.len() >= LOAD_TID_AT + 4 {
+                put_u32(&mut bytes, LOAD_PID_AT, pid, big_endian);
+                put_u32(&mut bytes, LOAD_TID_AT, pid, big_endian);
+            }
+        }
+        if is_load {
+            counts.loads += 1;
+            counts.kept += usize::from(keep);
+            held.write(out, keep)?;
+            if keep {
+                out.write_all(&bytes)?;
+            }
+        } else if describes || !held.is_empty() {
+            held.push(&bytes, describes, offset)?;
+        } else {
+            out.write_all(&bytes)?;
+        }
+    }
+    // Describing records with no load after them stay, as perf would read them.
+    held.write(out, true)?;
+    Ok(counts)
+}
+
+/// Records after a describing one, waiting for the next load's fate.
+#[derive(Debug, Default)]
+struct Held {
+    bytes: Vec<u8>,
+    /// Each record's end in `bytes`, and whether it describes the next load.
+    records: Vec<(usize, bool)>,
+}
+
+impl Held {
+    fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    fn push(
+        &mut self,
+        record: &[u8],
+        describes: bool,
+        offset: u64,
+    ) -> Result<(), ForeignDumpError> {
+        if self.bytes.len() + record.len() > MAX_HELD_BYTES {
+            return Err(ForeignDumpError::HeldTooLong { offset });
+        }
+        self.bytes.extend_from_slice(record);
+        self.records.push((self.bytes.len(), describes));
+        Ok(())
+    }
+
+    /// Writes what waited, the describing records only if `keep_described`, and empties.
+    fn write(&mut self, out: &mut impl Write, keep_described: bool) -> io::Result<()> {
+        let mut start = 0;
+        for &(end, describes) in &self.records {
+            if keep_described || !describes {
+                out.write_all(&self.bytes[start..end])?;
+            }
+            start = end;
+        }
+        self.bytes.clear();
+        self.records.clear();
+        Ok(())
+    }
+}
+
+fn put_u64(bytes: &mut [u8], at: usize, value: u64, big_endian: bool) {
+    let encoded = if big_endian {
+        value.to_be_bytes()
+    } else {
+        value.to_le_bytes()
+    };
+    bytes[at..at + 8].copy_from_slice(&encoded);
+}
+
+fn put_u32(bytes: &mut [u8], at: usize, value: u32, big_endian: bool) {
+    let encoded = if big_endian {
+        value.to_be_bytes()
+    } else {
+        value.to_le_bytes()
+    };
+    bytes[at..at + 4].copy_from_slice(&encoded);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A little-endian dump: header, then (kind, timestamp, body) records.
-    /// A dump of pid 4242 with `flags` and `records` (kind, timestamp, body).
-    pub(super) fn dump(flags: u64, records: &[(u32, u64, &[u8])]) -> Vec<u8> {
+    /// A little-endian dump of pid 4242 with `flags` and `records` (kind, timestamp, body).
+    fn dump(flags: u64, records: &[(u32, u64, Vec<u8>)]) -> Vec<u8> {
         let mut bytes = Vec::new();
         bytes.extend_from_slice(b"DTiJ");
         for word in [1u32, 40, 62, 0, 4242] {
@@ -280,59 +390,154 @@ mod tests {
         bytes
     }
 
+    /// A CODE_LOAD body: pid, tid, vma, code_addr, code_size, code_index, name, code.
+    fn load(addr: u64, size: u64, index: u64) -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&7u32.to_le_bytes());
+        body.extend_from_slice(&8u32.to_le_bytes());
+        for word in [addr, addr, size, index] {
+            body.extend_from_slice(&word.to_le_bytes());
+        }
+        body.extend_from_slice(b"f\0");
+        body.extend(std::iter::repeat_n(0xc3, size as usize));
+        body
+    }
+
+    fn reader(bytes: &[u8]) -> DumpReader<&[u8]> {
+        DumpReader::new(bytes, bytes.len() as u64).unwrap()
+    }
+
+    /// A record's kind, timestamp and code.
+    type Seen = (u32, u64, Option<(u64, u64)>);
+
+    /// Every record's (kind, timestamp, code).
+    fn records(bytes: &[u8]) -> Vec<Seen> {
+        let mut reader = reader(bytes);
+        let mut out = Vec::new();
+        while let Some(r) = reader.next_record().unwrap() {
+            out.push((r.kind, r.timestamp, r.code));
+        }
+        out
+    }
+
+    /// A policy of closures over the record.
+    struct Policy<K, T> {
+        keep: K,
+        stamp: T,
+        arch: bool,
+        pid: Option<u32>,
+    }
+
+    impl<K: FnMut(&Record<'_>) -> bool, T: FnMut(u64) -> Result<u64, ForeignDumpError>> CopyPolicy
+        for Policy<K, T>
+    {
+        type Error = ForeignDumpError;
+        fn keep_load(&mut self, record: &Record<'_>) -> bool {
+            (self.keep)(record)
+        }
+        fn timestamp(&mut self, record: &Record<'_>) -> Result<u64, ForeignDumpError> {
+            (self.stamp)(record.timestamp)
+        }
+        fn arch_timestamps(&self) -> bool {
+            self.arch
+        }
+        fn pid(&self) -> Option<u32> {
+            self.pid
+        }
+    }
+
+    impl From<io::Error> for ForeignDumpError {
+        fn from(error: io::Error) -> Self {
+            ForeignDumpError::Read(error.kind())
+        }
+    }
+
+    fn copied(bytes: &[u8], policy: &mut impl CopyPolicy<Error = ForeignDumpError>) -> Vec<u8> {
+        let mut out = Vec::new();
+        copy(&mut reader(bytes), &mut out, policy).unwrap();
+        out
+    }
+
     #[test]
     fn a_monotonic_dump_is_copied_in_the_arch_form() {
         let bytes = dump(
             0,
-            &[(0, 1_000, &[7; 40]), (2, 1_500, &[8; 24]), (3, 2_000, &[])],
+            &[
+                (0, 1_000, load(0x10, 4, 0)),
+                (2, 1_500, vec![8; 24]),
+                (3, 2_000, vec![]),
+            ],
         );
-        let parsed = ForeignDump::parse(&bytes).unwrap();
-        assert_eq!(parsed.pid(), 4242);
-        assert!(!parsed.has_arch_timestamps());
-        assert_eq!(parsed.first_code_load(), Some(1_000));
-        let copy = parsed
-            .with_counter_timestamps::<ForeignDumpError>(&bytes, |t| Ok(t * 3))
-            .unwrap();
-        let reparsed = ForeignDump::parse(&copy).unwrap();
-        assert!(reparsed.has_arch_timestamps());
-        let stamps: Vec<u64> = reparsed.records().iter().map(|r| r.timestamp).collect();
+        let r = reader(&bytes);
+        assert_eq!(r.pid(), 4242);
+        assert!(!r.has_arch_timestamps());
+        let mut policy = Policy {
+            keep: |_: &Record<'_>| true,
+            stamp: |t| Ok(t * 3),
+            arch: true,
+            pid: None,
+        };
+        let copy = copied(&bytes, &mut policy);
+        assert!(reader(&copy).has_arch_timestamps());
+        let stamps: Vec<u64> = records(&copy).iter().map(|r| r.1).collect();
         assert_eq!(stamps, [3_000, 4_500, 6_000]);
         // Everything but the flags and the timestamps is the original's.
         let mut expected = bytes.clone();
-        expected[FLAGS_AT] |= 1;
-        for (record, stamp) in parsed.records().iter().zip([3_000u64, 4_500, 6_000]) {
-            let at = record.offset + RECORD_TIMESTAMP_AT;
-            expected[at..at + 8].copy_from_slice(&stamp.to_le_bytes());
+        expected[HEADER_FLAGS_AT] |= 1;
+        let mut at = 40;
+        for stamp in [3_000u64, 4_500, 6_000] {
+            expected[at + 8..at + 16].copy_from_slice(&stamp.to_le_bytes());
+            at += u32::from_le_bytes(expected[at + 4..at + 8].try_into().unwrap()) as usize;
         }
         assert_eq!(copy, expected);
     }
 
     #[test]
     fn a_partial_last_record_is_left_out_as_perf_leaves_it() {
-        let mut bytes = dump(0, &[(0, 10, &[1; 8])]);
+        let mut bytes = dump(0, &[(0, 10, vec![1; 8])]);
         let whole = bytes.len();
-        bytes.extend_from_slice(&dump(0, &[(0, 20, &[2; 64])])[40..60]);
-        let parsed = ForeignDump::parse(&bytes).unwrap();
-        assert_eq!(parsed.records().len(), 1);
-        let copy = parsed
-            .with_counter_timestamps::<ForeignDumpError>(&bytes, Ok)
-            .unwrap();
-        assert_eq!(copy.len(), whole);
+        bytes.extend_from_slice(&dump(0, &[(0, 20, vec![2; 64])])[40..60]);
+        assert_eq!(records(&bytes).len(), 1);
+        let mut policy = Policy {
+            keep: |_: &Record<'_>| true,
+            stamp: Ok,
+            arch: false,
+            pid: None,
+        };
+        assert_eq!(copied(&bytes, &mut policy).len(), whole);
+        // Bytes past the length given are not read.
+        let mut short = DumpReader::new(&bytes[..], whole as u64 - 1).unwrap();
+        assert_eq!(short.next_record().unwrap(), None);
     }
 
     #[test]
     fn hostile_sizes_are_errors_not_panics() {
-        let mut bytes = dump(0, &[(0, 10, &[1; 8])]);
+        let mut bytes = dump(0, &[(0, 10, vec![1; 8])]);
         bytes[44..48].copy_from_slice(&3u32.to_le_bytes());
+        assert_eq!(
+            reader(&bytes).next_record(),
+            Err(ForeignDumpError::RecordSize {
+                offset: 40,
+                size: 3
+            })
+        );
+        bytes[44..48].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(
-            ForeignDump::parse(&bytes),
-            Err(ForeignDumpError::RecordSize { size: 3, .. })
+            reader(&bytes).next_record(),
+            Err(ForeignDumpError::RecordSize { .. })
         ));
-        let mut huge = dump(0, &[(0, 10, &[1; 8])]);
-        huge[44..48].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert_eq!(ForeignDump::parse(&huge).unwrap().records().len(), 0);
+        // A record within the bound that the file does not hold: the end, read no further.
+        bytes[44..48].copy_from_slice(&(1u32 << 20).to_le_bytes());
+        assert_eq!(reader(&bytes).next_record(), Ok(None));
+        let text = b"not a dump at all, not even close to forty bytes";
         assert!(matches!(
-            ForeignDump::parse(b"not a dump at all, not even close to forty bytes"),
+            DumpReader::new(&text[..], 48),
+            Err(ForeignDumpError::Header(_))
+        ));
+        let mut long_header = dump(0, &[]);
+        long_header[8..12].copy_from_slice(&(MAX_HEADER_BYTES + 1).to_le_bytes());
+        assert!(matches!(
+            DumpReader::new(&long_header[..], 1 << 20),
             Err(ForeignDumpError::Header(_))
         ));
     }
@@ -346,82 +551,111 @@ mod tests {
         }
         bytes.extend_from_slice(&0u64.to_be_bytes());
         bytes.extend_from_slice(&0u64.to_be_bytes());
-        bytes.extend_from_slice(&0u32.to_be_bytes());
+        bytes.extend_from_slice(&3u32.to_be_bytes());
         bytes.extend_from_slice(&24u32.to_be_bytes());
         bytes.extend_from_slice(&5u64.to_be_bytes());
         bytes.extend_from_slice(&[0; 8]);
-        let parsed = ForeignDump::parse(&bytes).unwrap();
-        assert_eq!(parsed.pid(), 7);
-        let copy = parsed
-            .with_counter_timestamps::<ForeignDumpError>(&bytes, |t| Ok(t + 1))
-            .unwrap();
+        assert_eq!(reader(&bytes).pid(), 7);
+        let mut policy = Policy {
+            keep: |_: &Record<'_>| true,
+            stamp: |t| Ok(t + 1),
+            arch: true,
+            pid: Some(9),
+        };
+        let copy = copied(&bytes, &mut policy);
+        assert_eq!(&copy[20..24], &9u32.to_be_bytes());
         assert_eq!(&copy[32..40], &1u64.to_be_bytes());
         assert_eq!(&copy[48..56], &6u64.to_be_bytes());
-    }
-}
-
-#[cfg(test)]
-mod keep_tests {
-    use super::*;
-
-    /// A CODE_LOAD body: pid, tid, vma, code_addr, code_size, code_index, name, code.
-    fn load(addr: u64, size: u64, index: u64) -> Vec<u8> {
-        let mut body = Vec::new();
-        body.extend_from_slice(&1u32.to_le_bytes());
-        body.extend_from_slice(&1u32.to_le_bytes());
-        for word in [addr, addr, size, index] {
-            body.extend_from_slice(&word.to_le_bytes());
-        }
-        body.extend_from_slice(b"f\0");
-        body.extend(std::iter::repeat_n(0xc3, size as usize));
-        body
-    }
-
-    fn dump(records: &[(u32, u64, Vec<u8>)]) -> Vec<u8> {
-        let records: Vec<(u32, u64, &[u8])> = records
-            .iter()
-            .map(|(kind, timestamp, body)| (*kind, *timestamp, body.as_slice()))
-            .collect();
-        super::tests::dump(0, &records)
     }
 
     #[test]
     fn only_the_wanted_loads_stay_with_what_describes_them() {
-        let bytes = dump(&[
-            (2, 1, vec![7; 16]),
-            (0, 2, load(0x1000, 16, 0)),
-            (4, 3, vec![8; 24]),
-            (0, 4, load(0x2000, 32, 1)),
-            (1, 5, vec![9; 40]),
-            (3, 6, vec![]),
-        ]);
-        let parsed = ForeignDump::parse(&bytes).unwrap();
-        let codes: Vec<_> = parsed.records().iter().map(|r| r.code).collect();
+        let bytes = dump(
+            0,
+            &[
+                (2, 1, vec![7; 16]),
+                (0, 2, load(0x1000, 16, 0)),
+                (4, 3, vec![8; 24]),
+                (1, 4, vec![9; 40]),
+                (0, 5, load(0x2000, 32, 1)),
+                (2, 6, vec![7; 16]),
+                (3, 7, vec![]),
+            ],
+        );
         assert_eq!(
-            codes,
+            records(&bytes).iter().map(|r| r.2).collect::<Vec<_>>(),
             [
                 None,
                 Some((0x1000, 16)),
+                None,
                 None,
                 Some((0x2000, 32)),
                 None,
                 None
             ]
         );
-        let keep = parsed.keep_loads(|record| record.code == Some((0x2000, 32)));
-        assert_eq!(keep, [false, false, true, true, true, true]);
-        let copy = parsed
-            .copy::<ForeignDumpError>(
-                &bytes,
-                |index, _| keep[index],
-                None::<fn(u64) -> Result<u64, ForeignDumpError>>,
-            )
-            .unwrap();
-        let again = ForeignDump::parse(&copy).unwrap();
-        let kinds: Vec<u32> = again.records().iter().map(|r| r.kind).collect();
-        assert_eq!(kinds, [4, 0, 1, 3]);
-        assert!(!again.has_arch_timestamps());
-        assert_eq!(again.records()[1].code, Some((0x2000, 32)));
-        assert_eq!(again.get_u64(&copy, again.records()[1].offset + 8), 4);
+        let mut policy = Policy {
+            keep: |r: &Record<'_>| r.code == Some((0x2000, 32)),
+            stamp: Ok,
+            arch: false,
+            pid: Some(99),
+        };
+        let mut out = Vec::new();
+        let counts = copy(&mut reader(&bytes), &mut out, &mut policy).unwrap();
+        assert_eq!(counts, CopyCounts { loads: 2, kept: 1 });
+        // The first load and its debug info go; the move between the unwinding record and
+        // the second load stays in its place; debug info with no load after it stays.
+        let kept: Vec<(u32, u64)> = records(&out).iter().map(|r| (r.0, r.1)).collect();
+        assert_eq!(kept, [(4, 3), (1, 4), (0, 5), (2, 6), (3, 7)]);
+        let mut copy = reader(&out);
+        assert_eq!(copy.pid(), 99);
+        while let Some(r) = copy.next_record().unwrap() {
+            if r.kind == JIT_CODE_LOAD {
+                assert_eq!(&r.bytes[16..24], &[99, 0, 0, 0, 99, 0, 0, 0]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_failing_timestamp_stops_the_copy() {
+        let bytes = dump(0, &[(0, 10, load(1, 1, 0)), (3, 0, vec![])]);
+        let mut policy = Policy {
+            keep: |_: &Record<'_>| false,
+            stamp: |t| {
+                if t == 0 {
+                    Err(ForeignDumpError::Header("stamp 0".to_owned()))
+                } else {
+                    Ok(t)
+                }
+            },
+            arch: true,
+            pid: None,
+        };
+        let mut out = Vec::new();
+        assert_eq!(
+            copy(&mut reader(&bytes), &mut out, &mut policy),
+            Err(ForeignDumpError::Header("stamp 0".to_owned()))
+        );
+    }
+
+    #[test]
+    fn records_held_past_the_bound_are_an_error() {
+        let mut bytes = dump(0, &[(2, 1, vec![0; 16])]);
+        // Moves (32 MiB) after the debug info, with no load: held until the bound is passed.
+        let big = vec![1u8; 32 << 20];
+        for _ in 0..3 {
+            bytes.extend_from_slice(&dump(0, &[(1, 2, big.clone())])[40..]);
+        }
+        let mut policy = Policy {
+            keep: |_: &Record<'_>| true,
+            stamp: Ok,
+            arch: false,
+            pid: None,
+        };
+        let mut out = Vec::new();
+        assert!(matches!(
+            copy(&mut reader(&bytes), &mut out, &mut policy),
+            Err(ForeignDumpError::HeldTooLong { .. })
+        ));
     }
 }

@@ -258,9 +258,7 @@ fn fields(text: &str) -> Result<([Option<&str>; KEYS.len()], Optional<'_>), Time
     let mut lines = text.split('\n');
     let first_line = lines.next().unwrap_or("");
     if first_line != MAGIC_LINE {
-        return Err(TimeConvError::NotARecord {
-            first_line: first_line.to_owned(),
-        });
+        return Err(TimeConvError::NotARecord);
     }
     let mut values: [Option<&str>; KEYS.len()] = [None; KEYS.len()];
     let mut optional = Optional::default();
@@ -295,10 +293,7 @@ fn fields(text: &str) -> Result<([Option<&str>; KEYS.len()], Optional<'_>), Time
 /// The `pvclock` line's value: the entry's `tsc_timestamp`, `system_time`, `mul`, `shift`
 /// and the offset `C`, comma-separated (the last two may be negative).
 fn pvclock(value: &str) -> Result<PvclockConversion, TimeConvError> {
-    let invalid = || TimeConvError::InvalidValue {
-        key: "pvclock",
-        value: value.to_owned(),
-    };
+    let invalid = || TimeConvError::InvalidValue { key: "pvclock" };
     let parts: Vec<&str> = value.split(',').collect();
     let [tsc_timestamp, system_time, mul, shift, offset] = parts[..] else {
         return Err(invalid());
@@ -337,24 +332,17 @@ fn one_of<T: Copy>(
         .iter()
         .find(|(name, _)| *name == value)
         .map(|(_, choice)| *choice)
-        .ok_or_else(|| TimeConvError::InvalidValue {
-            key,
-            value: value.to_owned(),
-        })
+        .ok_or(TimeConvError::InvalidValue { key })
 }
 
 fn number<T: std::str::FromStr>(key: &'static str, value: &str) -> Result<T, TimeConvError> {
     // `from_str` accepts a leading '+'; the format is plain decimal digits.
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(TimeConvError::InvalidValue {
-            key,
-            value: value.to_owned(),
-        });
+        return Err(TimeConvError::InvalidValue { key });
     }
-    value.parse().map_err(|_| TimeConvError::InvalidValue {
-        key,
-        value: value.to_owned(),
-    })
+    value
+        .parse()
+        .map_err(|_| TimeConvError::InvalidValue { key })
 }
 
 impl TimeConvRecord {
@@ -401,10 +389,9 @@ impl TimeConvRecord {
         .map_err(TimeConvError::InvalidConversion)?;
         let clock = match optional.clock {
             None => JitClock::Arch,
-            Some(name) => name.parse().map_err(|_| TimeConvError::InvalidValue {
-                key: "clock",
-                value: name.to_owned(),
-            })?,
+            Some(name) => name
+                .parse()
+                .map_err(|_| TimeConvError::InvalidValue { key: "clock" })?,
         };
         Ok(TimeConvRecord {
             pid: number("pid", get("pid")?)?,
@@ -576,10 +563,7 @@ mod tests {
         assert_eq!(TimeConvRecord::parse(&perf).unwrap().clock, JitClock::Perf);
         assert_eq!(
             TimeConvRecord::parse(&text.replace("clock=arch", "clock=tsc")),
-            Err(TimeConvError::InvalidValue {
-                key: "clock",
-                value: "tsc".into()
-            })
+            Err(TimeConvError::InvalidValue { key: "clock" })
         );
         assert_eq!(
             TimeConvRecord::parse(&format!("{text}clock=perf\n")),
@@ -648,9 +632,7 @@ mod tests {
                 })
                 .collect();
             match TimeConvRecord::parse(&edited) {
-                Err(TimeConvError::InvalidValue { key: k, value }) => {
-                    assert_eq!((k, value.as_str()), (key, bad));
-                }
+                Err(TimeConvError::InvalidValue { key: k }) => assert_eq!(k, key, "{bad}"),
                 other => panic!("{key}={bad}: {other:?}"),
             }
         }
@@ -661,11 +643,11 @@ mod tests {
         );
         assert!(matches!(
             TimeConvRecord::parse("perfclock-timeconv 2\n"),
-            Err(TimeConvError::NotARecord { .. })
+            Err(TimeConvError::NotARecord)
         ));
         assert!(matches!(
             TimeConvRecord::parse(""),
-            Err(TimeConvError::NotARecord { .. })
+            Err(TimeConvError::NotARecord)
         ));
         assert_eq!(
             TimeConvRecord::parse(&format!("{text}no equals sign\n")),

@@ -15,7 +15,8 @@ use crate::error::PerfDataError;
 use crate::features::Feature;
 use crate::header::at;
 use crate::layout::Layout;
-use crate::record::{RecordHeader, RECORD_HEADER_SIZE};
+use crate::record::{with_file_name, RecordHeader, RECORD_HEADER_SIZE};
+use crate::scan::JitDumpMap;
 use crate::section::SECTION_SIZE;
 
 /// Records and feature sections to insert into a file laid out as a [`Layout`].
@@ -91,6 +92,58 @@ impl<'a> Patch<'a> {
         }
         self.overwrites.push((at, bytes.to_vec()));
         Ok(self)
+    }
+
+    /// Disables every map of `map`'s jitdump that lies outside compressed records: perf's
+    /// `/jit-` becomes `/jiX-` (same length: nothing moves), so `perf inject --jit` passes them
+    /// by.
+    ///
+    /// # Errors
+    /// As [`Patch::overwrite`].
+    pub fn disable_jitdump(&mut self, map: &JitDumpMap) -> Result<&mut Self, PerfDataError> {
+        for &slash in &map.marker_slashes {
+            self.overwrite(slash + 3, b"X")?;
+        }
+        Ok(self)
+    }
+
+    /// Points the recording at another file in place of `map`'s jitdump: a copy of its first
+    /// map record (read from `input`, the file this patch's layout was read from) naming
+    /// `file_name` instead, its pid and tid replaced by `pid` if given, is inserted, and the
+    /// original maps are disabled ([`Patch::disable_jitdump`]).
+    ///
+    /// # Errors
+    /// [`PerfDataError::BadInsertion`] if the map's first record was inside a compressed
+    /// record or is not a map record; a read error.
+    pub fn redirect_jitdump<R: Read + Seek>(
+        &mut self,
+        input: &mut R,
+        map: &JitDumpMap,
+        file_name: &[u8],
+        pid: Option<u32>,
+    ) -> Result<&mut Self, PerfDataError> {
+        let at = map.first_record.ok_or_else(|| {
+            PerfDataError::BadInsertion(
+                "the jitdump's map is inside a compressed record (perf record -z): record \
+                 without -z"
+                    .to_owned(),
+            )
+        })?;
+        let mut header = [0u8; RECORD_HEADER_SIZE];
+        input.seek(SeekFrom::Start(at))?;
+        input.read_exact(&mut header)?;
+        let mut record = vec![0u8; usize::from(RecordHeader::parse(header).size)];
+        input.seek(SeekFrom::Start(at))?;
+        input.read_exact(&mut record)?;
+        let mut renamed = with_file_name(&record, file_name)?;
+        if let Some(pid) = pid {
+            // MMAP and MMAP2 bodies start with pid and tid.
+            renamed[RECORD_HEADER_SIZE..RECORD_HEADER_SIZE + 4].copy_from_slice(&pid.to_le_bytes());
+            renamed[RECORD_HEADER_SIZE + 4..RECORD_HEADER_SIZE + 8]
+                .copy_from_slice(&pid.to_le_bytes());
+        }
+        self.insert_record(&renamed)?;
+        self.disable_jitdump(map)
     }
 
     /// Adds a feature section with `contents`; the file must not have `feature` yet.

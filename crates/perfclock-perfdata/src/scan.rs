@@ -23,11 +23,14 @@ pub const MAX_JIT_DUMPS: usize = 131_072;
 /// order and in the set that finds repeats); more is [`PerfDataError::TooManyJitDumps`].
 pub const MAX_JIT_DUMP_NAME_BYTES: usize = 32 << 20;
 
-/// A jitdump the recording mapped (perf's marker that the JIT wrote one).
+/// A jitdump one process of the recording mapped (perf's marker that the JIT wrote one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JitDumpMap {
-    /// The pid in the name.
+    /// The pid in the name: the writer's own, in its pid namespace.
     pub pid: u32,
+    /// The pid of the process that mapped it, as the recording names it (its first map
+    /// record's): another than [`JitDumpMap::pid`] for a process in another pid namespace.
+    pub process: u32,
     /// The path as the MMAP record names it.
     pub path: PathBuf,
     /// The file offset of the first MMAP/MMAP2 record that names it, unless that record was
@@ -44,8 +47,8 @@ pub struct JitDumpMap {
 pub struct Scan {
     /// Whether a `PERF_RECORD_TIME_CONV` is present (perf record wrote one: kernel mode).
     pub has_time_conv: bool,
-    /// The MMAP/MMAP2 records whose file name is `jit-<pid>.dump`, in file order, each path
-    /// once.
+    /// The MMAP/MMAP2 records whose file name is `jit-<pid>.dump`, in file order, each
+    /// process's path once (two containers' processes may map one path).
     pub jit_dumps: Vec<JitDumpMap>,
     /// How many records the data section holds (compressed ones count once, and so does each
     /// record inside them).
@@ -61,8 +64,8 @@ pub struct Scan {
 #[derive(Debug, Default)]
 pub(crate) struct Inspector {
     pub scan: Scan,
-    /// Each name's index in `scan.jit_dumps`.
-    seen: HashMap<PathBuf, usize>,
+    /// Each (process, name)'s index in `scan.jit_dumps`.
+    seen: HashMap<(u32, PathBuf), usize>,
     name_bytes: usize,
     /// How many marker places were kept, over all names.
     places: usize,
@@ -100,23 +103,28 @@ impl Inspector {
         let Some(pid) = jitdump_pid(path) else {
             return Ok(());
         };
+        // MMAP and MMAP2 bodies start with the process's pid.
+        let process = body
+            .first_chunk::<4>()
+            .map_or(0, |pid| u32::from_le_bytes(*pid));
         // perf matches `/jit-<pid>.dump` after the last `/`: a name without one is no marker
         // to it, and has no place to keep.
         let slash_at = name
             .iter()
             .rposition(|&b| b == b'/')
             .map(|slash| offset + (RECORD_HEADER_SIZE + name_at + slash) as u64);
-        let index = match self.seen.get(path) {
+        let key = (process, path.to_path_buf());
+        let index = match self.seen.get(&key) {
             Some(&index) => index,
             None => {
                 self.name_bytes += 2 * name.len();
                 if self.seen.len() >= MAX_JIT_DUMPS || self.name_bytes > MAX_JIT_DUMP_NAME_BYTES {
                     return Err(PerfDataError::TooManyJitDumps { offset });
                 }
-                self.seen
-                    .insert(path.to_path_buf(), self.scan.jit_dumps.len());
+                self.seen.insert(key, self.scan.jit_dumps.len());
                 self.scan.jit_dumps.push(JitDumpMap {
                     pid,
+                    process,
                     path: path.to_path_buf(),
                     first_record: (!compressed).then_some(offset),
                     marker_slashes: Vec::new(),

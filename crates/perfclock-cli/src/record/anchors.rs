@@ -13,13 +13,13 @@ pub(super) struct ClockAnchors {
     pub(super) start: Option<perfclock::ClockSnapshot>,
     pub(super) end: Option<perfclock::ClockSnapshot>,
     /// Every snapshot, start and end included, one about every [`PAIRING_INTERVAL`]: the
-    /// `CLOCK_MONOTONIC` pairings of other writers' jitdumps (`foreign`).
+    /// `CLOCK_MONOTONIC` pairings of other writers' jitdumps (`perfclock_inject::Pairings`).
     pub(super) pairings: Vec<perfclock::ClockSnapshot>,
 }
 
 /// How often `record` pairs `CLOCK_MONOTONIC` with the perf clock while perf records (each
 /// pairing a few microseconds of clock reads): between two, a converted stamp is off by at most
-/// twice `foreign::MAX_RATE_PPM` over half the interval, and in practice by the rate's change
+/// twice `perfclock_inject::MAX_RATE_PPM` over half the interval, and in practice by the rate's change
 /// over it (docs/measurements.md).
 pub(super) const PAIRING_INTERVAL: Duration = Duration::from_secs(1);
 

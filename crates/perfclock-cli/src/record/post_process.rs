@@ -9,6 +9,8 @@ use std::path::Path;
 use std::process::{Command, ExitStatus};
 
 use perfclock_cli::RecordArgs;
+use perfclock_core::untrusted::Untrusted;
+use perfclock_inject::{ClockDataSource, InjectError, InjectOptions, Injected, InputError};
 use perfclock_perfdata::check_output_path;
 
 use super::anchors::ClockAnchors;
@@ -17,7 +19,7 @@ use super::work_dir::WorkDir;
 use super::{fail, Failure, NAME};
 use crate::error::RecordError;
 use crate::output::{chain, errln};
-use crate::{children, inject, signals};
+use crate::{children, signals};
 
 /// Whether `path` is a perf.data that perf finished writing: its header names a data section
 /// with records (perf writes the final header when it stops).
@@ -32,20 +34,9 @@ fn recording_complete(path: &Path) -> bool {
     data_size > 0
 }
 
-/// What [`add_time_conv`] did.
-enum TimeConvStep {
-    /// The recording maps no jitdump: nothing for `perf inject --jit` to do, and nothing
-    /// written.
-    NoJitdump,
-    /// The recording maps no jitdump: `out_tmp` is the recording with its HEADER_CLOCK_DATA.
-    ClockDataOnly,
-    /// Written to `out_tmp`, with the TIME_CONV the recording had or one perfclock added (and
-    /// HEADER_CLOCK_DATA, given a snapshot), for `perf inject --jit`.
-    Written(String),
-}
-
-/// The `inject-time-conv` step, in-process: `raw` to `out_tmp` with a TIME_CONV record where
-/// it lacks one, from the sidecars next to the dumps (the one call site for that code).
+/// The post-processing step, in-process: `raw` to `out_tmp` with its TIME_CONV, clock data
+/// and the jitdumps' copies (`perfclock_inject`); `None` where the recording maps no jitdump
+/// and has no clock data to add (nothing to write).
 fn add_time_conv(
     raw: &Path,
     out_tmp: &Path,
@@ -53,33 +44,22 @@ fn add_time_conv(
     anchors: &ClockAnchors,
     all_jit_code: bool,
     cleanup: &signals::TempCleanup,
-) -> Result<TimeConvStep, RecordError> {
-    // The sidecars are looked for next to each dump the recording names: every JVM has a
-    // directory of its own (pid namespaces may give two JVMs one pid).
-    let options = inject::InjectOptions {
-        input: raw.to_path_buf(),
-        output: out_tmp.to_path_buf(),
-        dump_dirs: Vec::new(),
-        clock_data: match anchors.start {
-            Some(snapshot) => inject::ClockDataSource::Recorded(snapshot),
-            None => inject::ClockDataSource::None,
-        },
-        pairings: anchors.pairings.clone(),
-        copies_beside: output.to_path_buf(),
-        all_jit_code,
-    };
-    match inject::run(&options, cleanup) {
-        Ok((outcome, _)) => {
-            for line in outcome.foreign_lines() {
+) -> Result<Option<Injected>, RecordError> {
+    let mut options = InjectOptions::new(raw.to_path_buf(), out_tmp.to_path_buf());
+    options.copies_beside = output.to_path_buf();
+    if let Some(snapshot) = anchors.start {
+        options.clock_data = ClockDataSource::Recorded(snapshot);
+    }
+    options.pairings = anchors.pairings.clone();
+    options.all_jit_code = all_jit_code;
+    match perfclock_inject::inject(&options, cleanup) {
+        Ok(injected) => {
+            for line in injected.outcome.lines() {
                 errln!("{NAME}: {line}");
             }
-            if outcome.maps_jitdumps() {
-                Ok(TimeConvStep::Written(outcome.time_conv_line()))
-            } else {
-                Ok(TimeConvStep::ClockDataOnly)
-            }
+            Ok(Some(injected))
         }
-        Err(crate::error::InjectError::NoJitMarker) => Ok(TimeConvStep::NoJitdump),
+        Err(InjectError::Input(InputError::NoJitMarker)) => Ok(None),
         Err(error) => Err(RecordError::TimeConv(error)),
     }
 }
@@ -137,7 +117,8 @@ pub(super) fn finish(
         let raw = work.raw.display().to_string();
         work.keep_raw();
         return Err(fail(format!(
-            "{}; the recording is kept in {raw}",
+            "{}; the recording is kept in {raw} (the jitdumps' copies and perf's intermediate \
+             files were removed)",
             chain(&error)
         )));
     }
@@ -153,7 +134,8 @@ pub(super) fn finish(
 /// Renames `from` over `output` (checked again first), with signals held off.
 fn commit(from: &Path, output: &Path, signals: &signals::TempCleanup) -> Result<(), RecordError> {
     signals.commit(from, || {
-        check_output_path(output).map_err(RecordError::Output)?;
+        check_output_path(output)
+            .map_err(|error| RecordError::Output(InputError::Output(error)))?;
         fs::rename(from, output).map_err(|source| RecordError::Rename {
             output: output.to_owned(),
             source,
@@ -173,52 +155,75 @@ fn post_process(
 ) -> Result<(), RecordError> {
     let message = format!(
         "{NAME}: interrupted (signal {{signal}}) while writing {}: it was not written; the \
-         recording is kept in {}",
+         recording is kept in {} (the jitdumps' copies and perf's intermediate files were \
+         removed)",
         output.display(),
         work.raw.display()
     );
     signals.fatal(None, Some(message.clone()));
     let converted = work.path("conv.data");
     signals.register(&converted);
-    match add_time_conv(
+    let injected = add_time_conv(
         &work.raw,
         &converted,
         output,
         anchors,
         all_jit_code,
         signals,
-    )? {
-        TimeConvStep::ClockDataOnly => {
-            errln!("{NAME}: no jitdump was mapped: no JIT code to inject");
-            commit(&converted, output, signals)?;
-        }
-        TimeConvStep::NoJitdump => {
+    )?;
+    match injected {
+        None => {
             errln!("{NAME}: no jitdump was mapped: no JIT code to inject");
             commit(&work.raw, output, signals)?;
         }
-        TimeConvStep::Written(what) => {
-            errln!("{NAME}: {what}; perf inject --jit");
-            let injected = work.path("jit.data");
-            signals.register(&injected);
-            let mut inject = Command::new("perf");
-            inject
-                .args(["inject", "--jit", "-i"])
-                .arg(&converted)
-                .arg("-o")
-                .arg(&injected);
-            children::die_with_parent(&mut inject, libc::SIGTERM);
-            let mut child = inject.spawn().map_err(RecordError::RunInject)?;
-            signals.fatal(Some(child.id()), Some(message.clone()));
-            let result = child.wait();
-            signals.fatal(None, Some(message));
-            let result = result.map_err(RecordError::WaitInject)?;
-            if !result.success() {
-                return Err(RecordError::InjectFailed(result));
+        Some(injected) if !injected.outcome.maps_jitdumps() => {
+            errln!("{NAME}: no jitdump was copied: no JIT code to inject");
+            commit(&converted, output, signals)?;
+        }
+        Some(injected) => {
+            errln!("{NAME}: {}; perf inject --jit", injected.outcome.time_conv);
+            let injected_data = work.path("jit.data");
+            signals.register(&injected_data);
+            run_perf_inject(&converted, &injected_data, signals, &message)?;
+            commit(&injected_data, output, signals)?;
+            // OUT names the copies and the images perf inject wrote beside them.
+            let copies = injected.keep_copies(signals);
+            if let Some(copies) = copies {
+                errln!(
+                    "{NAME}: the JIT code's images are in {} (private), which {} names",
+                    Untrusted(copies.as_os_str().as_encoded_bytes()),
+                    Untrusted(output.as_os_str().as_encoded_bytes())
+                );
             }
-            commit(&injected, output, signals)?;
         }
     }
     // OUT is complete: a signal now only ends the process.
     signals.fatal(None, None);
+    Ok(())
+}
+
+/// `perf inject --jit -i converted -o injected`, stopped by a signal meanwhile (which then
+/// removes what is registered and prints `message`).
+fn run_perf_inject(
+    converted: &Path,
+    injected: &Path,
+    signals: &signals::TempCleanup,
+    message: &str,
+) -> Result<(), RecordError> {
+    let mut inject = Command::new("perf");
+    inject
+        .args(["inject", "--jit", "-i"])
+        .arg(converted)
+        .arg("-o")
+        .arg(injected);
+    children::die_with_parent(&mut inject, libc::SIGTERM);
+    let mut child = inject.spawn().map_err(RecordError::RunInject)?;
+    signals.fatal(Some(child.id()), Some(message.to_owned()));
+    let result = child.wait();
+    signals.fatal(None, Some(message.to_owned()));
+    let result = result.map_err(RecordError::WaitInject)?;
+    if !result.success() {
+        return Err(RecordError::InjectFailed(result));
+    }
     Ok(())
 }

@@ -1,0 +1,182 @@
+//! What [`inject`](crate::inject) did: the TIME_CONV's source, each dump's fate, the warnings,
+//! and the copies' directory, which the caller keeps once OUT is in place.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use perfclock_perfdata::ClockData;
+
+use crate::clock_data::ClockDataWarning;
+use crate::copies::CopiesDir;
+use crate::dumps::{DumpOutcome, Writer};
+use crate::input::shown;
+use crate::output::TempFiles;
+use crate::time_conv::{BootWarning, TimeConvSource};
+
+/// What was written, and the copies the output names.
+#[derive(Debug)]
+pub struct Injected {
+    /// What was done.
+    pub outcome: Outcome,
+    /// The HEADER_CLOCK_DATA added, if any.
+    pub clock_data: Option<ClockData>,
+    /// The copies' directory, which the output names: removed when dropped, unless kept
+    /// ([`Injected::keep_copies`]) once the output is in place.
+    pub copies: Option<CopiesDir>,
+}
+
+impl Injected {
+    /// Keeps the copies' directory (if one was made): where it is.
+    pub fn keep_copies(self, temps: &dyn TempFiles) -> Option<PathBuf> {
+        self.copies.map(|copies| copies.keep(temps))
+    }
+}
+
+/// What was done.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Outcome {
+    /// Where OUT's TIME_CONV comes from.
+    pub time_conv: TimeConvSource,
+    /// Each dump as the recording names it, and what became of it.
+    pub dumps: Vec<(PathBuf, DumpOutcome)>,
+    /// Why the dumps kept every code load, if they did.
+    pub unfiltered: Option<Unfiltered>,
+    /// What was noticed and did not stop the step.
+    pub warnings: Vec<Warning>,
+}
+
+/// Why every code load went to perf inject.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Unfiltered {
+    /// `--all-jit-code` asked for it.
+    Asked,
+    /// The samples carry user stacks (`--call-graph dwarf`), which perf unwinds only when it
+    /// reports.
+    UserStacks,
+    /// The samples could not be read.
+    Unreadable(perfclock_perfdata::PerfDataError),
+}
+
+impl fmt::Display for Unfiltered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Asked => f.write_str("--all-jit-code"),
+            Self::UserStacks => f.write_str(
+                "the samples carry user stacks (--call-graph dwarf), which perf unwinds only \
+                 when it reports: which JIT code those frames reach is not known before",
+            ),
+            Self::Unreadable(error) => write!(f, "the samples could not be read ({error})"),
+        }
+    }
+}
+
+/// Something noticed that did not stop the step.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Warning {
+    /// The jitdump maps are inside compressed records (`perf record -z`), which perf inject
+    /// does not look into.
+    CompressedMaps,
+    /// The sidecars' boot against this machine's.
+    Boot(BootWarning),
+    /// The clock data's step check.
+    ClockData(ClockDataWarning),
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::CompressedMaps => f.write_str(
+                "IN's jitdump maps are inside compressed records (perf record -z); perf inject \
+                 --jit (6.1 at least) does not look inside them and will inject no jitted code: \
+                 record without -z for perf inject",
+            ),
+            Self::Boot(warning) => write!(f, "{warning}"),
+            Self::ClockData(warning) => write!(f, "{warning}"),
+        }
+    }
+}
+
+impl Outcome {
+    /// Whether OUT maps a jitdump for `perf inject --jit`.
+    pub fn maps_jitdumps(&self) -> bool {
+        self.dumps
+            .iter()
+            .any(|(_, outcome)| matches!(outcome, DumpOutcome::Copied { .. }))
+    }
+
+    /// One line per warning, one per dump of another writer (copied where to, or left out
+    /// why), and one for perfclock's dumps together: how many of their code loads the samples
+    /// touched, which alone reach `perf inject --jit`. Paths are escaped for a terminal.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .warnings
+            .iter()
+            .map(|warning| format!("warning: {warning}"))
+            .collect();
+        let (mut own, mut own_loads, mut own_kept) = (0usize, 0usize, 0usize);
+        for (dump, outcome) in &self.dumps {
+            match outcome {
+                DumpOutcome::Copied {
+                    writer: Writer::Perfclock,
+                    loads,
+                    ..
+                } => {
+                    own += 1;
+                    own_loads += loads.loads;
+                    own_kept += loads.kept;
+                }
+                DumpOutcome::Copied {
+                    writer: Writer::Other,
+                    copy,
+                    loads,
+                    retimed_bound_ns,
+                } => lines.push(other_line(dump, copy, loads, *retimed_bound_ns)),
+                DumpOutcome::Skipped(reason) => lines.push(format!(
+                    "warning: {}: not injected: {}",
+                    shown(dump),
+                    perfclock::error_chain(reason)
+                )),
+            }
+        }
+        if own > 0 {
+            lines.push(format!(
+                "perfclock's jitdumps: {own_kept} of {own_loads} code loads in {own} dump(s) hold \
+                 sampled code; only those become images for perf report"
+            ));
+        }
+        if let Some(why) = &self.unfiltered {
+            lines.push(format!("every code load goes to perf inject --jit: {why}"));
+        }
+        lines
+    }
+}
+
+fn other_line(
+    dump: &Path,
+    copy: &Path,
+    loads: &perfclock_jitdump::foreign::CopyCounts,
+    retimed_bound_ns: Option<u64>,
+) -> String {
+    match retimed_bound_ns {
+        Some(bound) => format!(
+            "{}: CLOCK_MONOTONIC timestamps (another writer's): converted to counter values \
+             within {bound} ns, {} of its {} code loads sampled, into {}, which the output maps \
+             instead",
+            shown(dump),
+            loads.kept,
+            loads.loads,
+            shown(copy)
+        ),
+        None => format!(
+            "{}: counter timestamps (another writer's): {} of its {} code loads sampled, copied \
+             into {}, which the output maps instead",
+            shown(dump),
+            loads.kept,
+            loads.loads,
+            shown(copy)
+        ),
+    }
+}

@@ -1,0 +1,312 @@
+//! The step itself: IN read and checked, its TIME_CONV chosen, its dumps copied, OUT written.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::PermissionsExt;
+
+use perfclock_core::TimeConversion;
+use perfclock_os::untrusted_file::Root;
+use perfclock_perfdata::{
+    read_layout, sampled_addresses, scan_records, time_conv_record, ClockData, Feature, Layout,
+    Patch, PerfDataError, SampledAddresses, Scan,
+};
+
+use crate::clock_data::{self, ClockDataError};
+use crate::copies::LazyCopies;
+use crate::dumps::{self, Copying, Dump, DumpError, Writer};
+use crate::input::{open_input, InputError};
+use crate::options::{ClockDataSource, InjectOptions};
+use crate::outcome::{Injected, Outcome, Unfiltered, Warning};
+use crate::output::{write_output, OutputError, TempFiles};
+use crate::pairings::Pairings;
+use crate::sidecar::{self, AgreementError, Sidecar, SidecarError};
+use crate::time_conv::{self, ClockError, TimeConvSource};
+
+/// Why the step failed as a whole. One dump's trouble never is: it is a
+/// [`DumpOutcome::Skipped`](crate::DumpOutcome::Skipped).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum InjectError {
+    /// IN, or where OUT goes.
+    Input(InputError),
+    /// `--clock-data-now` cannot be honoured.
+    ClockData(ClockDataError),
+    /// The sidecars cannot all be right, and no exact clock here tells which is.
+    Sidecars(AgreementError),
+    /// This machine's clock was needed and cannot be had.
+    Clock(ClockError),
+    /// OUT or the copies could not be written.
+    Output(OutputError),
+}
+
+impl fmt::Display for InjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Input(error) => write!(f, "{error}"),
+            Self::ClockData(error) => write!(f, "{error}"),
+            Self::Sidecars(error) => write!(f, "{error}"),
+            Self::Clock(error) => write!(f, "{error}"),
+            Self::Output(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+impl std::error::Error for InjectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // Each shows its inner error's message; the inner error's cause follows.
+        match self {
+            Self::Input(error) => error.source(),
+            Self::ClockData(error) => error.source(),
+            Self::Sidecars(error) => error.source(),
+            Self::Clock(error) => error.source(),
+            Self::Output(error) => error.source(),
+        }
+    }
+}
+
+/// Reads IN, adds the TIME_CONV (and clock data) it needs, copies every jitdump it maps into a
+/// private directory beside [`InjectOptions::copies_beside`] and points IN at the copies, and
+/// writes OUT (through a temporary file `temps` learns of, renamed into place when complete).
+/// Keep the returned copies once OUT is where it is read from.
+///
+/// # Errors
+/// [`InjectError`], naming what is wrong and what to pass or change.
+pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected, InjectError> {
+    // First, to be as close as possible to the recording.
+    let snapshot = match &options.clock_data {
+        ClockDataSource::None | ClockDataSource::Recorded(_) => None,
+        ClockDataSource::Now => Some(
+            perfclock::snapshot()
+                .map_err(|error| InjectError::ClockData(ClockDataError::Snapshot(error)))?,
+        ),
+    };
+    let (mut file, metadata) =
+        open_input(&options.input, &options.output).map_err(InjectError::Input)?;
+    let perf_data = |error| InjectError::Input(InputError::PerfData(error));
+    let layout = read_layout(&mut file).map_err(perf_data)?;
+    let scan = scan_records(&mut file, &layout).map_err(perf_data)?;
+    let mode = metadata.permissions().mode();
+    let mut warnings = Vec::new();
+    let clock_data = match (&snapshot, &options.clock_data) {
+        (Some(snapshot), _) => {
+            let (data, warning) = clock_data::from_snapshot(&mut file, &layout, snapshot)
+                .map_err(InjectError::ClockData)?;
+            warnings.extend(warning.map(Warning::ClockData));
+            Some(data)
+        }
+        (None, ClockDataSource::Recorded(recorded)) => Some(ClockData::perf_clock(
+            recorded.realtime.ns,
+            recorded.perf_ns,
+        )),
+        (None, _) => None,
+    };
+    let mut patch = Patch::new(&layout);
+    if let Some(clock_data) = &clock_data {
+        patch
+            .add_feature(Feature::CLOCK_DATA, clock_data.to_bytes().to_vec())
+            .map_err(perf_data)?;
+    }
+    let write = |file: &mut File, patch: &Patch<'_>| {
+        write_patched_or_copy(options, mode, temps, file, &layout, patch)
+            .map_err(InjectError::Output)
+    };
+    if scan.jit_dumps.is_empty() {
+        if clock_data.is_none() && !scan.has_time_conv {
+            return Err(InjectError::Input(InputError::NoJitMarker));
+        }
+        write(&mut file, &patch)?;
+        let time_conv = if scan.has_time_conv {
+            TimeConvSource::InInput
+        } else {
+            TimeConvSource::NotNeeded
+        };
+        let outcome = Outcome {
+            time_conv,
+            dumps: Vec::new(),
+            unfiltered: None,
+            warnings,
+        };
+        return Ok(Injected {
+            outcome,
+            clock_data,
+            copies: None,
+        });
+    }
+    if let Some(clockid) = layout.clockid {
+        return Err(InjectError::Input(InputError::OtherClock(clockid)));
+    }
+    if scan.compressed_markers {
+        // Seen with perf 6.1: inject --jit passes compressed records through unread, so it
+        // never sees the marker, and succeeds without injecting anything.
+        warnings.push(Warning::CompressedMaps);
+    }
+    let (dumps, sidecars) = writers(options, &scan);
+    let recorded = !options.pairings.is_empty();
+    let any_other = dumps
+        .iter()
+        .any(|dump| matches!(dump.writer, Ok(Writer::Other)));
+    let (time_conv, conversion) = if scan.has_time_conv {
+        // The kernel's own: this boot's clock converts exactly as it does.
+        let conversion = if any_other {
+            let clock = time_conv::this_clock(&options.input, &metadata, recorded, &scan);
+            Some(clock.map_err(InjectError::Clock)?.2)
+        } else {
+            None
+        };
+        (TimeConvSource::InInput, conversion)
+    } else {
+        let agreed = time_conv::from_sidecars(&scan, &sidecars).map_err(InjectError::Sidecars)?;
+        match agreed {
+            Some((reference, inserted)) => {
+                warnings.extend(time_conv::boot_warning(&sidecars).map(Warning::Boot));
+                (
+                    TimeConvSource::Sidecar {
+                        path: reference.path,
+                        record: Box::new(reference.record),
+                        inserted,
+                    },
+                    Some(inserted.conversion),
+                )
+            }
+            None => {
+                let clock = time_conv::this_clock(&options.input, &metadata, recorded, &scan);
+                let (mode, bound_ns, conversion) = clock.map_err(InjectError::Clock)?;
+                let source = TimeConvSource::ThisClock {
+                    mode,
+                    bound_ns,
+                    conversion,
+                };
+                (source, Some(conversion))
+            }
+        }
+    };
+    if let (TimeConvSource::Sidecar { .. } | TimeConvSource::ThisClock { .. }, Some(conversion)) =
+        (&time_conv, &conversion)
+    {
+        insert_time_conv(&mut patch, conversion).map_err(perf_data)?;
+    }
+    let (sampled, unfiltered) = sampled(options, &mut file);
+    let pairings = if any_other {
+        pairings(options).map_err(InjectError::Clock)?
+    } else {
+        Pairings::default()
+    };
+    let mut copying = Copying {
+        input: &mut file,
+        conversion: conversion.as_ref(),
+        pairings: &pairings,
+        sampled: sampled.as_ref(),
+        dump_dirs: &options.dump_dirs,
+        copies: LazyCopies::new(&options.copies_beside, temps),
+    };
+    let dumps = dumps::copy_all(dumps, &mut copying, &mut patch).map_err(InjectError::Output)?;
+    let copies = copying.copies.into_dir();
+    write(&mut file, &patch)?;
+    let outcome = Outcome {
+        time_conv,
+        dumps,
+        unfiltered,
+        warnings,
+    };
+    Ok(Injected {
+        outcome,
+        clock_data,
+        copies,
+    })
+}
+
+fn insert_time_conv(
+    patch: &mut Patch<'_>,
+    conversion: &TimeConversion,
+) -> Result<(), PerfDataError> {
+    patch
+        .insert_record(&time_conv_record(conversion))
+        .map(|_| ())
+}
+
+/// Each dump with its writer (or why it is left out), and the sidecars of perfclock's dumps
+/// that may be used: those found beside their dumps that are of this boot and disagree with
+/// this machine's exact clock are left out with their dumps.
+fn writers<'s>(options: &InjectOptions, scan: &'s Scan) -> (Vec<Dump<'s>>, Vec<Sidecar>) {
+    let mut dumps = Vec::with_capacity(scan.jit_dumps.len());
+    let mut sidecars = Vec::new();
+    // For each sidecar, the index of its dump.
+    let mut owners = Vec::new();
+    for map in &scan.jit_dumps {
+        let root = Root::of_process(map.process);
+        let writer = match sidecar::find(&map.path, map.pid, root, &options.dump_dirs) {
+            Ok(Some(sidecar)) => {
+                owners.push(dumps.len());
+                sidecars.push(sidecar);
+                Ok(Writer::Perfclock)
+            }
+            Ok(None) => Ok(Writer::Other),
+            Err(error) => Err(DumpError::Sidecar(error)),
+        };
+        dumps.push(Dump { map, root, writer });
+    }
+    // Records from --dump-dir were chosen by whoever runs this: they are the recording's, as
+    // when it is analysed after a move; records found beside the dumps are their writers'.
+    let disagreeing = if options.dump_dirs.is_empty() {
+        time_conv::disagreeing_with_this_clock(&sidecars)
+    } else {
+        Vec::new()
+    };
+    for (index, disagreement) in disagreeing.iter().rev() {
+        dumps[owners[*index]].writer = Err(DumpError::Sidecar(SidecarError::Disagrees(
+            disagreement.clone(),
+        )));
+        sidecars.remove(*index);
+    }
+    (dumps, sidecars)
+}
+
+/// Which addresses the samples touched, so only that code goes to perf inject; `None` (every
+/// load) and why, when that cannot be known.
+fn sampled(
+    options: &InjectOptions,
+    file: &mut File,
+) -> (Option<SampledAddresses>, Option<Unfiltered>) {
+    if options.all_jit_code {
+        return (None, Some(Unfiltered::Asked));
+    }
+    let read = file
+        .seek(SeekFrom::Start(0))
+        .map_err(PerfDataError::Io)
+        .and_then(|_| sampled_addresses(io::BufReader::new(&mut *file)));
+    match read {
+        Ok(sampled) if sampled.has_user_stacks() => (None, Some(Unfiltered::UserStacks)),
+        Ok(sampled) => (Some(sampled), None),
+        Err(error) => (None, Some(Unfiltered::Unreadable(error))),
+    }
+}
+
+/// The recording's pairings, or one taken now for a recording of this boot.
+fn pairings(options: &InjectOptions) -> Result<Pairings, ClockError> {
+    if !options.pairings.is_empty() {
+        return Ok(Pairings::of(&options.pairings));
+    }
+    let now = perfclock::snapshot().map_err(ClockError::Snapshot)?;
+    Ok(Pairings::of(&[now]))
+}
+
+/// OUT: IN with `patch` applied, or a byte copy of IN where the patch changes nothing.
+fn write_patched_or_copy(
+    options: &InjectOptions,
+    mode: u32,
+    temps: &dyn TempFiles,
+    file: &mut File,
+    layout: &Layout,
+    patch: &Patch<'_>,
+) -> Result<(), OutputError> {
+    write_output(&options.output, mode, temps, |out| {
+        if patch.is_empty() {
+            file.seek(SeekFrom::Start(0))?;
+            io::copy(&mut Read::by_ref(file).take(layout.file_len), out)?;
+            Ok(())
+        } else {
+            patch.write(file, out)
+        }
+    })
+}
