@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{ChildStdout, Command, ExitCode, Stdio};
 
 use perfclock_perfdata::{
     check_output_path, read_layout, ClockData, Feature, OutputFile, PerfDataError,
@@ -17,7 +17,7 @@ use perfclock_perfdata::{
 use perfclock_report::build_ids;
 use perfclock_report::flamegraph::{self, FlameGraphOptions, Split};
 use perfclock_report::pprof::{self, PprofOptions};
-use perfclock_report::{Sample, PERF_SCRIPT_ARGS};
+use perfclock_report::{ParseError, Sample, NAMES_ARGS, STRUCTURE_ARGS};
 
 use crate::output::{chain, errln};
 
@@ -115,10 +115,21 @@ fn report(options: &ReportOptions) -> Result<(), String> {
     Ok(())
 }
 
-/// The recording's samples, through `perf script` (its symbolization is perf report's).
+/// The recording's samples, through `perf script` (its symbolization is perf report's): its
+/// structure first, then the names placed by it (`perfclock_report::samples`).
 fn samples(input: &Path) -> Result<Vec<Sample>, String> {
+    let structure = perf_script(input, STRUCTURE_ARGS, perfclock_report::read_structure)?;
+    perf_script(input, NAMES_ARGS, |output| structure.read_names(output))
+}
+
+/// `perf ARGS -i IN`'s output, read by `read` while perf writes it.
+fn perf_script<T>(
+    input: &Path,
+    args: &[&str],
+    read: impl FnOnce(BufReader<ChildStdout>) -> Result<T, ParseError>,
+) -> Result<T, String> {
     let mut child = Command::new("perf")
-        .args(PERF_SCRIPT_ARGS)
+        .args(args)
         .arg("-i")
         .arg(input)
         .stdin(Stdio::null())
@@ -143,12 +154,12 @@ fn samples(input: &Path) -> Result<Vec<Sample>, String> {
         let _ = stderr.read_to_end(&mut errors);
         errors
     });
-    let parsed = perfclock_report::parse(BufReader::new(stdout));
+    let parsed = read(BufReader::new(stdout));
     // perf is still writing after a parse error; its pipe is closed, so it ends (SIGPIPE).
     let status = child.wait().map_err(|e| e.to_string())?;
     let errors = errors.join().unwrap_or_default();
     // The parse error first: after one, perf's status is only the SIGPIPE it caused.
-    let samples = parsed.map_err(|e| format!("cannot read perf script's output: {}", chain(&e)))?;
+    let parsed = parsed.map_err(|e| format!("cannot read perf script's output: {}", chain(&e)))?;
     if !status.success() {
         return Err(format!(
             "perf script -i {} failed ({status}): {}",
@@ -156,7 +167,7 @@ fn samples(input: &Path) -> Result<Vec<Sample>, String> {
             String::from_utf8_lossy(&errors).trim()
         ));
     }
-    Ok(samples)
+    Ok(parsed)
 }
 
 /// The build ids perf recorded for IN's images, by DSO (`perf buildid-list`); none, with a

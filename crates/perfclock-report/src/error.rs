@@ -5,12 +5,19 @@ use std::{fmt, io};
 /// Why `perf script`'s output could not be read.
 #[derive(Debug)]
 pub enum ParseError {
-    /// A line that is neither a sample's header nor a frame, nor blank.
+    /// A line of the structure run that is neither part of a sample's header nor a frame.
     Line {
         /// Its number (from 1).
         number: usize,
         /// Its text.
         text: String,
+    },
+    /// The names run does not hold the structure run's next sample or frame.
+    NamesDisagree {
+        /// The sample (from 1) where the two part.
+        sample: usize,
+        /// How many samples the structure run holds.
+        samples: usize,
     },
     /// Reading the output failed.
     Io(io::Error),
@@ -21,8 +28,13 @@ impl fmt::Display for ParseError {
         match self {
             ParseError::Line { number, text } => write!(
                 f,
-                "perf script's line {number} is neither a sample nor a frame: {text:?} (a perf \
-                 whose output perfclock does not know?)"
+                "perf script's line {number} is neither part of a sample's header nor a frame: \
+                 {text:?} (a perf whose output perfclock does not know?)"
+            ),
+            ParseError::NamesDisagree { sample, samples } => write!(
+                f,
+                "perf script's names do not follow its samples at sample {sample} of {samples} \
+                 (did the recording change between the two runs?)"
             ),
             ParseError::Io(_) => f.write_str("cannot read perf script's output"),
         }
@@ -33,7 +45,7 @@ impl std::error::Error for ParseError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ParseError::Io(error) => Some(error),
-            ParseError::Line { .. } => None,
+            ParseError::Line { .. } | ParseError::NamesDisagree { .. } => None,
         }
     }
 }

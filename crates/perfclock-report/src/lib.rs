@@ -1,7 +1,8 @@
 //! What a perf recording turns into (`perfclock report`): an interactive flame graph that
 //! opens offline in any browser ([`flamegraph`]) and a pprof profile that the fleet's profilers
 //! ingest ([`pprof`]), both from the samples `perf script` symbolizes ([`samples`]): JIT frames
-//! with the names `perf inject --jit` gave them, kernel frames told apart.
+//! with the names `perf inject --jit` gave them, kernel frames told apart. perf's output is read
+//! by its structure, so no thread or function name can forge a sample or stop the report.
 #![deny(unsafe_code)]
 
 pub mod build_ids;
@@ -11,4 +12,6 @@ pub mod pprof;
 pub mod samples;
 
 pub use error::{FlameGraphError, ParseError};
-pub use samples::{parse, Frame, FrameKind, Sample, PERF_SCRIPT_ARGS};
+pub use samples::{
+    read_structure, Frame, FrameKind, Sample, Structure, NAMES_ARGS, STRUCTURE_ARGS,
+};

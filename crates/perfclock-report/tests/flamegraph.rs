@@ -1,5 +1,6 @@
-//! The flame graph of a synthetic recording, read as `perf script` prints it: the folded stacks
-//! against the samples, the SVG's self-containment, and what a browser draws from it.
+//! The flame graph of a synthetic recording, read as `perf script`'s two runs print it: the
+//! folded stacks against the samples, the SVG's self-containment, and what a browser draws from
+//! it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read as _;
@@ -8,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use perfclock_report::flamegraph::{folded, write_svg, FlameGraphOptions, Split};
-use perfclock_report::{parse, Sample};
+use perfclock_report::{read_structure, Sample};
 use perfclock_testutil::{skip, Need};
 
 const JIT: &str = "/tmp/out.data.jit-1/jitted-4242-17.so";
@@ -121,33 +122,43 @@ const STACKS: &[Stack] = &[
     },
 ];
 
-/// The recording as `perf script` with perfclock's field list prints it, samples interleaved.
-fn perf_script_output() -> String {
-    let mut out = String::new();
+/// The recording as `perf script`'s two runs print it (structure, then names), samples
+/// interleaved.
+fn perf_script_output() -> (String, String) {
+    let (mut structure, mut names) = (String::new(), String::new());
     let most = STACKS.iter().map(|s| s.samples).max().unwrap_or(0);
     let mut time_ns = 2_412_000_000_000_u64;
     for round in 0..most {
         for stack in STACKS.iter().filter(|s| round < s.samples) {
             time_ns += 250_000;
-            out += &format!(
-                "{} {}/{} {}.{:09}:     250000 cpu-clock:ppp: \n",
-                stack.comm,
+            let ids = format!(
+                "{}/{} {}.{:09}: ",
                 stack.pid,
                 stack.tid,
                 time_ns / 1_000_000_000,
                 time_ns % 1_000_000_000
             );
-            for (function, dso) in stack.frames.iter().chain(stack.base) {
-                out += &format!("\t    7f1c2a40 {function} ({dso})\n");
+            structure += &format!("{} {ids}    250000 cpu-clock:ppp: \n", stack.comm);
+            names += &format!("{ids}\n");
+            for (ip, (function, dso)) in
+                (0x7f1c_2a40_u64..).zip(stack.frames.iter().chain(stack.base))
+            {
+                structure += &format!("\t    {ip:x}\n");
+                names += &format!("\t    {ip:x} {function} ({dso})\n");
             }
-            out += "\n";
+            structure += "\n";
+            names += "\n";
         }
     }
-    out
+    (structure, names)
 }
 
 fn recording() -> Vec<Sample> {
-    let samples = parse(perf_script_output().as_bytes()).unwrap();
+    let (structure, names) = perf_script_output();
+    let samples = read_structure(structure.as_bytes())
+        .unwrap()
+        .read_names(names.as_bytes())
+        .unwrap();
     assert_eq!(
         samples.len(),
         STACKS.iter().map(|s| s.samples).sum::<usize>()
