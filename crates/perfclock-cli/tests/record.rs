@@ -1164,10 +1164,15 @@ fn sigint_during_perf_inject_leaves_out_complete_or_absent_and_no_temporary() {
         );
         assert!(stderr.contains("the recording is kept in"), "{stderr}");
     }
-    // Beside OUT: the test's files, the jitdump directory, and at most perfclock's private
-    // directory holding the raw recording alone.
+    // Beside OUT: the test's files, the jitdump directory, at most perfclock's private
+    // directory holding the raw recording alone, and the jitted images' directory only beside a
+    // complete OUT, which names them.
     for entry in fs::read_dir(work.path()).unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("out.data.jitted-") {
+            assert!(out.exists(), "images left without OUT: {stderr}");
+            continue;
+        }
         if name.starts_with(".out.data.perfclock-") {
             let inside: Vec<String> = fs::read_dir(entry.path())
                 .unwrap()
@@ -1719,15 +1724,26 @@ fn only_sampled_code_becomes_an_image_and_every_symbol_stays() {
             .map(|entries| entries.count())
             .unwrap_or(0)
     };
-    let copies: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().contains("filtered.conv.jit-"))
-        .collect();
-    assert_eq!(copies.len(), 1, "{said}");
-    let kept = images(&copies[0].join("dump-0")) - 1;
-    let all = images(&dir.join("dump")) - 2;
+    let copies = |name: &str| -> Vec<PathBuf> {
+        fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.to_string_lossy()
+                    .contains(&format!("{name}.conv.jitted-"))
+            })
+            .collect()
+    };
+    let (filtered_copies, every_copies) = (copies("filtered"), copies("every"));
+    assert_eq!(
+        (filtered_copies.len(), every_copies.len()),
+        (1, 1),
+        "{said}"
+    );
+    // Each copy's directory holds the dump's copy and perf inject's images.
+    let kept = images(&filtered_copies[0].join("dump-0")) - 1;
+    let all = images(&every_copies[0].join("dump-0")) - 1;
     eprintln!("{said}\nimages: {kept} with the filter, {all} without");
     assert!(kept * 5 <= all, "{kept} images kept of {all}");
 }

@@ -1,4 +1,4 @@
-//! The private directory beside OUT (`OUT.jit-XXXXXX`, mode 0700, made with `mkdtemp`) where
+//! The private directory beside OUT (`OUT.jitted-XXXXXX`, mode 0700, made with `mkdtemp`) where
 //! the dumps' copies go and `perf inject --jit` then writes its `jitted-*.so`: only perfclock
 //! writes into it, and no other user reads what root copied there.
 
@@ -29,7 +29,7 @@ impl CopiesDir {
         let parent = parent.canonicalize().map_err(failed)?;
         let name = output.file_name().unwrap_or_default().to_string_lossy();
         let dir = tempfile::Builder::new()
-            .prefix(&format!("{name}.jit-"))
+            .prefix(&format!("{name}.jitted-"))
             .permissions(fs::Permissions::from_mode(0o700))
             .tempdir_in(&parent)
             .map_err(failed)?;

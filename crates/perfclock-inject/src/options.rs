@@ -20,7 +20,7 @@ pub struct InjectOptions {
     /// pairings of other writers' dumps. Empty: one is taken when needed, for a recording of
     /// this boot.
     pub pairings: Vec<perfclock::ClockSnapshot>,
-    /// The dumps' copies go into a new private `NAME.jit-XXXXXX` beside this path (the final
+    /// The dumps' copies go into a new private `NAME.jitted-XXXXXX` beside this path (the final
     /// output's: `perfclock record` writes OUT through a temporary file elsewhere).
     pub copies_beside: PathBuf,
     /// Give perf inject every code load, not only those a sample or call chain touched.

@@ -177,7 +177,13 @@ fn post_process(
             commit(&work.raw, output, signals)?;
         }
         Some(injected) if !injected.outcome.maps_jitdumps() => {
-            errln!("{NAME}: no jitdump was copied: no JIT code to inject");
+            if injected.outcome.dumps.is_empty() {
+                errln!("{NAME}: no jitdump was mapped: no JIT code to inject");
+            } else {
+                errln!(
+                    "{NAME}: no jitdump could be read (see the warnings): no JIT code to inject"
+                );
+            }
             commit(&converted, output, signals)?;
         }
         Some(injected) => {
