@@ -304,10 +304,8 @@ fn a_sparse_dump_is_refused_in_bounded_memory() {
     // SAFETY: a zeroed rusage is a valid value for the kernel to overwrite.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `usage` is writable for the call.
-    assert_eq!(
-        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) },
-        0
-    );
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    assert_eq!(rc, 0);
     // ru_maxrss (KiB) of the largest child the tests waited for: perfclock, perf or python.
     assert!(usage.ru_maxrss < 512 * 1024, "{} KiB", usage.ru_maxrss);
 }
