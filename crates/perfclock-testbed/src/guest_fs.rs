@@ -1,14 +1,11 @@
 //! The file systems the checks need when they run as PID 1 of an initramfs guest, where nothing
 //! is mounted: `/proc` (the jitdump writer reads the boot id), `/sys` (the kernel's clocksource)
-//! and a tmpfs for the dump (the marker mapping must be executable).
+//! and a tmpfs for a dump or a marker file (the marker mapping must be executable).
 
 use std::path::{Path, PathBuf};
 
-/// The dump lives here when the program is not PID 1 (a tmpfs is mounted on it when it is).
-const DIR_NAME: &str = "perfclock-testbed-jitdump";
-
-/// A directory for the dump that can be mapped executable (perf's marker mapping) and is removed
-/// again by [`DumpDir::remove`].
+/// A directory for a dump or a marker file that can be mapped executable (perf's marker mapping)
+/// and is removed again by [`DumpDir::remove`].
 #[derive(Debug)]
 pub(crate) struct DumpDir {
     pub(crate) path: PathBuf,
@@ -17,11 +14,13 @@ pub(crate) struct DumpDir {
 }
 
 impl DumpDir {
-    pub(crate) fn create(pid1: bool) -> Result<DumpDir, String> {
+    /// `/tmp/NAME` with a tmpfs mounted on it as PID 1; `NAME.PID` in the temporary directory
+    /// otherwise.
+    pub(crate) fn create(pid1: bool, name: &str) -> Result<DumpDir, String> {
         let path = if pid1 {
-            PathBuf::from("/tmp").join(DIR_NAME)
+            PathBuf::from("/tmp").join(name)
         } else {
-            std::env::temp_dir().join(format!("{DIR_NAME}.{}", std::process::id()))
+            std::env::temp_dir().join(format!("{name}.{}", std::process::id()))
         };
         std::fs::create_dir_all(&path).map_err(|e| format!("mkdir {}: {e}", path.display()))?;
         let mounted = pid1 && mount(c"tmpfs", &path, c"tmpfs").is_ok();

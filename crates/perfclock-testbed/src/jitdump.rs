@@ -148,7 +148,7 @@ pub(crate) fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance) {
         report.fail("jitdump", format_args!("{e}"));
         return;
     }
-    let dir = match DumpDir::create(pid1) {
+    let dir = match DumpDir::create(pid1, "perfclock-testbed-jitdump") {
         Ok(dir) => dir,
         Err(e) => {
             report.fail("jitdump", format_args!("{e}"));

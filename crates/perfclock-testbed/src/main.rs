@@ -19,6 +19,9 @@
 //! `TESTBED_HANDOFFS`, `TESTBED_CHILD_OPS`, `TESTBED_JITDUMP_OPS` (see [`Budget`]).
 //! `TESTBED_SELFTEST_SKEW_NS=N` skews the first reading of every bracket by N ns, to see the run
 //! fail.
+//!
+//! Started with `PERFCLOCK_SIGSAFE_ROLE` set, the program is the signal-safety proof's child
+//! instead (the `signal-safety` check starts it so).
 
 mod brackets;
 mod fork;
@@ -29,12 +32,19 @@ mod package;
 mod page;
 mod refinement;
 mod report;
+mod signal_safety;
 #[cfg(test)]
 mod synthetic;
 
 use std::io::Write;
 
 use report::Report;
+
+/// The signal-safety proof's child (this program again) counts the allocations of the
+/// functions it calls from its handler.
+#[global_allocator]
+static ALLOCATOR: perfclock_signal_safety::CountingAllocator =
+    perfclock_signal_safety::CountingAllocator;
 
 /// How many kernel-stamped records and handoffs each part of the run takes.
 #[derive(Debug, Clone, Copy)]
@@ -110,6 +120,7 @@ fn run(report: &mut Report) {
     let Some(tolerance) = page::check(report) else {
         return;
     };
+    signal_safety::run(report);
     let cpus = brackets::two_cpus(report);
     let Some(cpus) = cpus else { return };
     brackets::run(report, &budget, tolerance, cpus);
@@ -120,6 +131,7 @@ fn run(report: &mut Report) {
 }
 
 fn main() {
+    perfclock_signal_safety::child_if_asked();
     let pid1 = std::process::id() == 1;
     let mut report = Report::new();
     // A panic in a check is a failure of that check, never a hang or a kernel panic.
