@@ -262,7 +262,9 @@ fn function_name(frame: &Frame) -> Cow<'_, str> {
 /// `name` as one frame of a folded line, as inferno reads it back: `;` separates frames (so it
 /// becomes `:`, as stackcollapse-perf writes it), a line break ends the line, the outer spaces
 /// are trimmed, a last word that reads as a number is taken for a count, and a line starting
-/// `# ` is a comment. The spaces it would misread become no-break spaces, which look the same.
+/// `# ` is a comment (so is a stack of one frame named `#`, which the count's space follows).
+/// The spaces it would misread become no-break spaces, which look the same, and a `#` alone
+/// gets one after it.
 fn safe_name(name: &str) -> String {
     let mapped: String = name
         .chars()
@@ -279,6 +281,8 @@ fn safe_name(name: &str) -> String {
     }
     if safe.starts_with("# ") {
         safe.replace_range(1..2, "\u{a0}");
+    } else if safe == "#" {
+        safe.push('\u{a0}');
     }
     if let Some(space) = safe.rfind(' ') {
         if reads_as_count(&safe[space + 1..]) {
@@ -392,6 +396,7 @@ mod tests {
             ("worker 2", "worker\u{a0}2"),
             ("ratio 1.5", "ratio\u{a0}1.5"),
             ("# not a comment", "#\u{a0}not a comment"),
+            ("#", "#\u{a0}"),
             (
                 "\0\0# hidden behind control characters",
                 "#\u{a0}hidden behind control characters",
@@ -445,6 +450,16 @@ mod tests {
         let svg = String::from_utf8(svg).unwrap();
         assert!(svg.contains("total_samples=\"5\""), "{svg}");
         assert!(svg.contains("worker\u{a0}2 (1 samples, 20.00%)"), "{svg}");
+    }
+
+    #[test]
+    fn a_stack_of_one_frame_named_hash_is_not_a_comment() {
+        // Its folded line would start `# `, the count's space after the name.
+        let samples = [sample("a", 1, 1, vec![native("#")])];
+        let mut svg = Vec::new();
+        write_svg(&samples, &FlameGraphOptions::default(), &mut svg).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(svg.contains("total_samples=\"1\""), "{svg}");
     }
 
     #[test]
