@@ -23,7 +23,12 @@ use prost::Message;
 const COMM_BYTES: usize = 15;
 
 /// Events as a recorder names them: not the processes' to choose.
-const EVENTS: [&str; 4] = ["cpu-clock:ppp", "cycles", "sched:sched_switch", "task-clock:u"];
+const EVENTS: [&str; 4] = [
+    "cpu-clock:ppp",
+    "cycles",
+    "sched:sched_switch",
+    "task-clock:u",
+];
 
 #[derive(Arbitrary, Debug)]
 struct Recording {
@@ -99,8 +104,14 @@ impl Recording {
     fn perf_runs(&self, samples: &[Sample]) -> (String, String) {
         let (mut structure, mut names) = (String::new(), String::new());
         for sample in samples {
-            let (seconds, nanos) = (sample.time_ns / 1_000_000_000, sample.time_ns % 1_000_000_000);
-            let ids = format!("{:5}/{:<5} {seconds:5}.{nanos:09}: ", sample.pid, sample.tid);
+            let (seconds, nanos) = (
+                sample.time_ns / 1_000_000_000,
+                sample.time_ns % 1_000_000_000,
+            );
+            let ids = format!(
+                "{:5}/{:<5} {seconds:5}.{nanos:09}: ",
+                sample.pid, sample.tid
+            );
             let fields = format!("{:10} {}: ", sample.period, sample.event);
             if self.stack_lines {
                 structure += &format!("{} {ids}{fields}\n", sample.comm);
@@ -131,7 +142,9 @@ fn check_outputs(samples: &[Sample], salt: usize) {
         let total: u64 = flamegraph::folded(samples, split)
             .iter()
             .map(|line| {
-                let (_, count) = line.rsplit_once(' ').expect("a folded line ends in its count");
+                let (_, count) = line
+                    .rsplit_once(' ')
+                    .expect("a folded line ends in its count");
                 count.parse::<u64>().expect("the count is a number")
             })
             .sum();
@@ -147,7 +160,10 @@ fn check_outputs(samples: &[Sample], salt: usize) {
     assert_eq!(profile.string_table.first().map(String::as_str), Some(""));
     for sample in &profile.sample {
         for id in &sample.location_id {
-            assert!(profile.location.iter().any(|l| l.id == *id), "location {id}");
+            assert!(
+                profile.location.iter().any(|l| l.id == *id),
+                "location {id}"
+            );
         }
         for label in &sample.label {
             assert!((0..strings).contains(&label.key) && (0..strings).contains(&label.str));
@@ -157,12 +173,19 @@ fn check_outputs(samples: &[Sample], salt: usize) {
         assert!((0..strings).contains(&function.name));
     }
     let bytes = profile.encode_to_vec();
-    assert_eq!(pprof::proto::Profile::decode(bytes.as_slice()).as_ref(), Ok(&profile));
+    assert_eq!(
+        pprof::proto::Profile::decode(bytes.as_slice()).as_ref(),
+        Ok(&profile)
+    );
     let mut svg = Vec::new();
     let graph = FlameGraphOptions::default();
     match flamegraph::write_svg(samples, &graph, &mut svg) {
         Ok(()) => assert!(!svg.is_empty()),
-        Err(error) => assert!(samples.is_empty(), "{error:?}"),
+        Err(error) => assert!(
+            samples.is_empty(),
+            "{error:?}: {:?}",
+            flamegraph::folded(samples, Split::None)
+        ),
     }
 }
 
@@ -170,7 +193,10 @@ fuzz_target!(|data: &[u8]| {
     for (dso, id) in perfclock_report::build_ids::parse(&String::from_utf8_lossy(data)) {
         assert!(!dso.is_empty() && dso.trim() == dso, "{dso:?}");
         assert!(!id.is_empty() && id.len() % 2 == 0, "{id:?}");
-        assert!(id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')), "{id:?}");
+        assert!(
+            id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+            "{id:?}"
+        );
     }
 
     let (structure, names) = match data.iter().position(|&b| b == 0) {
