@@ -74,6 +74,24 @@ pub struct UntrustedFile {
     pub len: u64,
     /// Its owner's uid.
     pub uid: u32,
+    /// Its device and inode.
+    pub id: (u64, u64),
+}
+
+impl UntrustedFile {
+    /// Looks at the open file again (held while its writer went on, or its path went away):
+    /// still a regular file within `max_bytes` and not mostly holes; its length now. Its names
+    /// are not counted again: the file may have none left.
+    ///
+    /// # Errors
+    /// As [`open_untrusted`]'s checks.
+    pub fn refresh(&mut self, max_bytes: u64) -> Result<(), UntrustedFileError> {
+        let stat =
+            fstat(self.file.as_raw_fd()).map_err(|errno| UntrustedFileError::Resolve { errno })?;
+        check_shape(&stat, max_bytes, false)?;
+        self.len = stat.st_size as u64;
+        Ok(())
+    }
 }
 
 /// Why an untrusted file was not opened.
@@ -189,7 +207,7 @@ pub fn open_untrusted(
 ) -> Result<UntrustedFile, UntrustedFileError> {
     let located = locate(root, path)?;
     let stat = fstat(located.as_raw_fd()).map_err(|errno| UntrustedFileError::Resolve { errno })?;
-    check_shape(&stat, max_bytes)?;
+    check_shape(&stat, max_bytes, true)?;
     let file = reopen_as_owner(&located, stat.st_uid, stat.st_gid)?;
     let reopened =
         fstat(file.as_raw_fd()).map_err(|errno| UntrustedFileError::Resolve { errno })?;
@@ -202,6 +220,7 @@ pub fn open_untrusted(
         file,
         len: stat.st_size as u64,
         uid: stat.st_uid,
+        id: (stat.st_dev, stat.st_ino),
     })
 }
 
@@ -235,8 +254,12 @@ fn locate(root: Root, path: &Path) -> Result<OwnedFd, UntrustedFileError> {
     .map_err(|errno| UntrustedFileError::Resolve { errno })
 }
 
-/// A regular file with one link, at most `max_bytes`, not mostly holes.
-fn check_shape(stat: &libc::stat, max_bytes: u64) -> Result<(), UntrustedFileError> {
+/// A regular file (with one link, if `one_name`), at most `max_bytes`, not mostly holes.
+fn check_shape(
+    stat: &libc::stat,
+    max_bytes: u64,
+    one_name: bool,
+) -> Result<(), UntrustedFileError> {
     let kind = match stat.st_mode & libc::S_IFMT {
         libc::S_IFREG => None,
         libc::S_IFIFO => Some("a FIFO"),
@@ -251,9 +274,11 @@ fn check_shape(stat: &libc::stat, max_bytes: u64) -> Result<(), UntrustedFileErr
     if let Some(kind) = kind {
         return Err(UntrustedFileError::NotRegular { kind });
     }
-    if stat.st_nlink != 1 {
+    if one_name && stat.st_nlink != 1 {
         return Err(UntrustedFileError::Linked {
-            links: stat.st_nlink,
+            // A u32 on some architectures (aarch64), a u64 on others.
+            #[allow(clippy::useless_conversion)]
+            links: u64::from(stat.st_nlink),
         });
     }
     let len = stat.st_size as u64;
