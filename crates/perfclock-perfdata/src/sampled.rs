@@ -29,6 +29,8 @@ const PERF_CONTEXT_MAX: u64 = u64::MAX - 4094;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SampledAddresses {
     by_pid: HashMap<u32, Vec<u64>>,
+    /// Each sample's own IP (its leaf), by process, sorted, repeats kept.
+    leaves: HashMap<u32, Vec<u64>>,
     samples: u64,
     user_stacks: bool,
 }
@@ -44,6 +46,31 @@ impl SampledAddresses {
         addresses
             .get(first)
             .is_some_and(|&address| address <= start.saturating_add(size))
+    }
+
+    /// How many samples of process `pid` have their IP inside one of `ranges` (each `(start,
+    /// size)`, the end excluded; overlapping ranges count a sample once).
+    pub fn samples_in(&self, pid: u32, ranges: &[(u64, u64)]) -> u64 {
+        let Some(leaves) = self.leaves.get(&pid) else {
+            return 0;
+        };
+        let mut ranges: Vec<(u64, u64)> = ranges
+            .iter()
+            .map(|&(start, size)| (start, start.saturating_add(size)))
+            .collect();
+        ranges.sort_unstable();
+        let mut counted = 0;
+        let mut covered_to = 0;
+        for (start, end) in ranges {
+            let from = start.max(covered_to);
+            if from < end {
+                let first = leaves.partition_point(|&ip| ip < from);
+                let past = leaves.partition_point(|&ip| ip < end);
+                counted += (past - first) as u64;
+                covered_to = end;
+            }
+        }
+        counted
     }
 
     /// Whether process `pid` has a sample.
@@ -106,6 +133,7 @@ pub fn sampled_addresses<R: Read + Seek>(mut reader: R) -> Result<SampledAddress
         let Some(pid) = sample.pid.and_then(|pid| u32::try_from(pid).ok()) else {
             continue;
         };
+        sampled.leaves.entry(pid).or_default().extend(sample.ip);
         let addresses = sampled.by_pid.entry(pid).or_default();
         addresses.extend(sample.ip);
         if let Some(chain) = sample.callchain {
@@ -119,6 +147,9 @@ pub fn sampled_addresses<R: Read + Seek>(mut reader: R) -> Result<SampledAddress
     for addresses in sampled.by_pid.values_mut() {
         addresses.sort_unstable();
         addresses.dedup();
+    }
+    for leaves in sampled.leaves.values_mut() {
+        leaves.sort_unstable();
     }
     Ok(sampled)
 }
@@ -217,5 +248,26 @@ impl<R: Seek> Seek for HeaderMasked<R> {
     fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
         self.position = self.inner.seek(to)?;
         Ok(self.position)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_in_ranges_count_each_sample_once() {
+        let mut sampled = SampledAddresses::default();
+        sampled
+            .leaves
+            .insert(7, vec![0x100, 0x100, 0x150, 0x1ff, 0x200, 0x300]);
+        assert_eq!(sampled.samples_in(7, &[(0x100, 0x100)]), 4);
+        // Overlapping and nested ranges: each sample once.
+        assert_eq!(
+            sampled.samples_in(7, &[(0x180, 0x100), (0x100, 0x60), (0x140, 0x20)]),
+            5
+        );
+        assert_eq!(sampled.samples_in(7, &[(0x301, 0x10)]), 0);
+        assert_eq!(sampled.samples_in(8, &[(0, u64::MAX)]), 0);
     }
 }
