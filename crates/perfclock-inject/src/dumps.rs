@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use perfclock_core::TimeConversion;
 use perfclock_jitdump::foreign::{self, CopyCounts, CopyPolicy, DumpReader, Record};
 use perfclock_jitdump::ForeignDumpError;
-use perfclock_os::untrusted_file::{open_untrusted, Root, UntrustedFileError};
+use perfclock_os::untrusted_file::{open_untrusted, Root, UntrustedFile, UntrustedFileError};
 use perfclock_perfdata::{JitDumpMap, Patch, SampledAddresses};
 
 use crate::copies::LazyCopies;
@@ -149,6 +149,9 @@ pub enum DumpOutcome {
         copy: PathBuf,
         /// Its code loads, and how many the copy keeps.
         loads: CopyCounts,
+        /// How many samples of its process lie in the code the copy keeps (`None`: the
+        /// samples could not be read).
+        samples: Option<u64>,
         /// Where its timestamps were `CLOCK_MONOTONIC`, the largest error bound of one moved
         /// to a counter value, ns.
         retimed_bound_ns: Option<u64>,
@@ -166,6 +169,25 @@ pub(crate) struct Dump<'a> {
     pub root: Root,
     /// Its writer, or why it is left out already.
     pub writer: Result<Writer, DumpError>,
+    /// The dump, opened while its process lived.
+    pub held: Option<UntrustedFile>,
+    /// Its process's command name, if known.
+    pub command: Option<String>,
+}
+
+/// One dump the recording maps, and what became of it.
+#[derive(Debug)]
+pub struct DumpReport {
+    /// The dump as the recording names it.
+    pub path: PathBuf,
+    /// The process that mapped it, as the recording names it.
+    pub process: u32,
+    /// That process's command name (`comm`), where it was seen.
+    pub command: Option<String>,
+    /// The file read: its owner's uid, its device and inode (`None`: none was read).
+    pub file: Option<(u32, (u64, u64))>,
+    /// What became of it.
+    pub outcome: DumpOutcome,
 }
 
 /// How each dump is copied.
@@ -176,8 +198,10 @@ pub(crate) struct Copying<'a> {
     pub conversion: Option<&'a TimeConversion>,
     /// The pairings for `CLOCK_MONOTONIC` dumps.
     pub pairings: &'a Pairings,
-    /// The sampled addresses (`None`: every load kept).
+    /// The sampled addresses, if they could be read.
     pub sampled: Option<&'a SampledAddresses>,
+    /// Whether only the sampled loads are kept.
+    pub filter: bool,
     /// Where a dump is looked for when it is not where the recording names it.
     pub dump_dirs: &'a [PathBuf],
     /// The copies' directory.
@@ -192,11 +216,18 @@ pub(crate) fn copy_all(
     dumps: Vec<Dump<'_>>,
     copying: &mut Copying<'_>,
     patch: &mut Patch<'_>,
-) -> Result<Vec<(PathBuf, DumpOutcome)>, OutputError> {
+) -> Result<Vec<DumpReport>, OutputError> {
     let mut outcomes = Vec::with_capacity(dumps.len());
     for (index, dump) in dumps.into_iter().enumerate() {
+        let mut file = None;
         let outcome = match dump.writer {
-            Ok(writer) => copy_one(dump.map, dump.root, writer, index, copying, patch)?,
+            Ok(writer) => {
+                let source = match dump.held {
+                    Some(file) => Source::Held(file),
+                    None => Source::Path(dump.root),
+                };
+                copy_one(dump.map, source, writer, index, copying, patch, &mut file)?
+            }
             Err(error) => DumpOutcome::Skipped(error),
         };
         if let DumpOutcome::Skipped(_) = outcome {
@@ -204,27 +235,50 @@ pub(crate) fn copy_all(
                 .disable_jitdump(dump.map)
                 .map_err(OutputError::Patch)?;
         }
-        outcomes.push((dump.map.path.clone(), outcome));
+        outcomes.push(DumpReport {
+            path: dump.map.path.clone(),
+            process: dump.map.process,
+            command: dump.command,
+            file,
+            outcome,
+        });
     }
     Ok(outcomes)
+}
+
+/// Where a dump is read from.
+enum Source {
+    /// Its path, resolved under this root.
+    Path(Root),
+    /// The file opened while its process lived.
+    Held(UntrustedFile),
 }
 
 /// A dump's copy made and the recording pointed at it, or why it was left out.
 fn copy_one(
     map: &JitDumpMap,
-    root: Root,
+    source: Source,
     writer: Writer,
     index: usize,
     copying: &mut Copying<'_>,
     patch: &mut Patch<'_>,
+    file: &mut Option<(u32, (u64, u64))>,
 ) -> Result<DumpOutcome, OutputError> {
     if map.first_record.is_none() {
         return Ok(DumpOutcome::Skipped(DumpError::CompressedMap));
     }
-    let opened = match locate(map, root, copying.dump_dirs) {
+    let opened = match source {
+        Source::Path(root) => locate(map, root, copying.dump_dirs),
+        Source::Held(mut file) => file
+            .refresh(MAX_DUMP_BYTES)
+            .map(|()| file)
+            .map_err(DumpError::Open),
+    };
+    let opened = match opened {
         Ok(opened) => opened,
         Err(error) => return Ok(DumpOutcome::Skipped(error)),
     };
+    *file = Some((opened.uid, opened.id));
     let mut reader = match DumpReader::new(BufReader::new(opened.file), opened.len) {
         Ok(reader) => reader,
         Err(error) => return Ok(DumpOutcome::Skipped(DumpError::Read(error))),
@@ -248,16 +302,25 @@ fn copy_one(
     } else {
         None
     };
+    // A process of another pid namespace (a container): its dump names it by its pid there.
+    // The copy names it by its pid here, in its header and code loads, so the images perf
+    // inject makes are mapped into the process the samples name; and the recording maps the
+    // copy as pid 0's, which perf inject takes for a map it synthesized system-wide: it then
+    // reads the copy here, neither entering the process's mount namespace (where the copy is
+    // not) nor requiring the process to be alive to tell its namespace pid.
+    let namespaced = map.process != map.pid;
     let mut policy = Policy {
         sampled: copying
             .sampled
-            .filter(|sampled| sampled.has_process(map.process)),
+            .filter(|sampled| copying.filter && sampled.has_process(map.process)),
+        kept: Vec::new(),
         process: map.process,
         retime,
         bound_ns: 0,
+        pid: namespaced.then_some(map.process),
     };
     let dir = copying.copies.path()?.join(format!("dump-{index}"));
-    let copy = dir.join(map.path.file_name().unwrap_or_default());
+    let copy = dir.join(format!("jit-{}.dump", map.process));
     let written = write_copy(&dir, &copy, &mut reader, &mut policy);
     let loads = match written {
         Ok(loads) => loads,
@@ -274,23 +337,22 @@ fn copy_one(
             copying.input,
             map,
             copy.as_os_str().as_encoded_bytes(),
-            None,
+            namespaced.then_some(0),
         )
         .map_err(OutputError::Patch)?;
     Ok(DumpOutcome::Copied {
         writer,
         copy,
         loads,
+        samples: copying
+            .sampled
+            .map(|sampled| sampled.samples_in(map.process, &policy.kept)),
         retimed_bound_ns: policy.retime.is_some().then_some(policy.bound_ns),
     })
 }
 
 /// The dump opened: where the recording names it (under `root`), else in `dump_dirs` (here).
-fn locate(
-    map: &JitDumpMap,
-    root: Root,
-    dump_dirs: &[PathBuf],
-) -> Result<perfclock_os::untrusted_file::UntrustedFile, DumpError> {
+fn locate(map: &JitDumpMap, root: Root, dump_dirs: &[PathBuf]) -> Result<UntrustedFile, DumpError> {
     if root == Root::Here
         && map.process != map.pid
         && !Path::new(&format!("/proc/{}", map.process)).exists()
@@ -367,11 +429,16 @@ struct Retime<'a> {
 /// The copy of one dump: the loads the process's samples touched, retimed if its stamps are
 /// `CLOCK_MONOTONIC`.
 struct Policy<'a> {
+    /// The process's sampled addresses, when only sampled loads are kept.
     sampled: Option<&'a SampledAddresses>,
+    /// The code ranges kept, `(start, size)`.
+    kept: Vec<(u64, u64)>,
     process: u32,
     retime: Option<Retime<'a>>,
     /// The largest error bound of a stamp moved so far, ns.
     bound_ns: u64,
+    /// The pid the copy names, if not the dump's own.
+    pid: Option<u32>,
 }
 
 impl CopyPolicy for Policy<'_> {
@@ -379,8 +446,13 @@ impl CopyPolicy for Policy<'_> {
 
     fn keep_load(&mut self, record: &Record<'_>) -> bool {
         let (start, size) = record.code.unwrap_or_default();
-        self.sampled
-            .is_none_or(|sampled| sampled.any_in(self.process, start, size))
+        let keep = self
+            .sampled
+            .is_none_or(|sampled| sampled.any_in(self.process, start, size));
+        if keep {
+            self.kept.push((start, size));
+        }
+        keep
     }
 
     fn timestamp(&mut self, record: &Record<'_>) -> Result<u64, Failure> {
@@ -410,6 +482,6 @@ impl CopyPolicy for Policy<'_> {
     }
 
     fn pid(&self) -> Option<u32> {
-        None
+        self.pid
     }
 }

@@ -21,14 +21,14 @@
 //!   -F+tod` prints wall-clock time.
 //!
 //! ```no_run
-//! use perfclock_inject::{inject, ClockDataSource, InjectOptions, NoSignals};
+//! use perfclock_inject::{inject, InjectOptions, NoSignals};
 //!
 //! let options = InjectOptions::new("perf.data".into(), "with-conv.data".into());
 //! let injected = inject(&options, &NoSignals)?;
 //! for line in injected.outcome.lines() {
 //!     eprintln!("{line}");
 //! }
-//! injected.keep_copies(); // OUT names them: perf inject reads them
+//! injected.keep_copies(&NoSignals); // OUT names them: perf inject reads them
 //! # Ok::<(), perfclock_inject::InjectError>(())
 //! ```
 #![deny(unsafe_code)]
@@ -36,6 +36,7 @@
 pub mod clock_data;
 mod copies;
 pub mod dumps;
+pub mod held;
 mod input;
 mod options;
 mod outcome;
@@ -46,7 +47,8 @@ pub mod sidecar;
 pub mod time_conv;
 
 pub use copies::CopiesDir;
-pub use dumps::{DumpError, DumpOutcome, Writer};
+pub use dumps::{DumpError, DumpOutcome, DumpReport, Writer};
+pub use held::{HeldDumps, Scope, Watch};
 pub use input::InputError;
 pub use options::{ClockDataSource, InjectOptions};
 pub use outcome::{Injected, Outcome};

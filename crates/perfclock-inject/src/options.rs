@@ -25,6 +25,9 @@ pub struct InjectOptions {
     pub copies_beside: PathBuf,
     /// Give perf inject every code load, not only those a sample or call chain touched.
     pub all_jit_code: bool,
+    /// Dumps opened while their processes lived ([`crate::Watch`]): read through these
+    /// instead of their paths.
+    pub held: Option<std::sync::Arc<crate::HeldDumps>>,
 }
 
 impl InjectOptions {
@@ -39,6 +42,7 @@ impl InjectOptions {
             clock_data: ClockDataSource::None,
             pairings: Vec::new(),
             all_jit_code: false,
+            held: None,
         }
     }
 }

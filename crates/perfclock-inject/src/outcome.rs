@@ -4,11 +4,12 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use perfclock_core::untrusted::Untrusted;
 use perfclock_perfdata::ClockData;
 
 use crate::clock_data::ClockDataWarning;
 use crate::copies::CopiesDir;
-use crate::dumps::{DumpOutcome, Writer};
+use crate::dumps::{DumpOutcome, DumpReport, Writer};
 use crate::input::shown;
 use crate::output::TempFiles;
 use crate::time_conv::{BootWarning, TimeConvSource};
@@ -38,8 +39,8 @@ impl Injected {
 pub struct Outcome {
     /// Where OUT's TIME_CONV comes from.
     pub time_conv: TimeConvSource,
-    /// Each dump as the recording names it, and what became of it.
-    pub dumps: Vec<(PathBuf, DumpOutcome)>,
+    /// Each dump the recording maps, and what became of it.
+    pub dumps: Vec<DumpReport>,
     /// Why the dumps kept every code load, if they did.
     pub unfiltered: Option<Unfiltered>,
     /// What was noticed and did not stop the step.
@@ -104,12 +105,13 @@ impl Outcome {
     pub fn maps_jitdumps(&self) -> bool {
         self.dumps
             .iter()
-            .any(|(_, outcome)| matches!(outcome, DumpOutcome::Copied { .. }))
+            .any(|dump| matches!(dump.outcome, DumpOutcome::Copied { .. }))
     }
 
     /// One line per warning, one per dump of another writer (copied where to, or left out
-    /// why), and one for perfclock's dumps together: how many of their code loads the samples
-    /// touched, which alone reach `perf inject --jit`. Paths are escaped for a terminal.
+    /// why), one for perfclock's dumps together (how many of their code loads the samples
+    /// touched, which alone reach `perf inject --jit`), and one per runtime: its dumps and the
+    /// samples in their code. Paths and names are escaped for a terminal.
     pub fn lines(&self) -> Vec<String> {
         let mut lines: Vec<String> = self
             .warnings
@@ -117,8 +119,8 @@ impl Outcome {
             .map(|warning| format!("warning: {warning}"))
             .collect();
         let (mut own, mut own_loads, mut own_kept) = (0usize, 0usize, 0usize);
-        for (dump, outcome) in &self.dumps {
-            match outcome {
+        for dump in &self.dumps {
+            match &dump.outcome {
                 DumpOutcome::Copied {
                     writer: Writer::Perfclock,
                     loads,
@@ -133,10 +135,11 @@ impl Outcome {
                     copy,
                     loads,
                     retimed_bound_ns,
-                } => lines.push(other_line(dump, copy, loads, *retimed_bound_ns)),
+                    ..
+                } => lines.push(other_line(&dump.path, copy, loads, *retimed_bound_ns)),
                 DumpOutcome::Skipped(reason) => lines.push(format!(
                     "warning: {}: not injected: {}",
-                    shown(dump),
+                    shown(&dump.path),
                     perfclock::error_chain(reason)
                 )),
             }
@@ -150,7 +153,38 @@ impl Outcome {
         if let Some(why) = &self.unfiltered {
             lines.push(format!("every code load goes to perf inject --jit: {why}"));
         }
+        lines.extend(self.runtime_lines());
         lines
+    }
+
+    /// Per runtime (the command name of the processes whose dumps were copied), its dumps and
+    /// the samples whose IP lies in the code copied.
+    pub fn runtime_lines(&self) -> Vec<String> {
+        let mut runtimes: Vec<(String, usize, Option<u64>)> = Vec::new();
+        for dump in &self.dumps {
+            let DumpOutcome::Copied { samples, .. } = &dump.outcome else {
+                continue;
+            };
+            let name = dump.command.clone().unwrap_or_else(|| "?".to_owned());
+            match runtimes.iter_mut().find(|(runtime, ..)| *runtime == name) {
+                Some((_, dumps, total)) => {
+                    *dumps += 1;
+                    *total = total.zip(*samples).map(|(a, b)| a + b);
+                }
+                None => runtimes.push((name, 1, *samples)),
+            }
+        }
+        runtimes
+            .into_iter()
+            .map(|(name, dumps, samples)| {
+                let samples = samples.map_or("unknown".to_owned(), |s| s.to_string());
+                format!(
+                    "JIT code of {}: {dumps} dump(s), {samples} sample(s) with their IP in it \
+                     (call chains not counted)",
+                    Untrusted::str(&name)
+                )
+            })
+            .collect()
     }
 }
 

@@ -197,6 +197,7 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
         conversion: conversion.as_ref(),
         pairings: &pairings,
         sampled: sampled.as_ref(),
+        filter: unfiltered.is_none(),
         dump_dirs: &options.dump_dirs,
         copies: LazyCopies::new(&options.copies_beside, temps),
     };
@@ -235,7 +236,22 @@ fn writers<'s>(options: &InjectOptions, scan: &'s Scan) -> (Vec<Dump<'s>>, Vec<S
     let mut owners = Vec::new();
     for map in &scan.jit_dumps {
         let root = Root::of_process(map.process);
-        let writer = match sidecar::find(&map.path, map.pid, root, &options.dump_dirs) {
+        let held = options
+            .held
+            .as_ref()
+            .and_then(|held| held.take(map.process, &map.path));
+        let found = match held.as_ref().map(|held| &held.sidecar) {
+            // Held with its record: that record; held without: none was beside it then.
+            Some(Some(file)) => file
+                .file
+                .try_clone()
+                .map_err(|error| SidecarError::Read(sidecar_path(&map.path), error))
+                .and_then(|file| sidecar::read(sidecar_path(&map.path), file, map.pid))
+                .map(Some),
+            Some(None) => Ok(None),
+            None => sidecar::find(&map.path, map.pid, root, &options.dump_dirs),
+        };
+        let writer = match found {
             Ok(Some(sidecar)) => {
                 owners.push(dumps.len());
                 sidecars.push(sidecar);
@@ -244,7 +260,18 @@ fn writers<'s>(options: &InjectOptions, scan: &'s Scan) -> (Vec<Dump<'s>>, Vec<S
             Ok(None) => Ok(Writer::Other),
             Err(error) => Err(DumpError::Sidecar(error)),
         };
-        dumps.push(Dump { map, root, writer });
+        let command = held.as_ref().map(|held| held.command.clone()).or_else(|| {
+            std::fs::read_to_string(format!("/proc/{}/comm", map.process))
+                .ok()
+                .map(|comm| comm.trim_end().to_owned())
+        });
+        dumps.push(Dump {
+            map,
+            root,
+            writer,
+            held: held.map(|held| held.dump),
+            command,
+        });
     }
     // Records from --dump-dir were chosen by whoever runs this: they are the recording's, as
     // when it is analysed after a move; records found beside the dumps are their writers'.
@@ -262,21 +289,26 @@ fn writers<'s>(options: &InjectOptions, scan: &'s Scan) -> (Vec<Dump<'s>>, Vec<S
     (dumps, sidecars)
 }
 
-/// Which addresses the samples touched, so only that code goes to perf inject; `None` (every
-/// load) and why, when that cannot be known.
+/// The path of `dump`'s time conversion record.
+fn sidecar_path(dump: &std::path::Path) -> std::path::PathBuf {
+    let mut path = dump.as_os_str().to_owned();
+    path.push(perfclock_jitdump::timeconv::SUFFIX);
+    path.into()
+}
+
+/// Which addresses the samples touched (which also counts the samples in each dump's code),
+/// and why every load goes to perf inject instead of only those (`Some`), when it does.
 fn sampled(
     options: &InjectOptions,
     file: &mut File,
 ) -> (Option<SampledAddresses>, Option<Unfiltered>) {
-    if options.all_jit_code {
-        return (None, Some(Unfiltered::Asked));
-    }
     let read = file
         .seek(SeekFrom::Start(0))
         .map_err(PerfDataError::Io)
         .and_then(|_| sampled_addresses(io::BufReader::new(&mut *file)));
     match read {
-        Ok(sampled) if sampled.has_user_stacks() => (None, Some(Unfiltered::UserStacks)),
+        Ok(sampled) if options.all_jit_code => (Some(sampled), Some(Unfiltered::Asked)),
+        Ok(sampled) if sampled.has_user_stacks() => (Some(sampled), Some(Unfiltered::UserStacks)),
         Ok(sampled) => (Some(sampled), None),
         Err(error) => (None, Some(Unfiltered::Unreadable(error))),
     }

@@ -238,7 +238,8 @@ pub fn find(
     Ok(None)
 }
 
-fn read(path: PathBuf, file: std::fs::File, pid: u32) -> Result<Sidecar, SidecarError> {
+/// The record `file` (at `path`) holds, for a dump of `pid`.
+pub(crate) fn read(path: PathBuf, file: std::fs::File, pid: u32) -> Result<Sidecar, SidecarError> {
     let mut bytes = Vec::new();
     if let Err(error) = file.take(MAX_SIDECAR_BYTES).read_to_end(&mut bytes) {
         return Err(SidecarError::Read(path, error));
