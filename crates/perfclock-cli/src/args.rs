@@ -139,6 +139,10 @@ pub struct RecordArgs {
     /// jitdump from JVMs.
     #[arg(long)]
     pub no_java_agent: bool,
+    /// Leave NODE_OPTIONS, PYTHON_PERF_JIT_SUPPORT and DOTNET_PerfMapEnabled alone: the command's
+    /// Node, CPython 3.13+ and .NET write no jitdump unless it asks them to.
+    #[arg(long)]
+    pub no_runtime_flags: bool,
     /// Record these running processes instead of a command (`perf record -p`), attaching
     /// the agent to each HotSpot JVM among them first; until SIGINT, or --duration.
     #[arg(

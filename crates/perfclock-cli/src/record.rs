@@ -19,6 +19,7 @@ mod jvm_agent;
 mod perf;
 mod perf_options;
 mod post_process;
+mod runtimes;
 #[cfg(test)]
 mod spellings;
 mod target;
@@ -37,6 +38,7 @@ use jvm_agent::{
 };
 use perf::run_perf_record;
 use post_process::finish;
+use runtimes::{remove_caused, runtime_flags};
 use target::{check_arguments, Target};
 use work_dir::WorkDir;
 
@@ -76,7 +78,10 @@ fn record(options: &RecordArgs) -> Result<u8, Failure> {
     let output = &options.output;
     // Before anything starts: a device, FIFO, socket, directory or symlink is never replaced.
     check_output_path(output).map_err(|e| fail(e.to_string()))?;
-    let agent = agent(options)?;
+    let (agent, no_agent) = match agent(options, &target)? {
+        Ok(agent) => (agent, None),
+        Err(why) => (None, Some(why)),
+    };
     let work = WorkDir::create(output).map_err(failed)?;
     let mut dumps = Dumps {
         root: None,
@@ -84,7 +89,25 @@ fn record(options: &RecordArgs) -> Result<u8, Failure> {
         attached: Vec::new(),
         agent: agent.clone(),
     };
-    let mut env_options = None;
+    let mut env: Vec<(&'static str, std::ffi::OsString)> = Vec::new();
+    let mut turned_on = Vec::new();
+    if let (Target::Command(command), false) = (&target, options.no_runtime_flags) {
+        let flags = runtime_flags(command, |name| std::env::var_os(name));
+        let named: Vec<String> = flags
+            .env
+            .iter()
+            .map(|(name, value)| format!("{name}={}", value.to_string_lossy()))
+            .collect();
+        if !named.is_empty() {
+            errln!(
+                "{NAME}: the command's runtimes write jitdumps: {} (--no-runtime-flags leaves \
+                 them alone)",
+                named.join(" ")
+            );
+        }
+        env.extend(flags.env);
+        turned_on = flags.turned_on;
+    }
     if let Some(agent) = &agent {
         let root = make_dump_root(output).map_err(failed)?;
         dumps.root = Some(root.clone());
@@ -92,10 +115,9 @@ fn record(options: &RecordArgs) -> Result<u8, Failure> {
             let dir = make_command_dump_dir(&root).map_err(failed)?;
             let value = java_tool_options(std::env::var_os("JAVA_TOOL_OPTIONS"), agent, &dir);
             dumps.dirs.push(dir.clone());
-            env_options = Some(value.map_err(failed)?);
+            env.push(("JAVA_TOOL_OPTIONS", value.map_err(failed)?));
             errln!(
-                "{NAME}: JVMs in the command write their jitdumps into {} (keep it: the \
-                 output's JIT symbols are read from there)",
+                "{NAME}: JVMs in the command write their jitdumps into {}",
                 dir.display()
             );
         }
@@ -112,24 +134,59 @@ fn record(options: &RecordArgs) -> Result<u8, Failure> {
             u8::try_from(128 + signal).unwrap_or(1),
         ));
     }
+    let started = std::time::SystemTime::now();
     let recorded = run_perf_record(
         options,
         &target,
         &work,
-        env_options,
+        &env,
         &signals,
         agent.clone(),
         &mut dumps,
     );
     dumps.release();
-    let (status, anchors) = match recorded {
+    let (status, anchors, held) = match recorded {
         Ok(recorded) => recorded,
         Err(failure) => {
             drop(work);
             return Err(failure);
         }
     };
-    finish(&target, work, status, &anchors, &signals, options)
+    if let (Some(why), Some(held)) = (&no_agent, &held) {
+        if held.commands_seen().iter().any(|command| command == "java") {
+            errln!(
+                "{NAME}: warning: a JVM ran, and it is recorded without its JIT code's names: \
+                 {why}; pass --agent PATH"
+            );
+        }
+    }
+    let (code, reports) = finish(&target, work, status, &anchors, held, &signals, options)?;
+    let dwarf = options
+        .perf_args
+        .iter()
+        .any(|arg| arg.to_string_lossy().contains("dwarf"));
+    let cpython = reports.iter().any(|report| {
+        report
+            .command
+            .as_deref()
+            .is_some_and(|command| command.starts_with("python"))
+    });
+    if cpython && !dwarf {
+        errln!(
+            "{NAME}: note: CPython's Python functions are named in the call chains perf unwinds \
+             with --call-graph dwarf (its interpreter keeps no frame pointers): record with \
+             `perfclock record --call-graph dwarf -- ...` (each sample then carries 8 KiB of \
+             stack; docs/recorders.md)"
+        );
+    }
+    for (path, error) in remove_caused(&turned_on, &reports, started) {
+        errln!(
+            "{NAME}: warning: cannot remove {}, which a runtime wrote because perfclock turned \
+             its writer on: {error}",
+            perfclock_core::untrusted::Untrusted(path.as_os_str().as_encoded_bytes())
+        );
+    }
+    Ok(code)
 }
 
 /// A command line's arguments as clap hands them over, for the tests.

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use perfclock_cli::RecordArgs;
 
+use super::target::Target;
 use super::work_dir::{file_name, parent_dir};
 use super::{fail, Failure, NAME};
 use crate::error::RecordError;
@@ -93,19 +94,31 @@ pub(super) fn java_tool_options(
     Ok(value)
 }
 
-/// The agent to use, unless `--no-java-agent`.
-pub(super) fn agent(options: &RecordArgs) -> Result<Option<PathBuf>, Failure> {
+/// The agent to use, unless `--no-java-agent`. Where none is installed beside perfclock (and
+/// none is named), a command is recorded without it (`Err`: why, for a warning if a JVM
+/// starts); `-p` and `-a`, which are for JVMs among others, need it.
+pub(super) fn agent(
+    options: &RecordArgs,
+    target: &Target<'_>,
+) -> Result<Result<Option<PathBuf>, String>, Failure> {
     if options.no_java_agent {
-        return Ok(None);
+        return Ok(Ok(None));
     }
-    let agent = match &options.agent {
-        Some(path) => path
-            .canonicalize()
-            .map_err(|e| fail(format!("--agent {}: {e}", path.display())))?,
-        None => agent_path::find()
-            .map_err(|e| fail(format!("{e}; or pass --agent PATH, or --no-java-agent")))?,
-    };
-    Ok(Some(agent))
+    match &options.agent {
+        Some(path) => {
+            let agent = path
+                .canonicalize()
+                .map_err(|e| fail(format!("--agent {}: {e}", path.display())))?;
+            Ok(Ok(Some(agent)))
+        }
+        None => match (agent_path::find(), target) {
+            (Ok(agent), _) => Ok(Ok(Some(agent))),
+            (Err(why), Target::Command(_)) => Ok(Err(why)),
+            (Err(why), _) => Err(fail(format!(
+                "{why}; or pass --agent PATH, or --no-java-agent"
+            ))),
+        },
+    }
 }
 
 /// The jitdump directories and the JVMs attached so far.

@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use perfclock_cli::RecordArgs;
+use perfclock_inject::{HeldDumps, Scope, Watch};
 
 use super::anchors::{take_snapshot, ClockAnchors, PAIRING_INTERVAL};
 use super::jvm_agent::{list_unattached, report, Dumps};
@@ -77,11 +80,11 @@ pub(super) fn run_perf_record(
     options: &RecordArgs,
     target: &Target<'_>,
     work: &WorkDir,
-    env_options: Option<OsString>,
+    env: &[(&'static str, OsString)],
     signals: &signals::TempCleanup,
     agent: Option<PathBuf>,
     dumps: &mut Dumps,
-) -> Result<(ExitStatus, ClockAnchors), Failure> {
+) -> Result<(ExitStatus, ClockAnchors, Option<Arc<HeldDumps>>), Failure> {
     if let Target::Command(_) = target {
         // If perf dies without stopping the command (SIGKILL), the command becomes ours.
         if let Err(error) = children::become_subreaper() {
@@ -90,9 +93,7 @@ pub(super) fn run_perf_record(
     }
     let start = take_snapshot("start");
     let mut perf = perf_record(options, target, &work.raw);
-    if let Some(value) = &env_options {
-        perf.env("JAVA_TOOL_OPTIONS", value);
-    }
+    perf.envs(env.iter().map(|(name, value)| (name, value)));
     let mut child = perf.spawn().map_err(|error| {
         fail(if error.kind() == io::ErrorKind::NotFound {
             "no `perf` on PATH: install it (Debian: linux-perf; Fedora: perf) or add its \
@@ -120,8 +121,10 @@ pub(super) fn run_perf_record(
         }
         _ => None,
     };
+    let dump_watch = start_dump_watch(target, child.id());
     let mut pairings: Vec<perfclock::ClockSnapshot> = start.iter().copied().collect();
     let waited = wait_for_perf(&mut child, signals, options.duration, &mut pairings);
+    let held = dump_watch.map(Watch::finish);
     if let Some(watcher) = watcher {
         let outcomes = watcher.finish();
         list_unattached(&outcomes);
@@ -145,5 +148,23 @@ pub(super) fn run_perf_record(
         end,
         pairings,
     };
-    Ok((status, anchors))
+    Ok((status, anchors, held))
+}
+
+/// The watch that opens the dumps the recorded processes map while they live (a container's,
+/// one its runtime removes: `perfclock_inject::held`): the command's tree under perf, the
+/// pids' trees, or every process.
+fn start_dump_watch(target: &Target<'_>, perf: u32) -> Option<Watch> {
+    let scope = match target {
+        Target::Command(_) => Scope::Trees(vec![perf]),
+        Target::Pids(pids) => Scope::Trees(pids.to_vec()),
+        Target::SystemWide => Scope::All,
+    };
+    match Watch::start(scope, vec![std::process::id(), perf]) {
+        Ok(watch) => Some(watch),
+        Err(error) => {
+            errln!("{NAME}: warning: cannot watch for jitdumps while recording: {error}");
+            None
+        }
+    }
 }

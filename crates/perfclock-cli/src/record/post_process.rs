@@ -7,10 +7,13 @@ use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus};
+use std::sync::Arc;
 
 use perfclock_cli::RecordArgs;
 use perfclock_core::untrusted::Untrusted;
-use perfclock_inject::{ClockDataSource, InjectError, InjectOptions, Injected, InputError};
+use perfclock_inject::{
+    ClockDataSource, DumpReport, HeldDumps, InjectError, InjectOptions, Injected, InputError,
+};
 use perfclock_perfdata::check_output_path;
 
 use super::anchors::ClockAnchors;
@@ -42,6 +45,7 @@ fn add_time_conv(
     out_tmp: &Path,
     output: &Path,
     anchors: &ClockAnchors,
+    held: Option<Arc<HeldDumps>>,
     all_jit_code: bool,
     cleanup: &signals::TempCleanup,
 ) -> Result<Option<Injected>, RecordError> {
@@ -52,6 +56,7 @@ fn add_time_conv(
     }
     options.pairings = anchors.pairings.clone();
     options.all_jit_code = all_jit_code;
+    options.held = held;
     match perfclock_inject::inject(&options, cleanup) {
         Ok(injected) => {
             for line in injected.outcome.lines() {
@@ -79,9 +84,10 @@ pub(super) fn finish(
     work: WorkDir,
     status: ExitStatus,
     anchors: &ClockAnchors,
+    held: Option<Arc<HeldDumps>>,
     signals: &signals::TempCleanup,
     options: &RecordArgs,
-) -> Result<u8, Failure> {
+) -> Result<(u8, Vec<DumpReport>), Failure> {
     let output = &options.output;
     if !recording_complete(&work.raw) {
         return Err(fail(match status.signal() {
@@ -113,22 +119,25 @@ pub(super) fn finish(
         _ => 0,
     };
     anchors.report();
-    if let Err(error) = post_process(&work, output, anchors, options.all_jit_code, signals) {
-        let raw = work.raw.display().to_string();
-        work.keep_raw();
-        return Err(fail(format!(
-            "{}; the recording is kept in {raw} (the jitdumps' copies and perf's intermediate \
-             files were removed)",
-            chain(&error)
-        )));
-    }
+    let dumps = match post_process(&work, output, anchors, held, options.all_jit_code, signals) {
+        Ok(dumps) => dumps,
+        Err(error) => {
+            let raw = work.raw.display().to_string();
+            work.keep_raw();
+            return Err(fail(format!(
+                "{}; the recording is kept in {raw} (the jitdumps' copies and perf's \
+                 intermediate files were removed)",
+                chain(&error)
+            )));
+        }
+    };
     drop(work);
     let out = output.display();
     errln!(
         "{NAME}: wrote {out}; next:\n  perf report -i {out}\n  perf script -i {out}\n  samply \
          import {out}"
     );
-    Ok(code)
+    Ok((code, dumps))
 }
 
 /// Renames `from` over `output` (checked again first), with signals held off.
@@ -150,9 +159,10 @@ fn post_process(
     work: &WorkDir,
     output: &Path,
     anchors: &ClockAnchors,
+    held: Option<Arc<HeldDumps>>,
     all_jit_code: bool,
     signals: &signals::TempCleanup,
-) -> Result<(), RecordError> {
+) -> Result<Vec<DumpReport>, RecordError> {
     let message = format!(
         "{NAME}: interrupted (signal {{signal}}) while writing {}: it was not written; the \
          recording is kept in {} (the jitdumps' copies and perf's intermediate files were \
@@ -168,15 +178,17 @@ fn post_process(
         &converted,
         output,
         anchors,
+        held,
         all_jit_code,
         signals,
     )?;
-    match injected {
+    let dumps = match injected {
         None => {
             errln!("{NAME}: no jitdump was mapped: no JIT code to inject");
             commit(&work.raw, output, signals)?;
+            Vec::new()
         }
-        Some(injected) if !injected.outcome.maps_jitdumps() => {
+        Some(mut injected) if !injected.outcome.maps_jitdumps() => {
             if injected.outcome.dumps.is_empty() {
                 errln!("{NAME}: no jitdump was mapped: no JIT code to inject");
             } else {
@@ -185,13 +197,15 @@ fn post_process(
                 );
             }
             commit(&converted, output, signals)?;
+            std::mem::take(&mut injected.outcome.dumps)
         }
-        Some(injected) => {
+        Some(mut injected) => {
             errln!("{NAME}: {}; perf inject --jit", injected.outcome.time_conv);
             let injected_data = work.path("jit.data");
             signals.register(&injected_data);
             run_perf_inject(&converted, &injected_data, signals, &message)?;
             commit(&injected_data, output, signals)?;
+            let dumps = std::mem::take(&mut injected.outcome.dumps);
             // OUT names the copies and the images perf inject wrote beside them.
             let copies = injected.keep_copies(signals);
             if let Some(copies) = copies {
@@ -201,11 +215,12 @@ fn post_process(
                     Untrusted(output.as_os_str().as_encoded_bytes())
                 );
             }
+            dumps
         }
-    }
+    };
     // OUT is complete: a signal now only ends the process.
     signals.fatal(None, None);
-    Ok(())
+    Ok(dumps)
 }
 
 /// `perf inject --jit -i converted -o injected`, stopped by a signal meanwhile (which then

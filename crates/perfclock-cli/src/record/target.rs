@@ -60,6 +60,7 @@ mod tests {
             output: "perf.data".into(),
             agent: None,
             no_java_agent: true,
+            no_runtime_flags: true,
             pids: Vec::new(),
             system_wide: false,
             duration: None,
