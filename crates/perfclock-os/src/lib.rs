@@ -22,6 +22,8 @@
 //!   link, never into another user's file; the writers' liveness lock.
 //! - [`untrusted_file`]: files another user wrote, opened to be read: never through a link,
 //!   regular, bounded, with the credentials of their owner.
+//! - [`private_dir`]: a directory made for another process inside its root (a container's
+//!   `/tmp`), filled and removed through its own descriptor.
 //! - Every failed system call is one [`SysError`]: which call, the errno, and a [`ErrorKind`]
 //!   whose message names the knob to change.
 //!
@@ -55,6 +57,7 @@ pub mod mapping;
 pub mod memfd;
 pub mod peer;
 pub mod perf_event;
+pub mod private_dir;
 pub mod process;
 pub mod shared_file;
 pub mod thread;
