@@ -29,6 +29,7 @@
 //! error, never a panic: the `perfdata` fuzz target runs scan and patch.
 #![deny(unsafe_code)]
 
+mod build_id;
 mod clock_data;
 mod decompress;
 mod error;
@@ -46,6 +47,7 @@ mod section;
 pub mod synth;
 mod time_conv;
 
+pub use build_id::{elf_build_id, maps_of, set_map_build_id, MAX_BUILD_ID_BYTES};
 pub use clock_data::{ClockData, WallClockPair, MAX_REALTIME_SLEW_PPM, PERF_CLOCK_CLOCKID};
 pub use error::PerfDataError;
 pub use features::{Feature, FeatureSet};
