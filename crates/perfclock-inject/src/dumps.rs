@@ -186,6 +186,8 @@ pub struct DumpReport {
     pub command: Option<String>,
     /// The file read: its owner's uid, its device and inode (`None`: none was read).
     pub file: Option<(u32, (u64, u64))>,
+    /// Where its path resolved: [`Root::Process`] for a process in another mount namespace.
+    pub root: Root,
     /// What became of it.
     pub outcome: DumpOutcome,
 }
@@ -240,6 +242,7 @@ pub(crate) fn copy_all(
             process: dump.map.process,
             command: dump.command,
             file,
+            root: dump.root,
             outcome,
         });
     }

@@ -37,6 +37,7 @@ pub mod clock_data;
 mod copies;
 pub mod dumps;
 pub mod held;
+pub mod images;
 mod input;
 mod options;
 mod outcome;

@@ -235,11 +235,14 @@ fn writers<'s>(options: &InjectOptions, scan: &'s Scan) -> (Vec<Dump<'s>>, Vec<S
     // For each sidecar, the index of its dump.
     let mut owners = Vec::new();
     for map in &scan.jit_dumps {
-        let root = Root::of_process(map.process);
         let held = options
             .held
             .as_ref()
             .and_then(|held| held.take(map.process, &map.path));
+        // Where the path resolved when the dump was held (its process may be gone now).
+        let root = held
+            .as_ref()
+            .map_or_else(|| Root::of_process(map.process), |held| held.root);
         let found = match held.as_ref().map(|held| &held.sidecar) {
             // Held with its record: that record; held without: none was beside it then.
             Some(Some(file)) => file
