@@ -136,15 +136,35 @@ impl Deadline {
     }
 }
 
-/// The agent library, resolved here.
+/// The agent library as the JVM opens it: its path in the JVM's mount namespace, and the file
+/// it must be there (device and inode), which the attach checks before it sends the path.
 #[derive(Debug, Clone)]
-pub(crate) struct Agent {
+pub struct Agent {
     path: PathBuf,
     dev: u64,
     ino: u64,
 }
 
 impl Agent {
+    /// The agent at `path` in the JVM's mount namespace, which must be the file `(dev, ino)`: a
+    /// copy put inside a container's root for its JVM, say.
+    pub fn in_jvm(path: PathBuf, (dev, ino): (u64, u64)) -> Self {
+        Agent { path, dev, ino }
+    }
+
+    /// The agent at `path` here, which the JVM must see at the same path.
+    ///
+    /// # Errors
+    /// [`StepError::Agent`]: not found, or not a regular file.
+    pub fn here(path: &Path) -> Result<Self, AttachError> {
+        resolve_agent(path)
+    }
+
+    /// Its path as the JVM opens it.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// (device major, minor, inode), as `/proc/PID/maps` shows a mapped file.
     pub(crate) fn maps_identity(&self) -> (u32, u32, u64) {
         (libc::major(self.dev), libc::minor(self.dev), self.ino)
@@ -164,8 +184,20 @@ pub fn attach(
     options: &OsStr,
     timeout: Duration,
 ) -> Result<Attached, AttachError> {
+    attach_agent(pid, resolve_agent(agent)?, options, timeout)
+}
+
+/// [`attach`] of an agent given as the JVM opens it ([`Agent::in_jvm`]).
+///
+/// # Errors
+/// As [`attach`].
+pub fn attach_agent(
+    pid: u32,
+    agent: Agent,
+    options: &OsStr,
+    timeout: Duration,
+) -> Result<Attached, AttachError> {
     let deadline = Deadline::after(timeout);
-    let agent = resolve_agent(agent)?;
     let request = protocol::load_request(agent.path.as_os_str().as_bytes(), options.as_bytes())
         .map_err(StepError::Request)?;
     let progress = Arc::new(Mutex::new("reading /proc/PID"));

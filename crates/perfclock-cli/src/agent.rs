@@ -6,12 +6,11 @@
 //! does: only perfclock's agent gives code 102 its meaning.
 
 use std::ffi::OsStr;
-use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use perfclock_agent_codes::AgentFailure;
-use perfclock_attach::{AnswerError, AttachError, Attached};
+use perfclock_attach::{Agent, AnswerError, AttachError, Attached};
 
 /// The agent's failure behind `error`, if the JVM ran the agent and it returned one of its codes.
 pub(crate) fn agent_failure(error: &AttachError) -> Option<AgentFailure> {
@@ -32,7 +31,7 @@ const RETRY_INTERVAL: Duration = Duration::from_millis(200);
 /// then ends in that error.
 pub(crate) fn attach_when_live(
     pid: u32,
-    agent: &Path,
+    agent: &Agent,
     options: &OsStr,
     timeout: Duration,
 ) -> Result<Attached, AttachError> {
@@ -40,7 +39,9 @@ pub(crate) fn attach_when_live(
     let deadline = Instant::now().checked_add(timeout);
     loop {
         let left = deadline.map_or(timeout, |end| end.saturating_duration_since(Instant::now()));
-        let error = match perfclock_attach::attach(pid, agent, options, left.max(RETRY_INTERVAL)) {
+        let attempt =
+            perfclock_attach::attach_agent(pid, agent.clone(), options, left.max(RETRY_INTERVAL));
+        let error = match attempt {
             Ok(attached) => return Ok(attached),
             Err(error) => error,
         };

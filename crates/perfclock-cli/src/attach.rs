@@ -34,7 +34,9 @@ pub(crate) fn run(
             return ExitCode::FAILURE;
         }
     };
-    match attach_when_live(pid, &agent, &options, timeout) {
+    let attached = perfclock_attach::Agent::here(&agent)
+        .and_then(|agent| attach_when_live(pid, &agent, &options, timeout));
+    match attached {
         Ok(attached) => {
             let agent = Untrusted(attached.agent.as_os_str().as_bytes());
             let namespace = if attached.ns_pid == attached.pid {

@@ -36,6 +36,8 @@ pub(crate) enum JvmError {
     },
     /// The JVM sees something else at the dump directory's path (another mount namespace).
     NotVisible { dir: PathBuf },
+    /// The private directory in a containerised JVM's `/tmp` could not be made or filled.
+    ContainerDir { pid: u32, source: io::Error },
     /// The attach or the agent failed.
     Attach(AttachError),
 }
@@ -55,6 +57,11 @@ impl fmt::Display for JvmError {
                  namespace (a container): write OUT (-o) in a directory the container mounts \
                  at the same path",
                 dir.display()
+            ),
+            Self::ContainerDir { pid, .. } => write!(
+                f,
+                "cannot put the agent and a dump directory into JVM {pid}'s /tmp (it runs in \
+                 another mount namespace: a container)"
             ),
             Self::Attach(error) => {
                 write!(f, "{error}")?;
@@ -81,7 +88,8 @@ impl std::error::Error for JvmError {
         match self {
             Self::Proc { source, .. }
             | Self::CreateDir { source, .. }
-            | Self::GiveDir { source, .. } => Some(source),
+            | Self::GiveDir { source, .. }
+            | Self::ContainerDir { source, .. } => Some(source),
             // Display shows the attach error's own message; its cause follows it.
             Self::Attach(error) => std::error::Error::source(error),
             Self::OpenJ9 | Self::NotVisible { .. } => None,

@@ -20,7 +20,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use perfclock_attach::procfs::{self, ProcStatus, Vm};
-use perfclock_attach::AttachError;
+use perfclock_attach::{Agent, AttachError};
+use perfclock_os::private_dir::PrivateDir;
+use perfclock_os::untrusted_file::Root;
 
 use crate::agent::attach_when_live;
 use crate::attach::DEFAULT_TIMEOUT_SECS;
@@ -41,8 +43,15 @@ const ATTACH_TIMEOUT: Duration = Duration::from_millis((DEFAULT_TIMEOUT_SECS * 1
 /// What happened to one process.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// The agent writes its jitdump into `dir`.
-    Attached { pid: u32, dir: PathBuf },
+    /// The agent writes its jitdump into `dir` (the JVM's path: a private directory in its own
+    /// `/tmp` for a JVM in another mount namespace, `private`); its session ends with a `stop`
+    /// to `agent`.
+    Attached {
+        pid: u32,
+        dir: PathBuf,
+        agent: Agent,
+        private: Option<PrivateDir>,
+    },
     /// Not a HotSpot JVM: recorded without an agent.
     NotJvm { pid: u32, name: String },
     /// A HotSpot JVM that could not be attached: recorded without its JIT names.
@@ -118,7 +127,10 @@ fn is_root() -> bool {
     children::effective_uid() == 0
 }
 
-/// Attaches the agent to `pid` if it is a HotSpot JVM, its dump going under `root`.
+/// Attaches the agent to `pid` if it is a HotSpot JVM, its dump going under `root`; a JVM in
+/// another mount namespace (a container) gets the agent and its dump directory in a private
+/// directory of its own `/tmp` instead ([`in_container`]), so nothing of the host need be
+/// visible to it.
 pub(crate) fn attach(pid: u32, agent: &Path, root: &Path) -> Outcome {
     let failed = |error: JvmError| Outcome::Failed { pid, error };
     let proc_error = |file: &'static str| {
@@ -142,26 +154,81 @@ pub(crate) fn attach(pid: u32, agent: &Path, root: &Path) -> Outcome {
         Ok(Vm::OpenJ9) => return failed(JvmError::OpenJ9),
         Err(error) => return failed(proc_error("maps")(error)),
     }
-    let dir = match jvm_dir(root, pid, &status) {
-        Ok(dir) => dir,
+    let placed = if Root::of_process(pid) == Root::Here {
+        jvm_dir(root, pid, &status).and_then(|dir| {
+            let agent = Agent::here(agent).map_err(JvmError::Attach);
+            agent.map(|agent| (dir, agent, None))
+        })
+    } else {
+        in_container(pid, agent, &status)
+    };
+    let (dir, agent, private) = match placed {
+        Ok(placed) => placed,
         Err(error) => return failed(error),
     };
     let mut options = OsString::from("jitdump=");
     options.push(&dir);
-    match attach_when_live(pid, agent, &options, ATTACH_TIMEOUT) {
-        Ok(_) => Outcome::Attached { pid, dir },
+    match attach_when_live(pid, &agent, &options, ATTACH_TIMEOUT) {
+        Ok(_) => Outcome::Attached {
+            pid,
+            dir,
+            agent,
+            private,
+        },
         Err(error) => {
-            let _ = fs::remove_dir(&dir);
+            match private {
+                Some(private) => {
+                    let _ = private.remove();
+                }
+                None => {
+                    let _ = fs::remove_dir(&dir);
+                }
+            }
             failed(JvmError::Attach(error))
         }
     }
 }
 
+/// For a JVM in another mount namespace: a private directory in its `/tmp`
+/// (`perfclock_os::private_dir`) holding a copy of the agent, given to the JVM's user so the
+/// agent can write its dump there. The dump watch holds the dump while the JVM lives; the
+/// directory goes when the session ends.
+fn in_container(
+    pid: u32,
+    agent: &Path,
+    status: &ProcStatus,
+) -> Result<(PathBuf, Agent, Option<PrivateDir>), JvmError> {
+    let private = PrivateDir::create(Root::Process(pid), Path::new("/tmp"), ".perfclock-")
+        .map_err(|source| JvmError::ContainerDir { pid, source })?;
+    let placed = (|| {
+        let mut library = fs::File::open(agent)?;
+        let id = private.write_copy(AGENT_FILE, &mut library, 0o644)?;
+        if is_root() {
+            private.give_to(status.euid, status.egid)?;
+        }
+        Ok(id)
+    })();
+    match placed {
+        Ok(id) => {
+            let agent = Agent::in_jvm(private.path().join(AGENT_FILE), id);
+            Ok((private.path().to_owned(), agent, Some(private)))
+        }
+        Err(source) => {
+            let _ = private.remove();
+            Err(JvmError::ContainerDir { pid, source })
+        }
+    }
+}
+
+/// The agent's copy's name in a container's private directory.
+const AGENT_FILE: &str = "libperfclock_agent.so";
+
 /// Ends the agent's session in `pid` (the attach request `stop`): its jitdump is finished and
 /// closed and the JVM stops posting compiled-code events to the agent, so nothing writes into
 /// the recording's directory after the recording. A JVM that has exited needs nothing.
-pub(crate) fn stop_session(pid: u32, agent: &Path) -> Result<(), AttachError> {
-    match perfclock_attach::attach(pid, agent, std::ffi::OsStr::new("stop"), ATTACH_TIMEOUT) {
+pub(crate) fn stop_session(pid: u32, agent: &Agent) -> Result<(), AttachError> {
+    let stop = std::ffi::OsStr::new("stop");
+    match perfclock_attach::attach_agent(pid, agent.clone(), stop, ATTACH_TIMEOUT) {
         Ok(_) => Ok(()),
         Err(_) if !Path::new(&format!("/proc/{pid}")).exists() => Ok(()),
         Err(error) => Err(error),

@@ -87,7 +87,7 @@ fn record(options: &RecordArgs) -> Result<u8, Failure> {
         root: None,
         dirs: Vec::new(),
         attached: Vec::new(),
-        agent: agent.clone(),
+        private: Vec::new(),
     };
     let mut env: Vec<(&'static str, std::ffi::OsString)> = Vec::new();
     let mut turned_on = Vec::new();

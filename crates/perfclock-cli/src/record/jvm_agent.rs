@@ -17,6 +17,8 @@ use super::{fail, Failure, NAME};
 use crate::error::RecordError;
 use crate::output::{chain, errln};
 use crate::{agent_path, jvms};
+use perfclock_attach::Agent;
+use perfclock_os::private_dir::PrivateDir;
 
 /// `OUT.jit-XXXXXX` (mkdtemp), mode 0711: the JVMs' jitdump directories are made inside it,
 /// where no other user can create or list anything. Kept: the output's `jitted-*.so` are
@@ -121,7 +123,6 @@ pub(super) fn agent(
     }
 }
 
-/// The jitdump directories and the JVMs attached so far.
 /// The dump directories and agent sessions a recording started. Released ([`Dumps::release`])
 /// once, on every way out of [`record`](super::record): explicitly after the recording, or on
 /// drop when an error or a signal returns early (an attach failure, SIGINT while attaching), so
@@ -129,10 +130,12 @@ pub(super) fn agent(
 pub(super) struct Dumps {
     pub(super) root: Option<PathBuf>,
     pub(super) dirs: Vec<PathBuf>,
-    /// The JVMs `-p`/`-a` attached, whose sessions end with the recording.
-    pub(super) attached: Vec<u32>,
-    /// The agent that started their sessions, which the `stop` request goes to.
-    pub(super) agent: Option<PathBuf>,
+    /// The JVMs `-p`/`-a` attached, whose sessions end with the recording, each with the agent
+    /// its `stop` request goes to.
+    pub(super) attached: Vec<(u32, Agent)>,
+    /// The private directories put into containerised JVMs' `/tmp`, removed once their
+    /// sessions ended.
+    pub(super) private: Vec<PrivateDir>,
 }
 
 impl Drop for Dumps {
@@ -142,17 +145,27 @@ impl Drop for Dumps {
 }
 
 impl Dumps {
-    /// Reports `outcome` ([`report`]); whether it is a failure to attach.
-    fn add(&mut self, outcome: &jvms::Outcome) -> bool {
+    /// Reports `outcome` ([`report`]) and keeps it; whether it is a failure to attach.
+    fn add(&mut self, outcome: jvms::Outcome) -> bool {
+        let failed = report(&outcome);
         self.keep(outcome);
-        report(outcome)
+        failed
     }
 
-    /// Keeps an attached JVM's directory and pid.
-    pub(super) fn keep(&mut self, outcome: &jvms::Outcome) {
-        if let jvms::Outcome::Attached { pid, dir } = outcome {
-            self.dirs.push(dir.clone());
-            self.attached.push(*pid);
+    /// Keeps an attached JVM's directory, pid and agent.
+    pub(super) fn keep(&mut self, outcome: jvms::Outcome) {
+        if let jvms::Outcome::Attached {
+            pid,
+            dir,
+            agent,
+            private,
+        } = outcome
+        {
+            match private {
+                Some(private) => self.private.push(private),
+                None => self.dirs.push(dir),
+            }
+            self.attached.push((pid, agent));
         }
     }
 
@@ -161,15 +174,21 @@ impl Dumps {
     /// users can no longer write into them, and empty ones go. What it released is forgotten,
     /// so a second call does nothing.
     pub(super) fn release(&mut self) {
-        let attached = std::mem::take(&mut self.attached);
-        if let Some(agent) = &self.agent {
-            for pid in attached {
-                if let Err(error) = jvms::stop_session(pid, agent) {
-                    errln!(
-                        "{NAME}: warning: cannot end the agent's session in JVM {pid}: {}",
-                        chain(&error)
-                    );
-                }
+        for (pid, agent) in std::mem::take(&mut self.attached) {
+            if let Err(error) = jvms::stop_session(pid, &agent) {
+                errln!(
+                    "{NAME}: warning: cannot end the agent's session in JVM {pid}: {}",
+                    chain(&error)
+                );
+            }
+        }
+        for private in std::mem::take(&mut self.private) {
+            let path = private.path().to_owned();
+            if let Err(error) = private.remove() {
+                errln!(
+                    "{NAME}: warning: cannot remove {} from a container's /tmp: {error}",
+                    path.display()
+                );
             }
         }
         for dir in std::mem::take(&mut self.dirs) {
@@ -197,7 +216,7 @@ pub(super) fn attach_pids(
     let root = dumps.root.clone().unwrap_or_default();
     let mut failed = Vec::new();
     for &pid in pids {
-        if dumps.add(&jvms::attach(pid, agent, &root)) {
+        if dumps.add(jvms::attach(pid, agent, &root)) {
             failed.push(pid.to_string());
         }
     }
@@ -214,7 +233,7 @@ pub(super) fn attach_pids(
 /// Says what happened to one process `-p` or `-a` looked at; whether it could not be attached.
 pub(super) fn report(outcome: &jvms::Outcome) -> bool {
     match outcome {
-        jvms::Outcome::Attached { pid, dir } => {
+        jvms::Outcome::Attached { pid, dir, .. } => {
             errln!(
                 "{NAME}: attached JVM {pid}: its jitdump goes to {}",
                 dir.display()

@@ -128,7 +128,7 @@ pub(super) fn run_perf_record(
     if let Some(watcher) = watcher {
         let outcomes = watcher.finish();
         list_unattached(&outcomes);
-        for outcome in &outcomes {
+        for outcome in outcomes {
             dumps.keep(outcome);
         }
     }

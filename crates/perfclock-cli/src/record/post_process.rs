@@ -12,8 +12,10 @@ use std::sync::Arc;
 use perfclock_cli::RecordArgs;
 use perfclock_core::untrusted::Untrusted;
 use perfclock_inject::{
-    ClockDataSource, DumpReport, HeldDumps, InjectError, InjectOptions, Injected, InputError,
+    images, ClockDataSource, DumpReport, HeldDumps, InjectError, InjectOptions, Injected,
+    InputError,
 };
+use perfclock_os::untrusted_file::Root;
 use perfclock_perfdata::check_output_path;
 
 use super::anchors::ClockAnchors;
@@ -204,6 +206,22 @@ fn post_process(
             let injected_data = work.path("jit.data");
             signals.register(&injected_data);
             run_perf_inject(&converted, &injected_data, signals, &message)?;
+            let in_container = injected
+                .outcome
+                .dumps
+                .iter()
+                .any(|dump| dump.root != Root::Here);
+            if let (true, Some(copies)) = (in_container, &injected.copies) {
+                // A container's process that still lives when perf reports would have its JIT
+                // images looked for inside its mount namespace (perfclock_inject::images).
+                if let Err(error) = images::register(&injected_data, copies.path()) {
+                    errln!(
+                        "{NAME}: warning: {} (the JIT code of processes in containers is named \
+                         once they have exited)",
+                        chain(&error)
+                    );
+                }
+            }
             commit(&injected_data, output, signals)?;
             let dumps = std::mem::take(&mut injected.outcome.dumps);
             // OUT names the copies and the images perf inject wrote beside them.
