@@ -19,7 +19,9 @@ use std::path::Path;
 
 use crate::error::PerfDataError;
 use crate::layout::Layout;
-use crate::record::{RecordHeader, RecordType, MMAP2_FILENAME_AT, RECORD_HEADER_SIZE};
+use crate::record::{
+    RecordHeader, RecordType, MMAP2_FILENAME_AT, MMAP_FILENAME_AT, RECORD_HEADER_SIZE,
+};
 
 /// The largest build id an MMAP2 record holds (a SHA-1's).
 pub const MAX_BUILD_ID_BYTES: usize = 20;
@@ -84,16 +86,29 @@ fn gnu_build_id(mut notes: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-/// The file offsets of the MMAP2 records (outside compressed records) of the recording `file`,
-/// laid out as `layout`, that map a file whose path `wanted` accepts, with that path.
+/// A map record of a recording.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapAt {
+    /// Its file offset.
+    pub offset: u64,
+    /// Its type (`MMAP` or `MMAP2`).
+    pub kind: RecordType,
+    /// The pid it maps into.
+    pub pid: u32,
+    /// The file it names (`//anon` for anonymous memory).
+    pub path: std::path::PathBuf,
+}
+
+/// The MMAP and MMAP2 records (outside compressed records) of the recording `file`, laid out
+/// as `layout`, that `wanted` accepts (given the pid and the path they name).
 ///
 /// # Errors
 /// A read error, or a record that does not fit the data section.
 pub fn maps_of(
     file: &mut File,
     layout: &Layout,
-    mut wanted: impl FnMut(&Path) -> bool,
-) -> Result<Vec<(u64, std::path::PathBuf)>, PerfDataError> {
+    mut wanted: impl FnMut(u32, &Path) -> bool,
+) -> Result<Vec<MapAt>, PerfDataError> {
     let mut reader = BufReader::with_capacity(1 << 16, &mut *file);
     reader.seek(SeekFrom::Start(layout.data.offset))?;
     let end = layout.data.offset + layout.data.size;
@@ -116,13 +131,24 @@ pub fn maps_of(
         }
         body.resize(size as usize - RECORD_HEADER_SIZE, 0);
         reader.read_exact(&mut body)?;
-        if parsed.kind == RecordType::MMAP2 {
-            if let Some(name) = body.get(MMAP2_FILENAME_AT..) {
-                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-                let path = Path::new(std::ffi::OsStr::from_bytes(name));
-                if wanted(path) {
-                    found.push((offset, path.to_path_buf()));
-                }
+        let name_at = match parsed.kind {
+            RecordType::MMAP => Some(MMAP_FILENAME_AT),
+            RecordType::MMAP2 => Some(MMAP2_FILENAME_AT),
+            _ => None,
+        };
+        if let (Some(name), Some(pid)) = (
+            name_at.and_then(|at| body.get(at..)),
+            body.first_chunk::<4>().map(|pid| u32::from_le_bytes(*pid)),
+        ) {
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            let path = Path::new(std::ffi::OsStr::from_bytes(name));
+            if wanted(pid, path) {
+                found.push(MapAt {
+                    offset,
+                    kind: parsed.kind,
+                    pid,
+                    path: path.to_path_buf(),
+                });
             }
         }
         offset += size;

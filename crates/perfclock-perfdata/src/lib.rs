@@ -47,7 +47,7 @@ mod section;
 pub mod synth;
 mod time_conv;
 
-pub use build_id::{elf_build_id, maps_of, set_map_build_id, MAX_BUILD_ID_BYTES};
+pub use build_id::{elf_build_id, maps_of, set_map_build_id, MapAt, MAX_BUILD_ID_BYTES};
 pub use clock_data::{ClockData, WallClockPair, MAX_REALTIME_SLEW_PPM, PERF_CLOCK_CLOCKID};
 pub use error::PerfDataError;
 pub use features::{Feature, FeatureSet};

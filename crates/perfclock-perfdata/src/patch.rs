@@ -107,6 +107,17 @@ impl<'a> Patch<'a> {
         Ok(self)
     }
 
+    /// Moves the map record at file offset `at` (an MMAP or MMAP2 record, [`crate::maps_of`])
+    /// to pid and tid 0, so perf no longer maps it into its process: what `perf inject --jit`
+    /// does itself to a process's anonymous maps once it has read the process's jitdump, where
+    /// perfclock hands perf the dump as pid 0's.
+    ///
+    /// # Errors
+    /// As [`Patch::overwrite`].
+    pub fn orphan_map(&mut self, at: u64) -> Result<&mut Self, PerfDataError> {
+        self.overwrite(at + RECORD_HEADER_SIZE as u64, &[0; 8])
+    }
+
     /// Points the recording at another file in place of `map`'s jitdump: a copy of its first
     /// map record (read from `input`, the file this patch's layout was read from) naming
     /// `file_name` instead, its pid and tid replaced by `pid` if given, is inserted, and the
