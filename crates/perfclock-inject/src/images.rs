@@ -14,7 +14,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use perfclock_perfdata::{elf_build_id, maps_of, read_layout, set_map_build_id, PerfDataError};
+use perfclock_perfdata::{
+    elf_build_id, maps_of, read_layout, set_map_build_id, PerfDataError, RecordType,
+};
 
 /// The largest image read for its build id (one function's code).
 const MAX_IMAGE_BYTES: u64 = 64 << 20;
@@ -67,16 +69,16 @@ pub fn register(injected: &Path, copies: &Path) -> Result<usize, ImagesError> {
         .open(injected)
         .map_err(|error| ImagesError::Recording(PerfDataError::Io(error)))?;
     let layout = read_layout(&mut file).map_err(ImagesError::Recording)?;
-    let maps = maps_of(&mut file, &layout, |path| path.starts_with(copies))
+    let maps = maps_of(&mut file, &layout, |_, path| path.starts_with(copies))
         .map_err(ImagesError::Recording)?;
     let mut images: Vec<PathBuf> = Vec::new();
-    for (offset, image) in maps {
-        let Some(build_id) = read_build_id(&image) else {
+    for map in maps.into_iter().filter(|map| map.kind == RecordType::MMAP2) {
+        let Some(build_id) = read_build_id(&map.path) else {
             continue;
         };
-        set_map_build_id(&mut file, offset, &build_id).map_err(ImagesError::Recording)?;
-        if !images.contains(&image) {
-            images.push(image);
+        set_map_build_id(&mut file, map.offset, &build_id).map_err(ImagesError::Recording)?;
+        if !images.contains(&map.path) {
+            images.push(map.path);
         }
     }
     file.sync_all()

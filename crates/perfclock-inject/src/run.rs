@@ -203,6 +203,7 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
     };
     let dumps = dumps::copy_all(dumps, &mut copying, &mut patch).map_err(InjectError::Output)?;
     let copies = copying.copies.into_dir();
+    orphan_anonymous_maps(&dumps, &mut file, &layout, &mut patch).map_err(perf_data)?;
     write(&mut file, &patch)?;
     let outcome = Outcome {
         time_conv,
@@ -290,6 +291,40 @@ fn writers<'s>(options: &InjectOptions, scan: &'s Scan) -> (Vec<Dump<'s>>, Vec<S
         sidecars.remove(*index);
     }
     (dumps, sidecars)
+}
+
+/// For each process of another pid namespace whose dump was copied (and handed to perf inject
+/// as pid 0's: [`crate::dumps`]), its anonymous maps (`//anon`, `[anon:`, `/memfd:`) moved to pid
+/// 0: what perf inject does itself once it has read a process's dump, so that the process's
+/// JIT code is found in the images, not in the anonymous memory it runs in.
+fn orphan_anonymous_maps(
+    dumps: &[crate::DumpReport],
+    file: &mut File,
+    layout: &Layout,
+    patch: &mut Patch<'_>,
+) -> Result<(), PerfDataError> {
+    let namespaced: Vec<u32> = dumps
+        .iter()
+        .filter(|dump| matches!(dump.outcome, crate::DumpOutcome::Copied { .. }))
+        .filter(|dump| perfclock_perfdata::jitdump_pid(&dump.path) != Some(dump.process))
+        .map(|dump| dump.process)
+        .collect();
+    if namespaced.is_empty() {
+        return Ok(());
+    }
+    let anonymous = |path: &std::path::Path| {
+        let bytes = path.as_os_str().as_encoded_bytes();
+        bytes.starts_with(b"//anon")
+            || bytes.starts_with(b"[anon:")
+            || bytes.starts_with(b"/memfd:")
+    };
+    let maps = perfclock_perfdata::maps_of(file, layout, |pid, path| {
+        namespaced.contains(&pid) && anonymous(path)
+    })?;
+    for map in maps {
+        patch.orphan_map(map.offset)?;
+    }
+    Ok(())
 }
 
 /// The path of `dump`'s time conversion record.
