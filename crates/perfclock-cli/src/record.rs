@@ -171,6 +171,20 @@ fn record(options: &RecordArgs) -> Result<u8, Failure> {
             .as_deref()
             .is_some_and(|command| command.starts_with("python"))
     });
+    let cpython_running = reports.iter().any(|report| {
+        report
+            .command
+            .as_deref()
+            .is_some_and(|command| command.starts_with("python"))
+            && std::path::Path::new(&format!("/proc/{}", report.process)).exists()
+    });
+    if cpython_running {
+        errln!(
+            "{NAME}: note: CPython writes its jitdump through a 2 MiB buffer, and the rest when it \
+             exits: the code of a CPython still running is named as far as it has written it \
+             (docs/recorders.md)"
+        );
+    }
     if cpython && !dwarf {
         errln!(
             "{NAME}: note: CPython's Python functions are named in the call chains perf unwinds \
