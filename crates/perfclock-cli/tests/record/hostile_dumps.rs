@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use perfclock_testutil::{is_root, skip, Need};
 
-const HOSTILE_USER: &str = include_str!("fixtures/hostile_user.py");
+const HOSTILE_USER: &str = include_str!("../fixtures/hostile_user.py");
 /// `nobody`'s uid and gid on Debian.
 const NOBODY: u32 = 65534;
 /// A python3 every user can run.
@@ -92,7 +92,7 @@ impl Setup {
     /// `perfclock record -o OUT --no-java-agent --all-jit-code ARGS`, HOME in the work
     /// directory (perf inject's build-id cache).
     fn record(&self, args: &[String]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_perfclock"));
+        let mut command = Command::new(super::common::perfclock());
         command
             .args(["record", "-o"])
             .arg(self.path("out.data"))
