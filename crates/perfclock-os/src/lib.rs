@@ -22,6 +22,7 @@
 //!   link, never into another user's file; the writers' liveness lock.
 //! - [`untrusted_file`]: files another user wrote, opened to be read: never through a link,
 //!   regular, bounded, with the credentials of their owner.
+//! - [`inotify`]: waking up when a file someone else writes has grown.
 //! - [`private_dir`]: a directory made for another process inside its root (a container's
 //!   `/tmp`), filled and removed through its own descriptor.
 //! - Every failed system call is one [`SysError`]: which call, the errno, and a [`ErrorKind`]
@@ -53,6 +54,7 @@
 
 pub mod env;
 mod error;
+pub mod inotify;
 pub mod mapping;
 pub mod memfd;
 pub mod peer;
