@@ -563,5 +563,4 @@ impl PvclockReader<'_> {
 }
 
 #[cfg(test)]
-#[path = "pvclock_tests.rs"]
 mod tests;
