@@ -20,8 +20,6 @@ mod perf;
 mod perf_options;
 mod post_process;
 mod runtimes;
-#[cfg(test)]
-mod spellings;
 mod target;
 mod work_dir;
 

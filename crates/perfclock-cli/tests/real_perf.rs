@@ -13,14 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use perfclock::Mode;
+use perfclock_cli::perf_spellings::{HARMLESS_SPELLINGS, REFUSED_SPELLINGS};
 use perfclock_core::counter::COUNTER_NAME;
 use perfclock_jitdump::timeconv::TimeConvRecord;
 use perfclock_testutil::perf_script::tod_ns;
 use perfclock_testutil::{skip, Need};
-use spellings::{HARMLESS_SPELLINGS, REFUSED_SPELLINGS};
-
-#[path = "../src/record/spellings.rs"]
-mod spellings;
 
 /// Runs a JIT in miniature: copies a spinning loop into executable memory, stamps its code
 /// load with the raw counter (read by a jitted `rdtsc`/`mrs cntvct_el0`, as perfclock does),

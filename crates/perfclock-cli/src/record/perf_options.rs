@@ -398,7 +398,7 @@ pub(super) fn own_option(perf_args: &[OsString]) -> Option<String> {
 mod tests {
     use super::*;
     use crate::record::args;
-    use crate::record::spellings::{HARMLESS_SPELLINGS, REFUSED_SPELLINGS};
+    use perfclock_cli::perf_spellings::{HARMLESS_SPELLINGS, REFUSED_SPELLINGS};
 
     #[test]
     fn refuses_every_spelling_of_clockid_and_compression() {
