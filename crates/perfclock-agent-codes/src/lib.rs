@@ -8,8 +8,20 @@
 //!
 //! The codes are positive and above 100, apart from JNI's own negative `JNI_ERR`..`JNI_EINVAL`,
 //! which a JVM may report for an agent that never ran. A code never changes meaning.
+//!
+//! [`options`] holds the words of the agent's option string that the command writes and the
+//! agent parses.
 #![no_std]
 #![deny(unsafe_code)]
+
+/// The words of the agent's option string (comma-separated `key=value` pairs, or a request)
+/// that `perfclock attach`, `perfclock record` and the agent share.
+pub mod options {
+    /// The key of the jitdump's directory: `jitdump=DIR` (or `jitdump=off`).
+    pub const JITDUMP: &str = "jitdump";
+    /// The request that ends the running session: the agent finishes and closes its jitdump.
+    pub const STOP: &str = "stop";
+}
 
 /// Why the agent refused a start (load, attach, new session) or a stop request. The
 /// discriminant is the value returned to the JVM.

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use perfclock_agent_codes::options::{JITDUMP, STOP};
 use perfclock_jitdump::JitClock;
 use perfclock_markers::MarkerClock;
 
@@ -22,7 +23,7 @@ impl Request {
     /// # Errors
     /// As [`Options::parse`].
     pub(crate) fn parse(text: &str) -> Result<Request, String> {
-        if text.trim() == "stop" {
+        if text.trim() == STOP {
             return Ok(Request::Stop);
         }
         Options::parse(Some(text)).map(Request::Start)
@@ -100,7 +101,7 @@ pub(crate) const KNOWN: &str = "jitdump=DIR|off, perfmap=0|1, markers=DIR, lines
 const KEYS: [&str; 12] = [
     "names",
     "strict",
-    "jitdump",
+    JITDUMP,
     "perfmap",
     "markers",
     "lines",
@@ -140,8 +141,8 @@ impl Options {
                 return Err(format!("option {key} given twice"));
             }
             match key {
-                "jitdump" if value == "off" => options.jitdump = None,
-                "jitdump" => options.jitdump = Some(path(key, value)?),
+                JITDUMP if value == "off" => options.jitdump = None,
+                JITDUMP => options.jitdump = Some(path(key, value)?),
                 "markers" => options.markers = Some(path(key, value)?),
                 "perfmap" => options.perfmap = flag(key, value)?,
                 "lines" => options.lines = flag(key, value)?,
