@@ -166,7 +166,7 @@ pub(crate) fn attach(pid: u32, agent: &Path, root: &Path) -> Outcome {
         Ok(placed) => placed,
         Err(error) => return failed(error),
     };
-    let mut options = OsString::from("jitdump=");
+    let mut options = OsString::from(format!("{}=", perfclock_agent_codes::options::JITDUMP));
     options.push(&dir);
     match attach_when_live(pid, &agent, &options, ATTACH_TIMEOUT) {
         Ok(_) => Outcome::Attached {
@@ -227,7 +227,7 @@ const AGENT_FILE: &str = "libperfclock_agent.so";
 /// closed and the JVM stops posting compiled-code events to the agent, so nothing writes into
 /// the recording's directory after the recording. A JVM that has exited needs nothing.
 pub(crate) fn stop_session(pid: u32, agent: &Agent) -> Result<(), AttachError> {
-    let stop = std::ffi::OsStr::new("stop");
+    let stop = std::ffi::OsStr::new(perfclock_agent_codes::options::STOP);
     match perfclock_attach::attach_agent(pid, agent.clone(), stop, ATTACH_TIMEOUT) {
         Ok(_) => Ok(()),
         Err(_) if !Path::new(&format!("/proc/{pid}")).exists() => Ok(()),

@@ -91,7 +91,7 @@ pub(super) fn java_tool_options(
     }
     value.push("-agentpath:");
     value.push(agent.as_os_str());
-    value.push("=jitdump=");
+    value.push(format!("={}=", perfclock_agent_codes::options::JITDUMP));
     value.push(dump_dir.as_os_str());
     Ok(value)
 }
