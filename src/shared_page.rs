@@ -112,11 +112,17 @@ pub fn default_server_path() -> Option<PathBuf> {
 /// `false` or `no` in any case, it disables it; `on`, `1`, `true`, `yes` mean the default
 /// place).
 pub const OFFSET_ENV: &str = "PERFCLOCK_PUBLISHED_OFFSET";
-/// Where root publishes the paravirt offset (`perfclock serve`, `perfclock serve --once`).
-pub const OFFSET_SYSTEM_PATH: &str = "/run/perfclock/pvclock-offset";
+/// The published paravirt offset's file name: a server writes it beside its page.
+pub const OFFSET_FILE_NAME: &str = "pvclock-offset";
+
+/// Where root publishes the paravirt offset (`perfclock serve`, `perfclock serve --once`):
+/// [`OFFSET_FILE_NAME`] beside [`SYSTEM_PATH`], `/run/perfclock/pvclock-offset`.
+pub fn offset_system_path() -> PathBuf {
+    Path::new(SYSTEM_PATH).with_file_name(OFFSET_FILE_NAME)
+}
 
 /// The published offsets a client tries: the path `PERFCLOCK_PUBLISHED_OFFSET` names (none when
-/// it is switched off), else [`OFFSET_SYSTEM_PATH`]. In an AT_SECURE process the variable is not
+/// it is switched off), else [`offset_system_path`]. In an AT_SECURE process the variable is not
 /// read.
 fn offset_candidates() -> Vec<PathBuf> {
     offset_candidates_from(env::env_var_os(OFFSET_ENV))
@@ -130,7 +136,7 @@ fn offset_candidates_from(setting: Option<OsString>) -> Vec<PathBuf> {
     match (setting, switch) {
         (_, Some(Some(false))) => Vec::new(),
         (Some(value), None) => vec![PathBuf::from(value)],
-        _ => vec![PathBuf::from(OFFSET_SYSTEM_PATH)],
+        _ => vec![offset_system_path()],
     }
 }
 
@@ -534,7 +540,7 @@ mod tests {
 
     #[test]
     fn offset_candidates_follow_the_environment() {
-        let system = || vec![PathBuf::from(OFFSET_SYSTEM_PATH)];
+        let system = || vec![PathBuf::from("/run/perfclock/pvclock-offset")];
         for off in [
             "off", "OFF", "Off", " off ", "0", "false", "FALSE", "no", "No",
         ] {

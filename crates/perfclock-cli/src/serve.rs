@@ -286,7 +286,7 @@ fn poll_until_stopped(
 const OFFSET_BRACKETS_PER_KIND: usize = 200;
 
 /// On a KVM guest read through paravirt mode: measures `C` (the kernel log, cross-checked
-/// against brackets) and publishes it in `dir` (see `perfclock::shared_page::OFFSET_SYSTEM_PATH`).
+/// against brackets) and publishes it in `dir` (see `perfclock::shared_page::offset_system_path`).
 /// `C` is fixed for the boot: there is nothing to refresh afterwards.
 fn publish_paravirt_offset(dir: &Path, boot_id: [u64; 2]) -> Result<(), ServeError> {
     let measured =
@@ -309,7 +309,7 @@ fn publish_paravirt_offset(dir: &Path, boot_id: [u64; 2]) -> Result<(), ServeErr
     offset
         .encode(&mut text)
         .map_err(|_| ServeError::OffsetFormat)?;
-    let path = dir.join(OFFSET_FILE_NAME);
+    let path = dir.join(perfclock::shared_page::OFFSET_FILE_NAME);
     publisher::create_new(&path, text.as_bytes()).map_err(ServeError::Publish)?;
     errln!(
         "{NAME}: paravirt mode: published C = {} ns ({}, inside the intersection [{}, {}] ns of \
@@ -324,9 +324,6 @@ fn publish_paravirt_offset(dir: &Path, boot_id: [u64; 2]) -> Result<(), ServeErr
     );
     Ok(())
 }
-
-/// The published offset's file name, beside the page.
-const OFFSET_FILE_NAME: &str = "pvclock-offset";
 
 struct Server {
     clock: CalibratedClock,
