@@ -13,9 +13,8 @@
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::error::MapError;
 use perfclock_core::page::PerfEventMmapPage;
-use perfclock_os::{remap_page_after_fork, EventAttr, PageMapping, PerfEvent};
+use perfclock_os::{remap_page_after_fork, EventAttr, PageMapping, PerfEvent, SysError};
 
 /// Kernel pages mapped at once (one per kernel-mode [`crate::Clock`]).
 pub(crate) const MAX_KERNEL_PAGES: usize = 64;
@@ -73,6 +72,15 @@ pub(crate) fn remap_in_child() {
         // unmapped (do-not-copy), so mapping over it with MAP_FIXED clobbers nothing else.
         unsafe { remap_page_after_fork(address) };
     }
+}
+
+/// Why the page could not be had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MapError {
+    /// `perf_event_open` or `mmap` failed.
+    Open(SysError),
+    /// [`MAX_KERNEL_PAGES`] kernel-mode clocks are open already.
+    TooManyClocks,
 }
 
 #[cfg(test)]

@@ -10,10 +10,12 @@
 //! validated (a vDSO data page, mapped read-only and populated for the life of the process).
 #![allow(unsafe_code)]
 
-use page::PvclockPage;
+use kmsg::KmsgError;
+use page::{PvclockPage, PvclockPageError};
 use std::fmt;
+use std::path::PathBuf;
 
-pub use crate::error::{KmsgError, ParavirtRefusal, PvclockPageError};
+use crate::Refusal;
 #[cfg(feature = "calibrated")]
 use perfclock_calib::pvclock_offset::{bracket_offsets, OffsetError, OffsetIntersection};
 #[cfg(feature = "calibrated")]
@@ -415,6 +417,92 @@ fn brackets(
     let mut truth = GroundTruth::open_available()
         .map_err(|error| ParavirtRefusal::Brackets(OffsetError::Brackets(error)))?;
     bracket_offsets(&mut truth, reader, per_kind).map_err(ParavirtRefusal::Brackets)
+}
+
+/// Why a source of `C` (or the page) was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ParavirtRefusal {
+    /// No usable pvclock page; `source()` says why.
+    Page(PvclockPageError),
+    /// The page's entry became unreadable or unusable; `source()` says why.
+    Entry(PvclockError),
+    /// A published offset file was refused (its trust checks, format or boot); `source()` says
+    /// why.
+    Published {
+        /// The file.
+        path: PathBuf,
+        /// Why it was refused.
+        refusal: Refusal,
+    },
+    /// The kernel log gave no `C`; `source()` says why.
+    KernelLog(KmsgError),
+    /// Brackets could not be taken or contradict every `C`; `source()` says why.
+    #[cfg(feature = "calibrated")]
+    Brackets(OffsetError),
+    /// A `C` from `source` lies outside the brackets' intersection.
+    #[cfg(feature = "calibrated")]
+    OutsideBrackets {
+        /// Where the refused `C` came from.
+        source: OffsetSource,
+        /// The refused `C`, ns.
+        offset_ns: i64,
+        /// The brackets' intersection.
+        intersection: OffsetIntersection,
+    },
+    /// Brackets alone pin `C` only to more than [`MAX_BRACKETS_BOUND_NS`].
+    #[cfg(feature = "calibrated")]
+    BracketsTooWide(OffsetIntersection),
+    /// Built without the `calibrated` feature: no brackets to check a `C` against.
+    NoBrackets,
+}
+
+impl fmt::Display for ParavirtRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParavirtRefusal::Page(_) => f.write_str("no usable pvclock page"),
+            ParavirtRefusal::Entry(_) => f.write_str("the pvclock entry is unusable"),
+            ParavirtRefusal::Published { path, .. } => {
+                write!(f, "the published offset {} was refused", path.display())
+            }
+            ParavirtRefusal::KernelLog(_) => f.write_str("no offset from the kernel log"),
+            #[cfg(feature = "calibrated")]
+            ParavirtRefusal::Brackets(_) => f.write_str("no offset from kernel-stamped brackets"),
+            #[cfg(feature = "calibrated")]
+            ParavirtRefusal::OutsideBrackets {
+                source,
+                offset_ns,
+                intersection,
+            } => write!(
+                f,
+                "the offset {offset_ns} ns from {source} lies outside the kernel-stamped \
+                 brackets' intersection {intersection}"
+            ),
+            #[cfg(feature = "calibrated")]
+            ParavirtRefusal::BracketsTooWide(intersection) => write!(
+                f,
+                "kernel-stamped brackets pin the offset only to {intersection}, wider than \
+                 2 x {MAX_BRACKETS_BOUND_NS} ns"
+            ),
+            ParavirtRefusal::NoBrackets => f.write_str(
+                "built without the `calibrated` feature: no brackets to check an offset against",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ParavirtRefusal {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ParavirtRefusal::Page(error) => Some(error),
+            ParavirtRefusal::Entry(error) => Some(error),
+            ParavirtRefusal::Published { refusal, .. } => Some(refusal),
+            ParavirtRefusal::KernelLog(error) => Some(error),
+            #[cfg(feature = "calibrated")]
+            ParavirtRefusal::Brackets(error) => Some(error),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

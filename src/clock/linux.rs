@@ -17,8 +17,7 @@ use perfclock_core::{counter, PageReader, ReadError};
 use super::{Clock, ClockReader, Mode, Options};
 use crate::diagnosis::Withheld;
 use crate::error::Error;
-use crate::error::MapError;
-use crate::kernel::KernelPage;
+use crate::kernel::{KernelPage, MapError};
 use crate::paravirt::ParavirtClock;
 use crate::shared_page::{SharedMapping, SharedPageInfo};
 

@@ -18,7 +18,7 @@
 //! [`read_offset`] is the reader: one record per `read`, `EPIPE` (records overwritten while we
 //! read) skipped, nonblocking until `EAGAIN`.
 
-use crate::error::KmsgError;
+use std::fmt;
 use std::fs::OpenOptions;
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
@@ -217,6 +217,59 @@ fn split_pair(pair: &[u8]) -> Option<(i64, i64)> {
         parse_signed(&pair[comma + 1..])?,
     ))
 }
+
+/// Why the kernel log gave no offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KmsgError {
+    /// `/dev/kmsg` could not be opened or read (errno): `kernel.dmesg_restrict = 1` without
+    /// `CAP_SYSLOG`, or a container without the device.
+    Unreadable {
+        /// The errno.
+        errno: i32,
+    },
+    /// No `kvm-clock: using sched offset of N cycles` from the kernel: not kvm-clock's
+    /// sched_clock, or the record was overwritten since boot.
+    NoKvmSchedOffset,
+    /// No `sched_clock: Marking stable` from the kernel (never stable, or overwritten).
+    NoMarkingStable,
+    /// `sched_clock: Marking unstable` after the last `Marking stable`.
+    MarkedUnstable,
+    /// A `Marking stable (a, b)->(c, d)` with `d != a + b - c`: not the line this parser knows.
+    Inconsistent([i64; 4]),
+    /// The difference does not fit an `i64`.
+    OutOfRange,
+}
+
+impl fmt::Display for KmsgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KmsgError::Unreadable { errno } => write!(
+                f,
+                "{KMSG_PATH} is unreadable ({}; kernel.dmesg_restrict = 1 needs CAP_SYSLOG)",
+                io::Error::from_raw_os_error(*errno)
+            ),
+            KmsgError::NoKvmSchedOffset => f.write_str(
+                "the kernel log has no 'kvm-clock: using sched offset' record (not a kvm-clock \
+                 sched_clock, or the record was overwritten since boot)",
+            ),
+            KmsgError::NoMarkingStable => f.write_str(
+                "the kernel log has no 'sched_clock: Marking stable' record (overwritten since \
+                 boot, or sched_clock never stable)",
+            ),
+            KmsgError::MarkedUnstable => f.write_str(
+                "the kernel log says 'sched_clock: Marking unstable' after 'Marking stable'",
+            ),
+            KmsgError::Inconsistent([a, b, c, d]) => write!(
+                f,
+                "the kernel log's 'Marking stable ({a}, {b})->({c}, {d})' has d != a + b - c"
+            ),
+            KmsgError::OutOfRange => f.write_str("the logged offsets' difference overflows"),
+        }
+    }
+}
+
+impl std::error::Error for KmsgError {}
 
 #[cfg(test)]
 mod tests {

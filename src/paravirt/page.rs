@@ -28,7 +28,6 @@
 //! only from a page the probe found readable. `getauxval` reads the saved auxiliary vector.
 #![allow(unsafe_code)]
 
-use crate::error::PvclockPageError;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
@@ -471,6 +470,85 @@ fn kernel_reads(address: usize) -> Result<bool, PvclockPageError> {
 fn last_errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
+
+/// Why no pvclock page was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PvclockPageError {
+    /// `/proc/self/maps` or `/sys/devices/system/cpu/online` could not be read.
+    Unreadable {
+        /// The file.
+        path: &'static str,
+        /// The errno.
+        errno: i32,
+    },
+    /// No `[vvar_vclock]` or `[vvar]` mapping: not x86_64 Linux, or a vDSO disabled (`vdso=0`).
+    NoVvar,
+    /// The candidate page is not populated (`EFAULT` from the probe): kvm-clock's vDSO mode was
+    /// never used in this boot, or this is no KVM guest.
+    NotPopulated {
+        /// Where it was looked for.
+        layout: VvarLayout,
+    },
+    /// The probe's system call failed for another reason than the page, or cannot tell a
+    /// missing page here (it did not say `EFAULT` for an address never mapped).
+    Probe {
+        /// The errno.
+        errno: i32,
+    },
+    /// An entry is not a usable pvclock entry.
+    Entry {
+        /// Where it was looked for.
+        layout: VvarLayout,
+        /// The vCPU whose entry it is.
+        vcpu: usize,
+        /// What is wrong with it.
+        error: PvclockError,
+    },
+    /// vCPU `vcpu`'s entry describes another clock than vCPU 0's (`tsc_timestamp`,
+    /// `system_time`, `tsc_to_system_mul`, `tsc_shift`), in every copy.
+    EntriesDiffer {
+        /// The vCPU.
+        vcpu: usize,
+    },
+}
+
+impl fmt::Display for PvclockPageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PvclockPageError::Unreadable { path, errno } => write!(
+                f,
+                "{path} is unreadable ({})",
+                io::Error::from_raw_os_error(*errno)
+            ),
+            PvclockPageError::NoVvar => {
+                f.write_str("no [vvar_vclock] or [vvar] mapping in /proc/self/maps (no vDSO?)")
+            }
+            PvclockPageError::NotPopulated { layout } => write!(
+                f,
+                "the {layout} is not populated (kvm-clock's vDSO mode never used: not a KVM \
+                 guest, or booted with another clocksource)"
+            ),
+            PvclockPageError::Probe { errno } => write!(
+                f,
+                "the probe (rt_sigprocmask reading the page) failed or cannot tell a missing \
+                 page here ({})",
+                io::Error::from_raw_os_error(*errno)
+            ),
+            PvclockPageError::Entry {
+                layout,
+                vcpu,
+                error,
+            } => write!(f, "vCPU {vcpu}'s entry in the {layout}: {error}"),
+            PvclockPageError::EntriesDiffer { vcpu } => write!(
+                f,
+                "vCPU {vcpu}'s pvclock entry differs from vCPU 0's (no KVM master clock)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PvclockPageError {}
 
 #[cfg(test)]
 mod tests {
