@@ -100,21 +100,7 @@ pub enum Command {
     /// offline in any browser: click to zoom, search, a tooltip with the share) and a gzipped pprof profile
     /// (for `go tool pprof` and the fleet's profilers), from the samples `perf script`
     /// symbolizes (JIT names after `perf inject --jit`; `perfclock record`'s output has them).
-    Report {
-        /// The recording.
-        #[arg(value_name = "IN", default_value = "perf.data")]
-        input: PathBuf,
-        /// Write the flame graph here: an HTML page where the name ends in `.html` or `.htm`,
-        /// else an SVG.
-        #[arg(short = 'o', long = "output", value_name = "FLAME.html")]
-        flamegraph: Option<PathBuf>,
-        /// Write the pprof profile (gzipped profile.proto) here.
-        #[arg(long, value_name = "PROFILE.pb.gz")]
-        pprof: Option<PathBuf>,
-        /// Split the flame graph by process (`comm-pid` below each stack) or by thread.
-        #[arg(long, value_enum)]
-        split: Option<SplitBy>,
-    },
+    Report(ReportArgs),
     /// Profile CMD with `perf record -g` (perf's default clock), every JVM in it writing a
     /// jitdump through perfclock's agent, then add the TIME_CONV record and run `perf inject
     /// --jit`: one OUT for `perf report`, `perf script` and `samply import`. SIGINT/SIGTERM stop
@@ -123,6 +109,25 @@ pub enum Command {
     /// failed (the raw recording OUT.raw is then kept), else 0.
     #[command(override_usage = "perfclock record [OPTIONS] [PERF-OPTIONS]... -- CMD [ARGS]...")]
     Record(RecordArgs),
+}
+
+/// `perfclock report`'s options and arguments: the one place a flag of `report` is declared,
+/// passed whole to the command's code.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The recording.
+    #[arg(value_name = "IN", default_value = "perf.data")]
+    pub input: PathBuf,
+    /// Write the flame graph here: an HTML page where the name ends in `.html` or `.htm`,
+    /// else an SVG.
+    #[arg(short = 'o', long = "output", value_name = "FLAME.html")]
+    pub flamegraph: Option<PathBuf>,
+    /// Write the pprof profile (gzipped profile.proto) here.
+    #[arg(long, value_name = "PROFILE.pb.gz")]
+    pub pprof: Option<PathBuf>,
+    /// Split the flame graph by process (`comm-pid` below each stack) or by thread.
+    #[arg(long, value_enum)]
+    pub split: Option<SplitBy>,
 }
 
 /// `perfclock record`'s options and arguments: the one place a flag of `record` is declared,
