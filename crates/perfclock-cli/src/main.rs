@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use perfclock_cli::{Cli, Command, SplitBy};
+use perfclock_cli::{Cli, Command};
 
 use perfclock_core::untrusted::Untrusted;
 
@@ -58,24 +58,7 @@ fn main() -> ExitCode {
             Duration::from_secs_f64(timeout),
         ),
         Command::Record(options) => record::run(options),
-        Command::Report {
-            input,
-            flamegraph,
-            pprof,
-            split,
-        } => {
-            let split = match split {
-                None => perfclock_report::flamegraph::Split::None,
-                Some(SplitBy::Process) => perfclock_report::flamegraph::Split::Process,
-                Some(SplitBy::Thread) => perfclock_report::flamegraph::Split::Thread,
-            };
-            report::run(&report::ReportOptions {
-                input,
-                flamegraph,
-                pprof,
-                split,
-            })
-        }
+        Command::Report(args) => report::run(&args),
         Command::AgentPath => match agent_path::find() {
             Ok(path) => {
                 output::outln!("{}", path.display());

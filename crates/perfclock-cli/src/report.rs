@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ChildStdout, Command, ExitCode, Stdio};
 
+use perfclock_cli::{ReportArgs, SplitBy};
 use perfclock_perfdata::{
     check_output_path, read_layout, ClockData, Feature, OutputFile, PerfDataError,
 };
@@ -23,21 +24,8 @@ use crate::output::{chain, errln};
 
 const NAME: &str = "perfclock report";
 
-/// What to write.
-#[derive(Debug)]
-pub(crate) struct ReportOptions {
-    /// The recording.
-    pub input: PathBuf,
-    /// The flame graph (HTML or SVG, by its extension), if asked for.
-    pub flamegraph: Option<PathBuf>,
-    /// The pprof profile (gzipped), if asked for.
-    pub pprof: Option<PathBuf>,
-    /// What goes below the flame graph's stacks.
-    pub split: Split,
-}
-
 /// Runs the subcommand.
-pub(crate) fn run(options: &ReportOptions) -> ExitCode {
+pub(crate) fn run(options: &ReportArgs) -> ExitCode {
     match report(options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -47,7 +35,7 @@ pub(crate) fn run(options: &ReportOptions) -> ExitCode {
     }
 }
 
-fn report(options: &ReportOptions) -> Result<(), String> {
+fn report(options: &ReportArgs) -> Result<(), String> {
     if options.flamegraph.is_none() && options.pprof.is_none() {
         return Err("nothing to write: pass -o FLAME.html, --pprof PROFILE.pb.gz, or both".into());
     }
@@ -73,7 +61,11 @@ fn report(options: &ReportOptions) -> Result<(), String> {
         graph.subtitle = samples
             .first()
             .map(|s| format!("{} samples of {}", samples.len(), s.event));
-        graph.split = options.split;
+        graph.split = match options.split {
+            None => Split::None,
+            Some(SplitBy::Process) => Split::Process,
+            Some(SplitBy::Thread) => Split::Thread,
+        };
         let html = path
             .extension()
             .is_some_and(|ext| ext.eq_ignore_ascii_case("html") || ext.eq_ignore_ascii_case("htm"));
