@@ -1,8 +1,8 @@
 //! The calibration crate's errors.
 //!
 //! [`CalibError`]: why ground truth could not be had or a calibrated clock could not be
-//! started. [`OffsetError`](crate::pvclock_offset::OffsetError), public in the module that
-//! returns it: why kernel-stamped brackets pinned no paravirtual clock offset. The reasons of
+//! started ([`OffsetError`](crate::pvclock_offset::OffsetError), why kernel-stamped brackets
+//! pinned no paravirtual clock offset, is in the module that returns it). The reasons of
 //! each calibration step (bracketing, fitting, publishing) are this crate's own and stay
 //! private: a variant of `CalibError` carries them in an opaque [`StepFailure`], `Display` says
 //! which step failed and `source()` gives the step's reason.
@@ -10,11 +10,9 @@
 //! They follow the workspace's error policy, stated in docs/design.md ("Errors").
 
 use perfclock_core::ParamError;
-use perfclock_core::PvclockError;
 use perfclock_os::{RingError, SysError};
 
 use crate::kind::RecordKind;
-use crate::pvclock_offset::OffsetIntersection;
 
 /// Why calibration failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -363,42 +361,6 @@ impl std::error::Error for PublishError {
         match self {
             Self::Param(e) => Some(e),
             Self::SlopeOutOfRange | Self::BandNotFinite => None,
-        }
-    }
-}
-
-/// Why the brackets gave no intersection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum OffsetError {
-    /// The ground-truth events could not be opened, or bracketing failed; `source()` says why.
-    Brackets(CalibError),
-    /// The pvclock entry could not be read during bracketing; `source()` says why.
-    Entry(PvclockError),
-    /// No offset fits every bracket: the perf clock is not `pvclock(tsc) + C` here.
-    Contradiction(OffsetIntersection),
-}
-
-impl core::fmt::Display for OffsetError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            OffsetError::Brackets(_) => f.write_str("kernel-stamped brackets unavailable"),
-            OffsetError::Entry(_) => f.write_str("the pvclock entry became unreadable"),
-            OffsetError::Contradiction(found) => write!(
-                f,
-                "no offset fits every kernel-stamped bracket (intersection {found}): the perf \
-                 clock is not the pvclock plus a constant"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for OffsetError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            OffsetError::Brackets(error) => Some(error),
-            OffsetError::Entry(error) => Some(error),
-            OffsetError::Contradiction(_) => None,
         }
     }
 }

@@ -15,8 +15,7 @@ use perfclock_core::pvclock::PvclockReader;
 use perfclock_core::PvclockError;
 
 use crate::bracket::Stamped;
-pub use crate::error::OffsetError;
-use crate::{GroundTruth, KindSet, RecordKind, MAX_CONSECUTIVE_DISCARDS};
+use crate::{CalibError, GroundTruth, KindSet, RecordKind, MAX_CONSECUTIVE_DISCARDS};
 
 /// The offsets consistent with every bracket so far: `lo..=hi`, ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +168,42 @@ fn bracket_one(
                 discards += 1;
             }
             Err(error) => return Err(OffsetError::Brackets(error)),
+        }
+    }
+}
+
+/// Why the brackets gave no intersection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OffsetError {
+    /// The ground-truth events could not be opened, or bracketing failed; `source()` says why.
+    Brackets(CalibError),
+    /// The pvclock entry could not be read during bracketing; `source()` says why.
+    Entry(PvclockError),
+    /// No offset fits every bracket: the perf clock is not `pvclock(tsc) + C` here.
+    Contradiction(OffsetIntersection),
+}
+
+impl fmt::Display for OffsetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OffsetError::Brackets(_) => f.write_str("kernel-stamped brackets unavailable"),
+            OffsetError::Entry(_) => f.write_str("the pvclock entry became unreadable"),
+            OffsetError::Contradiction(found) => write!(
+                f,
+                "no offset fits every kernel-stamped bracket (intersection {found}): the perf \
+                 clock is not the pvclock plus a constant"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for OffsetError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OffsetError::Brackets(error) => Some(error),
+            OffsetError::Entry(error) => Some(error),
+            OffsetError::Contradiction(_) => None,
         }
     }
 }
