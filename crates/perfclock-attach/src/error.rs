@@ -1,7 +1,7 @@
 //! Why an attach failed ([`AttachError`]): the process ([`ProcessError`]), a step of the attach
 //! ([`StepError`]) or the JVM's answer ([`AnswerError`]), one variant per cause, each message
-//! naming what fixes it; why a `load` request could not be built ([`RequestError`]) or its
-//! answer read ([`MalformedResponse`]).
+//! naming what fixes it. Why a `load` request could not be built or its answer read is
+//! [`crate::protocol`]'s, beside the request and the parser.
 //!
 //! They follow the workspace's error policy, stated in docs/design.md ("Errors").
 
@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::procfs::AttachBlocker;
-use crate::protocol::MAX_ARGUMENT_BYTES;
+use crate::protocol::{MalformedResponse, RequestError};
 use perfclock_core::untrusted::Untrusted;
 
 /// Why [`attach`](crate::attach) did not load the agent: the process, a step of the attach, or
@@ -529,63 +529,6 @@ impl std::error::Error for StepError {
 }
 
 impl std::error::Error for AnswerError {}
-
-/// Why a `load` request cannot be built.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RequestError {
-    /// The argument holds a NUL byte, which ends it on the JVM's side.
-    Nul {
-        /// Which argument: "agent path" or "agent option string".
-        argument: &'static str,
-    },
-    /// The argument is longer than HotSpot accepts.
-    TooLong {
-        /// Which argument: "agent path" or "agent option string".
-        argument: &'static str,
-        /// Its length in bytes.
-        len: usize,
-    },
-}
-
-impl fmt::Display for RequestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Nul { argument } => {
-                write!(
-                    f,
-                    "the {argument} holds a NUL byte, which HotSpot cannot receive"
-                )
-            }
-            Self::TooLong { argument, len } => write!(
-                f,
-                "the {argument} is {len} bytes; HotSpot accepts at most {MAX_ARGUMENT_BYTES} \
-                 per argument: shorten them"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RequestError {}
-
-/// The answer was not HotSpot's format.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MalformedResponse {
-    /// The start of the answer, lossily decoded, for the error message.
-    pub excerpt: String,
-}
-
-impl fmt::Display for MalformedResponse {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the JVM's answer is not HotSpot's attach protocol: \"{}\"",
-            Untrusted::str(&self.excerpt)
-        )
-    }
-}
-
-impl std::error::Error for MalformedResponse {}
 
 #[cfg(test)]
 mod tests {

@@ -78,9 +78,7 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub use error::{
-    AnswerError, AttachError, MalformedResponse, ProcessError, Remedy, RequestError, StepError,
-};
+pub use error::{AnswerError, AttachError, ProcessError, Remedy, StepError};
 use listener::Exchange;
 use protocol::LoadResponse;
 use target::Target;

@@ -13,7 +13,9 @@
 //!   otherwise only the reason.
 //! - JDK 8: a bare `N` line in place of `return code: N`.
 
-use crate::error::{MalformedResponse, RequestError};
+use std::fmt;
+
+use perfclock_core::untrusted::Untrusted;
 
 /// HotSpot's limit on each argument of an attach operation (`AttachOperation::arg_length_max`).
 pub const MAX_ARGUMENT_BYTES: usize = 1024;
@@ -120,6 +122,63 @@ pub fn parse_load_response(bytes: &[u8]) -> Result<LoadResponse, MalformedRespon
         None => LoadResponse::NotLoaded { message },
     })
 }
+
+/// Why a `load` request cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The argument holds a NUL byte, which ends it on the JVM's side.
+    Nul {
+        /// Which argument: "agent path" or "agent option string".
+        argument: &'static str,
+    },
+    /// The argument is longer than HotSpot accepts.
+    TooLong {
+        /// Which argument: "agent path" or "agent option string".
+        argument: &'static str,
+        /// Its length in bytes.
+        len: usize,
+    },
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Nul { argument } => {
+                write!(
+                    f,
+                    "the {argument} holds a NUL byte, which HotSpot cannot receive"
+                )
+            }
+            Self::TooLong { argument, len } => write!(
+                f,
+                "the {argument} is {len} bytes; HotSpot accepts at most {MAX_ARGUMENT_BYTES} \
+                 per argument: shorten them"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// The answer was not HotSpot's format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MalformedResponse {
+    /// The start of the answer, lossily decoded, for the error message.
+    pub excerpt: String,
+}
+
+impl fmt::Display for MalformedResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the JVM's answer is not HotSpot's attach protocol: \"{}\"",
+            Untrusted::str(&self.excerpt)
+        )
+    }
+}
+
+impl std::error::Error for MalformedResponse {}
 
 #[cfg(test)]
 mod tests {
