@@ -251,7 +251,10 @@ fn jit_end_to_end(test: &str, record_options: &[&str]) {
     // map of a file named jit-<pid>.dump) is perfclock's copy, never the file the JIT left.
     let (recorded_dump, written_dump) = (raw_dump(dir, &recorded), raw_dump(dir, &with_conv));
     let time_convs = |raw: &str| raw.matches("PERF_RECORD_TIME_CONV").count();
-    assert_eq!(time_convs(&recorded_dump), usize::from(clock.mode() == Mode::Kernel));
+    assert_eq!(
+        time_convs(&recorded_dump),
+        usize::from(clock.mode() == Mode::Kernel)
+    );
     assert_eq!(time_convs(&written_dump), 1);
     let dump_maps = |raw: &str| -> Vec<String> {
         raw.lines()
