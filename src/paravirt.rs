@@ -15,6 +15,7 @@ use page::{PvclockPage, PvclockPageError};
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::shared_page::OwnedOffset;
 use crate::Refusal;
 #[cfg(feature = "calibrated")]
 use perfclock_calib::pvclock_offset::{bracket_offsets, OffsetError, OffsetIntersection};
@@ -218,7 +219,11 @@ impl ParavirtClock {
             .into_iter()
             .map(|(path, refusal)| ParavirtRefusal::Published { path, refusal })
             .collect();
-        let Some((published, owner)) = published else {
+        let Some(OwnedOffset {
+            offset: published,
+            owner,
+        }) = published
+        else {
             return Err(refused);
         };
         let measured = if owner == 0 {

@@ -148,7 +148,7 @@ fn offset_candidates_from(setting: Option<OsString>) -> Vec<PathBuf> {
 /// # Errors
 /// The [`Refusal`].
 pub fn probe_published_offset(path: &Path) -> Result<PublishedOffset, Refusal> {
-    probe_published_offset_of(path).map(|(offset, _)| offset)
+    probe_published_offset_of(path).map(|owned| owned.offset)
 }
 
 /// [`probe_published_offset`], with the uid of the file's owner: root's file is its
@@ -170,11 +170,21 @@ pub fn probe_published_offset_of(path: &Path) -> Result<OwnedOffset, Refusal> {
     if offset.boot_id != boot_id().ok_or(Refusal::NoBootId)? {
         return Err(Refusal::Defect(PageDefect::OtherBoot));
     }
-    Ok((offset, meta.uid()))
+    Ok(OwnedOffset {
+        offset,
+        owner: meta.uid(),
+    })
 }
 
-/// A published offset and the uid of its file's owner.
-pub type OwnedOffset = (PublishedOffset, u32);
+/// A published offset and who published it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnedOffset {
+    /// The offset, of this boot.
+    pub offset: PublishedOffset,
+    /// The uid of its file's owner: root's file is its publisher's word, another's (this
+    /// user's own) only a claim to check.
+    pub owner: u32,
+}
 
 /// The published paravirt offset that passes first, with its file owner's uid,
 /// with the refusals of the files before it (an absent file is no refusal).
