@@ -1,7 +1,7 @@
 /*
  * Exercises every function of perfclock.h through the C ABI.
  *
- * Compiled and run by tests/c_abi.rs against the static library (and the shared one). Handles
+ * Compiled and run by tests/ffi/c_abi.rs against the static library (and the shared one). Handles
  * both outcomes of perfclock_init(): with a clock it checks readings against timestamps the
  * kernel itself writes into perf records (PERF_RECORD_COMM after prctl(PR_SET_NAME)); without
  * one it checks every call returns its documented "no clock" value. The mode exercised is printed.

@@ -1,8 +1,6 @@
 //! What the tests that compile C against this crate share: where cargo put the static and shared
 //! libraries of this profile (brought up to date by cargo before use), and what a C link of the
 //! static library needs.
-// Each test binary compiles this module and uses part of it.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -17,9 +17,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
-
-use common::{libraries, CRATE_DIR};
+use crate::common::{libraries, CRATE_DIR};
 use perfclock_testutil::{skip, Need};
 
 /// Past the programs' own `alarm(60)`: a hang shows as SIGALRM, this is the backstop.

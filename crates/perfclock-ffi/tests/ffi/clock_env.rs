@@ -81,7 +81,8 @@ fn child(test: &str, var: &str, value: &str) -> (i32, Option<String>, usize) {
 
 #[test]
 fn jitdump_clock_from_the_environment() {
-    let test = "jitdump_clock_from_the_environment";
+    let test_path = perfclock_testutil::test_path!();
+    let test = test_path.as_str();
     if hostile::child_case().as_deref() == Some(test) {
         return open_jitdump();
     }
@@ -115,7 +116,8 @@ fn jitdump_clock_from_the_environment() {
 
 #[test]
 fn markers_clock_from_the_environment() {
-    let test = "markers_clock_from_the_environment";
+    let test_path = perfclock_testutil::test_path!();
+    let test = test_path.as_str();
     if hostile::child_case().as_deref() == Some(test) {
         return open_markers();
     }

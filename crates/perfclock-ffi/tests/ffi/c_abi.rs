@@ -8,9 +8,7 @@
 use std::path::Path;
 use std::process::Command;
 
-mod common;
-
-use common::{libraries, CRATE_DIR, NATIVE_LIBS};
+use crate::common::{libraries, CRATE_DIR, NATIVE_LIBS};
 
 fn cc() -> String {
     std::env::var("CC").unwrap_or_else(|_| "cc".into())

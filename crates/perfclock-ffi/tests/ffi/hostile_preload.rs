@@ -9,19 +9,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
-
-use common::{libraries, CRATE_DIR, NATIVE_LIBS};
+use crate::common::{libraries, CRATE_DIR, NATIVE_LIBS};
 use perfclock_testutil::{skip, Need};
 
 /// How `ls -l` shows a perf event's descriptor.
 const PERF_FD: &str = "anon_inode:[perf_event]";
 
-const EAGER_C: &str = include_str!("fixtures/preload_eager.c");
+const EAGER_C: &str = include_str!("../fixtures/preload_eager.c");
 
-const LAZY_C: &str = include_str!("fixtures/preload_lazy.c");
+const LAZY_C: &str = include_str!("../fixtures/preload_lazy.c");
 
-const HOST_C: &str = include_str!("fixtures/preload_host.c");
+const HOST_C: &str = include_str!("../fixtures/preload_host.c");
 
 /// Runs `command`, killing it after 30 s: a hang is a failure, not a stuck CI.
 fn run(mut command: Command) -> Output {

@@ -11,15 +11,17 @@ use perfclock_ffi::{
 };
 use perfclock_testutil::hostile;
 
-const TEST: &str = "init_retries_after_a_transient_failure";
-
 #[test]
 fn init_retries_after_a_transient_failure() {
     if child_case().is_some() {
         retry_child();
         return;
     }
-    let run = run_child(TEST, "retry", Duration::from_secs(60));
+    let run = run_child(
+        &perfclock_testutil::test_path!(),
+        "retry",
+        Duration::from_secs(60),
+    );
     run.expect_success("RETRY-OK");
 }
 

@@ -14,9 +14,7 @@ use std::process::Command;
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
 use perfclock_jitdump::timeconv::TimeConvRecord;
 
-mod common;
-
-use common::{libraries, CRATE_DIR, NATIVE_LIBS};
+use crate::common::{libraries, CRATE_DIR, NATIVE_LIBS};
 use perfclock_testutil::{skip, Need};
 
 const RELOADS: usize = 3;
