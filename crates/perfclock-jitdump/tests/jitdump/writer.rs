@@ -453,7 +453,7 @@ fn killed_writer_leaves_complete_records() {
     for round in 0..5 {
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "killed_writer_child", "--nocapture"])
+            .args(["--exact", "writer::killed_writer_child", "--nocapture"])
             .env(CHILD_DIR_ENV, dir.path())
             .stdout(Stdio::null())
             .spawn()
@@ -542,7 +542,7 @@ fn pid_namespace_command(dir: &Path, role: &str) -> Command {
         .arg(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "pid_namespace_jit",
+            "writer::pid_namespace_jit",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -593,7 +593,7 @@ fn same_pid_in_two_pid_namespaces_keeps_the_live_dump() {
             "the first JIT exited before creating its dump: {:?}",
             first.wait()
         );
-        // libtest prints `test pid_namespace_jit ... ` before the test's own output.
+        // libtest prints `test writer::pid_namespace_jit ... ` before the test's own output.
         if let Some((_, path)) = line.trim_end().split_once("PIDNS-OPEN ") {
             break std::path::PathBuf::from(path);
         }

@@ -171,7 +171,8 @@ fn as_nobody_case() {
 
 #[test]
 fn as_nobody_planted_names_are_refused() {
-    let test = "as_nobody_planted_names_are_refused";
+    let test_path = perfclock_testutil::test_path!();
+    let test = test_path.as_str();
     if hostile::child_case().as_deref() == Some(test) {
         return as_nobody_case();
     }
@@ -280,7 +281,8 @@ fn fork_case(dir: &Path) {
 
 #[test]
 fn fork_children_never_write_into_the_parent_dump() {
-    let test = "fork_children_never_write_into_the_parent_dump";
+    let test_path = perfclock_testutil::test_path!();
+    let test = test_path.as_str();
     if hostile::child_case().as_deref() == Some(test) {
         let dir = std::env::var_os("PERFCLOCK_TEST_DIR").unwrap();
         return fork_case(Path::new(&dir));
