@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 
 use inferno::flamegraph::color::{Color, MultiPalette, PaletteMap};
-use inferno::flamegraph::{from_lines, Options, Palette};
+use inferno::flamegraph::{from_lines, Options, Palette, TextTruncateDirection};
 
 use crate::error::FlameGraphError;
 use crate::samples::{Frame, FrameKind, Sample};
@@ -94,6 +94,9 @@ pub fn write_svg(
     inferno.subtitle.clone_from(&options.subtitle);
     inferno.colors = Palette::Multi(MultiPalette::Java);
     inferno.count_name = "samples".to_owned();
+    // A frame's text starts with its function (see `shown_jit_name`): a name too long for its
+    // frame loses its end, where the path, the package or the parameters are.
+    inferno.text_truncate_direction = TextTruncateDirection::Right;
     // The same recording draws the same SVG.
     inferno.deterministic = true;
     inferno.palette_map = Some(&mut pinned);
@@ -211,8 +214,8 @@ impl Folded {
                 // `callee <- caller <- ... <- compiled method`: the code is the compiled method's.
                 let mut methods = name.rsplit(INLINED_INTO);
                 let compiled = methods.next().unwrap_or(&name);
-                names.push(safe_name(compiled) + "_[j]");
-                names.extend(methods.map(|inlined| safe_name(inlined) + "_[i]"));
+                names.push(safe_name(&shown_jit_name(compiled)) + "_[j]");
+                names.extend(methods.map(|inlined| safe_name(&shown_jit_name(inlined)) + "_[i]"));
             }
             FrameKind::Native | FrameKind::Unknown => {
                 let name = safe_name(&name);
@@ -227,6 +230,35 @@ impl Folded {
             .iter()
             .map(|(stack, count)| format!("{stack} {count}"))
             .collect()
+    }
+}
+
+/// A JIT method's name as its frame shows it, function first, so that cutting the end of a
+/// name that does not fit its frame keeps the function. A Java method as the JVM agent names
+/// it, `PACKAGE.Class.method(PARAMETERS)`, becomes `Class.method(PARAMETERS) PACKAGE`; other
+/// names start with their function already (V8's `JS:*parseExpr /app/hot.js:3:19`, a stub's
+/// `call_stub`) and stay as they are. Nothing is dropped: the tooltip and the search see the
+/// whole text.
+fn shown_jit_name(name: &str) -> Cow<'_, str> {
+    let Some(head) = name
+        .strip_suffix(')')
+        .and_then(|rest| rest.split_once('(').map(|(head, _)| head))
+    else {
+        return Cow::Borrowed(name);
+    };
+    // A Java method's qualified name has no space and no colon (V8's, CPython's and .NET's
+    // names have one or both).
+    if head.contains([' ', ':']) {
+        return Cow::Borrowed(name);
+    }
+    let Some((class, _method)) = head.rsplit_once('.') else {
+        return Cow::Borrowed(name);
+    };
+    match class.rsplit_once('.') {
+        Some((package, _)) if !package.is_empty() => {
+            Cow::Owned(format!("{} {package}", &name[package.len() + 1..]))
+        }
+        _ => Cow::Borrowed(name),
     }
 }
 
@@ -384,6 +416,37 @@ mod tests {
               Hot.loop()_[i];Hot.alpha(long)_[i];__x64_sys_write_[k] 1"
             ]
         );
+    }
+
+    #[test]
+    fn java_methods_show_their_class_and_method_first() {
+        let cases = [
+            ("java.lang.System.nanoTime()", "System.nanoTime() java.lang"),
+            (
+                "org.example.shop.Cart.total(java.util.List, int)",
+                "Cart.total(java.util.List, int) org.example.shop",
+            ),
+            (
+                "com.x.Foo$$Lambda$14/0x0000000800c03000.run()",
+                "Foo$$Lambda$14/0x0000000800c03000.run() com.x",
+            ),
+            // Already function first, or not a Java method.
+            ("Hot.alpha(long)", "Hot.alpha(long)"),
+            (
+                "JS:*parseExpr /app/hot.js:3:19",
+                "JS:*parseExpr /app/hot.js:3:19",
+            ),
+            ("py::f:/app/a.py", "py::f:/app/a.py"),
+            ("call_stub", "call_stub"),
+            (".a.b()", ".a.b()"),
+            (
+                "void [System.Private.CoreLib] System.Threading.Thread.Start()",
+                "void [System.Private.CoreLib] System.Threading.Thread.Start()",
+            ),
+        ];
+        for (name, shown) in cases {
+            assert_eq!(shown_jit_name(name), shown, "{name:?}");
+        }
     }
 
     #[test]

@@ -3,25 +3,26 @@
 //! pprof`, count for each of its functions what `perf script` counts, at the leaf and anywhere
 //! in the stack. A program that names its thread and its hot function with line breaks and
 //! forged sample headers gets the same totals as perf, with and without call chains. The JVM's
-//! and the C JIT's reports are checked with their recordings (`record.rs`,
-//! `tests/e2e/jit-reload/run.sh`).
+//! totals are checked with its recording in `tests/record/jvm.rs`, the C JIT's in
+//! `tests/e2e/jit-reload/run.sh`.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use perfclock_testutil::{skip, Need};
 
+use crate::common::{flame_counts, pprof_top, run, runs, stacks, text};
+
 /// Three functions with distinct stacks: `hot_inner` under `hot_outer` (the most samples), and
 /// `cold_path`, each called from `main`.
-const SPIN_C: &str = include_str!("fixtures/spin.c");
+const SPIN_C: &str = include_str!("../fixtures/spin.c");
 
 const FUNCTIONS: [&str; 3] = ["hot_inner", "hot_outer", "cold_path"];
 
 /// A program that names its thread `argv[1]` and spends its time in `hostile_leaf`, whose
 /// symbol the test renames.
-const HOSTILE_NAMES_C: &str = include_str!("fixtures/hostile_names.c");
+const HOSTILE_NAMES_C: &str = include_str!("../fixtures/hostile_names.c");
 
 /// A thread name as the kernel keeps it (15 bytes at most): a line break, then the start of a
 /// sample header.
@@ -31,88 +32,6 @@ const HOSTILE_COMM: &str = "a\n1/1 1.00000:";
 /// break, a frame line.
 const HOSTILE_FUNCTION: &str =
     "x 1/1 1.000000001: 1000000000 cpu-clock: 0 y\n\tdeadbeef forged (/x)";
-
-fn runs(tool: &str, arg: &str) -> bool {
-    Command::new(tool)
-        .arg(arg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Runs `program args` in `work` (HOME there: perf's build-id cache), asserting success.
-fn run(work: &Path, program: &str, args: &[&str]) -> String {
-    let output = Command::new(program)
-        .args(args)
-        .current_dir(work)
-        .env("HOME", work)
-        .env("GOCACHE", work.join("go-cache"))
-        .env("GOPATH", work.join("go-path"))
-        .env("GOTOOLCHAIN", "local")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{program} {args:?}: {}",
-        text(&output.stderr)
-    );
-    text(&output.stdout)
-}
-
-/// Each sample's stack from `perf script -F comm,tid,time,ip,sym` of a call-graph recording,
-/// leaf first.
-fn stacks(script: &str) -> Vec<Vec<String>> {
-    let mut stacks: Vec<Vec<String>> = Vec::new();
-    for line in script.lines().filter(|line| !line.trim().is_empty()) {
-        if line.starts_with(char::is_whitespace) {
-            // `IP SYMBOL`
-            let symbol = line.trim().split_once(' ').map_or("", |(_, symbol)| symbol);
-            if let Some(stack) = stacks.last_mut() {
-                stack.push(symbol.trim().to_owned());
-            }
-        } else {
-            stacks.push(Vec::new());
-        }
-    }
-    stacks
-}
-
-/// `go tool pprof -top`'s flat and cum per function.
-fn pprof_top(top: &str) -> BTreeMap<String, (u64, u64)> {
-    top.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (flat, cum) = (fields.first()?.parse().ok()?, fields.get(3)?.parse().ok()?);
-            Some((fields.get(5..)?.join(" "), (flat, cum)))
-        })
-        .collect()
-}
-
-/// The flame graph's samples per frame name (summed over the frames of that name).
-fn flame_counts(flame: &str) -> BTreeMap<String, u64> {
-    let mut counts = BTreeMap::new();
-    for title in flame.split("<title>").skip(1) {
-        let Some((title, _)) = title.split_once("</title>") else {
-            continue;
-        };
-        let Some((name, rest)) = title.rsplit_once(" (") else {
-            continue;
-        };
-        let Some(Ok(count)) = rest
-            .split_once(" sample")
-            .map(|(count, _)| count.replace(',', "").parse::<u64>())
-        else {
-            continue;
-        };
-        *counts.entry(name.to_owned()).or_default() += count;
-    }
-    counts
-}
 
 /// Whether `perf` and `cc` (and `extra`) run here; if not, the test is skipped.
 fn tools_run(test: &str, extra: &[&'static str]) -> bool {
