@@ -263,7 +263,7 @@ fn killed_mid_write_leaves_only_whole_lines() {
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
-                "child_writer_until_killed",
+                "hostile::child_writer_until_killed",
                 "--nocapture",
                 "--test-threads=1",
             ])
@@ -344,7 +344,7 @@ fn exit_flushes_and_fork_children_write_nothing() {
     let status = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_buffers_forks_and_exits",
+            "hostile::child_buffers_forks_and_exits",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -441,7 +441,7 @@ fn pid_namespace_command(dir: &Path, role: &str) -> Command {
         .arg(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "pid_namespace_writer",
+            "hostile::pid_namespace_writer",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -495,7 +495,7 @@ fn same_pid_in_two_pid_namespaces_keeps_the_live_file() {
             "the first writer exited before opening its markers: {:?}",
             first.wait()
         );
-        // libtest prints `test pid_namespace_writer ... ` before the test's own output.
+        // libtest prints `test hostile::pid_namespace_writer ... ` before the test's own output.
         if let Some((_, path)) = line.trim_end().split_once("PIDNS-OPEN ") {
             break PathBuf::from(path);
         }

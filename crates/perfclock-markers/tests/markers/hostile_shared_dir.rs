@@ -116,7 +116,8 @@ fn as_nobody_case() {
 
 #[test]
 fn as_nobody_planted_names_are_refused() {
-    let test = "as_nobody_planted_names_are_refused";
+    let test_path = perfclock_testutil::test_path!();
+    let test = test_path.as_str();
     if hostile::child_case().as_deref() == Some(test) {
         return as_nobody_case();
     }
@@ -208,7 +209,8 @@ fn fork_case(dir: &Path) {
 
 #[test]
 fn fork_children_never_write_into_the_parent_file() {
-    let test = "fork_children_never_write_into_the_parent_file";
+    let test_path = perfclock_testutil::test_path!();
+    let test = test_path.as_str();
     if hostile::child_case().as_deref() == Some(test) {
         let dir = std::env::var_os("PERFCLOCK_TEST_DIR").unwrap();
         return fork_case(Path::new(&dir));
@@ -333,7 +335,8 @@ fn signal_case(dir: &Path) {
 
 #[test]
 fn markers_from_a_signal_handler_never_hang() {
-    let test = "markers_from_a_signal_handler_never_hang";
+    let test_path = perfclock_testutil::test_path!();
+    let test = test_path.as_str();
     if hostile::child_case().as_deref() == Some(test) {
         let dir = std::env::var_os("PERFCLOCK_TEST_DIR").unwrap();
         return signal_case(Path::new(&dir));
