@@ -72,6 +72,7 @@ impl PerfTimeSource for LineClock {
 
 #[test]
 fn verify_passes_a_fitted_clock_and_catches_a_shifted_one() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let Some(mut gt) = open_or_skip("verify_passes_a_fitted_clock_and_catches_a_shifted_one")
     else {
         return;

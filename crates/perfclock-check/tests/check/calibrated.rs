@@ -17,6 +17,7 @@ use perfclock_core::counter;
 /// around them widened by the published bound.
 #[test]
 fn calibrates_against_kernel_records_and_fresh_records_agree() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let t = Instant::now();
     let clock = CalibratedClock::start(CalibrationOptions::default()).expect("calibration");
     let took = t.elapsed();
@@ -36,6 +37,7 @@ fn calibrates_against_kernel_records_and_fresh_records_agree() {
 
 #[test]
 fn monotonic_offset_is_measured_in_calibrated_mode() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let clock = CalibratedClock::start(CalibrationOptions::default()).expect("calibration");
     let m = monotonic_offset(&clock).expect("offset");
     println!(
@@ -49,6 +51,7 @@ fn monotonic_offset_is_measured_in_calibrated_mode() {
 
 #[test]
 fn refinement_off_means_no_refinements_and_a_growing_bound() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let clock =
         CalibratedClock::start(CalibrationOptions::default().refine(false)).expect("calibration");
     std::thread::sleep(Duration::from_millis(50));
@@ -87,6 +90,7 @@ impl BracketSource for Skewed {
 
 #[test]
 fn a_clock_jump_is_detected_and_recalibrated() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let skew_ns = Arc::new(AtomicU64::new(0));
     let thread_skew = skew_ns.clone();
     let clock = CalibratedClock::start_with(CalibrationOptions::default(), move |kinds| {

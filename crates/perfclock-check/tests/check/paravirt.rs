@@ -208,7 +208,8 @@ fn num_cpus() -> usize {
 #[test]
 fn nobody_gets_brackets_alone_within_600_ns_and_no_thread() {
     let _turn = perfclock_testutil::one_at_a_time();
-    let test = "nobody_gets_brackets_alone_within_600_ns_and_no_thread";
+    let test_path = perfclock_testutil::test_path!();
+    let test = test_path.as_str();
     if std::env::var_os(ROLE).is_some() {
         return nobody_child(test);
     }
@@ -284,7 +285,8 @@ const PUBLISHED_ROLE: &str = "PERFCLOCK_PARAVIRT_TEST_PUBLISHED";
 fn published_offset_opens_with_bound_0_and_holds() {
     let _turn = perfclock_testutil::one_at_a_time();
     use perfclock_core::published_offset::{parse_boot_id, OffsetOrigin, PublishedOffset};
-    let test = "published_offset_opens_with_bound_0_and_holds";
+    let test_path = perfclock_testutil::test_path!();
+    let test = test_path.as_str();
     if std::env::var_os(PUBLISHED_ROLE).is_some() {
         return published_child(test);
     }
@@ -385,7 +387,8 @@ fn a_users_own_offset_file_is_a_claim_checked_against_brackets() {
     let _turn = perfclock_testutil::one_at_a_time();
     use perfclock_core::published_offset::{parse_boot_id, OffsetOrigin, PublishedOffset};
     use std::os::unix::fs::PermissionsExt as _;
-    let test = "a_users_own_offset_file_is_a_claim_checked_against_brackets";
+    let test_path = perfclock_testutil::test_path!();
+    let test = test_path.as_str();
     if let Some(expect) = std::env::var_os(USER_FILE_ROLE) {
         return user_file_child(test, expect.to_str() == Some("kept"));
     }

@@ -9,6 +9,7 @@ use perfclock_testutil::{skip, Need};
 /// snapshot's must agree within their stated uncertainties.
 #[test]
 fn monotonic_pairing_agrees_with_the_doctors_distance() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let clock = match perfclock::init() {
         Ok(clock) => clock,
         Err(e) => {

@@ -6,6 +6,7 @@ use perfclock_testutil::{ok_or_skip, Need};
 
 #[test]
 fn process_clock_holds_against_kernel_stamps() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let Some(clock) = ok_or_skip(
         "process_clock_holds_against_kernel_stamps",
         Need::Perf,
