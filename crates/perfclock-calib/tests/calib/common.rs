@@ -1,8 +1,6 @@
 //! What the calibration's tests share: a skip where perf events are refused, brackets of every
 //! kind, and the one line through them (perfclock-testutil's `bracket_line`, over this crate's
 //! `Bracket`s).
-// Each test binary compiles this module and uses part of it.
-#![allow(dead_code)]
 
 use perfclock_calib::{Bracket, CalibError, GroundTruth, RecordKind};
 use perfclock_os::ErrorKind;

@@ -3,13 +3,12 @@
 //! arena lock held by the refiner at the moment of the copy, it waits for ever. A counting
 //! global allocator counts the calls made on the calibration thread (by its tid) after its
 //! first calibration, over refinements and over recalibrations driven by an injected clock jump.
-mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::skip_perf_refused;
+use crate::common::skip_perf_refused;
 use perfclock_calib::{
     open_ground_truth, Bracket, BracketSource, CalibError, CalibratedClock, CalibrationOptions,
     GroundTruth, RecordKind,
@@ -111,6 +110,7 @@ fn start_or_skip(test: &str, options: CalibrationOptions) -> Option<CalibratedCl
 
 #[test]
 fn the_refiner_loop_neither_allocates_nor_frees() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let options = CalibrationOptions::default()
         .init_budget(Duration::from_millis(100))
         .refine_interval(Duration::from_millis(5), Duration::from_millis(50))

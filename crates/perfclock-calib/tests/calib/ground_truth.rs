@@ -1,8 +1,7 @@
 //! Ground truth against this machine's kernel: every bracket holds its record, records are
 //! never mismatched, the ring survives wrap-around, (verify() is tested in perfclock-check).
-mod common;
 
-use common::{best_line, interleaved, skip_perf_refused};
+use crate::common::{best_line, interleaved, skip_perf_refused};
 use perfclock_calib::Stamped;
 use perfclock_calib::{Bracket, GroundTruth, RecordKind};
 use perfclock_os::perf_event::record::Parsed;
@@ -42,6 +41,7 @@ const NONLINEARITY_NS: f64 = 500.0;
 
 #[test]
 fn one_line_passes_through_every_bracket_of_every_kind() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let mut gt = open_all!("one_line_passes_through_every_bracket_of_every_kind");
     let bs = interleaved(&mut gt, 1500);
     assert_eq!(bs.len(), 4500);
@@ -69,6 +69,7 @@ fn one_line_passes_through_every_bracket_of_every_kind() {
 
 #[test]
 fn kernel_stamps_increase_along_sequential_brackets() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let mut gt = open_all!("kernel_stamps_increase_along_sequential_brackets");
     let bs = interleaved(&mut gt, 600);
     for w in bs.windows(2) {
@@ -88,6 +89,7 @@ fn kernel_stamps_increase_along_sequential_brackets() {
 
 #[test]
 fn comm_brackets_restore_the_thread_name() {
+    let _turn = perfclock_testutil::one_at_a_time();
     drop(open_all!("comm_brackets_restore_the_thread_name"));
     let get = || {
         let mut name = [0u8; 16];
@@ -113,6 +115,7 @@ fn comm_brackets_restore_the_thread_name() {
 
 #[test]
 fn unopened_kind_is_an_error() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let mut gt = open_all!("unopened_kind_is_an_error", RecordKind::PageFault);
     let error = gt
         .bracket(RecordKind::Comm)
@@ -131,6 +134,7 @@ fn unopened_kind_is_an_error() {
 
 #[test]
 fn works_on_a_thread_pinned_to_each_cpu() {
+    let _turn = perfclock_testutil::one_at_a_time();
     drop(open_all!("works_on_a_thread_pinned_to_each_cpu"));
     let cores = core_affinity::get_core_ids().expect("core ids");
     for core in cores {
@@ -150,6 +154,7 @@ fn works_on_a_thread_pinned_to_each_cpu() {
 
 #[test]
 fn ring_reads_records_across_the_wrap() {
+    let _turn = perfclock_testutil::one_at_a_time();
     drop(open_all!("ring_reads_records_across_the_wrap"));
     // A one-page ring with 48-byte COMM records: records regularly straddle the end.
     let st = sample::TID | sample::TIME | sample::CPU;
@@ -191,6 +196,7 @@ fn ring_reads_records_across_the_wrap() {
 
 #[test]
 fn bracket_with_passes_readings_through() {
+    let _turn = perfclock_testutil::one_at_a_time();
     let mut gt = open_all!("bracket_with_passes_readings_through", RecordKind::Mmap2);
     let mut n = 0u32;
     let s: Stamped<u32> = gt
