@@ -128,6 +128,19 @@ pub struct ReportArgs {
     /// Split the flame graph by process (`comm-pid` below each stack) or by thread.
     #[arg(long, value_enum)]
     pub split: Option<SplitBy>,
+    /// Compare IN with the recording BASE: the flame graph is IN's, each function coloured by
+    /// its change in self samples since BASE (red: more, blue: fewer), and `--pprof` and
+    /// `--pprof-base` write the pair `go tool pprof -diff_base` reads. JIT names are made
+    /// comparable across the two processes (no pids, no addresses).
+    #[arg(long, value_name = "BASE")]
+    pub diff: Option<PathBuf>,
+    /// With `--diff`: write BASE's pprof profile here (IN's goes to `--pprof`).
+    #[arg(long, value_name = "BASE.pb.gz", requires = "diff")]
+    pub pprof_base: Option<PathBuf>,
+    /// With `--diff`: scale BASE's counts to IN's total before comparing (recordings of
+    /// different lengths or loads); by default counts compare as they are.
+    #[arg(long, requires = "diff")]
+    pub normalize: bool,
 }
 
 /// `perfclock record`'s options and arguments: the one place a flag of `record` is declared,
