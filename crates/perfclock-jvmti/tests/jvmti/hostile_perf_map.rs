@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::common::agent;
 use perfclock_testutil::{skip, Need};
 
 /// `java` of a JDK or JRE: `JAVA_HOME`'s, else the one on `PATH`.
@@ -25,24 +26,6 @@ fn java() -> Option<PathBuf> {
         }
     };
     java.is_file().then_some(java)
-}
-
-/// This crate's `libperfclock_agent.so`, brought up to date by cargo (the test binary lives in
-/// `<target>/<profile>/deps/`, the library in `<target>/<profile>/`).
-fn agent() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "perfclock-jvmti"])
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "cargo build -p perfclock-jvmti failed");
-    let exe = std::env::current_exe().unwrap();
-    let agent = exe
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("libperfclock_agent.so");
-    assert!(agent.is_file(), "{} was not built", agent.display());
-    agent
 }
 
 /// What the shell puts at `/tmp/perf-$$.map` before it becomes the JVM.

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::common::agent;
 use perfclock_testutil::{skip, Need};
 
 fn java() -> Option<PathBuf> {
@@ -23,23 +24,6 @@ fn java() -> Option<PathBuf> {
         }
     };
     java.is_file().then_some(java)
-}
-
-/// This crate's `libperfclock_agent.so`, brought up to date by cargo.
-fn agent() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "perfclock-jvmti"])
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "cargo build -p perfclock-jvmti failed");
-    let exe = std::env::current_exe().unwrap();
-    let agent = exe
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("libperfclock_agent.so");
-    assert!(agent.is_file(), "{} was not built", agent.display());
-    agent
 }
 
 fn run(prefix: &[&str], java: &Path, agent: &Path, options: &str) -> Output {
