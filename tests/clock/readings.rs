@@ -1,5 +1,5 @@
 //! The facade against this machine's kernel: modes, errors and readings (that readings hold
-//! against timestamps the kernel stamped is perfclock-check's `tests/facade.rs`).
+//! against timestamps the kernel stamped is perfclock-check's `tests/check/facade.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
