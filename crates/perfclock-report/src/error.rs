@@ -4,6 +4,7 @@ use std::{fmt, io};
 
 /// Why `perf script`'s output could not be read.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ParseError {
     /// A line of the structure run that is neither part of a sample's header nor a frame.
     Line {
@@ -52,6 +53,7 @@ impl std::error::Error for ParseError {
 
 /// Why no flame graph was written.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum FlameGraphError {
     /// There are no samples to draw.
     NoSamples,
