@@ -1,11 +1,13 @@
-//! `perfclock report IN [-o FLAME.html|FLAME.svg] [--pprof PROFILE.pb.gz]`: what a recording turns into,
-//! from the samples `perf script` symbolizes (JIT names after `perf inject --jit`, which
-//! `perfclock record` has run): an interactive flame graph that opens offline in any browser
-//! and a gzipped pprof profile for `go tool pprof` and the fleet's profilers
-//! (`perfclock_report`). Each file is written complete under a temporary name and renamed, or
-//! not at all; IN is only read.
+//! `perfclock report IN [-o FLAME.html|FLAME.svg] [--pprof PROFILE.pb.gz] [--diff BASE
+//! [--pprof-base BASE.pb.gz] [--normalize]]`: what a recording turns into, from the samples
+//! `perf script` symbolizes (JIT names after `perf inject --jit`, which `perfclock record` has
+//! run): an interactive flame graph that opens offline in any browser and a gzipped pprof
+//! profile for `go tool pprof` and the fleet's profilers (`perfclock_report`); with `--diff`,
+//! IN's flame graph coloured by the change since BASE and a pprof pair for `go tool pprof
+//! -diff_base`. Each file is written complete under a temporary name and renamed, or not at
+//! all; the recordings are only read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -15,9 +17,9 @@ use perfclock_cli::{ReportArgs, SplitBy};
 use perfclock_perfdata::{
     check_output_path, read_layout, ClockData, Feature, OutputFile, PerfDataError,
 };
-use perfclock_report::build_ids;
-use perfclock_report::flamegraph::{self, FlameGraphOptions, Split};
+use perfclock_report::flamegraph::{self, Diff, FlameGraphOptions, Split};
 use perfclock_report::pprof::{self, PprofOptions};
+use perfclock_report::{build_ids, compare};
 use perfclock_report::{ParseError, Sample, NAMES_ARGS, STRUCTURE_ARGS};
 
 use crate::output::{chain, errln};
@@ -39,71 +41,167 @@ fn report(options: &ReportArgs) -> Result<(), String> {
     if options.flamegraph.is_none() && options.pprof.is_none() {
         return Err("nothing to write: pass -o FLAME.html, --pprof PROFILE.pb.gz, or both".into());
     }
-    for out in [&options.flamegraph, &options.pprof].into_iter().flatten() {
+    if options.diff.is_some() && options.pprof.is_some() != options.pprof_base.is_some() {
+        return Err(
+            "--diff writes pprof profiles in pairs: pass both --pprof NEW.pb.gz and --pprof-base \
+             BASE.pb.gz, or neither"
+                .into(),
+        );
+    }
+    let outputs = [&options.flamegraph, &options.pprof, &options.pprof_base];
+    for out in outputs.into_iter().flatten() {
         check_output_path(out).map_err(|e| chain(&e))?;
     }
-    let samples = samples(&options.input)?;
-    if samples.is_empty() {
-        return Err(format!("{} holds no sample", options.input.display()));
+    let mut samples = recording(&options.input)?;
+    let mut base = options.diff.as_deref().map(recording).transpose()?;
+    if let Some(base_samples) = base.take() {
+        warn_if_incomparable(&base_samples, &samples);
+        base = Some(compare::comparable(base_samples));
+        samples = compare::comparable(samples);
     }
-    errln!(
-        "{NAME}: {} samples of {} thread(s) read through perf script",
-        samples.len(),
-        samples
-            .iter()
-            .map(|s| s.tid)
-            .collect::<std::collections::HashSet<_>>()
-            .len()
-    );
     if let Some(path) = &options.flamegraph {
-        let mut graph = FlameGraphOptions::default();
-        graph.title = format!("perfclock report: {}", options.input.display());
-        graph.subtitle = samples
-            .first()
-            .map(|s| format!("{} samples of {}", samples.len(), s.event));
-        graph.split = match options.split {
-            None => Split::None,
-            Some(SplitBy::Process) => Split::Process,
-            Some(SplitBy::Thread) => Split::Thread,
-        };
-        let html = path
-            .extension()
-            .is_some_and(|ext| ext.eq_ignore_ascii_case("html") || ext.eq_ignore_ascii_case("htm"));
-        write_atomically(path, |out| {
-            if html {
-                flamegraph::write_html(&samples, &graph, out)
-            } else {
-                flamegraph::write_svg(&samples, &graph, out)
-            }
-            .map_err(|e| chain(&e))
-        })?;
-        errln!(
-            "{NAME}: wrote the flame graph {} (open it in a browser)",
-            path.display()
-        );
+        write_flamegraph(options, path, &samples, base.as_deref())?;
     }
     if let Some(path) = &options.pprof {
-        let pprof_options = PprofOptions {
-            wall_clock_offset_ns: wall_clock_offset(&options.input),
-            build_ids: build_ids(&options.input),
-        };
-        let profile = pprof::profile(&samples, &pprof_options);
-        write_atomically(path, |out| {
-            pprof::write_gzipped(&profile, out).map_err(|e| e.to_string())
-        })?;
+        write_pprof(&options.input, path, &samples)?;
+    }
+    if let (Some(path), Some(base_input), Some(base)) = (&options.pprof_base, &options.diff, &base)
+    {
+        write_pprof(base_input, path, base)?;
+        if let Some(new_path) = &options.pprof {
+            errln!(
+                "{NAME}: compare them with go tool pprof -diff_base {} -top {}",
+                path.display(),
+                new_path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The samples of the recording `input`, read through perf script, said on standard error.
+fn recording(input: &Path) -> Result<Vec<Sample>, String> {
+    let samples = samples(input)?;
+    if samples.is_empty() {
+        return Err(format!("{} holds no sample", input.display()));
+    }
+    errln!(
+        "{NAME}: {}: {} samples of {} thread(s) read through perf script",
+        input.display(),
+        samples.len(),
+        samples.iter().map(|s| s.tid).collect::<HashSet<_>>().len()
+    );
+    Ok(samples)
+}
+
+/// Warns where BASE's and NEW's counts do not stand for the same thing: another event, or
+/// another sampling period (a count compares only at the same rate).
+fn warn_if_incomparable(base: &[Sample], new: &[Sample]) {
+    let events = |samples: &[Sample]| -> BTreeSet<String> {
+        samples.iter().map(|s| s.event.clone()).collect()
+    };
+    if events(base) != events(new) {
         errln!(
-            "{NAME}: wrote the pprof profile {} (go tool pprof -top {}; docs/report.md for the \
-             fleet's profilers){}",
-            path.display(),
-            path.display(),
-            if pprof_options.wall_clock_offset_ns.is_none() {
-                "; no wall-clock times: the recording has no HEADER_CLOCK_DATA (perfclock \
-                 record, or inject-time-conv --clock-data-now, adds it)"
-            } else {
-                ""
-            }
+            "{NAME}: warning: BASE samples {:?} and IN {:?}: their counts compare other events",
+            events(base),
+            events(new)
         );
     }
+    let (base_period, new_period) = (
+        pprof::most_common_period(base),
+        pprof::most_common_period(new),
+    );
+    if base_period != new_period {
+        errln!(
+            "{NAME}: warning: BASE's most common period is {base_period} and IN's {new_period}: \
+             record both at the same frequency (or pass --normalize) for counts to compare"
+        );
+    }
+}
+
+/// Writes the flame graph of `samples` (against `base` with `--diff`) to `path`.
+fn write_flamegraph(
+    options: &ReportArgs,
+    path: &Path,
+    samples: &[Sample],
+    base: Option<&[Sample]>,
+) -> Result<(), String> {
+    let mut graph = FlameGraphOptions::default();
+    graph.split = match options.split {
+        None => Split::None,
+        Some(SplitBy::Process) => Split::Process,
+        Some(SplitBy::Thread) => Split::Thread,
+    };
+    let event = samples.first().map_or("", |s| s.event.as_str());
+    let diff = base.map(|base| Diff {
+        base,
+        new: samples,
+        normalize: options.normalize,
+    });
+    match (&diff, &options.diff) {
+        (Some(diff), Some(base_input)) => {
+            graph.title = format!(
+                "perfclock report: {} against {}",
+                options.input.display(),
+                base_input.display()
+            );
+            graph.subtitle = Some(format!(
+                "{} samples of {event} against {}{}: red, more self samples; blue, fewer",
+                diff.new.len(),
+                diff.base.len(),
+                if diff.normalize {
+                    " scaled to the same total"
+                } else {
+                    ""
+                }
+            ));
+        }
+        _ => {
+            graph.title = format!("perfclock report: {}", options.input.display());
+            graph.subtitle = Some(format!("{} samples of {event}", samples.len()));
+        }
+    }
+    let html = path
+        .extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("html") || ext.eq_ignore_ascii_case("htm"));
+    write_atomically(path, |out| {
+        match (&diff, html) {
+            (Some(diff), true) => flamegraph::write_diff_html(diff, &graph, out),
+            (Some(diff), false) => flamegraph::write_diff_svg(diff, &graph, out),
+            (None, true) => flamegraph::write_html(samples, &graph, out),
+            (None, false) => flamegraph::write_svg(samples, &graph, out),
+        }
+        .map_err(|e| chain(&e))
+    })?;
+    errln!(
+        "{NAME}: wrote the flame graph {} (open it in a browser)",
+        path.display()
+    );
+    Ok(())
+}
+
+/// Writes the pprof profile of `samples`, read from the recording `input`, to `path`.
+fn write_pprof(input: &Path, path: &Path, samples: &[Sample]) -> Result<(), String> {
+    let pprof_options = PprofOptions {
+        wall_clock_offset_ns: wall_clock_offset(input),
+        build_ids: build_ids(input),
+    };
+    let profile = pprof::profile(samples, &pprof_options);
+    write_atomically(path, |out| {
+        pprof::write_gzipped(&profile, out).map_err(|e| e.to_string())
+    })?;
+    errln!(
+        "{NAME}: wrote the pprof profile {} (go tool pprof -top {}; docs/report.md for the \
+         fleet's profilers){}",
+        path.display(),
+        path.display(),
+        if pprof_options.wall_clock_offset_ns.is_none() {
+            "; no wall-clock times: the recording has no HEADER_CLOCK_DATA (perfclock \
+             record, or inject-time-conv --clock-data-now, adds it)"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }
 

@@ -87,8 +87,103 @@ pub fn write_svg(
     for name in &folded.roots {
         pinned.insert(name, shade(name, Hue::Blue));
     }
-    let lines = folded.lines();
+    draw(&folded, pinned, options, out)
+}
 
+/// Two recordings to compare: NEW drawn, coloured by how each function changed since BASE.
+#[derive(Debug, Clone, Copy)]
+pub struct Diff<'a> {
+    /// What NEW is compared with.
+    pub base: &'a [Sample],
+    /// What is drawn.
+    pub new: &'a [Sample],
+    /// Whether BASE's counts are scaled to NEW's total before comparing (for recordings of
+    /// different lengths or loads); otherwise counts compare as they are.
+    pub normalize: bool,
+}
+
+/// Writes the differential flame graph of `diff` to `out`: NEW's stacks, each frame coloured
+/// by its function's change in self samples (samples with it at the leaf) from BASE to NEW,
+/// over the whole recording: red where NEW has more, blue where it has fewer, white where they
+/// are equal, the deepest shade for the largest change of the graph (inferno's differential
+/// scale). A function BASE has and NEW lacks is not drawn; BASE's share shows in its
+/// colour's absence.
+///
+/// Names are compared as [`write_svg`] shows them; [`comparable`](crate::compare::comparable)
+/// makes JIT names of two processes comparable.
+///
+/// # Errors
+/// [`FlameGraphError`].
+pub fn write_diff_svg(
+    diff: &Diff<'_>,
+    options: &FlameGraphOptions,
+    out: impl Write,
+) -> Result<(), FlameGraphError> {
+    if diff.new.is_empty() || diff.base.is_empty() {
+        return Err(FlameGraphError::NoSamples);
+    }
+    let new = Folded::new(diff.new, options.split);
+    let base = Folded::new(diff.base, options.split);
+    let scale = if diff.normalize {
+        diff.new.len() as f64 / diff.base.len() as f64
+    } else {
+        1.0
+    };
+    let (new_self, base_self) = (new.self_counts(), base.self_counts());
+    let deltas: BTreeMap<&str, f64> = new
+        .names()
+        .into_iter()
+        .map(|name| {
+            let count = |counts: &HashMap<&str, u64>| counts.get(name).copied().unwrap_or(0);
+            let delta = count(&new_self) as f64 - scale * count(&base_self) as f64;
+            (name, delta)
+        })
+        .collect();
+    let largest = deltas
+        .values()
+        .fold(0.0_f64, |max, delta| max.max(delta.abs()));
+    let mut pinned = PaletteMap::default();
+    for (name, delta) in &deltas {
+        pinned.insert(name, change_color(*delta, largest));
+    }
+    draw(&new, pinned, options, out)
+}
+
+/// inferno's differential colour for a change of `delta` samples where the largest of the
+/// graph is `largest`: red for growth, blue for shrinkage, deeper as it nears the largest;
+/// near white for none.
+fn change_color(delta: f64, largest: f64) -> Color {
+    if delta == 0.0 || largest == 0.0 {
+        return Color {
+            r: 250,
+            g: 250,
+            b: 250,
+        };
+    }
+    let fade = 100 + (150.0 * (1.0 - delta.abs() / largest)) as u8;
+    if delta > 0.0 {
+        Color {
+            r: 255,
+            g: fade,
+            b: fade,
+        }
+    } else {
+        Color {
+            r: fade,
+            g: fade,
+            b: 255,
+        }
+    }
+}
+
+/// Draws `folded` with inferno, the names in `pinned` in their colours.
+fn draw(
+    folded: &Folded,
+    mut pinned: PaletteMap,
+    options: &FlameGraphOptions,
+    out: impl Write,
+) -> Result<(), FlameGraphError> {
+    let lines = folded.lines();
     let mut inferno = Options::default();
     inferno.title.clone_from(&options.title);
     inferno.subtitle.clone_from(&options.subtitle);
@@ -113,10 +208,34 @@ pub fn write_svg(
 pub fn write_html(
     samples: &[Sample],
     options: &FlameGraphOptions,
-    mut out: impl Write,
+    out: impl Write,
 ) -> Result<(), FlameGraphError> {
     let mut svg = Vec::new();
     write_svg(samples, options, &mut svg)?;
+    html_page(&svg, options, out)
+}
+
+/// Writes the differential flame graph of `diff` ([`write_diff_svg`]) as one HTML page, as
+/// [`write_html`] does.
+///
+/// # Errors
+/// [`FlameGraphError`].
+pub fn write_diff_html(
+    diff: &Diff<'_>,
+    options: &FlameGraphOptions,
+    out: impl Write,
+) -> Result<(), FlameGraphError> {
+    let mut svg = Vec::new();
+    write_diff_svg(diff, options, &mut svg)?;
+    html_page(&svg, options, out)
+}
+
+/// `svg` inline in an HTML page.
+fn html_page(
+    svg: &[u8],
+    options: &FlameGraphOptions,
+    mut out: impl Write,
+) -> Result<(), FlameGraphError> {
     // The XML declaration and DTD are the standalone file's; an HTML page starts at `<svg`.
     let at = svg
         .windows(5)
@@ -223,6 +342,24 @@ impl Folded {
                 names.push(name);
             }
         }
+    }
+
+    /// Each name's self samples: the samples of the stacks it ends.
+    fn self_counts(&self) -> HashMap<&str, u64> {
+        let mut counts: HashMap<&str, u64> = HashMap::new();
+        for (stack, count) in &self.stacks {
+            let leaf = stack.rsplit(';').next().unwrap_or(stack);
+            *counts.entry(leaf).or_default() += count;
+        }
+        counts
+    }
+
+    /// Every name of a frame.
+    fn names(&self) -> BTreeSet<&str> {
+        self.stacks
+            .keys()
+            .flat_map(|stack| stack.split(';'))
+            .collect()
     }
 
     fn lines(&self) -> Vec<String> {
@@ -523,6 +660,52 @@ mod tests {
         write_svg(&samples, &FlameGraphOptions::default(), &mut svg).unwrap();
         let svg = String::from_utf8(svg).unwrap();
         assert!(svg.contains("total_samples=\"1\""), "{svg}");
+    }
+
+    /// `(function, rgb fill)` of each frame of an SVG inferno drew.
+    fn fills(svg: &str) -> BTreeMap<String, String> {
+        svg.split("<g><title>")
+            .skip(1)
+            .filter_map(|group| {
+                let (title, rest) = group.split_once("</title>")?;
+                let (name, _) = title.rsplit_once(" (")?;
+                let (_, fill) = rest.split_once("fill=\"")?;
+                Some((name.to_owned(), fill.split('"').next()?.to_owned()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_diff_colours_each_function_by_its_change_in_self_samples() {
+        let stack = |leaf: &str| vec![native(leaf), native("main")];
+        let recording = |f: usize, g: usize, h: usize| -> Vec<Sample> {
+            [("f", f), ("g", g), ("h", h)]
+                .iter()
+                .flat_map(|&(leaf, n)| (0..n).map(move |_| sample("a", 1, 1, stack(leaf))))
+                .collect()
+        };
+        let (base, new) = (recording(10, 10, 20), recording(40, 10, 15));
+        let draw = |normalize| {
+            let mut svg = Vec::new();
+            let diff = Diff {
+                base: &base,
+                new: &new,
+                normalize,
+            };
+            write_diff_svg(&diff, &FlameGraphOptions::default(), &mut svg).unwrap();
+            fills(&String::from_utf8(svg).unwrap())
+        };
+        let absolute = draw(false);
+        // f: +30, the largest; g: 0; h: -5; main: never a leaf.
+        assert_eq!(absolute["f"], "rgb(255,100,100)");
+        assert_eq!(absolute["g"], "rgb(250,250,250)");
+        assert_eq!(absolute["h"], "rgb(225,225,255)");
+        assert_eq!(absolute["main"], "rgb(250,250,250)");
+        // BASE scaled to NEW's 65 samples from its 40: f +23.75, the largest; g, unchanged,
+        // -6.25 (a quarter of the largest's shade).
+        let normalized = draw(true);
+        assert_eq!(normalized["f"], "rgb(255,100,100)");
+        assert_eq!(normalized["g"], "rgb(210,210,255)");
     }
 
     #[test]

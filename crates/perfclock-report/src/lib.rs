@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 
 pub mod build_ids;
+pub mod compare;
 pub mod error;
 pub mod flamegraph;
 pub mod pprof;

@@ -521,7 +521,7 @@ fn period_meaning(samples: &[Sample]) -> (&str, &'static str, bool) {
 }
 
 /// The period most samples have (the smallest of equally common ones); 0 without samples.
-fn most_common_period(samples: &[Sample]) -> u64 {
+pub fn most_common_period(samples: &[Sample]) -> u64 {
     let mut counts: HashMap<u64, usize> = HashMap::new();
     for sample in samples {
         *counts.entry(sample.period).or_default() += 1;

@@ -3,5 +3,6 @@
 //! tool pprof`, headless Chromium), against what `perf script` says of the same recordings.
 
 mod common;
+mod diff;
 mod native;
 mod readable;
