@@ -489,7 +489,10 @@ fn judge_file(file: File, boot: [u64; 2]) -> Result<(), Refusal> {
             errno: error.raw_os_error(),
         })?;
     if bytes.len() < FILE_BYTES {
-        return Err(Refusal::Defect(PageDefect::Truncated { len: bytes.len() }));
+        return Err(Refusal::Defect(PageDefect::Truncated {
+            len: bytes.len(),
+            needed: FILE_BYTES,
+        }));
     }
     parse(&bytes)
         .and_then(|page| page.check_fresh(boot, counter_now()))

@@ -5,8 +5,6 @@
 
 use core::fmt;
 
-use crate::shared_page::{LAYOUT_BYTES, STALE_AFTER_NS, VERSION};
-
 /// Time parameters that no kernel would publish; converting with them would give garbage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -101,6 +99,8 @@ pub enum PageDefect {
     Truncated {
         /// Bytes there are.
         len: usize,
+        /// Bytes the layout needs.
+        needed: usize,
     },
     /// Not a page in this format, or one whose contents make no sense.
     Garbage(&'static str),
@@ -108,13 +108,18 @@ pub enum PageDefect {
     Version {
         /// The version found.
         found: u32,
+        /// The version this perfclock reads.
+        expected: u32,
     },
     /// Written in another boot.
     OtherBoot,
-    /// The heartbeat is older than [`STALE_AFTER_NS`](crate::shared_page::STALE_AFTER_NS): no server keeps it up to date.
+    /// The heartbeat is older than `after_ns`
+    /// ([`STALE_AFTER_NS`](crate::shared_page::STALE_AFTER_NS)): no server keeps it up to date.
     Stale {
         /// Heartbeat age, ns.
         age_ns: u64,
+        /// The age past which a page is stale, ns.
+        after_ns: u64,
     },
     /// The writer held the header lock for every retry.
     Busy,
@@ -123,23 +128,22 @@ pub enum PageDefect {
 impl fmt::Display for PageDefect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PageDefect::Truncated { len } => write!(
-                f,
-                "truncated: {len} bytes, the layout needs {LAYOUT_BYTES}"
-            ),
+            PageDefect::Truncated { len, needed } => {
+                write!(f, "truncated: {len} bytes, the layout needs {needed}")
+            }
             PageDefect::Garbage(what) => write!(f, "garbage: {what}"),
-            PageDefect::Version { found } => write!(
+            PageDefect::Version { found, expected } => write!(
                 f,
-                "format version {found}, this perfclock reads version {VERSION}"
+                "format version {found}, this perfclock reads version {expected}"
             ),
             PageDefect::OtherBoot => f.write_str(
                 "written in another boot (its boot id is not /proc/sys/kernel/random/boot_id)",
             ),
-            PageDefect::Stale { age_ns } => write!(
+            PageDefect::Stale { age_ns, after_ns } => write!(
                 f,
                 "stale: last heartbeat {:.1} s ago (stale after {} s: is `perfclock serve` running?)",
                 *age_ns as f64 / 1e9,
-                STALE_AFTER_NS / 1_000_000_000
+                after_ns / 1_000_000_000
             ),
             PageDefect::Busy => f.write_str("its writer held the header lock for every retry"),
         }

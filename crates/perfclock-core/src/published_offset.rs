@@ -159,7 +159,10 @@ pub fn parse(bytes: &[u8]) -> Result<PublishedOffset, PageDefect> {
     let version = field(MAGIC, "not a published offset (no perfclock-offset line)")?;
     let version: u32 = number(version, "the version is not a number")?;
     if version != VERSION {
-        return Err(PageDefect::Version { found: version });
+        return Err(PageDefect::Version {
+            found: version,
+            expected: VERSION,
+        });
     }
     let boot_id = canonical_boot_id(field("boot_id", "no boot_id line")?).ok_or(
         PageDefect::Garbage("the boot id is not as the kernel prints it"),
@@ -323,7 +326,10 @@ mod tests {
                 good.replace("perfclock-offset 1", "perfclock-offset 2")
                     .as_bytes()
             ),
-            Err(PageDefect::Version { found: 2 })
+            Err(PageDefect::Version {
+                found: 2,
+                expected: VERSION,
+            })
         );
         assert!(
             parse(&good.as_bytes()[..good.len() - 1]).is_err(),

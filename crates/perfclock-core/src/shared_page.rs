@@ -176,7 +176,10 @@ impl SharedSnapshot {
         }
         let age_ns = now_ns.saturating_sub(beat_ns);
         if age_ns > STALE_AFTER_NS {
-            return Err(PageDefect::Stale { age_ns });
+            return Err(PageDefect::Stale {
+                age_ns,
+                after_ns: STALE_AFTER_NS,
+            });
         }
         Ok(())
     }
@@ -234,7 +237,10 @@ fn sane_conversion(fields: RawTimeFields) -> Result<TimeConversion, PageDefect> 
 /// [`PageDefect::Busy`] (the copy caught the writer mid-update).
 pub fn parse(bytes: &[u8]) -> Result<SharedSnapshot, PageDefect> {
     if bytes.len() < LAYOUT_BYTES {
-        return Err(PageDefect::Truncated { len: bytes.len() });
+        return Err(PageDefect::Truncated {
+            len: bytes.len(),
+            needed: LAYOUT_BYTES,
+        });
     }
     let h = HEADER_OFFSET;
     if word(bytes, h + offset_of!(SharedHeader, magic)) != MAGIC {
@@ -242,7 +248,10 @@ pub fn parse(bytes: &[u8]) -> Result<SharedSnapshot, PageDefect> {
     }
     let version = half(bytes, h + offset_of!(SharedHeader, version));
     if version != VERSION {
-        return Err(PageDefect::Version { found: version });
+        return Err(PageDefect::Version {
+            found: version,
+            expected: VERSION,
+        });
     }
     if half(bytes, h + offset_of!(SharedHeader, lock)) & 1 != 0 {
         return Err(PageDefect::Busy);
@@ -601,7 +610,8 @@ mod tests {
         assert_eq!(
             snapshot.check_fresh(BOOT, 1_000_000 + 6_000_000_000),
             Err(PageDefect::Stale {
-                age_ns: 6_000_000_000
+                age_ns: 6_000_000_000,
+                after_ns: STALE_AFTER_NS,
             })
         );
         assert_eq!(
@@ -622,13 +632,25 @@ mod tests {
     fn each_defect_is_named() {
         let writer = served(file());
         let good = writer.reader().snapshot().unwrap();
-        assert_eq!(parse(&good[..100]), Err(PageDefect::Truncated { len: 100 }));
+        assert_eq!(
+            parse(&good[..100]),
+            Err(PageDefect::Truncated {
+                len: 100,
+                needed: LAYOUT_BYTES,
+            })
+        );
         let mut bad = good;
         bad[HEADER_OFFSET] ^= 1;
         assert!(matches!(parse(&bad), Err(PageDefect::Garbage(_))));
         let mut bad = good;
         bad[HEADER_OFFSET + 8..HEADER_OFFSET + 12].copy_from_slice(&7u32.to_ne_bytes());
-        assert_eq!(parse(&bad), Err(PageDefect::Version { found: 7 }));
+        assert_eq!(
+            parse(&bad),
+            Err(PageDefect::Version {
+                found: 7,
+                expected: VERSION,
+            })
+        );
         let mut bad = good;
         bad[HEADER_OFFSET + 12] |= 1;
         assert_eq!(parse(&bad), Err(PageDefect::Busy));

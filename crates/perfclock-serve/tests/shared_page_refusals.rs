@@ -125,7 +125,10 @@ fn each_refused_page_names_its_reason() {
     write(&path, &good.0[..100], 0o644);
     assert_eq!(
         probe(&path),
-        Err(Refusal::Defect(PageDefect::Truncated { len: 100 }))
+        Err(Refusal::Defect(PageDefect::Truncated {
+            len: 100,
+            needed: FILE_BYTES,
+        }))
     );
 
     let mut random = vec![0u8; FILE_BYTES];
@@ -152,7 +155,7 @@ fn each_refused_page_names_its_reason() {
         0o644,
     );
     assert!(
-        matches!(probe(&path), Err(Refusal::Defect(PageDefect::Stale { age_ns })) if age_ns > STALE_AFTER_NS),
+        matches!(probe(&path), Err(Refusal::Defect(PageDefect::Stale { age_ns, .. })) if age_ns > STALE_AFTER_NS),
         "{:?}",
         probe(&path)
     );
