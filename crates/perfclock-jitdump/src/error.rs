@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use perfclock_core::{ParamError, ReadError};
 use perfclock_process_files::{ClockMismatch, ForkChild, LiveName, TakenName};
 
-use crate::timeconv::MAGIC_LINE;
 use crate::JitClock;
 
 /// Why [`crate::JitDump`] failed.
@@ -123,8 +122,12 @@ impl std::error::Error for JitDumpError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TimeConvError {
-    /// The first line is not [`MAGIC_LINE`](crate::timeconv::MAGIC_LINE) (not a record, or a version this reader predates).
-    NotARecord,
+    /// The first line is not `expected` ([`MAGIC_LINE`](crate::timeconv::MAGIC_LINE)): not a
+    /// record, or a version this reader predates.
+    NotARecord {
+        /// The first line a record has.
+        expected: &'static str,
+    },
     /// A line has no `=`.
     MalformedLine {
         /// 1-based line number.
@@ -146,9 +149,9 @@ pub enum TimeConvError {
 impl fmt::Display for TimeConvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TimeConvError::NotARecord => write!(
+            TimeConvError::NotARecord { expected } => write!(
                 f,
-                "not a perfclock time conversion record: the first line is not {MAGIC_LINE:?}"
+                "not a perfclock time conversion record: the first line is not {expected:?}"
             ),
             TimeConvError::MalformedLine { line } => {
                 write!(f, "time conversion record line {line} is not key=value")
@@ -190,11 +193,13 @@ pub enum ForeignDumpError {
         /// The size it claims.
         size: u32,
     },
-    /// More than [`crate::foreign::MAX_HELD_BYTES`] of records wait for the code load they
-    /// describe.
+    /// More than `limit` bytes ([`crate::foreign::MAX_HELD_BYTES`]) of records wait for the
+    /// code load they describe.
     HeldTooLong {
         /// Where the record that went past the bound starts.
         offset: u64,
+        /// The bytes of records a copy holds at most.
+        limit: usize,
     },
     /// Reading failed.
     Read(std::io::ErrorKind),
@@ -209,11 +214,11 @@ impl fmt::Display for ForeignDumpError {
                 "the jitdump's record at byte {offset} claims {size} bytes, fewer than its \
                  16-byte header or more than any function's: the file is corrupt"
             ),
-            ForeignDumpError::HeldTooLong { offset } => write!(
+            ForeignDumpError::HeldTooLong { offset, limit } => write!(
                 f,
                 "the jitdump holds more than {} MiB of records before the code load they \
                  describe (at byte {offset}): not a runtime's dump",
-                crate::foreign::MAX_HELD_BYTES >> 20
+                limit >> 20
             ),
             ForeignDumpError::Read(kind) => write!(f, "reading the jitdump failed: {kind}"),
         }

@@ -328,7 +328,10 @@ impl Held {
         offset: u64,
     ) -> Result<(), ForeignDumpError> {
         if self.bytes.len() + record.len() > MAX_HELD_BYTES {
-            return Err(ForeignDumpError::HeldTooLong { offset });
+            return Err(ForeignDumpError::HeldTooLong {
+                offset,
+                limit: MAX_HELD_BYTES,
+            });
         }
         self.bytes.extend_from_slice(record);
         self.records.push((self.bytes.len(), describes));

@@ -258,7 +258,9 @@ fn fields(text: &str) -> Result<([Option<&str>; KEYS.len()], Optional<'_>), Time
     let mut lines = text.split('\n');
     let first_line = lines.next().unwrap_or("");
     if first_line != MAGIC_LINE {
-        return Err(TimeConvError::NotARecord);
+        return Err(TimeConvError::NotARecord {
+            expected: MAGIC_LINE,
+        });
     }
     let mut values: [Option<&str>; KEYS.len()] = [None; KEYS.len()];
     let mut optional = Optional::default();
@@ -643,11 +645,11 @@ mod tests {
         );
         assert!(matches!(
             TimeConvRecord::parse("perfclock-timeconv 2\n"),
-            Err(TimeConvError::NotARecord)
+            Err(TimeConvError::NotARecord { .. })
         ));
         assert!(matches!(
             TimeConvRecord::parse(""),
-            Err(TimeConvError::NotARecord)
+            Err(TimeConvError::NotARecord { .. })
         ));
         assert_eq!(
             TimeConvRecord::parse(&format!("{text}no equals sign\n")),
