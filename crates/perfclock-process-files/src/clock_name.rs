@@ -1,10 +1,8 @@
 //! A file's clock by name: what a program passes as a string and a front end reads from its
-//! environment variable.
+//! environment variable, and the name that is no clock's ([`UnknownClock`]).
 
 use std::ffi::OsStr;
 use std::fmt;
-
-use crate::UnknownClock;
 
 /// A clock a file's times are in, known by name.
 ///
@@ -62,6 +60,46 @@ pub trait ClockName: Copy + Eq + Default + fmt::Display + 'static {
         }
     }
 }
+
+/// A name that is no clock's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownClock {
+    /// The name given (invalid UTF-8 replaced).
+    pub name: String,
+    /// The environment variable it came from, if any.
+    pub variable: Option<&'static str>,
+    kind: &'static str,
+    choices: &'static str,
+}
+
+impl UnknownClock {
+    /// `name`, which no `C` has, from `variable` if any.
+    pub fn new<C: ClockName>(name: &str, variable: Option<&'static str>) -> UnknownClock {
+        UnknownClock {
+            name: name.to_owned(),
+            variable,
+            kind: C::KIND,
+            choices: C::CHOICES,
+        }
+    }
+}
+
+impl fmt::Display for UnknownClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let UnknownClock {
+            name,
+            kind,
+            choices,
+            ..
+        } = self;
+        match self.variable {
+            Some(variable) => write!(f, "{variable}={name:?} names no {kind}: use {choices}"),
+            None => write!(f, "unknown {kind} {name:?}: use {choices}"),
+        }
+    }
+}
+
+impl std::error::Error for UnknownClock {}
 
 #[cfg(test)]
 mod tests {

@@ -1,13 +1,11 @@
-//! The failures every per-process file shares, and a clock name that is no clock's
-//! ([`UnknownClock`]).
+//! The failures every per-process file shares (a clock name that is no clock's,
+//! [`UnknownClock`](crate::UnknownClock), is `clock_name`'s).
 //!
 //! They follow the workspace's error policy, stated in docs/design.md ("Errors"); none wraps
 //! another error.
 
 use std::fmt;
 use std::path::PathBuf;
-
-use crate::ClockName;
 
 /// A handle used in a fork child of the process that opened it: a child never writes into,
 /// nor closes, its parent's file. The child opens its own (named with its own pid).
@@ -92,43 +90,3 @@ mod tests {
         );
     }
 }
-
-/// A name that is no clock's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownClock {
-    /// The name given (invalid UTF-8 replaced).
-    pub name: String,
-    /// The environment variable it came from, if any.
-    pub variable: Option<&'static str>,
-    kind: &'static str,
-    choices: &'static str,
-}
-
-impl UnknownClock {
-    /// `name`, which no `C` has, from `variable` if any.
-    pub fn new<C: ClockName>(name: &str, variable: Option<&'static str>) -> UnknownClock {
-        UnknownClock {
-            name: name.to_owned(),
-            variable,
-            kind: C::KIND,
-            choices: C::CHOICES,
-        }
-    }
-}
-
-impl fmt::Display for UnknownClock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let UnknownClock {
-            name,
-            kind,
-            choices,
-            ..
-        } = self;
-        match self.variable {
-            Some(variable) => write!(f, "{variable}={name:?} names no {kind}: use {choices}"),
-            None => write!(f, "unknown {kind} {name:?}: use {choices}"),
-        }
-    }
-}
-
-impl std::error::Error for UnknownClock {}

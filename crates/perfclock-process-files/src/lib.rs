@@ -21,7 +21,7 @@ mod clock_name;
 mod error;
 mod registry;
 
-pub use clock_name::ClockName;
-pub use error::{ClockMismatch, ForkChild, UnknownClock};
+pub use clock_name::{ClockName, UnknownClock};
+pub use error::{ClockMismatch, ForkChild};
 pub use perfclock_os::shared_file::{LiveName, TakenName};
 pub use registry::{FileKey, Registered, Registry, Retention};
