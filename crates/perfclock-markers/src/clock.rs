@@ -18,8 +18,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use perfclock::ClockSnapshot;
 use perfclock_process_files::{ClockName, UnknownClock};
 
-use crate::MarkerError;
-
 /// The clock of a marker file's times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum MarkerClock {
@@ -69,24 +67,24 @@ pub const PAIRING_MAX_AGE_NS: u64 = 10_000_000;
 static PAIRED_AT: AtomicU64 = AtomicU64::new(0);
 static OFFSET_NS: AtomicI64 = AtomicI64::new(0);
 
-/// `(start_ns, end_ns)` in perf-clock ns, as `CLOCK_MONOTONIC` ns. Allocates nothing and takes
-/// no lock (a pairing is counter reads and vDSO `clock_gettime`): callable from a signal
-/// handler.
-pub(crate) fn to_monotonic(start_ns: u64, end_ns: u64) -> Result<(u64, u64), MarkerError> {
-    let clock = perfclock::global().ok_or(MarkerError::NoPairing)?;
+/// `(start_ns, end_ns)` in perf-clock ns, as `CLOCK_MONOTONIC` ns; `None` without a perf clock
+/// or a pairing. Allocates nothing and takes no lock (a pairing is counter reads and vDSO
+/// `clock_gettime`): callable from a signal handler.
+pub(crate) fn to_monotonic(start_ns: u64, end_ns: u64) -> Option<(u64, u64)> {
+    let clock = perfclock::global()?;
     let now = clock.now_ns().unwrap_or(end_ns);
     // ATOMICS: Acquire pairs with the Release below: the offset read is at least as new as the
     // instant read.
     let at = PAIRED_AT.load(Ordering::Acquire);
     if at == 0 || now.abs_diff(at) > PAIRING_MAX_AGE_NS {
-        let snapshot = ClockSnapshot::take(clock).map_err(|_| MarkerError::NoPairing)?;
+        let snapshot = ClockSnapshot::take(clock).ok()?;
         OFFSET_NS.store(snapshot.monotonic.offset_ns, Ordering::Relaxed);
         PAIRED_AT.store(snapshot.perf_ns.max(1), Ordering::Release);
     }
     let offset = OFFSET_NS.load(Ordering::Relaxed);
     let shift =
         |ns: u64| u64::try_from((i128::from(ns) + i128::from(offset)).max(0)).unwrap_or(u64::MAX);
-    Ok((shift(start_ns), shift(end_ns)))
+    Some((shift(start_ns), shift(end_ns)))
 }
 
 #[cfg(test)]

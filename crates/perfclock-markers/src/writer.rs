@@ -197,7 +197,9 @@ impl Markers {
         }
         let (start_ns, end_ns) = match self.inner.file.clock {
             MarkerClock::Perf => (start_ns, end_ns),
-            MarkerClock::Monotonic => to_monotonic(start_ns, end_ns)?,
+            MarkerClock::Monotonic => {
+                to_monotonic(start_ns, end_ns).ok_or(MarkerError::NoPairing)?
+            }
         };
         let Some(_entered) = Entered::enter() else {
             self.inner.lost.fetch_add(1, Ordering::Relaxed);
