@@ -7,14 +7,16 @@
 //! line break (which may then move text to the next frame's name) or a DSO holds ` (`. Then
 //! everything `perfclock report` makes of the samples: the folded stacks weigh each sample once
 //! whatever the split; the pprof profile has one sample per perf sample, every location and
-//! string it refers to exists, and it encodes and decodes to itself; the SVG is written. The
+//! string it refers to exists, and it encodes and decodes to itself; the SVG is written, and so
+//! is the differential SVG of the samples against themselves made comparable. The
 //! same bytes as `perf buildid-list`'s output: every id kept is even-length lowercase hex, for a
 //! non-empty DSO name.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use perfclock_report::flamegraph::{self, FlameGraphOptions, Split};
+use perfclock_report::compare;
+use perfclock_report::flamegraph::{self, Diff, FlameGraphOptions, Split};
 use perfclock_report::pprof::{self, PprofOptions};
 use perfclock_report::{Frame, FrameKind, ParseError, Sample};
 use prost::Message;
@@ -95,6 +97,7 @@ impl Recording {
                     period: printed.period,
                     event: EVENTS[usize::from(printed.event) % EVENTS.len()].to_owned(),
                     frames,
+                    marker: None,
                 }
             })
             .collect()
@@ -138,7 +141,7 @@ fn read(structure: &[u8], names: &[u8]) -> Result<Vec<Sample>, ParseError> {
 
 /// What `perfclock report` writes from `samples`, checked.
 fn check_outputs(samples: &[Sample], salt: usize) {
-    for split in [Split::None, Split::Process, Split::Thread] {
+    for split in [Split::None, Split::Process, Split::Thread, Split::Marker] {
         let total: u64 = flamegraph::folded(samples, split)
             .iter()
             .map(|line| {
@@ -186,6 +189,19 @@ fn check_outputs(samples: &[Sample], salt: usize) {
             "{error:?}: {:?}",
             flamegraph::folded(samples, Split::None)
         ),
+    }
+    // The recording against itself made comparable: every frame keeps its stack's count.
+    let comparable = compare::comparable(samples.to_vec());
+    assert_eq!(comparable.len(), samples.len());
+    let diff = Diff {
+        base: samples,
+        new: &comparable,
+        normalize: salt % 2 == 0,
+    };
+    let mut svg = Vec::new();
+    match flamegraph::write_diff_svg(&diff, &graph, &mut svg) {
+        Ok(()) => assert!(!svg.is_empty()),
+        Err(error) => assert!(samples.is_empty(), "{error:?}"),
     }
 }
 

@@ -121,6 +121,7 @@ mod tests {
                     FrameKind::Kernel,
                 ),
             ],
+            marker: None,
         };
         let (base, new) = (
             comparable(vec![sample(100, 7)]),

@@ -33,7 +33,13 @@ pub enum Split {
     Process,
     /// A root frame per thread, `comm-pid/tid`.
     Thread,
+    /// A root frame per marker span name ([`Sample::marker`]), [`NO_MARKER`] for the samples
+    /// outside every span.
+    Marker,
 }
+
+/// The root of the samples outside every marker span in [`Split::Marker`].
+pub const NO_MARKER: &str = "[no marker]";
 
 /// What the SVG shows besides the stacks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -287,7 +293,7 @@ impl Folded {
     fn new(samples: &[Sample], split: Split) -> Folded {
         let comms = match split {
             Split::Process => process_comms(samples),
-            Split::None | Split::Thread => HashMap::new(),
+            Split::None | Split::Thread | Split::Marker => HashMap::new(),
         };
         let mut folded = Folded {
             stacks: BTreeMap::new(),
@@ -304,6 +310,7 @@ impl Folded {
                     Some(format!("{comm}-{}", sample.pid))
                 }
                 Split::Thread => Some(format!("{}-{}/{}", sample.comm, sample.pid, sample.tid)),
+                Split::Marker => Some(sample.marker.as_deref().unwrap_or(NO_MARKER).to_owned()),
             };
             if let Some(root) = root {
                 let root = safe_name(&root);
@@ -514,6 +521,7 @@ mod tests {
             period: 250_000,
             event: "cpu-clock:ppp".to_owned(),
             frames,
+            marker: None,
         }
     }
 
@@ -609,12 +617,17 @@ mod tests {
     }
 
     #[test]
-    fn splits_put_the_process_or_the_thread_below() {
-        let samples = [
+    fn splits_put_the_process_the_thread_or_the_marker_below() {
+        let mut samples = [
             sample("C2 CompilerThre", 7, 9, vec![native("f")]),
             sample("java", 7, 7, vec![native("f")]),
             sample("node", 8, 10, vec![native("g")]),
         ];
+        samples[1].marker = Some("a;b".to_owned());
+        assert_eq!(
+            folded(&samples, Split::Marker),
+            ["[no marker];f 1", "[no marker];g 1", "a:b;f 1"]
+        );
         assert_eq!(folded(&samples, Split::None), ["f 2", "g 1"]);
         assert_eq!(
             folded(&samples, Split::Process),

@@ -9,6 +9,7 @@ pub mod build_ids;
 pub mod compare;
 pub mod error;
 pub mod flamegraph;
+pub mod markers;
 pub mod pprof;
 pub mod samples;
 

@@ -5,7 +5,8 @@
 //! - One pprof sample per perf sample, values `[1, period]`: pprof's consumers aggregate
 //!   identical stacks themselves, and a sample of its own keeps its thread and time labels
 //!   (`pid`, `tid`, `thread_name`; `timestamp` in wall-clock ns when
-//!   [`PprofOptions::wall_clock_offset_ns`] is given).
+//!   [`PprofOptions::wall_clock_offset_ns`] is given; `marker`, the name of the marker span it
+//!   lies in, when it lies in one: [`crate::markers`]).
 //! - A [`Mapping`](proto::Mapping) per DSO, named as perf names it: kernel frames are those whose
 //!   mapping is `[kernel.kallsyms]` (or `[module]`). Function names stay as perf shows them, so
 //!   pprof's totals read like `perf report`'s.
@@ -253,6 +254,7 @@ pub fn profile(samples: &[Sample], options: &PprofOptions) -> proto::Profile {
         (offset, keys)
     });
     let event_key = several_events.then(|| builder.string("event"));
+    let marker_key = builder.string("marker");
     let mut wall_clock_start: Option<i64> = None;
     for sample in samples {
         let location_id = sample
@@ -276,6 +278,13 @@ pub fn profile(samples: &[Sample], options: &PprofOptions) -> proto::Profile {
                 ..num_label(timestamp_key, wall_ns)
             });
             wall_clock_start = Some(wall_clock_start.map_or(wall_ns, |first| first.min(wall_ns)));
+        }
+        if let Some(marker) = &sample.marker {
+            label.push(proto::Label {
+                key: marker_key,
+                str: builder.string(marker),
+                ..Default::default()
+            });
         }
         if let Some(event_key) = event_key {
             label.push(proto::Label {
@@ -670,6 +679,7 @@ mod tests {
             period,
             event: event.into(),
             frames,
+            marker: None,
         }
     }
 

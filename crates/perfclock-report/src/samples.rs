@@ -115,6 +115,8 @@ pub struct Sample {
     pub event: String,
     /// The stack, leaf first.
     pub frames: Vec<Frame>,
+    /// The name of the marker span the sample lies in, if any ([`crate::markers`]).
+    pub marker: Option<String>,
 }
 
 /// The arguments of the `perf script` run whose output [`read_structure`] reads.
@@ -211,6 +213,7 @@ pub fn read_structure(output: impl BufRead) -> Result<Structure, ParseError> {
                     period: header.period,
                     event: header.event.to_owned(),
                     frames: Vec::new(),
+                    marker: None,
                 },
                 ips: header.ip.into_iter().collect(),
                 stack_lines: in_stack,
@@ -569,6 +572,7 @@ mod tests {
                 .iter()
                 .map(|&(ip, function, dso)| Frame::new(ip, function, dso, kind_of(dso)))
                 .collect(),
+            marker: None,
         }
     }
 

@@ -98,6 +98,7 @@ fn samples() -> Vec<Sample> {
                 period,
                 event: "cpu-clock:ppp".into(),
                 frames: frames.clone(),
+                marker: None,
             });
         }
     };
@@ -300,6 +301,7 @@ fn the_first_mapping_is_the_busiest_processs_executable() {
         period: PERIOD_NS,
         event: "cpu-clock".into(),
         frames,
+        marker: None,
     };
     let libc = || Frame::new(0x10, "memcpy", "/usr/lib/libc.so.6", FrameKind::Native);
     // A comm of 15 bytes is the kernel's cut of a longer file name.
