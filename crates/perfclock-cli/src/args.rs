@@ -125,9 +125,14 @@ pub struct ReportArgs {
     /// Write the pprof profile (gzipped profile.proto) here.
     #[arg(long, value_name = "PROFILE.pb.gz")]
     pub pprof: Option<PathBuf>,
-    /// Split the flame graph by process (`comm-pid` below each stack) or by thread.
+    /// Split the flame graph by process (`comm-pid` below each stack), by thread, or by the
+    /// marker span each sample lies in.
     #[arg(long, value_enum)]
     pub split: Option<SplitBy>,
+    /// Keep only the samples that lie in a marker span named NAME (perfclock's marker files
+    /// the recording mapped, `marker-<pid>.txt`; repeat for several names).
+    #[arg(long, value_name = "NAME")]
+    pub during: Vec<String>,
     /// Compare IN with the recording BASE: the flame graph is IN's, each function coloured by
     /// its change in self samples since BASE (red: more, blue: fewer), and `--pprof` and
     /// `--pprof-base` write the pair `go tool pprof -diff_base` reads. JIT names are made
@@ -225,6 +230,8 @@ pub enum SplitBy {
     Process,
     /// A root frame per thread, `comm-pid/tid`.
     Thread,
+    /// A root frame per marker span name (where spans overlap, the one that started last).
+    Marker,
 }
 
 /// The spellings of perf options that `perfclock record` refuses among its PERF-OPTIONS
