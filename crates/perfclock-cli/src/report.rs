@@ -14,10 +14,13 @@ use std::path::Path;
 use std::process::{ChildStdout, Command, ExitCode, Stdio};
 
 use perfclock_cli::{ReportArgs, SplitBy};
+use perfclock_core::untrusted::Untrusted;
+use perfclock_os::untrusted_file::{open_untrusted, Root};
 use perfclock_perfdata::{
-    check_output_path, read_layout, ClockData, Feature, OutputFile, PerfDataError,
+    check_output_path, maps_of, read_layout, ClockData, Feature, OutputFile, PerfDataError,
 };
 use perfclock_report::flamegraph::{self, Diff, FlameGraphOptions, Split};
+use perfclock_report::markers::{self, Spans};
 use perfclock_report::pprof::{self, PprofOptions};
 use perfclock_report::{build_ids, compare};
 use perfclock_report::{ParseError, Sample, NAMES_ARGS, STRUCTURE_ARGS};
@@ -52,8 +55,12 @@ fn report(options: &ReportArgs) -> Result<(), String> {
     for out in outputs.into_iter().flatten() {
         check_output_path(out).map_err(|e| chain(&e))?;
     }
-    let mut samples = recording(&options.input)?;
-    let mut base = options.diff.as_deref().map(recording).transpose()?;
+    let mut samples = recording(options, &options.input)?;
+    let mut base = options
+        .diff
+        .as_deref()
+        .map(|base| recording(options, base))
+        .transpose()?;
     if let Some(base_samples) = base.take() {
         warn_if_incomparable(&base_samples, &samples);
         base = Some(compare::comparable(base_samples));
@@ -79,9 +86,10 @@ fn report(options: &ReportArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The samples of the recording `input`, read through perf script, said on standard error.
-fn recording(input: &Path) -> Result<Vec<Sample>, String> {
-    let samples = samples(input)?;
+/// The samples of the recording `input`, read through perf script, each with the marker span
+/// it lies in, only those `--during` asks for; said on standard error.
+fn recording(options: &ReportArgs, input: &Path) -> Result<Vec<Sample>, String> {
+    let mut samples = samples(input)?;
     if samples.is_empty() {
         return Err(format!("{} holds no sample", input.display()));
     }
@@ -91,7 +99,107 @@ fn recording(input: &Path) -> Result<Vec<Sample>, String> {
         samples.len(),
         samples.iter().map(|s| s.tid).collect::<HashSet<_>>().len()
     );
+    let spans = marker_spans(input)?;
+    let inside = spans.assign(&mut samples, &options.during);
+    if options.during.is_empty() {
+        return Ok(samples);
+    }
+    let missing: Vec<&String> = options
+        .during
+        .iter()
+        .filter(|name| !spans.names().contains(name))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{}: no marker span is named {}; its spans are named: {}",
+            input.display(),
+            quoted(missing.iter().map(|name| name.as_str())),
+            quoted(spans.names().iter().map(String::as_str))
+        ));
+    }
+    let mut inside = inside.into_iter();
+    samples.retain(|_| inside.next().unwrap_or(false));
+    errln!(
+        "{NAME}: {}: {} samples lie in spans named {}",
+        input.display(),
+        samples.len(),
+        quoted(options.during.iter().map(String::as_str))
+    );
+    if samples.is_empty() {
+        return Err(format!(
+            "{}: no sample lies in the spans --during names",
+            input.display()
+        ));
+    }
     Ok(samples)
+}
+
+/// `names`, each escaped and quoted, comma-separated (the first 20).
+fn quoted<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let shown: Vec<String> = names
+        .take(20)
+        .map(|name| format!("\"{}\"", Untrusted::str(name)))
+        .collect();
+    if shown.is_empty() {
+        "(none)".to_owned()
+    } else {
+        shown.join(", ")
+    }
+}
+
+/// The spans of every marker file the recording `input` maps (`marker-<pid>.txt` or
+/// `marker-<pid>-<tid>.txt` in its MMAP records, as samply finds them), each read at its path
+/// as an untrusted file: no link followed, a regular file, at most
+/// `markers::MAX_MARKER_FILE_BYTES`. A file that cannot be read is a warning.
+fn marker_spans(input: &Path) -> Result<Spans, String> {
+    let mut file =
+        File::open(input).map_err(|e| format!("cannot open {}: {e}", input.display()))?;
+    let layout = read_layout(&mut file).map_err(|e| chain(&e))?;
+    let is_marker_file = |path: &Path| {
+        path.file_name()
+            .and_then(|name| name.to_str())
+            .and_then(markers::marker_file_pid)
+            .is_some()
+    };
+    let maps =
+        maps_of(&mut file, &layout, |_, path| is_marker_file(path)).map_err(|e| chain(&e))?;
+    let mut spans = Spans::new();
+    let mut seen = HashSet::new();
+    for map in maps {
+        if !seen.insert((map.pid, map.path.clone())) {
+            continue;
+        }
+        let shown = Untrusted(map.path.as_os_str().as_encoded_bytes());
+        let opened = match open_untrusted(Root::Here, &map.path, markers::MAX_MARKER_FILE_BYTES) {
+            Ok(opened) => opened,
+            Err(error) => {
+                errln!(
+                    "{NAME}: warning: the marker file {shown} of process {} is not read: {error}",
+                    map.pid
+                );
+                continue;
+            }
+        };
+        let reader = BufReader::new(opened.file.take(opened.len));
+        match spans.read_spans(map.pid, reader) {
+            Ok(counts) => errln!(
+                "{NAME}: markers of process {} from {shown}: {} spans, {} instants (they hold \
+                 no sample){}",
+                map.pid,
+                counts.spans,
+                counts.instants,
+                if counts.unreadable > 0 {
+                    format!(", {} lines that are no marker, skipped", counts.unreadable)
+                } else {
+                    String::new()
+                }
+            ),
+            Err(error) => {
+                errln!("{NAME}: warning: reading the marker file {shown} stopped: {error}")
+            }
+        }
+    }
+    Ok(spans)
 }
 
 /// Warns where BASE's and NEW's counts do not stand for the same thing: another event, or
@@ -131,6 +239,7 @@ fn write_flamegraph(
         None => Split::None,
         Some(SplitBy::Process) => Split::Process,
         Some(SplitBy::Thread) => Split::Thread,
+        Some(SplitBy::Marker) => Split::Marker,
     };
     let event = samples.first().map_or("", |s| s.event.as_str());
     let diff = base.map(|base| Diff {

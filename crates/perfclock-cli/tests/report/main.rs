@@ -4,5 +4,6 @@
 
 mod common;
 mod diff;
+mod markers;
 mod native;
 mod readable;
