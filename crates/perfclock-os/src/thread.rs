@@ -1,10 +1,12 @@
 //! The calling thread's properties: its kernel id ([`gettid`]), its name (what perf records in
-//! `COMM` records), its signal mask, and ([`affinity`]) the CPUs it may run on.
+//! `COMM` records), its signal mask, its scheduling (nice value, real-time class), and
+//! ([`affinity`]) the CPUs it may run on.
 //!
 //! # Safety
 //! Each unsafe block is one call on the calling thread's own state: `gettid`, `prctl(PR_GET_NAME)` writing
 //! at most 16 bytes into a 16-byte array, `prctl(PR_SET_NAME)` reading a NUL-terminated array of
-//! 16 bytes, and `sigfillset`/`pthread_sigmask` on a local `sigset_t`.
+//! 16 bytes, `sigfillset`/`pthread_sigmask` on a local `sigset_t`, `setpriority` of the
+//! thread's own id, and `sched_setscheduler` of the calling thread from a local `sched_param`.
 #![allow(unsafe_code)]
 
 pub mod affinity;
@@ -81,6 +83,43 @@ pub fn block_all_signals() -> io::Result<()> {
     };
     if rc != 0 {
         return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Sets the calling thread's nice value (Linux keeps one per thread): a thread that must wake
+/// at once when it has work, and has little, asks for a lower one than the process's.
+///
+/// # Errors
+/// `setpriority`'s errno: `EACCES` below the current value without `CAP_SYS_NICE` (or
+/// `RLIMIT_NICE`).
+pub fn set_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority on this thread's own id with plain integers.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid(), nice) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Puts the calling thread in the `SCHED_FIFO` class at `priority` (1 to 99), or back in the
+/// normal class (`None`): a real-time thread runs as soon as it wakes, before every normal
+/// one.
+///
+/// # Errors
+/// `sched_setscheduler`'s errno: `EPERM` without `CAP_SYS_NICE` (or `RLIMIT_RTPRIO`).
+pub fn set_realtime(priority: Option<i32>) -> io::Result<()> {
+    let (policy, priority) = match priority {
+        Some(priority) => (libc::SCHED_FIFO, priority),
+        None => (libc::SCHED_OTHER, 0),
+    };
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pid 0 is the calling thread; `param` is a live, initialised sched_param.
+    let rc = unsafe { libc::sched_setscheduler(0, policy, &param) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
