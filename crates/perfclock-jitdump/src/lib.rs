@@ -49,10 +49,12 @@ mod error;
 pub mod foreign;
 mod record;
 pub mod timeconv;
+mod timed;
 mod writer;
 
 pub use clock::JitClock;
 pub use error::{ForeignDumpError, JitDumpError, TimeConvError};
 pub use perfclock_process_files::{ClockMismatch, ClockName, ForkChild, UnknownClock};
 pub use record::DebugEntry;
+pub use timed::{write_timed_dump, TimedLoad, MAX_CODE_BYTES};
 pub use writer::JitDump;

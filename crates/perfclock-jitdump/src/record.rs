@@ -92,21 +92,21 @@ pub(crate) struct CodeLoad<'a> {
 /// [`JitDumpError::NameContainsNul`] (perf reads the name as a C string, so the rest would be
 /// lost), [`JitDumpError::EmptyCode`] (perf would map a zero-length image that no sample can
 /// hit), [`JitDumpError::RecordTooLarge`] (the record's size field is 32 bits).
-pub(crate) fn check_load(name: &[u8], code: &[u8]) -> Result<usize, JitDumpError> {
+pub(crate) fn check_load(name: &[u8], code_len: usize) -> Result<usize, JitDumpError> {
     if let Some(position) = name.iter().position(|&b| b == 0) {
         return Err(JitDumpError::NameContainsNul { position });
     }
-    if code.is_empty() {
+    if code_len == 0 {
         return Err(JitDumpError::EmptyCode);
     }
     let size = CODE_LOAD_FIXED_SIZE
         .checked_add(name.len())
         .and_then(|s| s.checked_add(1))
-        .and_then(|s| s.checked_add(code.len()))
+        .and_then(|s| s.checked_add(code_len))
         .filter(|&s| u32::try_from(s).is_ok())
         .ok_or(JitDumpError::RecordTooLarge {
             name_len: name.len(),
-            code_len: code.len(),
+            code_len,
         })?;
     Ok(size)
 }
@@ -116,18 +116,32 @@ pub(crate) fn check_load(name: &[u8], code: &[u8]) -> Result<usize, JitDumpError
 /// # Errors
 /// As [`check_load`].
 pub(crate) fn code_load(out: &mut Vec<u8>, load: &CodeLoad<'_>) -> Result<(), JitDumpError> {
-    let size = check_load(load.name, load.code)?;
-    out.reserve(size);
+    code_load_head(out, load, load.code.len())?;
+    out.extend_from_slice(load.code);
+    Ok(())
+}
+
+/// Appends the part of a `JIT_CODE_LOAD` record before its code, for `code_len` bytes of code
+/// the caller writes right after it (`load.code` is not written).
+///
+/// # Errors
+/// As [`check_load`].
+pub(crate) fn code_load_head(
+    out: &mut Vec<u8>,
+    load: &CodeLoad<'_>,
+    code_len: usize,
+) -> Result<(), JitDumpError> {
+    let size = check_load(load.name, code_len)?;
+    out.reserve(size - code_len);
     prefix(out, RecordId::Load, size as u32, load.timestamp);
     out.extend_from_slice(&load.pid.to_ne_bytes());
     out.extend_from_slice(&load.tid.to_ne_bytes());
     out.extend_from_slice(&load.addr.to_ne_bytes()); // vma
     out.extend_from_slice(&load.addr.to_ne_bytes()); // code_addr
-    out.extend_from_slice(&(load.code.len() as u64).to_ne_bytes());
+    out.extend_from_slice(&(code_len as u64).to_ne_bytes());
     out.extend_from_slice(&load.code_index.to_ne_bytes());
     out.extend_from_slice(load.name);
     out.push(0);
-    out.extend_from_slice(load.code);
     Ok(())
 }
 
@@ -308,14 +322,11 @@ mod tests {
     #[test]
     fn rejects_what_perf_cannot_represent() {
         assert!(matches!(
-            check_load(b"a\0b", &[0xc3]),
+            check_load(b"a\0b", 1),
             Err(JitDumpError::NameContainsNul { position: 1 })
         ));
-        assert!(matches!(
-            check_load(b"a", &[]),
-            Err(JitDumpError::EmptyCode)
-        ));
-        assert_eq!(check_load(b"", &[0xc3]).unwrap(), CODE_LOAD_FIXED_SIZE + 2);
+        assert!(matches!(check_load(b"a", 0), Err(JitDumpError::EmptyCode)));
+        assert_eq!(check_load(b"", 1).unwrap(), CODE_LOAD_FIXED_SIZE + 2);
     }
     #[test]
     fn debug_info_layout() {

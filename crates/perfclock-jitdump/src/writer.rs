@@ -433,7 +433,7 @@ impl Shared {
         code: &[u8],
         entries: &[DebugEntry<'_>],
     ) -> Result<u64, JitDumpError> {
-        let load_size = record::check_load(name, code)?;
+        let load_size = record::check_load(name, code.len())?;
         let debug_size = if entries.is_empty() {
             0
         } else {
