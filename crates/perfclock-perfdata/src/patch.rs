@@ -119,9 +119,9 @@ impl<'a> Patch<'a> {
     }
 
     /// Points the recording at another file in place of `map`'s jitdump: a copy of its first
-    /// map record (read from `input`, the file this patch's layout was read from) naming
-    /// `file_name` instead, its pid and tid replaced by `pid` if given, is inserted, and the
-    /// original maps are disabled ([`Patch::disable_jitdump`]).
+    /// map record naming `file_name` instead, its pid and tid replaced by `pid` if given, is
+    /// inserted ([`Patch::insert_map_copy`]), and the original maps are disabled
+    /// ([`Patch::disable_jitdump`]).
     ///
     /// # Errors
     /// [`PerfDataError::BadInsertion`] if the map's first record was inside a compressed
@@ -140,6 +140,23 @@ impl<'a> Patch<'a> {
                     .to_owned(),
             )
         })?;
+        self.insert_map_copy(input, at, file_name, pid)?;
+        self.disable_jitdump(map)
+    }
+
+    /// Inserts a copy of the map record (MMAP or MMAP2) at offset `at` of `input` (the file
+    /// this patch's layout was read from), naming `file_name` instead, its pid and tid replaced
+    /// by `pid` if given: a map of that file at the same time, in the same process.
+    ///
+    /// # Errors
+    /// [`PerfDataError::BadInsertion`] if the record there is not a map record; a read error.
+    pub fn insert_map_copy<R: Read + Seek>(
+        &mut self,
+        input: &mut R,
+        at: u64,
+        file_name: &[u8],
+        pid: Option<u32>,
+    ) -> Result<&mut Self, PerfDataError> {
         let mut header = [0u8; RECORD_HEADER_SIZE];
         input.seek(SeekFrom::Start(at))?;
         input.read_exact(&mut header)?;
@@ -154,7 +171,7 @@ impl<'a> Patch<'a> {
                 .copy_from_slice(&pid.to_le_bytes());
         }
         self.insert_record(&renamed)?;
-        self.disable_jitdump(map)
+        Ok(self)
     }
 
     /// Adds a feature section with `contents`; the file must not have `feature` yet.

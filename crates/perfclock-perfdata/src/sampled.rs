@@ -78,6 +78,11 @@ impl SampledAddresses {
         self.by_pid.contains_key(&pid)
     }
 
+    /// The pids of the processes with a sample, in no order.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.by_pid.keys().copied()
+    }
+
     /// How many samples were read.
     pub fn samples(&self) -> u64 {
         self.samples
