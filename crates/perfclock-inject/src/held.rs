@@ -12,6 +12,9 @@
 //! so a machine of many idle processes costs a few reads a second. A process that maps a dump
 //! and exits within one poll interval (100 ms) of being started is read after the recording, as
 //! without a watch.
+//!
+//! The same looks find the processes' perf maps, which the watch then follows as they grow
+//! ([`crate::perfmap`]): between looks it waits on their writes.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,10 +26,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use perfclock_core::counter::read_counter_ordered_or_zero;
+use perfclock_os::time::{clock_gettime_ns, monotonic_ns, ClockId};
 use perfclock_os::untrusted_file::{open_untrusted, Root, UntrustedFile, UntrustedFileError};
 use perfclock_perfdata::jitdump_pid;
 
 use crate::dumps::MAX_DUMP_BYTES;
+use crate::perfmap::{FollowedMap, FollowedMaps};
 use crate::sidecar::MAX_SIDECAR_BYTES;
 
 /// How often the watch looks for new processes.
@@ -40,6 +46,9 @@ const RESCANS: [Duration; 6] = [
     Duration::from_secs(4),
     Duration::from_secs(8),
 ];
+/// The most CPU the watch's thread may take as a real-time thread, in parts per thousand of
+/// one CPU over a poll interval.
+const REALTIME_CPU_PERMILLE: u64 = 200;
 /// The most dumps held open at once (each a descriptor).
 pub const MAX_HELD: usize = 4096;
 /// The longest `/proc/PID/maps` read (a JVM's is a few hundred KiB).
@@ -58,12 +67,12 @@ pub struct Held {
     pub root: Root,
 }
 
-/// Why a dump a recorded process mapped could not be held.
+/// Why a dump a recorded process mapped, or its perf map, could not be held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotHeld {
     /// The process.
     pub process: u32,
-    /// The dump as it maps it.
+    /// The file as the process names it.
     pub path: PathBuf,
     /// Why.
     pub error: UntrustedFileError,
@@ -73,7 +82,7 @@ impl fmt::Display for NotHeld {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "process {}'s dump {} could not be opened while it ran: {}",
+            "process {}'s {} could not be opened while it ran: {}",
             self.process,
             crate::input::shown(&self.path),
             self.error
@@ -81,10 +90,11 @@ impl fmt::Display for NotHeld {
     }
 }
 
-/// The dumps held, by (process, path as the process maps it).
+/// The dumps held, by (process, path as the process maps it), and the perf maps followed.
 #[derive(Debug, Default)]
 pub struct HeldDumps {
     held: Mutex<HashMap<(u32, PathBuf), Held>>,
+    maps: Mutex<Vec<FollowedMap>>,
     refused: Mutex<Vec<NotHeld>>,
     /// The command names of the processes the watch saw, each once.
     commands: Mutex<Vec<String>>,
@@ -144,6 +154,11 @@ impl HeldDumps {
         self.lock().remove(&(process, path.to_path_buf()))
     }
 
+    /// Takes the perf maps followed.
+    pub fn take_maps(&self) -> Vec<FollowedMap> {
+        std::mem::take(&mut *self.maps.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
     /// The processes and paths held, and their command names.
     pub fn list(&self) -> Vec<(u32, PathBuf, String)> {
         self.lock()
@@ -171,7 +186,7 @@ impl HeldDumps {
         }
     }
 
-    /// The dumps that could not be held, and why.
+    /// The dumps and maps that could not be held, and why.
     pub fn refused(&self) -> Vec<NotHeld> {
         self.refused
             .lock()
@@ -227,13 +242,13 @@ pub enum Scope {
     Trees(Vec<u32>),
 }
 
-/// A thread that holds the dumps the processes of a [`Scope`] map, until [`Watch::finish`].
+/// A thread that holds the dumps the processes of a [`Scope`] map, and follows their perf maps,
+/// until [`Watch::finish`].
 #[derive(Debug)]
 pub struct Watch {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
+    thread: JoinHandle<FollowedMaps>,
     held: Arc<HeldDumps>,
-    scope: Scope,
 }
 
 impl Watch {
@@ -245,79 +260,192 @@ impl Watch {
         let stop = Arc::new(AtomicBool::new(false));
         let held = Arc::new(HeldDumps::default());
         let thread = {
-            let (stop, held, scope) = (Arc::clone(&stop), Arc::clone(&held), scope.clone());
+            let (stop, held) = (Arc::clone(&stop), Arc::clone(&held));
             thread::Builder::new()
                 .name("perfclock-dumps".to_owned())
-                .spawn(move || {
-                    let mut seen = Seen::default();
-                    while !stop.load(Ordering::Relaxed) {
-                        seen.poll(&scope, &skip, &held);
-                        thread::sleep(POLL_INTERVAL);
-                    }
-                })?
+                .spawn(move || watch(&scope, &skip, &held, &stop))?
         };
-        Ok(Watch {
-            stop,
-            thread,
-            held,
-            scope,
-        })
+        Ok(Watch { stop, thread, held })
     }
 
-    /// Stops the thread, looks at every process of the scope once more, and hands the dumps
-    /// over.
+    /// Stops the thread, which looks at every process of the scope once more and reads every
+    /// map to its end, and hands the dumps and maps over.
     pub fn finish(self) -> Arc<HeldDumps> {
         self.stop.store(true, Ordering::Relaxed);
-        let _ = self.thread.join();
-        for pid in in_scope(&self.scope, &[]) {
-            self.held.hold_mapped(pid);
+        if let Ok(maps) = self.thread.join() {
+            let (maps, refused) = maps.finish();
+            *self
+                .held
+                .maps
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = maps;
+            self.held
+                .refused
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(refused);
         }
         self.held
     }
 }
 
+/// The watch's thread: looks at the processes of `scope` when due, and between looks waits on
+/// their maps' writes; at `stop`, looks at every process once more.
+fn watch(scope: &Scope, skip: &[u32], held: &HeldDumps, stop: &AtomicBool) -> FollowedMaps {
+    let mut scheduling = Scheduling::start();
+    let mut seen = Seen::default();
+    let mut maps = FollowedMaps::default();
+    let mut next_poll = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        if Instant::now() >= next_poll {
+            seen.poll(scope, skip, held, &mut maps);
+            scheduling.check();
+            next_poll = Instant::now() + POLL_INTERVAL;
+        }
+        for pid in maps.wait(next_poll.saturating_duration_since(Instant::now())) {
+            match seen.last_look(pid) {
+                Some(since) => maps.look(pid, since),
+                // A process that made its map before the watch saw it: looked at now, while
+                // its map holds a line or two, not at the next poll.
+                None if in_scope(scope, skip).contains(&pid) => {
+                    seen.look(pid, Instant::now(), held, &mut maps);
+                }
+                None => {}
+            }
+        }
+    }
+    for pid in in_scope(scope, skip) {
+        held.hold_mapped(pid);
+        maps.look(pid, seen.last_look(pid).unwrap_or(0));
+    }
+    maps
+}
+
+/// The watch's thread's scheduling. A map's line is stamped when this thread wakes after its
+/// write, and a sample between the two is named after the code there before: on a busy
+/// machine a normal thread waits for a CPU for milliseconds (up to a scheduler tick, 4 ms,
+/// seen with a build on both CPUs; 36 ms once), a real-time one for microseconds. So it runs
+/// as `SCHED_FIFO` where it may (root), and otherwise at the lowest nice value it may; and
+/// should a writer keep it busy (a map written without pause) past
+/// [`REALTIME_CPU_PERMILLE`] of a CPU over a poll interval, it becomes a normal thread for the
+/// rest of the recording, so no process can make it hold a CPU.
+struct Scheduling {
+    realtime: bool,
+    /// Its CPU time and the time at the last check, ns.
+    checked: (u64, u64),
+}
+
+impl Scheduling {
+    fn start() -> Scheduling {
+        let _ = perfclock_os::thread::set_nice(-20);
+        let realtime = perfclock_os::thread::set_realtime(Some(1)).is_ok();
+        Scheduling {
+            realtime,
+            checked: Scheduling::now(),
+        }
+    }
+
+    fn now() -> (u64, u64) {
+        let cpu = clock_gettime_ns(ClockId::ThreadCpuTime).unwrap_or(0);
+        (u64::try_from(cpu).unwrap_or(0), monotonic_ns())
+    }
+
+    fn check(&mut self) {
+        if !self.realtime {
+            return;
+        }
+        let (cpu, wall) = Scheduling::now();
+        let (used, over) = (
+            cpu - self.checked.0.min(cpu),
+            wall - self.checked.1.min(wall),
+        );
+        self.checked = (cpu, wall);
+        if used * 1000 > over * REALTIME_CPU_PERMILLE {
+            self.realtime = perfclock_os::thread::set_realtime(None).is_err();
+        }
+    }
+}
+
+/// A process as the watch last saw it.
+#[derive(Debug, Clone, Copy)]
+struct Looks {
+    /// Its start time in /proc/PID/stat.
+    started: u64,
+    /// When it is next due.
+    next: Instant,
+    /// How often it was looked at.
+    count: usize,
+    /// The counter when it was last looked at.
+    counter: u64,
+}
+
 /// The processes a watch has seen: when each is due to be looked at again, and how often it was.
 #[derive(Debug, Default)]
 struct Seen {
-    /// By pid: (its start time in /proc/PID/stat, the next look, how many looks so far).
-    processes: HashMap<u32, (u64, Instant, usize)>,
+    processes: HashMap<u32, Looks>,
 }
 
 impl Seen {
-    fn poll(&mut self, scope: &Scope, skip: &[u32], held: &HeldDumps) {
+    fn poll(&mut self, scope: &Scope, skip: &[u32], held: &HeldDumps, maps: &mut FollowedMaps) {
         let now = Instant::now();
         let live = in_scope(scope, skip);
         self.processes.retain(|pid, _| live.contains(pid));
         for pid in live {
-            let due = match self.processes.get(&pid) {
-                Some(&(_, next, _)) if next > now => continue,
-                Some(&(started, _, looks)) => {
-                    // Due: still the process it was (its pid may have been taken again)?
-                    match start_time(pid) {
-                        Some(now_started) if now_started == started => looks,
-                        Some(other) => {
-                            self.processes.insert(pid, (other, now, 0));
-                            0
-                        }
-                        None => continue,
-                    }
-                }
-                None => match start_time(pid) {
-                    Some(started) => {
-                        self.processes.insert(pid, (started, now, 0));
-                        held.saw(pid);
-                        0
-                    }
-                    None => continue,
-                },
-            };
-            held.hold_mapped(pid);
-            let step = RESCANS[due.min(RESCANS.len() - 1)];
-            if let Some(entry) = self.processes.get_mut(&pid) {
-                entry.1 = now + step;
-                entry.2 = due + 1;
+            if self
+                .processes
+                .get(&pid)
+                .is_none_or(|looks| looks.next <= now)
+            {
+                self.look(pid, now, held, maps);
             }
         }
+    }
+
+    /// Looks at process `pid`: holds the dumps it maps and follows its map.
+    fn look(&mut self, pid: u32, now: Instant, held: &HeldDumps, maps: &mut FollowedMaps) {
+        let first = Looks {
+            started: 0,
+            next: now,
+            count: 0,
+            counter: 0,
+        };
+        let looks = match self.processes.get(&pid) {
+            Some(&looks) => {
+                // Still the process it was (its pid may have been taken again)?
+                match start_time(pid) {
+                    Some(started) if started == looks.started => looks,
+                    Some(started) => Looks { started, ..first },
+                    None => return,
+                }
+            }
+            None => match start_time(pid) {
+                Some(started) => {
+                    held.saw(pid);
+                    Looks { started, ..first }
+                }
+                None => return,
+            },
+        };
+        // Read before looking: a map not there at this look was made after this counter.
+        let counter = read_counter_ordered_or_zero();
+        held.hold_mapped(pid);
+        // A map there at the first look counts from the start.
+        maps.look(pid, looks.counter);
+        let step = RESCANS[looks.count.min(RESCANS.len() - 1)];
+        self.processes.insert(
+            pid,
+            Looks {
+                next: now + step,
+                count: looks.count + 1,
+                counter,
+                ..looks
+            },
+        );
+    }
+
+    /// The counter when process `pid` was last looked at, if it was.
+    fn last_look(&self, pid: u32) -> Option<u64> {
+        self.processes.get(&pid).map(|looks| looks.counter)
     }
 }
 

@@ -17,6 +17,11 @@
 //!   recording is pointed at the copy; `perf inject` reads only copies and writes its
 //!   `jitted-*.so` only beside them. A dump that cannot be read or told is a warning naming it
 //!   ([`DumpOutcome::Skipped`]); its maps are disabled and the rest is injected.
+//! - **Perf maps in time** ([`perfmap`], [`timed_maps`]): while a recording runs, a [`Watch`]
+//!   follows the `/tmp/perf-<pid>.map` of the recorded processes and stamps each line with the
+//!   counter as it appears; each map's sampled lines then become a jitdump loaded at those
+//!   times, so a runtime that reuses an address has each sample named after the code there at
+//!   its time, where perf alone gives every sample there one name.
 //! - **Clock data** ([`clock_data`]): `HEADER_CLOCK_DATA` from a snapshot, so `perf script
 //!   -F+tod` prints wall-clock time.
 //!
@@ -43,9 +48,11 @@ mod options;
 mod outcome;
 mod output;
 mod pairings;
+pub mod perfmap;
 mod run;
 pub mod sidecar;
 pub mod time_conv;
+pub mod timed_maps;
 
 pub use copies::CopiesDir;
 pub use dumps::{DumpError, DumpOutcome, DumpReport, Writer};

@@ -13,6 +13,7 @@ use crate::dumps::{DumpOutcome, DumpReport, Writer};
 use crate::input::shown;
 use crate::output::TempFiles;
 use crate::time_conv::{BootWarning, TimeConvSource};
+use crate::timed_maps::{MapOutcome, MapReport};
 
 /// What was written, and the copies the output names.
 #[derive(Debug)]
@@ -41,6 +42,11 @@ pub struct Outcome {
     pub time_conv: TimeConvSource,
     /// Each dump the recording maps, and what became of it.
     pub dumps: Vec<DumpReport>,
+    /// Each perf map followed during the recording, and what became of it.
+    pub maps: Vec<MapReport>,
+    /// For a recording made without following its perf maps, those of its processes here: they
+    /// are left to perf report, untimed.
+    pub untimed_maps: Vec<PathBuf>,
     /// Why the dumps kept every code load, if they did.
     pub unfiltered: Option<Unfiltered>,
     /// What was noticed and did not stop the step.
@@ -106,12 +112,17 @@ impl Outcome {
         self.dumps
             .iter()
             .any(|dump| matches!(dump.outcome, DumpOutcome::Copied { .. }))
+            || self
+                .maps
+                .iter()
+                .any(|map| matches!(map.outcome, MapOutcome::Timed { .. }))
     }
 
     /// One line per warning, one per dump of another writer (copied where to, or left out
     /// why), one for perfclock's dumps together (how many of their code loads the samples
-    /// touched, which alone reach `perf inject --jit`), and one per runtime: its dumps and the
-    /// samples in their code. Paths and names are escaped for a terminal.
+    /// touched, which alone reach `perf inject --jit`), one per perf map followed (and one per
+    /// thing wrong with it), and one per runtime: its dumps and the samples in their code.
+    /// Paths and names are escaped for a terminal.
     pub fn lines(&self) -> Vec<String> {
         let mut lines: Vec<String> = self
             .warnings
@@ -153,6 +164,17 @@ impl Outcome {
         if let Some(why) = &self.unfiltered {
             lines.push(format!("every code load goes to perf inject --jit: {why}"));
         }
+        for map in &self.maps {
+            lines.extend(map_lines(map));
+        }
+        for map in &self.untimed_maps {
+            lines.push(format!(
+                "{}: a perf map, with no time for its lines: perf report names each address \
+                 after one of them whenever the sample was; record with `perfclock record`, \
+                 which stamps each line as it appears, to name code that moved",
+                shown(map)
+            ));
+        }
         lines.extend(self.runtime_lines());
         lines
     }
@@ -186,6 +208,45 @@ impl Outcome {
             })
             .collect()
     }
+}
+
+/// A followed map's line, and one per thing wrong with it.
+fn map_lines(map: &MapReport) -> Vec<String> {
+    let name = format!("process {}'s perf map {}", map.process, shown(&map.path));
+    let mut lines: Vec<String> = map
+        .warnings
+        .iter()
+        .map(|warning| format!("warning: {name}: {warning}"))
+        .collect();
+    let summary = match &map.outcome {
+        MapOutcome::Timed {
+            dump,
+            loads,
+            over_bound,
+            samples,
+        } => {
+            if *over_bound > 0 {
+                lines.push(format!(
+                    "warning: {name}: {over_bound} sampled line(s) left out: their code would \
+                     take the dump past {} GiB",
+                    crate::dumps::MAX_DUMP_BYTES >> 30
+                ));
+            }
+            let samples = samples.map_or("unknown".to_owned(), |s| s.to_string());
+            format!(
+                "{name}: {} line(s) followed and stamped as they appeared; the {loads} sampled \
+                 are named in time through {} ({samples} sample(s) with their IP in them)",
+                map.lines,
+                shown(dump)
+            )
+        }
+        MapOutcome::Untimed(why) => format!(
+            "{name}: {} line(s) followed, not timed: {why}; perf reads the map as it is",
+            map.lines
+        ),
+    };
+    lines.push(summary);
+    lines
 }
 
 fn other_line(

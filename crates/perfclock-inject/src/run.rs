@@ -22,6 +22,7 @@ use crate::output::{write_output, OutputError, TempFiles};
 use crate::pairings::Pairings;
 use crate::sidecar::{self, AgreementError, Sidecar, SidecarError};
 use crate::time_conv::{self, ClockError, TimeConvSource};
+use crate::timed_maps::{self, MapOutcome, MapReport, Timing};
 
 /// Why the step failed as a whole. One dump's trouble never is: it is a
 /// [`DumpOutcome::Skipped`](crate::DumpOutcome::Skipped).
@@ -111,8 +112,20 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
         write_patched_or_copy(options, mode, temps, file, &layout, patch)
             .map_err(InjectError::Output)
     };
-    if scan.jit_dumps.is_empty() {
-        if clock_data.is_none() && !scan.has_time_conv {
+    let maps: Vec<_> = options
+        .held
+        .as_ref()
+        .map(|held| held.take_maps())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|map| !map.lines.is_empty() || !map.warnings.is_empty())
+        .collect();
+    if scan.jit_dumps.is_empty() && maps.is_empty() {
+        let untimed_maps = match (&options.held, sampled(options, &mut file)) {
+            (None, (Some(sampled), _)) => untimed_maps(&sampled),
+            _ => Vec::new(),
+        };
+        if clock_data.is_none() && !scan.has_time_conv && untimed_maps.is_empty() {
             return Err(InjectError::Input(InputError::NoJitMarker));
         }
         write(&mut file, &patch)?;
@@ -124,6 +137,8 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
         let outcome = Outcome {
             time_conv,
             dumps: Vec::new(),
+            maps: Vec::new(),
+            untimed_maps,
             unfiltered: None,
             warnings,
         };
@@ -148,7 +163,7 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
         .any(|dump| matches!(dump.writer, Ok(Writer::Other)));
     let (time_conv, conversion) = if scan.has_time_conv {
         // The kernel's own: this boot's clock converts exactly as it does.
-        let conversion = if any_other {
+        let conversion = if any_other || !maps.is_empty() {
             let clock = time_conv::this_clock(&options.input, &metadata, recorded, &scan);
             Some(clock.map_err(InjectError::Clock)?.2)
         } else {
@@ -202,12 +217,40 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
         copies: LazyCopies::new(&options.copies_beside, temps),
     };
     let dumps = dumps::copy_all(dumps, &mut copying, &mut patch).map_err(InjectError::Output)?;
+    let maps = match &conversion {
+        Some(conversion) if !maps.is_empty() => {
+            let with_dumps: Vec<u32> = dumps
+                .iter()
+                .filter(|dump| matches!(dump.outcome, crate::DumpOutcome::Copied { .. }))
+                .map(|dump| dump.process)
+                .collect();
+            let mut timing = Timing {
+                input: copying.input,
+                layout: &layout,
+                conversion,
+                first_sample_ns: scan.sample_times.map(|(first, _)| first),
+                sampled: copying.sampled,
+                filter: copying.filter,
+                with_dumps: &with_dumps,
+                copies: &mut copying.copies,
+            };
+            timed_maps::time_all(maps, &mut timing, &mut patch).map_err(InjectError::Output)?
+        }
+        _ => Vec::new(),
+    };
+    let untimed_maps = match (&options.held, copying.sampled) {
+        (None, Some(sampled)) => untimed_maps(sampled),
+        _ => Vec::new(),
+    };
     let copies = copying.copies.into_dir();
-    orphan_anonymous_maps(&dumps, &mut file, &layout, &mut patch).map_err(perf_data)?;
+    let namespaced = namespaced_processes(&dumps, &maps);
+    orphan_anonymous_maps(&namespaced, &mut file, &layout, &mut patch).map_err(perf_data)?;
     write(&mut file, &patch)?;
     let outcome = Outcome {
         time_conv,
         dumps,
+        maps,
+        untimed_maps,
         unfiltered,
         warnings,
     };
@@ -293,22 +336,43 @@ fn writers<'s>(options: &InjectOptions, scan: &'s Scan) -> (Vec<Dump<'s>>, Vec<S
     (dumps, sidecars)
 }
 
-/// For each process of another pid namespace whose dump was copied (and handed to perf inject
-/// as pid 0's: [`crate::dumps`]), its anonymous maps (`//anon`, `[anon:`, `/memfd:`) moved to pid
-/// 0: what perf inject does itself once it has read a process's dump, so that the process's
-/// JIT code is found in the images, not in the anonymous memory it runs in.
+/// The perf maps in this machine's `/tmp` of the sampled processes, for a recording not made
+/// through a watch: nothing tells when their lines were written.
+fn untimed_maps(sampled: &SampledAddresses) -> Vec<std::path::PathBuf> {
+    let mut maps: Vec<std::path::PathBuf> = sampled
+        .pids()
+        .map(|pid| std::path::PathBuf::from(format!("/tmp/perf-{pid}.map")))
+        .filter(|path| path.exists())
+        .collect();
+    maps.sort();
+    maps
+}
+
+/// The processes of another pid namespace whose dump was copied or whose map was made into one
+/// (each handed to perf inject as pid 0's: [`crate::dumps`]).
+fn namespaced_processes(dumps: &[crate::DumpReport], maps: &[MapReport]) -> Vec<u32> {
+    let dumps = dumps
+        .iter()
+        .filter(|dump| matches!(dump.outcome, crate::DumpOutcome::Copied { .. }))
+        .filter(|dump| perfclock_perfdata::jitdump_pid(&dump.path) != Some(dump.process))
+        .map(|dump| dump.process);
+    let maps = maps
+        .iter()
+        .filter(|map| matches!(map.outcome, MapOutcome::Timed { .. }))
+        .filter(|map| map.pid != map.process)
+        .map(|map| map.process);
+    dumps.chain(maps).collect()
+}
+
+/// The anonymous maps (`//anon`, `[anon:`, `/memfd:`) of each of the `namespaced` processes
+/// moved to pid 0: what perf inject does itself once it has read a process's dump, so that the
+/// process's JIT code is found in the images, not in the anonymous memory it runs in.
 fn orphan_anonymous_maps(
-    dumps: &[crate::DumpReport],
+    namespaced: &[u32],
     file: &mut File,
     layout: &Layout,
     patch: &mut Patch<'_>,
 ) -> Result<(), PerfDataError> {
-    let namespaced: Vec<u32> = dumps
-        .iter()
-        .filter(|dump| matches!(dump.outcome, crate::DumpOutcome::Copied { .. }))
-        .filter(|dump| perfclock_perfdata::jitdump_pid(&dump.path) != Some(dump.process))
-        .map(|dump| dump.process)
-        .collect();
     if namespaced.is_empty() {
         return Ok(());
     }
