@@ -102,8 +102,16 @@ fn inject_time_conv(options: perfclock_inject::InjectOptions) -> ExitCode {
         errln!("{NAME}: {line}");
     }
     let out = Untrusted(options.output.as_os_str().as_encoded_bytes());
+    let nothing_added = injected.clock_data.is_none()
+        && matches!(
+            outcome.time_conv,
+            perfclock_inject::time_conv::TimeConvSource::NotNeeded
+                | perfclock_inject::time_conv::TimeConvSource::InInput
+        );
     if outcome.maps_jitdumps() {
         errln!("{NAME}: wrote {out}");
+    } else if nothing_added {
+        errln!("{NAME}: wrote {out}, a copy of IN");
     } else {
         errln!("{NAME}: wrote {out} with the clock data only");
     }

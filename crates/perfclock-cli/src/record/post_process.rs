@@ -206,11 +206,9 @@ fn post_process(
             let injected_data = work.path("jit.data");
             signals.register(&injected_data);
             run_perf_inject(&converted, &injected_data, signals, &message)?;
-            let in_container = injected
-                .outcome
-                .dumps
-                .iter()
-                .any(|dump| dump.root != Root::Here);
+            let outcome = &injected.outcome;
+            let in_container = outcome.dumps.iter().any(|dump| dump.root != Root::Here)
+                || outcome.maps.iter().any(|map| map.root != Root::Here);
             if let (true, Some(copies)) = (in_container, &injected.copies) {
                 // A container's process that still lives when perf reports would have its JIT
                 // images looked for inside its mount namespace (perfclock_inject::images).

@@ -25,7 +25,8 @@ pub(crate) fn perfclock() -> &'static str {
     env!("CARGO_BIN_EXE_perfclock")
 }
 
-/// One JVM recording at a time: two at once on a 2-core machine starve each other's JIT.
+/// One CPU-bound recording at a time: two at once on a 2-core machine starve each other's JIT,
+/// and the perf map watch's wake-ups (perfmaps).
 pub(crate) fn jvm_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock()

@@ -2,7 +2,8 @@
 //! feature: the JVM ([`jvm`]), other runtimes' own dumps ([`foreign`]), every runtime where
 //! production runs (its writer turned on without a flag, running and late processes,
 //! containers: [`runtimes`]), the refusals before anything starts ([`options`]), signals and
-//! failures ([`signals`]), and root against other users' dumps ([`hostile_dumps`]).
+//! failures ([`signals`]), root against other users' dumps ([`hostile_dumps`]), and perf maps
+//! named in time ([`perfmaps`]).
 //!
 //! Needs perf, a JDK (java and javac on PATH) and permission to profile (root, or
 //! perf_event_paranoid <= 2 for one's own processes); some modules need more (each says). Without
@@ -13,5 +14,6 @@ mod foreign;
 mod hostile_dumps;
 mod jvm;
 mod options;
+mod perfmaps;
 mod runtimes;
 mod signals;

@@ -31,7 +31,7 @@ const MIN_SHARE_RATIO: f64 = 0.8;
 
 /// A runtime under test: how to run the hot program, and what a named sample is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Runtime {
+pub(super) enum Runtime {
     Node,
     CPython,
     Jvm,
@@ -39,7 +39,7 @@ enum Runtime {
 
 impl Runtime {
     /// The interpreter, if it runs here (else skipped, saying why).
-    fn program(self, test: &str) -> Option<String> {
+    pub(super) fn program(self, test: &str) -> Option<String> {
         let (program, arg, need) = match self {
             Runtime::Node => ("node".to_owned(), "--version", Need::Tool("node")),
             Runtime::CPython => (
@@ -59,7 +59,7 @@ impl Runtime {
 
     /// The hot program's command line, with the runtime's own writer turned on (`flag`) or not,
     /// running for `millis`.
-    fn command(self, program: &str, flag: bool, millis: u64) -> Vec<String> {
+    pub(super) fn command(self, program: &str, flag: bool, millis: u64) -> Vec<String> {
         let mut command = vec![program.to_owned()];
         match self {
             Runtime::Node => {
@@ -84,7 +84,7 @@ impl Runtime {
     }
 
     /// perf record options the runtime needs: CPython's frames are reached by unwinding.
-    fn perf_options(self) -> Vec<&'static str> {
+    pub(super) fn perf_options(self) -> Vec<&'static str> {
         match self {
             Runtime::CPython => vec!["--call-graph", "dwarf"],
             _ => Vec::new(),
@@ -98,7 +98,7 @@ impl Runtime {
     }
 
     /// The command name its process has (`comm`).
-    fn comm(self, program: &str) -> String {
+    pub(super) fn comm(self, program: &str) -> String {
         match self {
             Runtime::Node => "node".to_owned(),
             Runtime::Jvm => "java".to_owned(),
@@ -132,12 +132,12 @@ impl Runtime {
 
 /// A work directory: the hot programs (compiled, for the JVM), a HOME for perf's build-id
 /// cache.
-struct Work {
+pub(super) struct Work {
     dir: tempfile::TempDir,
 }
 
 impl Work {
-    fn new() -> Work {
+    pub(super) fn new() -> Work {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir(dir.path().join("home")).unwrap();
         let app = dir.path().join("app");
@@ -148,11 +148,11 @@ impl Work {
         Work { dir }
     }
 
-    fn app(&self) -> PathBuf {
+    pub(super) fn app(&self) -> PathBuf {
         self.dir.path().join("app")
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(super) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
@@ -175,7 +175,7 @@ impl Work {
     }
 
     /// `perfclock record ARGS` (in `app`, HOME in the work directory), to its end.
-    fn record(&self, args: &[String]) -> Output {
+    pub(super) fn record(&self, args: &[String]) -> Output {
         let output = Command::new(perfclock())
             .arg("record")
             .args(args)
@@ -206,7 +206,7 @@ impl Work {
 
     /// Of process `comm`'s samples in `out` (pid `pid`, if given): how many, and how many
     /// `runtime` names.
-    fn named_share(
+    pub(super) fn named_share(
         &self,
         out: &Path,
         runtime: Runtime,
@@ -318,14 +318,14 @@ fn baseline(work: &Work, runtime: Runtime, program: &str, millis: u64) -> f64 {
 
 /// A program in a container of its own: `unshare --mount --pid --fork --mount-proc`, a tmpfs
 /// on `/tmp`, the program's files copied to `/tmp/app`, its working directory.
-struct Container {
+pub(super) struct Container {
     unshare: Child,
     /// The program's pid here.
-    pid: u32,
+    pub(super) pid: u32,
 }
 
 impl Container {
-    fn start(work: &Work, command: &[String], comm: &str) -> Container {
+    pub(super) fn start(work: &Work, command: &[String], comm: &str) -> Container {
         // The working directory keeps the program's files reachable once the tmpfs hides the
         // host's /tmp, where the work directory may be.
         let script = format!(

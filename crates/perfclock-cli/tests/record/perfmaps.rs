@@ -1,0 +1,368 @@
+//! Perf maps in time: `perfclock record` follows the `/tmp/perf-<pid>.map` of the processes it
+//! records, stamps each line as it appears, and gives perf inject a timed dump of the sampled
+//! lines, so a sample is named after the code at its address at its time.
+//!
+//! The ground truth is `map_jit` (fixtures/map_jit.c): every 50 ms it puts the next of four
+//! functions at one address, writing only a perf map, and each function calls its own native
+//! helper, so a sample in helper N whose caller frame is JIT code was in function N. Its share:
+//! of those samples, how many name function N in that frame.
+//!
+//! Needs root (the container), perf, cc and an x86-64 CPU; the runtimes' comparison needs node
+//! and CPython 3.13. Without them the tests say `SKIPPED` (fatal under the PERFCLOCK_REQUIRE_*
+//! variables CI sets).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use perfclock_testutil::{is_root, skip, Need};
+
+use super::common::{jvm_lock, runs, text};
+use super::runtimes::{Container, Runtime, Work};
+
+const MAP_JIT_C: &str = include_str!("../fixtures/map_jit.c");
+
+/// The share of map_jit's samples a timed map must name right.
+const MIN_NAMED: f64 = 0.99;
+/// The share perf's own reading of the map may name right at most: one name for the four.
+const MAX_NAMED_BY_PERF: f64 = 0.5;
+
+/// map_jit built in `work`'s app directory, or `None` after saying why not.
+fn map_jit(test: &str, work: &Work) -> Option<PathBuf> {
+    if !cfg!(target_arch = "x86_64") {
+        skip(test, Need::X86_64, "map_jit's code is x86-64");
+        return None;
+    }
+    for tool in ["perf", "cc"] {
+        if !runs(tool, "--version") {
+            skip(
+                test,
+                Need::Tool(tool),
+                format!("`{tool} --version` did not run"),
+            );
+            return None;
+        }
+    }
+    let source = work.app().join("map_jit.c");
+    fs::write(&source, MAP_JIT_C).unwrap();
+    let binary = work.app().join("map_jit");
+    let cc = Command::new("cc")
+        .args(["-O0", "-Wall", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "cc: {}", text(&cc.stderr));
+    Some(binary)
+}
+
+/// The samples of `data` in a map_jit helper whose caller frame is JIT code: (how many, how many
+/// name the helper's own function there).
+fn jit_share(work: &Work, data: &Path) -> (u64, u64) {
+    let script = Command::new("perf")
+        .args(["script", "-F", "comm,ip,sym,dso", "-i"])
+        .arg(data)
+        .env("HOME", work.path("home"))
+        .output()
+        .unwrap();
+    assert!(
+        script.status.success(),
+        "perf script: {}",
+        text(&script.stderr)
+    );
+    let (mut samples, mut named) = (0, 0);
+    for sample in text(&script.stdout).split("\n\n") {
+        let frames: Vec<&str> = sample.lines().skip(1).map(str::trim).collect();
+        let [leaf, caller, ..] = frames[..] else {
+            continue;
+        };
+        let Some(helper) = symbol(leaf).and_then(|sym| sym.strip_prefix("map_jit_helper_")) else {
+            continue;
+        };
+        if caller.ends_with("/map_jit)") {
+            // Caught before the helper's frame was made: the caller frame is main's.
+            continue;
+        }
+        samples += 1;
+        if symbol(caller) == Some(&format!("map_jit_fn_{helper}")) {
+            named += 1;
+        }
+    }
+    eprintln!(
+        "{}: {named} of {samples} JIT-called helper samples named right",
+        data.display()
+    );
+    (samples, named)
+}
+
+/// A frame's symbol: `ADDR SYM (DSO)`, `SYM` without its offset.
+fn symbol(frame: &str) -> Option<&str> {
+    let (_, rest) = frame.split_once(' ')?;
+    let sym = rest.rsplit_once(" (").map_or(rest, |(sym, _)| sym);
+    Some(sym.split_once('+').map_or(sym, |(sym, _)| sym))
+}
+
+fn share((samples, named): (u64, u64)) -> f64 {
+    assert!(samples >= 1000, "only {samples} samples in the helpers");
+    named as f64 / samples as f64
+}
+
+/// The pids `comm` has in `data`'s samples.
+fn pids_of(work: &Work, data: &Path, comm: &str) -> Vec<u32> {
+    let script = Command::new("perf")
+        .args(["script", "-F", "comm,pid", "-i"])
+        .arg(data)
+        .env("HOME", work.path("home"))
+        .output()
+        .unwrap();
+    let mut pids: Vec<u32> = text(&script.stdout)
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            (fields.next() == Some(comm)).then(|| fields.next()?.parse().ok())?
+        })
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// Removes the maps `pids` left in /tmp (the runtimes leave them; perf read them already).
+fn remove_maps(pids: &[u32]) {
+    for pid in pids {
+        let _ = fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    }
+}
+
+/// `perf record -g` of `command` into `data`, as a user does without perfclock.
+fn perf_record(work: &Work, data: &str, perf_options: &[&str], command: &[String]) {
+    let output = Command::new("perf")
+        .args(["record", "-g", "-o", data])
+        .args(perf_options)
+        .arg("--")
+        .args(command)
+        .current_dir(work.app())
+        .env("HOME", work.path("home"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "perf record: {}",
+        text(&output.stderr)
+    );
+}
+
+/// A JIT that reuses one address every 50 ms: perf's reading of its map gives the four
+/// functions one name (the control, asserted); perfclock record names at least 99% right. The
+/// map is left as the JIT wrote it.
+#[test]
+fn a_jit_reusing_one_address_is_named_after_the_code_there_at_each_sample() {
+    let test = perfclock_testutil::test_name!();
+    let work = Work::new();
+    let Some(map_jit) = map_jit(test, &work) else {
+        return;
+    };
+    let _turn = jvm_lock();
+    let command = [map_jit.display().to_string(), "3".to_owned()];
+    perf_record(&work, "control.data", &[], &command);
+    let control = work.app().join("control.data");
+    let by_perf = share(jit_share(&work, &control));
+    // After the fact, nothing tells when a line was written: inject-time-conv says so and
+    // leaves the map to perf.
+    let after = work.app().join("after.data");
+    let output = Command::new(super::common::perfclock())
+        .arg("inject-time-conv")
+        .arg(&control)
+        .arg("-o")
+        .arg(&after)
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("a perf map, with no time for its lines"),
+        "{stderr}"
+    );
+    assert_eq!(jit_share(&work, &after), jit_share(&work, &control));
+    remove_maps(&pids_of(&work, &control, "map_jit"));
+    assert!(
+        by_perf <= MAX_NAMED_BY_PERF,
+        "perf's reading of the map named {by_perf:.3} right: the control does not reuse the \
+         address as it should"
+    );
+
+    let mut args = vec!["-o".to_owned(), "out.data".to_owned(), "--".to_owned()];
+    args.extend(command);
+    let output = work.record(&args);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("stamped as they appeared"), "{stderr}");
+    let out = work.app().join("out.data");
+    let pids = pids_of(&work, &out, "map_jit");
+    let [pid] = pids[..] else {
+        panic!("map_jit ran as {pids:?}");
+    };
+    let map = fs::read_to_string(format!("/tmp/perf-{pid}.map")).unwrap();
+    remove_maps(&pids);
+    assert!(
+        map.lines().count() >= 40 && map.lines().all(|line| line.contains(" map_jit_fn_")),
+        "the map is not as the JIT wrote it:\n{map}"
+    );
+    let in_time = share(jit_share(&work, &out));
+    eprintln!("{test}: perf's reading {by_perf:.4}, perfclock record {in_time:.4}");
+    assert!(in_time >= MIN_NAMED, "named right: {in_time:.4}");
+}
+
+/// What a writer does to its map besides appending, each a typed warning, and the JIT still
+/// named in time: lines perf cannot read, the map emptied halfway, the map replaced halfway.
+#[test]
+fn garbage_truncated_and_replaced_maps_are_warned_of_and_followed() {
+    let test = perfclock_testutil::test_name!();
+    let work = Work::new();
+    let Some(map_jit) = map_jit(test, &work) else {
+        return;
+    };
+    let _turn = jvm_lock();
+    for (scenario, warnings) in [
+        (
+            "garbage",
+            &[
+                "2 line(s) are not `START SIZE name` in hex (the first: line 1)",
+                "1 line(s) give a size no code has (the first: 0x0)",
+            ][..],
+        ),
+        ("truncate", &["its writer truncated it"][..]),
+        ("replace", &["it was replaced by another file"][..]),
+    ] {
+        let data = format!("{scenario}.data");
+        let args = [
+            "-o",
+            &data,
+            "--",
+            &map_jit.display().to_string(),
+            "3",
+            "0.05",
+            scenario,
+        ]
+        .map(str::to_owned);
+        let output = work.record(&args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{scenario}: {stderr}");
+        for warning in warnings {
+            assert!(
+                stderr.lines().any(|line| line.contains("warning: process")
+                    && line.contains("perf map")
+                    && line.contains(warning)),
+                "{scenario}: no warning `{warning}`: {stderr}"
+            );
+        }
+        let data = work.app().join(data);
+        remove_maps(&pids_of(&work, &data, "map_jit"));
+        let in_time = share(jit_share(&work, &data));
+        assert!(
+            in_time >= MIN_NAMED,
+            "{scenario}: named right: {in_time:.4}"
+        );
+    }
+}
+
+/// map_jit as PID 1 of its own mount and pid namespace with a private /tmp, recorded by -p from
+/// the host: its map is followed inside its root, under its namespace pid.
+#[test]
+fn a_jit_in_a_container_is_named_in_time_by_record_p() {
+    let test = perfclock_testutil::test_name!();
+    if !is_root() {
+        skip(test, Need::Root, "makes a container");
+        return;
+    }
+    if !runs("unshare", "--version") {
+        skip(
+            test,
+            Need::Tool("unshare"),
+            "no unshare (util-linux) on PATH",
+        );
+        return;
+    }
+    let work = Work::new();
+    if map_jit(test, &work).is_none() {
+        return;
+    }
+    let _turn = jvm_lock();
+    let container = Container::start(&work, &["./map_jit".to_owned(), "8".to_owned()], "map_jit");
+    std::thread::sleep(Duration::from_millis(500));
+    let data = work.path("p.data").display().to_string();
+    let args = [
+        "-o",
+        &data,
+        "-p",
+        &container.pid.to_string(),
+        "--duration",
+        "3",
+    ]
+    .map(str::to_owned);
+    let output = work.record(&args);
+    drop(container);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("perf map /tmp/perf-1.map"), "{stderr}");
+    let in_time = share(jit_share(&work, Path::new(&data)));
+    assert!(in_time >= MIN_NAMED, "named right: {in_time:.4}");
+}
+
+/// Node's `--perf-basic-prof` and CPython's `-X perf` write perf maps, which perfclock record
+/// times: at least the named share perf's own reading of the map gives the same program
+/// (within the 5% two runs of it differ by).
+#[test]
+fn node_and_cpython_maps_are_named_at_least_as_perf_names_them() {
+    let test = perfclock_testutil::test_name!();
+    if !runs("perf", "--version") {
+        skip(test, Need::Tool("perf"), "`perf --version` did not run");
+        return;
+    }
+    for (runtime, flag) in [
+        (Runtime::Node, "--perf-basic-prof"),
+        (Runtime::CPython, "-Xperf"),
+    ] {
+        let Some(program) = runtime.program(test) else {
+            continue;
+        };
+        let _turn = jvm_lock();
+        let work = Work::new();
+        let mut command = runtime.command(&program, false, 3000);
+        command.insert(1, flag.to_owned());
+        let perf_options = runtime.perf_options();
+        perf_record(&work, "control.data", &perf_options, &command);
+        let comm = runtime.comm(&program);
+        let control = work.app().join("control.data");
+        let by_perf = share_of(work.named_share(&control, runtime, &comm, None));
+        remove_maps(&pids_of(&work, &control, &comm));
+
+        let mut args: Vec<String> = ["-o", "out.data", "--no-runtime-flags"]
+            .map(str::to_owned)
+            .to_vec();
+        args.extend(perf_options.iter().map(|s| (*s).to_owned()));
+        args.push("--".to_owned());
+        args.extend(command);
+        let output = work.record(&args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{stderr}");
+        assert!(stderr.contains("stamped as they appeared"), "{stderr}");
+        let out = work.app().join("out.data");
+        let in_time = share_of(work.named_share(&out, runtime, &comm, None));
+        remove_maps(&pids_of(&work, &out, &comm));
+        eprintln!("{test}: {runtime:?} {flag}: perf's reading {by_perf:.3}, in time {in_time:.3}");
+        assert!(
+            by_perf > 0.2,
+            "{runtime:?}: perf's reading names {by_perf:.3}"
+        );
+        assert!(
+            in_time >= 0.95 * by_perf,
+            "{runtime:?}: named {in_time:.3} in time, {by_perf:.3} by perf's reading"
+        );
+    }
+}
+
+fn share_of((samples, named): (u64, u64)) -> f64 {
+    named as f64 / samples.max(1) as f64
+}
