@@ -4,7 +4,6 @@
 
 mod common;
 mod diff;
-mod lines;
 mod markers;
 mod native;
 mod readable;
