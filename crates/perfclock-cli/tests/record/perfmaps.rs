@@ -61,7 +61,7 @@ fn map_jit(test: &str, work: &Work) -> Option<PathBuf> {
 /// name the helper's own function there).
 fn jit_share(work: &Work, data: &Path) -> (u64, u64) {
     let script = Command::new("perf")
-        .args(["script", "-F", "comm,ip,sym,dso", "-i"])
+        .args(["script", "--no-inline", "-F", "comm,ip,sym,dso", "-i"])
         .arg(data)
         .env("HOME", work.path("home"))
         .output()

@@ -205,7 +205,8 @@ impl Work {
     }
 
     /// Of process `comm`'s samples in `out` (pid `pid`, if given): how many, and how many
-    /// `runtime` names.
+    /// `runtime` names. Without inlined frames: perf would run addr2line over every binary a
+    /// system-wide recording caught (minutes for a compiler's).
     pub(super) fn named_share(
         &self,
         out: &Path,
@@ -214,7 +215,7 @@ impl Work {
         pid: Option<u32>,
     ) -> (u64, u64) {
         let script = Command::new("perf")
-            .args(["script", "-F", "comm,pid,ip,sym", "-i"])
+            .args(["script", "--no-inline", "-F", "comm,pid,ip,sym", "-i"])
             .arg(out)
             .env("HOME", self.path("home"))
             .output()
