@@ -4,8 +4,8 @@
 //! for the next event of any.
 //!
 //! # Safety
-//! `inotify_init1`, `inotify_add_watch` and `read` into a buffer this module owns; `poll` on one
-//! descriptor of ours. The descriptor is owned at once.
+//! `inotify_init1`, `inotify_add_watch` and `read` into a buffer this module owns; `ppoll` on
+//! one descriptor of ours. The descriptor is owned at once.
 #![allow(unsafe_code)]
 
 use std::ffi::{CString, OsString};
@@ -90,9 +90,14 @@ impl Inotify {
             events: libc::POLLIN,
             revents: 0,
         };
-        let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: one pollfd this function owns.
-        let ready = unsafe { libc::poll(&mut poll, 1, millis) };
+        // ppoll's nanoseconds: poll's milliseconds would round a wait under 1 ms down to none,
+        // and a caller waiting for a deadline would spin through its last millisecond.
+        let timeout = libc::timespec {
+            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        };
+        // SAFETY: one pollfd and one timespec this function owns; no signal mask.
+        let ready = unsafe { libc::ppoll(&mut poll, 1, &timeout, std::ptr::null()) };
         if ready < 0 {
             let error = io::Error::last_os_error();
             return if error.kind() == io::ErrorKind::Interrupted {
