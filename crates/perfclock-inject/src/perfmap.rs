@@ -49,6 +49,8 @@ pub const MAX_MAP_LINES: usize = 4 << 20;
 pub const MAX_FOLLOWED: usize = 1024;
 /// The most bytes read at once (a map found long, read in pieces).
 const READ_CHUNK: usize = 1 << 20;
+/// The bytes a map's first read asks for: a runtime appends a line or a few at a time.
+const FIRST_READ_BYTES: usize = 4096;
 
 /// How much of one map is followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +182,8 @@ pub struct FollowedMap {
     /// Past a bound: no more reading.
     stopped: bool,
     bounds: Bounds,
+    /// Where reads land: grown as reads fill it, up to [`READ_CHUNK`].
+    buffer: Vec<u8>,
 }
 
 impl FollowedMap {
@@ -232,6 +236,7 @@ impl FollowedMap {
             line_number: 0,
             stopped: false,
             bounds,
+            buffer: vec![0; FIRST_READ_BYTES],
         };
         map.read_new(since);
         Ok(Some(map))
@@ -256,55 +261,71 @@ impl FollowedMap {
     }
 
     /// Reads the bytes added since the last read, within the bounds, a piece at a time, each
-    /// piece's lines stamped `counter()` called after the piece was read.
+    /// piece's lines stamped `counter()` called after the piece was read. Reads to the end
+    /// without asking the length first: one system call when the writer appended a line; the
+    /// length is asked only where nothing follows what was read, to tell a truncation.
     fn read_with(&mut self, mut counter: impl FnMut() -> u64) {
-        if self.stopped {
-            return;
-        }
-        if let Err(error) = self.file.refresh(u64::MAX) {
-            self.stop(MapWarning::Unreadable(error));
-            return;
-        }
-        let len = self.file.len;
-        if len < self.offset {
-            self.warnings.push(MapWarning::Truncated {
-                at: self.offset,
-                len,
-            });
-            self.offset = 0;
-            self.partial.clear();
-            self.skipping_long = false;
-        }
-        let end = len.min(self.bounds.bytes);
-        let mut chunk = vec![
-            0u8;
-            usize::try_from(end - self.offset)
-                .unwrap_or(READ_CHUNK)
-                .min(READ_CHUNK)
-        ];
-        while self.offset < end && !self.stopped {
-            let want = usize::try_from(end - self.offset)
-                .unwrap_or(READ_CHUNK)
-                .min(chunk.len());
-            match self.file.file.read_at(&mut chunk[..want], self.offset) {
-                // Shorter than it said: what is there was read.
-                Ok(0) => break,
+        let mut buffer = std::mem::take(&mut self.buffer);
+        while !self.stopped {
+            let room = self.bounds.bytes.saturating_sub(self.offset);
+            if room == 0 {
+                // At the bound: a byte past it is not followed.
+                if self
+                    .file
+                    .file
+                    .read_at(&mut [0u8], self.offset)
+                    .is_ok_and(|n| n > 0)
+                {
+                    self.stop(MapWarning::TooLarge(self.bounds));
+                }
+                break;
+            }
+            let want = usize::try_from(room).map_or(buffer.len(), |room| room.min(buffer.len()));
+            match self.file.file.read_at(&mut buffer[..want], self.offset) {
+                Ok(0) => {
+                    if !self.truncated() {
+                        break;
+                    }
+                }
                 Ok(read) => {
                     self.offset += read as u64;
                     let stamp = counter();
-                    self.take_lines(&chunk[..read], stamp);
+                    self.take_lines(&buffer[..read], stamp);
+                    if read < want {
+                        break;
+                    }
+                    if buffer.len() < READ_CHUNK {
+                        buffer.resize(buffer.len() * 2, 0);
+                    }
                 }
                 Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(error) => {
-                    self.stop(MapWarning::Unreadable(UntrustedFileError::Resolve {
-                        errno: error.raw_os_error().unwrap_or(0),
-                    }));
-                }
+                Err(error) => self.stop(MapWarning::Unreadable(UntrustedFileError::Resolve {
+                    errno: error.raw_os_error().unwrap_or(0),
+                })),
             }
         }
-        if len > self.bounds.bytes && !self.stopped {
-            self.stop(MapWarning::TooLarge(self.bounds));
+        self.buffer = buffer;
+    }
+
+    /// Whether the map became shorter than what was read (its writer truncated it): if so,
+    /// reading starts again from its start, with a warning.
+    fn truncated(&mut self) -> bool {
+        if let Err(error) = self.file.refresh(u64::MAX) {
+            self.stop(MapWarning::Unreadable(error));
+            return false;
         }
+        let len = self.file.len;
+        if len >= self.offset {
+            return false;
+        }
+        self.warnings.push(MapWarning::Truncated {
+            at: self.offset,
+            len,
+        });
+        self.offset = 0;
+        self.partial.clear();
+        self.skipping_long = false;
+        true
     }
 
     fn stop(&mut self, warning: MapWarning) {
