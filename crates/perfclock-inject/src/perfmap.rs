@@ -209,6 +209,19 @@ impl FollowedMap {
         since: u64,
         bounds: Bounds,
     ) -> Result<Option<FollowedMap>, (PathBuf, UntrustedFileError)> {
+        let mut map = FollowedMap::open_unread(process, bounds)?;
+        if let Some(map) = &mut map {
+            map.read_new(since);
+        }
+        Ok(map)
+    }
+
+    /// As [`FollowedMap::open_within`], nothing read yet: a watch on its writes is added
+    /// before the first read, so no write falls between the two.
+    fn open_unread(
+        process: u32,
+        bounds: Bounds,
+    ) -> Result<Option<FollowedMap>, (PathBuf, UntrustedFileError)> {
         let Some(pid) = namespace_pid(process) else {
             return Ok(None);
         };
@@ -222,7 +235,7 @@ impl FollowedMap {
             }) => return Ok(None),
             Err(error) => return Err((path, error)),
         };
-        let mut map = FollowedMap {
+        Ok(Some(FollowedMap {
             process,
             pid,
             path,
@@ -237,9 +250,7 @@ impl FollowedMap {
             stopped: false,
             bounds,
             buffer: vec![0; FIRST_READ_BYTES],
-        };
-        map.read_new(since);
-        Ok(Some(map))
+        }))
     }
 
     /// Reads what was added since the last read; each line it completes gets `stamp()`, the
@@ -422,6 +433,16 @@ impl FollowedMap {
     /// Whether the map's path still names the file followed; if another, follows that one from
     /// its start (its lines stamped `counter`), with a warning: whether it did.
     pub fn follow_replacement(&mut self, counter: u64) -> bool {
+        let replaced = self.take_replacement();
+        if replaced {
+            self.read_new(counter);
+        }
+        replaced
+    }
+
+    /// If the map's path names another file than the one followed, follows that one from its
+    /// start (nothing read yet), with a warning: whether it did.
+    fn take_replacement(&mut self) -> bool {
         if self.stopped {
             return false;
         }
@@ -436,7 +457,6 @@ impl FollowedMap {
         self.offset = 0;
         self.partial.clear();
         self.skipping_long = false;
-        self.read_new(counter);
         true
     }
 }
@@ -484,9 +504,12 @@ impl FollowedMaps {
     /// lines it holds counting from counter value `since`), or follows the file now at the
     /// followed map's path if it was replaced.
     pub fn look(&mut self, process: u32, since: u64) {
+        // Each file is watched before it is first read: a line written between the two would
+        // otherwise wait for the next write to be read, and be stamped that late.
         if let Some(&index) = self.by_process.get(&process) {
-            if self.maps[index].follow_replacement(read_counter_ordered_or_zero()) {
+            if self.maps[index].take_replacement() {
                 self.add_watch(index);
+                self.maps[index].read_new_stamped(read_counter_ordered_or_zero);
             }
             return;
         }
@@ -498,12 +521,13 @@ impl FollowedMaps {
         {
             return;
         }
-        match FollowedMap::open(process, since) {
+        match FollowedMap::open_unread(process, Bounds::default()) {
             Ok(Some(map)) => {
                 let index = self.maps.len();
                 self.maps.push(map);
                 self.by_process.insert(process, index);
                 self.add_watch(index);
+                self.maps[index].read_new(since);
             }
             Ok(None) => {}
             Err((path, error)) => self.refused.push(NotHeld {
