@@ -311,8 +311,11 @@ fn a_jit_in_a_container_is_named_in_time_by_record_p() {
 }
 
 /// Node's `--perf-basic-prof` and CPython's `-X perf` write perf maps, which perfclock record
-/// times: at least the named share perf's own reading of the map gives the same program
-/// (within the 5% two runs of it differ by).
+/// times: of the call-chain frames in their JIT code, at least the share perf's own reading of
+/// the map names (all of them: its lines cover every address, with no time), less the frames
+/// sampled between a line's write and its stamp (0.5% allowed). The share of samples naming the
+/// program's functions is printed too; it varies by several percent from run to run with how
+/// far perf unwinds (CPython's `__tls_get_addr`), the same program or not.
 #[test]
 fn node_and_cpython_maps_are_named_at_least_as_perf_names_them() {
     let test = perfclock_testutil::test_name!();
@@ -335,7 +338,8 @@ fn node_and_cpython_maps_are_named_at_least_as_perf_names_them() {
         perf_record(&work, "control.data", &perf_options, &command);
         let comm = runtime.comm(&program);
         let control = work.app().join("control.data");
-        let by_perf = share_of(work.named_share(&control, runtime, &comm, None));
+        let by_perf = jit_frames_named(&work, &control, &comm);
+        let samples_by_perf = share_of(work.named_share(&control, runtime, &comm, None));
         remove_maps(&pids_of(&work, &control, &comm));
 
         let mut args: Vec<String> = ["-o", "out.data", "--no-runtime-flags"]
@@ -349,18 +353,70 @@ fn node_and_cpython_maps_are_named_at_least_as_perf_names_them() {
         assert_eq!(output.status.code(), Some(0), "{stderr}");
         assert!(stderr.contains("stamped as they appeared"), "{stderr}");
         let out = work.app().join("out.data");
-        let in_time = share_of(work.named_share(&out, runtime, &comm, None));
+        let in_time = jit_frames_named(&work, &out, &comm);
+        let samples_in_time = share_of(work.named_share(&out, runtime, &comm, None));
         remove_maps(&pids_of(&work, &out, &comm));
-        eprintln!("{test}: {runtime:?} {flag}: perf's reading {by_perf:.3}, in time {in_time:.3}");
-        assert!(
-            by_perf > 0.2,
-            "{runtime:?}: perf's reading names {by_perf:.3}"
+        eprintln!(
+            "{test}: {runtime:?} {flag}: JIT frames named {by_perf:?} by perf's reading, \
+             {in_time:?} in time; samples naming the program {samples_by_perf:.3} and \
+             {samples_in_time:.3}"
         );
         assert!(
-            in_time >= 0.95 * by_perf,
-            "{runtime:?}: named {in_time:.3} in time, {by_perf:.3} by perf's reading"
+            by_perf.0 >= 1000 && in_time.0 >= 1000,
+            "{runtime:?}: too few JIT frames"
+        );
+        let (by_perf, in_time) = (share_of(by_perf), share_of(in_time));
+        assert!(
+            in_time >= by_perf - 0.005,
+            "{runtime:?}: {in_time:.4} of the JIT frames named in time, {by_perf:.4} by perf's \
+             reading"
         );
     }
+}
+
+/// Of the call-chain frames of `comm`'s samples in JIT code (a perf map's, a timed dump's
+/// image, or anonymous memory): how many, and how many perf names.
+fn jit_frames_named(work: &Work, data: &Path, comm: &str) -> (u64, u64) {
+    let script = Command::new("perf")
+        .args(["script", "--no-inline", "-F", "comm,ip,sym,dso", "-i"])
+        .arg(data)
+        .env("HOME", work.path("home"))
+        .output()
+        .unwrap();
+    assert!(
+        script.status.success(),
+        "perf script: {}",
+        text(&script.stderr)
+    );
+    let (mut frames, mut named) = (0, 0);
+    for sample in text(&script.stdout).split("\n\n") {
+        let mut lines = sample.lines();
+        if lines
+            .next()
+            .and_then(|header| header.split_whitespace().next())
+            != Some(comm)
+        {
+            continue;
+        }
+        for frame in lines {
+            let Some((rest, dso)) = frame
+                .trim()
+                .strip_suffix(')')
+                .and_then(|f| f.rsplit_once(" ("))
+            else {
+                continue;
+            };
+            let file = dso.rsplit('/').next().unwrap_or(dso);
+            let jit = (file.starts_with("perf-") && file.ends_with(".map"))
+                || (file.starts_with("jitted-") && file.ends_with(".so"))
+                || dso == "//anon";
+            if jit {
+                frames += 1;
+                named += u64::from(!rest.ends_with(" [unknown]"));
+            }
+        }
+    }
+    (frames, named)
 }
 
 fn share_of((samples, named): (u64, u64)) -> f64 {
