@@ -60,19 +60,9 @@ fn map_jit(test: &str, work: &Work) -> Option<PathBuf> {
 /// The samples of `data` in a map_jit helper whose caller frame is JIT code: (how many, how many
 /// name the helper's own function there).
 fn jit_share(work: &Work, data: &Path) -> (u64, u64) {
-    let script = Command::new("perf")
-        .args(["script", "--no-inline", "-F", "comm,ip,sym,dso", "-i"])
-        .arg(data)
-        .env("HOME", work.path("home"))
-        .output()
-        .unwrap();
-    assert!(
-        script.status.success(),
-        "perf script: {}",
-        text(&script.stderr)
-    );
+    let script = work.perf_script(data, "comm,ip,sym,dso");
     let (mut samples, mut named) = (0, 0);
-    for sample in text(&script.stdout).split("\n\n") {
+    for sample in script.split("\n\n") {
         let frames: Vec<&str> = sample.lines().skip(1).map(str::trim).collect();
         let [leaf, caller, ..] = frames[..] else {
             continue;
@@ -110,13 +100,8 @@ fn share((samples, named): (u64, u64)) -> f64 {
 
 /// The pids `comm` has in `data`'s samples.
 fn pids_of(work: &Work, data: &Path, comm: &str) -> Vec<u32> {
-    let script = Command::new("perf")
-        .args(["script", "-F", "comm,pid", "-i"])
-        .arg(data)
-        .env("HOME", work.path("home"))
-        .output()
-        .unwrap();
-    let mut pids: Vec<u32> = text(&script.stdout)
+    let script = work.perf_script(data, "comm,pid");
+    let mut pids: Vec<u32> = script
         .lines()
         .filter_map(|line| {
             let mut fields = line.split_whitespace();
@@ -377,19 +362,9 @@ fn node_and_cpython_maps_are_named_at_least_as_perf_names_them() {
 /// Of the call-chain frames of `comm`'s samples in JIT code (a perf map's, a timed dump's
 /// image, or anonymous memory): how many, and how many perf names.
 fn jit_frames_named(work: &Work, data: &Path, comm: &str) -> (u64, u64) {
-    let script = Command::new("perf")
-        .args(["script", "--no-inline", "-F", "comm,ip,sym,dso", "-i"])
-        .arg(data)
-        .env("HOME", work.path("home"))
-        .output()
-        .unwrap();
-    assert!(
-        script.status.success(),
-        "perf script: {}",
-        text(&script.stderr)
-    );
+    let script = work.perf_script(data, "comm,ip,sym,dso");
     let (mut frames, mut named) = (0, 0);
-    for sample in text(&script.stdout).split("\n\n") {
+    for sample in script.split("\n\n") {
         let mut lines = sample.lines();
         if lines
             .next()

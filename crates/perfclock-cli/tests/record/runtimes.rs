@@ -204,19 +204,13 @@ impl Work {
             .unwrap()
     }
 
-    /// Of process `comm`'s samples in `out` (pid `pid`, if given): how many, and how many
-    /// `runtime` names. Without inlined frames: perf would run addr2line over every binary a
-    /// system-wide recording caught (minutes for a compiler's).
-    pub(super) fn named_share(
-        &self,
-        out: &Path,
-        runtime: Runtime,
-        comm: &str,
-        pid: Option<u32>,
-    ) -> (u64, u64) {
+    /// `perf script -F FIELDS -i DATA` (HOME in the work directory), call chains without inlined
+    /// frames: perf would run addr2line over every binary a system-wide recording caught
+    /// (minutes for a compiler's).
+    pub(super) fn perf_script(&self, data: &Path, fields: &str) -> String {
         let script = Command::new("perf")
-            .args(["script", "--no-inline", "-F", "comm,pid,ip,sym", "-i"])
-            .arg(out)
+            .args(["script", "--no-inline", "-F", fields, "-i"])
+            .arg(data)
             .env("HOME", self.path("home"))
             .output()
             .unwrap();
@@ -225,6 +219,19 @@ impl Work {
             "perf script: {}",
             text(&script.stderr)
         );
+        text(&script.stdout)
+    }
+
+    /// Of process `comm`'s samples in `out` (pid `pid`, if given): how many, and how many
+    /// `runtime` names.
+    pub(super) fn named_share(
+        &self,
+        out: &Path,
+        runtime: Runtime,
+        comm: &str,
+        pid: Option<u32>,
+    ) -> (u64, u64) {
+        let script = self.perf_script(out, "comm,pid,ip,sym");
         let (mut samples, mut named) = (0, 0);
         let mut current: Option<Vec<String>> = None;
         let mut judge = |frames: Option<Vec<String>>| {
@@ -235,7 +242,7 @@ impl Work {
                 }
             }
         };
-        for line in text(&script.stdout).lines() {
+        for line in script.lines() {
             if line.starts_with(|c: char| c.is_whitespace()) {
                 if let Some(frames) = current.as_mut() {
                     let frame = line.trim();
