@@ -270,7 +270,12 @@ mod tests {
         );
         assert_eq!(
             spans.names(),
-            ["load config", "parse", "a name with  spaces", "last without newline"]
+            [
+                "load config",
+                "parse",
+                "a name with  spaces",
+                "last without newline"
+            ]
         );
         assert_eq!(
             spans.by_pid[&7][1],
