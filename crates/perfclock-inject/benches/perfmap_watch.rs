@@ -7,8 +7,8 @@
 //! still gets the code there before), as percentiles.
 //!
 //! `cargo bench -p perfclock-inject --bench perfmap_watch -- [LINES_PER_SECOND] [SECONDS]`
-//! (defaults 1000 and 10). Run it on an otherwise idle machine, and again beside a load to see
-//! what a busy machine does to the window.
+//! (defaults 1000 and 10; `--test`, 0.2 s). Run it on an otherwise idle machine, and again
+//! beside a load to see what a busy machine does to the window.
 
 use std::fs;
 use std::io::Write;
@@ -17,12 +17,17 @@ use std::time::{Duration, Instant};
 use perfclock_inject::{Scope, Watch};
 
 fn main() {
+    // `--test` (cargo bench -- --test, as CI runs every bench): a short run, to show it works.
+    let test = std::env::args().any(|arg| arg == "--test");
     let args: Vec<f64> = std::env::args()
         .skip(1)
         .filter_map(|arg| arg.parse().ok())
         .collect();
     let rate = args.first().copied().unwrap_or(1000.0);
-    let seconds = args.get(1).copied().unwrap_or(10.0);
+    let seconds = args
+        .get(1)
+        .copied()
+        .unwrap_or(if test { 0.2 } else { 10.0 });
     let clock = match perfclock::init() {
         Ok(clock) => clock,
         Err(error) => {

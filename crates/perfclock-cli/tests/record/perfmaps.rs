@@ -7,8 +7,14 @@
 //! helper, so a sample in helper N whose caller frame is JIT code was in function N. Its share:
 //! of those samples, how many name function N in that frame.
 //!
-//! Needs root (the container), perf, cc and an x86-64 CPU; the runtimes' comparison needs node
-//! and CPython 3.13. Without them the tests say `SKIPPED` (fatal under the PERFCLOCK_REQUIRE_*
+//! The tests against map_jit judge a 99% share that a loaded machine can deny (the watch wakes
+//! after each write: another test's recording beside it, or the host descheduling the vCPU,
+//! delays it by milliseconds), so they are ignored in the workspace's run and `.ci/run` runs
+//! them alone (`cargo test -p perfclock-cli --test record perfmaps:: -- --ignored
+//! --test-threads=1`).
+//!
+//! Needs root (the container), perf, cc and an x86-64 CPU; samply's reading needs samply and
+//! python3; the runtimes' comparison needs node and CPython 3.13. Without them the tests say `SKIPPED` (fatal under the PERFCLOCK_REQUIRE_*
 //! variables CI sets).
 
 use std::fs;
@@ -22,6 +28,7 @@ use super::common::{jvm_lock, runs, text};
 use super::runtimes::{Container, Runtime, Work};
 
 const MAP_JIT_C: &str = include_str!("../fixtures/map_jit.c");
+const SAMPLY_MAP_JIT_PY: &str = include_str!("../fixtures/samply_map_jit.py");
 
 /// The share of map_jit's samples a timed map must name right.
 const MIN_NAMED: f64 = 0.99;
@@ -142,6 +149,7 @@ fn perf_record(work: &Work, data: &str, perf_options: &[&str], command: &[String
 /// functions one name (the control, asserted); perfclock record names at least 99% right. The
 /// map is left as the JIT wrote it.
 #[test]
+#[ignore = "a validation run, with a 99% threshold: .ci/run runs it alone, as a loaded machine delays the watch"]
 fn a_jit_reusing_one_address_is_named_after_the_code_there_at_each_sample() {
     let test = perfclock_testutil::test_name!();
     let work = Work::new();
@@ -197,11 +205,60 @@ fn a_jit_reusing_one_address_is_named_after_the_code_there_at_each_sample() {
     let in_time = share(jit_share(&work, &out));
     eprintln!("{test}: perf's reading {by_perf:.4}, perfclock record {in_time:.4}");
     assert!(in_time >= MIN_NAMED, "named right: {in_time:.4}");
+    // samply import reads the same output: each sample's JIT frame in the image mapped at its
+    // time.
+    if let Some(in_samply) = samply_share(test, &work, &out, &map_jit) {
+        eprintln!("{test}: samply import {in_samply:.4}");
+        assert!(
+            in_samply >= MIN_NAMED,
+            "named right in samply: {in_samply:.4}"
+        );
+    }
+}
+
+/// `samply import` of `data`: of map_jit's helper samples whose caller is a JIT image, the share
+/// whose image is the helper's function (fixtures/samply_map_jit.py); `None` after a skip.
+fn samply_share(test: &str, work: &Work, data: &Path, map_jit: &Path) -> Option<f64> {
+    if !runs("samply", "--version") {
+        skip(test, Need::Tool("samply"), "no samply on PATH");
+        return None;
+    }
+    let profile = work.path("samply.json");
+    let import = Command::new("samply")
+        .args(["import", "-s", "-n", "-o"])
+        .arg(&profile)
+        .arg(data)
+        .env("HOME", work.path("home"))
+        .output()
+        .unwrap();
+    assert!(
+        import.status.success(),
+        "samply import: {}",
+        text(&import.stderr)
+    );
+    let script = work.path("samply_map_jit.py");
+    fs::write(&script, SAMPLY_MAP_JIT_PY).unwrap();
+    let judged = Command::new("python3")
+        .arg(&script)
+        .arg(&profile)
+        .arg(map_jit)
+        .output()
+        .unwrap();
+    assert!(judged.status.success(), "{}", text(&judged.stderr));
+    let counts: Vec<u64> = text(&judged.stdout)
+        .split_whitespace()
+        .map(|count| count.parse().unwrap())
+        .collect();
+    let [samples, right] = counts[..] else {
+        panic!("samply_map_jit.py printed {counts:?}");
+    };
+    Some(share((samples, right)))
 }
 
 /// What a writer does to its map besides appending, each a typed warning, and the JIT still
 /// named in time: lines perf cannot read, the map emptied halfway, the map replaced halfway.
 #[test]
+#[ignore = "a validation run, with a 99% threshold: .ci/run runs it alone, as a loaded machine delays the watch"]
 fn garbage_truncated_and_replaced_maps_are_warned_of_and_followed() {
     let test = perfclock_testutil::test_name!();
     let work = Work::new();
@@ -255,6 +312,7 @@ fn garbage_truncated_and_replaced_maps_are_warned_of_and_followed() {
 /// map_jit as PID 1 of its own mount and pid namespace with a private /tmp, recorded by -p from
 /// the host: its map is followed inside its root, under its namespace pid.
 #[test]
+#[ignore = "a validation run, with a 99% threshold: .ci/run runs it alone, as a loaded machine delays the watch"]
 fn a_jit_in_a_container_is_named_in_time_by_record_p() {
     let test = perfclock_testutil::test_name!();
     if !is_root() {
