@@ -23,7 +23,7 @@ if [ "$files" != "$listed" ]; then
 fi
 for target in page_snapshot conversions records timeconv marker_line perfdata attach_parsers \
     shared_page kmsg_offsets published_offset agent_names foreign_jitdump perf_script build_id \
-    marker_file; do
+    marker_file jit_lines; do
     grep -qx "$target" <<<"$listed" || { echo "fuzz target $target is gone" >&2; exit 1; }
 done
 logs=$(mktemp -d)

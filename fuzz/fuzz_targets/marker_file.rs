@@ -33,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
         .split_inclusive(|&b| b == b'\n')
         .map(|line| line.strip_suffix(b"\n").unwrap_or(line))
         .collect();
-    assert_eq!(counts.spans + counts.instants + counts.unreadable, lines.len());
+    assert_eq!(
+        counts.spans + counts.instants + counts.unreadable,
+        lines.len()
+    );
     // The spans by brute force: (start, end, name, line).
     let expected: Vec<(u64, u64, &str, usize)> = lines
         .iter()
@@ -54,7 +57,10 @@ fuzz_target!(|data: &[u8]| {
     let times: Vec<u64> = head
         .iter()
         .map(|&b| {
-            let edge = edges.get(usize::from(b) % edges.len().max(1)).copied().unwrap_or(0);
+            let edge = edges
+                .get(usize::from(b) % edges.len().max(1))
+                .copied()
+                .unwrap_or(0);
             edge.wrapping_add(u64::from(b % 3)).wrapping_sub(1)
         })
         .collect();

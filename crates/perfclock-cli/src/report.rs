@@ -7,10 +7,10 @@
 //! -diff_base`. Each file is written complete under a temporary name and renamed, or not at
 //! all; the recordings are only read.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ChildStdout, Command, ExitCode, Stdio};
 
 use perfclock_cli::{ReportArgs, SplitBy};
@@ -20,10 +20,11 @@ use perfclock_perfdata::{
     check_output_path, maps_of, read_layout, ClockData, Feature, OutputFile, PerfDataError,
 };
 use perfclock_report::flamegraph::{self, Diff, FlameGraphOptions, Split};
+use perfclock_report::jit_lines::{self, DumpLines};
 use perfclock_report::markers::{self, Spans};
 use perfclock_report::pprof::{self, PprofOptions};
 use perfclock_report::{build_ids, compare};
-use perfclock_report::{ParseError, Sample, NAMES_ARGS, STRUCTURE_ARGS};
+use perfclock_report::{FrameKind, ParseError, Sample, SourceLine, NAMES_ARGS, STRUCTURE_ARGS};
 
 use crate::output::{chain, errln};
 
@@ -93,6 +94,7 @@ fn recording(options: &ReportArgs, input: &Path) -> Result<Vec<Sample>, String> 
     if samples.is_empty() {
         return Err(format!("{} holds no sample", input.display()));
     }
+    add_jit_lines(&mut samples);
     errln!(
         "{NAME}: {}: {} samples of {} thread(s) read through perf script",
         input.display(),
@@ -132,6 +134,72 @@ fn recording(options: &ReportArgs, input: &Path) -> Result<Vec<Sample>, String> 
         ));
     }
     Ok(samples)
+}
+
+/// The most of a jitdump read for its source lines (as much as `perfclock record` copies).
+const MAX_DUMP_BYTES: u64 = 4 << 30;
+
+/// Gives each JIT frame in an image `perf inject --jit` wrote (`jitted-PID-N.so`) the source
+/// line that the dump beside it (`jit-PID.dump`, where perf inject wrote the image) has for its
+/// address, as `perf script -F+srcline` shows it. Each dump is read once, as an untrusted file;
+/// one that cannot be read is a warning, and its frames keep no line.
+fn add_jit_lines(samples: &mut [Sample]) {
+    let mut dumps: HashMap<PathBuf, Option<DumpLines>> = HashMap::new();
+    let frames = samples
+        .iter_mut()
+        .flat_map(|sample| &mut sample.frames)
+        .filter(|frame| frame.kind == FrameKind::Jit);
+    for frame in frames {
+        let image = Path::new(&frame.dso);
+        let Some((pid, index)) = image
+            .file_name()
+            .and_then(|name| name.to_str())
+            .and_then(jit_lines::jitted_image)
+        else {
+            continue;
+        };
+        let dump = image.with_file_name(format!("jit-{pid}.dump"));
+        let lines = dumps
+            .entry(dump)
+            .or_insert_with_key(|dump| dump_lines(dump));
+        if let Some(lines) = lines {
+            frame.source = lines
+                .line_at(index, frame.ip)
+                .map(|(file, line)| SourceLine {
+                    file: file.to_owned(),
+                    line,
+                });
+        }
+    }
+}
+
+/// The source lines of the jitdump `path`, said on standard error, or `None` after a warning.
+fn dump_lines(path: &Path) -> Option<DumpLines> {
+    let shown = Untrusted(path.as_os_str().as_encoded_bytes());
+    let read = open_untrusted(Root::Here, path, MAX_DUMP_BYTES)
+        .map_err(|error| error.to_string())
+        .and_then(|opened| {
+            DumpLines::read(BufReader::new(opened.file), opened.len).map_err(|e| chain(&e))
+        });
+    match read {
+        Ok((lines, counts)) => {
+            errln!(
+                "{NAME}: source lines from {shown}: {} of its {} code loads have them{}",
+                counts.with_lines,
+                counts.loads,
+                if counts.malformed > 0 {
+                    format!(" ({} malformed records skipped)", counts.malformed)
+                } else {
+                    String::new()
+                }
+            );
+            Some(lines)
+        }
+        Err(error) => {
+            errln!("{NAME}: warning: no source lines from {shown}: {error}");
+            None
+        }
+    }
 }
 
 /// `names`, each escaped and quoted, comma-separated (the first 20).

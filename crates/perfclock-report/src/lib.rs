@@ -9,11 +9,12 @@ pub mod build_ids;
 pub mod compare;
 pub mod error;
 pub mod flamegraph;
+pub mod jit_lines;
 pub mod markers;
 pub mod pprof;
 pub mod samples;
 
 pub use error::{FlameGraphError, ParseError};
 pub use samples::{
-    read_structure, Frame, FrameKind, Sample, Structure, NAMES_ARGS, STRUCTURE_ARGS,
+    read_structure, Frame, FrameKind, Sample, SourceLine, Structure, NAMES_ARGS, STRUCTURE_ARGS,
 };

@@ -17,7 +17,9 @@
 //!   spells inlining, `callee <- caller <- ... <- compiled method`, becomes one location with a
 //!   line per method, innermost first, which is pprof's own form of inlined frames. A JIT frame
 //!   whose name ends in a source position (V8's `JS:*parseExpr /app/hot.js:3:19`) gives its
-//!   function a file name and its line a line and column.
+//!   function a file name and its line a line and column. A JIT frame's own source line (from
+//!   the jitdump's debug info, [`crate::jit_lines`]) is its innermost method's line, and that
+//!   function's file where it has none.
 //! - The period's value type is `("cpu", "nanoseconds")` when every sample comes from
 //!   `cpu-clock` or `task-clock` (their period is CPU time in ns); otherwise it is the event's
 //!   name with unit `count`, and with several events each sample also carries an `event` label.
@@ -424,15 +426,25 @@ impl<'a> Builder<'a> {
             vec![&frame.function]
         };
         let mut line = Vec::with_capacity(names.len());
-        for name in names {
+        for (depth, name) in names.into_iter().enumerate() {
             let position = match frame.kind {
                 FrameKind::Jit => source_position(name),
                 _ => None,
             };
+            // The address's own line is the innermost method's.
+            let source = frame.source.as_ref().filter(|_| depth == 0);
+            let function_id = self.function(name, &frame.dso, position);
+            if let Some(source) = source {
+                self.set_filename(function_id, &source.file);
+            }
             line.push(proto::Line {
-                function_id: self.function(name, &frame.dso, position),
-                line: position.map_or(0, |p| p.line),
-                column: position.map_or(0, |p| p.column),
+                function_id,
+                line: source.map_or_else(|| position.map_or(0, |p| p.line), |s| i64::from(s.line)),
+                column: if source.is_some() {
+                    0
+                } else {
+                    position.map_or(0, |p| p.column)
+                },
             });
         }
         let mapping = &mut self.profile.mapping[mapping_id as usize - 1];
@@ -451,6 +463,14 @@ impl<'a> Builder<'a> {
         });
         self.locations.insert(key, id);
         id
+    }
+
+    /// Gives function `id` the file `file` if it has none.
+    fn set_filename(&mut self, id: u64, file: &str) {
+        if self.profile.function[id as usize - 1].filename == 0 {
+            let file = self.string(file);
+            self.profile.function[id as usize - 1].filename = file;
+        }
     }
 
     fn function(&mut self, name: &'a str, dso: &'a str, position: Option<SourcePosition>) -> u64 {
@@ -705,6 +725,44 @@ mod tests {
             .collect();
         assert_eq!(names, ["LLines;helper(J)J", "LLines;outer(J)J"]);
         assert!(profile.mapping[0].has_inline_frames);
+    }
+
+    #[test]
+    fn a_jit_frames_source_line_goes_to_its_innermost_method() {
+        let mut jit = Frame::new(
+            0x10,
+            "Lines.helper(long) <- Lines.outer(long)",
+            "/tmp/jitted-1-2.so",
+            FrameKind::Jit,
+        );
+        jit.source = Some(crate::SourceLine {
+            file: "demo/Lines.java".into(),
+            line: 42,
+        });
+        let profile = profile(
+            &[sample("cpu-clock:ppp", 10, vec![jit])],
+            &PprofOptions::default(),
+        );
+        let lines: Vec<(&str, &str, i64)> = profile.location[0]
+            .line
+            .iter()
+            .map(|l| {
+                let function = &profile.function[l.function_id as usize - 1];
+                (
+                    profile.string_table[function.name as usize].as_str(),
+                    profile.string_table[function.filename as usize].as_str(),
+                    l.line,
+                )
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("Lines.helper(long)", "demo/Lines.java", 42),
+                ("Lines.outer(long)", "", 0)
+            ]
+        );
+        assert!(profile.mapping[0].has_line_numbers && profile.mapping[0].has_filenames);
     }
 
     #[test]

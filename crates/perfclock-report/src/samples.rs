@@ -83,6 +83,18 @@ pub struct Frame {
     pub dso: String,
     /// The code's kind.
     pub kind: FrameKind,
+    /// The source line at the address, where one is known (JIT code with debug info:
+    /// [`crate::jit_lines`]).
+    pub source: Option<SourceLine>,
+}
+
+/// A file and a line in it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SourceLine {
+    /// The file, as the debug info names it (`Hot.java`).
+    pub file: String,
+    /// The line, from 1.
+    pub line: u32,
 }
 
 impl Frame {
@@ -93,6 +105,7 @@ impl Frame {
             function: function.to_owned(),
             dso: dso.to_owned(),
             kind,
+            source: None,
         }
     }
 }
@@ -448,6 +461,7 @@ fn frame_of(ip: u64, text: &str) -> Frame {
         function: function.to_owned(),
         kind: kind_of(dso),
         dso: dso.to_owned(),
+        source: None,
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod common;
 mod diff;
+mod lines;
 mod markers;
 mod native;
 mod readable;
