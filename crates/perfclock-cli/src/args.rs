@@ -133,6 +133,9 @@ pub struct ReportArgs {
     /// the recording mapped, `marker-<pid>.txt`; repeat for several names).
     #[arg(long, value_name = "NAME")]
     pub during: Vec<String>,
+    /// Draw an icicle graph: the root at the top, callees below their callers.
+    #[arg(long)]
+    pub icicle: bool,
     /// Compare IN with the recording BASE: the flame graph is IN's, each function coloured by
     /// its change in self samples since BASE (red: more, blue: fewer), and `--pprof` and
     /// `--pprof-base` write the pair `go tool pprof -diff_base` reads. JIT names are made
