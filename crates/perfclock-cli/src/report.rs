@@ -303,6 +303,7 @@ fn write_flamegraph(
     base: Option<&[Sample]>,
 ) -> Result<(), String> {
     let mut graph = FlameGraphOptions::default();
+    graph.icicle = options.icicle;
     graph.split = match options.split {
         None => Split::None,
         Some(SplitBy::Process) => Split::Process,

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 
 use inferno::flamegraph::color::{Color, MultiPalette, PaletteMap};
-use inferno::flamegraph::{from_lines, Options, Palette, TextTruncateDirection};
+use inferno::flamegraph::{from_lines, Direction, Options, Palette, TextTruncateDirection};
 
 use crate::error::FlameGraphError;
 use crate::samples::{Frame, FrameKind, Sample};
@@ -51,6 +51,8 @@ pub struct FlameGraphOptions {
     pub subtitle: Option<String>,
     /// What goes below each stack.
     pub split: Split,
+    /// An icicle graph: the root at the top, callees below their callers.
+    pub icicle: bool,
 }
 
 impl Default for FlameGraphOptions {
@@ -59,6 +61,7 @@ impl Default for FlameGraphOptions {
             title: "Flame Graph".to_owned(),
             subtitle: None,
             split: Split::None,
+            icicle: false,
         }
     }
 }
@@ -195,6 +198,9 @@ fn draw(
     inferno.subtitle.clone_from(&options.subtitle);
     inferno.colors = Palette::Multi(MultiPalette::Java);
     inferno.count_name = "samples".to_owned();
+    if options.icicle {
+        inferno.direction = Direction::Inverted;
+    }
     // A frame's text starts with its function (see `shown_jit_name`): a name too long for its
     // frame loses its end, where the path, the package or the parameters are.
     inferno.text_truncate_direction = TextTruncateDirection::Right;
@@ -259,21 +265,27 @@ fn html_page(
          </head>\n<body>\n"
     )
     .and_then(|()| out.write_all(&svg[at..]))
-    .and_then(|()| out.write_all(HTML_END))
+    .and_then(|()| {
+        // An icicle graph's root is at the top, where the page opens.
+        if options.icicle {
+            Ok(())
+        } else {
+            out.write_all(SCROLL_TO_ROOT)
+        }
+    })
+    .and_then(|()| out.write_all(b"</body>\n</html>\n"))
     .map_err(FlameGraphError::Write)
 }
 
-/// The end of [`write_html`]'s page. A flame graph grows up from its root, and a deep stack
-/// (a JVM's compiler threads) makes it taller than a window: the page opens scrolled to the
-/// bottom, where the root and the widest frames are.
-const HTML_END: &[u8] = b"
+/// The script that ends [`write_html`]'s page of a flame graph. A flame graph grows up from
+/// its root, and a deep stack (a JVM's compiler threads) makes it taller than a window: the
+/// page opens scrolled to the bottom, where the root and the widest frames are.
+const SCROLL_TO_ROOT: &[u8] = b"
 <script>
 window.addEventListener(\"load\", function () {
     document.getElementsByTagName(\"svg\")[0].scrollIntoView({ block: \"end\" });
 });
 </script>
-</body>
-</html>
 ";
 
 /// The name perf gives a frame without a symbol, and a stack without frames.
@@ -719,6 +731,32 @@ mod tests {
         let normalized = draw(true);
         assert_eq!(normalized["f"], "rgb(255,100,100)");
         assert_eq!(normalized["g"], "rgb(210,210,255)");
+    }
+
+    #[test]
+    fn an_icicle_graph_puts_the_root_at_the_top() {
+        let samples = [sample("a", 1, 1, vec![native("leaf"), native("main")])];
+        let draw = |icicle| {
+            let options = FlameGraphOptions {
+                icicle,
+                ..FlameGraphOptions::default()
+            };
+            let mut page = Vec::new();
+            write_html(&samples, &options, &mut page).unwrap();
+            String::from_utf8(page).unwrap()
+        };
+        // The y of a frame's rect.
+        let y = |page: &str, name: &str| -> f64 {
+            let (_, rest) = page.split_once(&format!("<title>{name} (")).unwrap();
+            let (_, rest) = rest.split_once(" y=\"").unwrap();
+            rest.split('"').next().unwrap().parse().unwrap()
+        };
+        let (flame, icicle) = (draw(false), draw(true));
+        assert!(y(&flame, "all") > y(&flame, "main") && y(&flame, "main") > y(&flame, "leaf"));
+        assert!(y(&icicle, "all") < y(&icicle, "main") && y(&icicle, "main") < y(&icicle, "leaf"));
+        assert!(icicle.contains("var inverted = true;") && flame.contains("var inverted = false;"));
+        assert!(flame.contains("scrollIntoView") && !icicle.contains("scrollIntoView"));
+        assert!(icicle.ends_with("</body>\n</html>\n"));
     }
 
     #[test]

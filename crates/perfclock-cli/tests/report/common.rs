@@ -247,7 +247,7 @@ pub(crate) fn chromium_dom(work: &Path, page: &Path, width: u32) -> String {
 }
 
 /// A frame of a flame graph's SVG as a browser's DOM or the file holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SvgFrame {
     /// Its title's name (without the count and share inferno adds).
     pub(crate) name: String,
@@ -255,6 +255,8 @@ pub(crate) struct SvgFrame {
     pub(crate) samples: u64,
     /// Its fill, `(r, g, b)`.
     pub(crate) fill: (u8, u8, u8),
+    /// Its rect's top, in pixels from the graph's top.
+    pub(crate) y: f64,
     /// Its text, as drawn.
     pub(crate) text: String,
 }
@@ -289,15 +291,18 @@ pub(crate) fn svg_frames(svg: &str) -> Vec<SvgFrame> {
             let mut parts = rgb.split(',').map(|c| c.trim().parse::<u8>().ok());
             Some((parts.next()??, parts.next()??, parts.next()??))
         });
-        let (Some(samples), Some(fill)) =
-            (attribute(rect, "fg:w").and_then(|w| w.parse().ok()), fill)
-        else {
+        let (Some(samples), Some(fill), Some(y)) = (
+            attribute(rect, "fg:w").and_then(|w| w.parse().ok()),
+            fill,
+            attribute(rect, "y").and_then(|y| y.parse().ok()),
+        ) else {
             continue;
         };
         frames.push(SvgFrame {
             name: unescape(name),
             samples,
             fill,
+            y,
             text: unescape(text),
         });
     }

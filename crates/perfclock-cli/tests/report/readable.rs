@@ -3,6 +3,7 @@
 //! in a window narrow enough that the names do not fit. The widest frames of the workload's
 //! functions show the function, and their tooltips and the search keep the whole text. The
 //! control is the same page with inferno's default (the left of a name cut): the function goes.
+//! The icicle graph (`--icicle`) keeps the names and puts the root at the top.
 
 use std::fs;
 use std::path::Path;
@@ -119,12 +120,31 @@ fn node_frames_show_their_functions_when_cut() {
         return;
     }
     report(work, &["node.data", "-o", "node.html"]);
-    check(
-        work,
-        &work.join("node.html"),
-        |name| name.starts_with("JS:") && name.contains("/hot.js:"),
-        js_function,
+    let workload = |name: &str| name.starts_with("JS:") && name.contains("/hot.js:");
+    check(work, &work.join("node.html"), workload, js_function);
+
+    // The icicle graph as the browser lays it out: the root above every workload frame, the
+    // names as readable.
+    report(work, &["node.data", "--icicle", "-o", "icicle.html"]);
+    check(work, &work.join("icicle.html"), workload, js_function);
+    let frames = svg_frames(&chromium_dom(work, &work.join("icicle.html"), WINDOW_WIDTH));
+    let root = frames.iter().find(|frame| frame.name == "all").unwrap();
+    let highest = frames
+        .iter()
+        .filter(|frame| workload(&frame.name))
+        .map(|frame| frame.y)
+        .fold(f64::INFINITY, f64::min);
+    assert!(
+        root.y < highest,
+        "the icicle's root at y {} is not above its workload frames (from y {highest})",
+        root.y
     );
+    let flame = svg_frames(&chromium_dom(work, &work.join("node.html"), WINDOW_WIDTH));
+    let flame_root = flame.iter().find(|frame| frame.name == "all").unwrap();
+    assert!(flame
+        .iter()
+        .filter(|frame| workload(&frame.name))
+        .all(|frame| frame.y < flame_root.y));
 }
 
 #[test]
