@@ -94,13 +94,13 @@ fn recording(options: &ReportArgs, input: &Path) -> Result<Vec<Sample>, String> 
     if samples.is_empty() {
         return Err(format!("{} holds no sample", input.display()));
     }
-    add_jit_lines(&mut samples);
     errln!(
         "{NAME}: {}: {} samples of {} thread(s) read through perf script",
         input.display(),
         samples.len(),
         samples.iter().map(|s| s.tid).collect::<HashSet<_>>().len()
     );
+    add_jit_lines(&mut samples);
     let spans = marker_spans(input)?;
     let inside = spans.assign(&mut samples, &options.during);
     if options.during.is_empty() {

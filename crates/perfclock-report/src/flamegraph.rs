@@ -155,6 +155,8 @@ pub fn write_diff_svg(
     for (name, delta) in &deltas {
         pinned.insert(name, change_color(*delta, largest));
     }
+    // inferno's root (`all`), whose function is empty, is no function's change.
+    pinned.insert("", change_color(0.0, largest));
     draw(&new, pinned, options, out)
 }
 
@@ -726,6 +728,7 @@ mod tests {
         assert_eq!(absolute["g"], "rgb(250,250,250)");
         assert_eq!(absolute["h"], "rgb(225,225,255)");
         assert_eq!(absolute["main"], "rgb(250,250,250)");
+        assert_eq!(absolute["all"], "rgb(250,250,250)");
         // BASE scaled to NEW's 65 samples from its 40: f +23.75, the largest; g, unchanged,
         // -6.25 (a quarter of the largest's shade).
         let normalized = draw(true);
