@@ -4,7 +4,7 @@
 //! A marker file holds one marker per line, `START END NAME`: two decimal perf-clock
 //! nanoseconds (the writer's default clock, the samples' of a default `perf record`) and the
 //! name to the end of the line; an instant has `START == END`. The file is another process's
-//! and may hold anything: [`read_spans`] reads it as samply 0.13 reads a line (split at the
+//! and may hold anything: [`Spans::read_spans`] reads it as samply 0.13 reads a line (split at the
 //! first two spaces, both times decimal, a name not empty) and counts every other line instead
 //! of stopping there, reads no line longer than the writer writes, and never fails.
 //!

@@ -15,7 +15,7 @@ thread_local! {
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
-/// The system allocator, counting the allocations made while [`counting`] runs. The proof's
+/// The system allocator, counting the allocations made while the proof runs a call. The proof's
 /// binary installs it: `#[global_allocator] static ALLOCATOR: CountingAllocator =
 /// CountingAllocator;`.
 #[derive(Debug)]
