@@ -5,7 +5,9 @@
 //! graph's and `go tool pprof -tags`' counts equal the `perf script` samples of the process
 //! whose time lies in that phase's spans, read here from the marker file, and the samples pprof
 //! labels with a phase (by their timestamps) are exactly those. Control: the same spans moved
-//! 3 ms later hold another set of samples, by a tenth of the phase's at least.
+//! 3 ms later hold another set of samples, by a tenth of the phase's at least. A hostile marker
+//! file (escape sequences in a name, lines that are no marker) is read and escaped; swapped for
+//! a link or a FIFO, it is not read.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -324,4 +326,147 @@ fn phase_counts_are_the_samples_inside_their_spans() {
             "{phase}: and not those of the moved spans"
         );
     }
+}
+
+/// A program that writes a hostile marker file (a span over all time named with terminal
+/// escape sequences, an instant, four lines that are no marker) and maps it executable.
+const HOSTILE_MARKERS_C: &str = include_str!("fixtures/hostile_markers.c");
+
+/// The span name the hostile program writes.
+const HOSTILE_SPAN: &str = "\x1b]52;c;aGk=\x07 \x1b[2J span";
+
+/// `perfclock report ARGS` in `work`: its exit status's success and its standard error.
+fn report_status(work: &Path, args: &[&str]) -> (bool, String) {
+    let output = std::process::Command::new(perfclock())
+        .arg("report")
+        .args(args)
+        .current_dir(work)
+        .env("HOME", work.join("home"))
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_hostile_marker_file_is_read_as_untrusted() {
+    let test = perfclock_testutil::test_name!();
+    if !tools_or_skip(test, &[("perf", "--version"), ("cc", "--version")]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let work = work.path();
+    fs::create_dir(work.join("home")).unwrap();
+    fs::write(work.join("hostile_markers.c"), HOSTILE_MARKERS_C).unwrap();
+    run(
+        work,
+        "cc",
+        &[
+            "-O0",
+            "-fno-omit-frame-pointer",
+            "-o",
+            "hostile",
+            "hostile_markers.c",
+        ],
+    );
+    let record = std::process::Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-g",
+            "-e",
+            "cpu-clock",
+            "-o",
+            "hostile.data",
+            "./hostile",
+            "500",
+        ])
+        .current_dir(work)
+        .env("HOME", work.join("home"))
+        .output()
+        .unwrap();
+    if !record.status.success() {
+        skip(
+            test,
+            Need::Perf,
+            format!(
+                "perf record failed: {}",
+                String::from_utf8_lossy(&record.stderr)
+            ),
+        );
+        return;
+    }
+    let marker_file = fs::read_dir(work)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.to_string_lossy().ends_with(".txt"))
+        .expect("the hostile marker file");
+    let pid: u32 = marker_file
+        .file_stem()
+        .and_then(|stem| stem.to_str()?.strip_prefix("marker-")?.parse().ok())
+        .unwrap();
+    let of_pid = run(work, "perf", &["script", "-F", "pid", "-i", "hostile.data"])
+        .lines()
+        .filter(|line| line.trim().parse() == Ok(pid))
+        .count() as u64;
+
+    let (ok, stderr) = report_status(
+        work,
+        &[
+            "hostile.data",
+            "--during",
+            HOSTILE_SPAN,
+            "-o",
+            "during.html",
+            "--pprof",
+            "h.pb.gz",
+        ],
+    );
+    println!("{stderr}");
+    assert!(ok, "{stderr}");
+    assert!(
+        !stderr.contains('\x1b') && !stderr.contains('\x07'),
+        "raw escapes: {stderr:?}"
+    );
+    assert!(
+        stderr.contains("\\x1b]52;c;aGk=\\x07 \\x1b[2J span"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 spans, 1 instants") && stderr.contains("4 lines that are no marker"),
+        "{stderr}"
+    );
+    let during = flame_counts(&fs::read_to_string(work.join("during.html")).unwrap());
+    assert_eq!(
+        during.get("all"),
+        Some(&of_pid),
+        "the span holds every sample of its process"
+    );
+
+    // The file swapped for a link to another file, then for a FIFO: neither is read, and the
+    // report goes on without their spans.
+    let planted = work.join("planted.txt");
+    fs::write(&planted, "0 18446744073709551615 planted\n").unwrap();
+    fs::remove_file(&marker_file).unwrap();
+    std::os::unix::fs::symlink(&planted, &marker_file).unwrap();
+    let (ok, stderr) = report_status(
+        work,
+        &["hostile.data", "--during", "planted", "-o", "l.html"],
+    );
+    assert!(!ok, "a span of the linked file was read: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "of process {pid} is not read: it is a symbolic link"
+        )) && stderr.contains("no marker span is named \"planted\""),
+        "{stderr}"
+    );
+    fs::remove_file(&marker_file).unwrap();
+    run(work, "mkfifo", &[marker_file.to_str().unwrap()]);
+    let (ok, stderr) = report_status(work, &["hostile.data", "-o", "fifo.html"]);
+    assert!(
+        ok && stderr.contains("is not read: it is a FIFO"),
+        "{stderr}"
+    );
 }
