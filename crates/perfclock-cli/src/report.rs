@@ -101,7 +101,18 @@ fn recording(options: &ReportArgs, input: &Path) -> Result<Vec<Sample>, String> 
         samples.iter().map(|s| s.tid).collect::<HashSet<_>>().len()
     );
     add_jit_lines(&mut samples);
-    let spans = marker_spans(input)?;
+    let needs_markers = !options.during.is_empty() || options.split == Some(SplitBy::Marker);
+    let spans = match marker_spans(input) {
+        Ok(spans) => spans,
+        Err(error) if needs_markers => return Err(error),
+        Err(error) => {
+            errln!(
+                "{NAME}: warning: {}: no marker files searched: {error}",
+                input.display()
+            );
+            Spans::new()
+        }
+    };
     let inside = spans.assign(&mut samples, &options.during);
     if options.during.is_empty() {
         return Ok(samples);

@@ -470,3 +470,52 @@ fn a_hostile_marker_file_is_read_as_untrusted() {
         "{stderr}"
     );
 }
+
+/// A pipe-mode recording (`perf record -o -`), whose layout the marker search cannot read, is
+/// reported with a warning; asking for markers in it is an error that says why.
+#[test]
+fn a_pipe_mode_recording_is_reported_without_markers() {
+    let test = perfclock_testutil::test_name!();
+    if !tools_or_skip(test, &[("perf", "--version")]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let work = work.path();
+    let script = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done";
+    let record = std::process::Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-o",
+            "-",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .current_dir(work)
+        .env("HOME", work)
+        .output()
+        .unwrap();
+    if !record.status.success() {
+        skip(
+            test,
+            Need::Perf,
+            format!(
+                "perf record failed: {}",
+                String::from_utf8_lossy(&record.stderr)
+            ),
+        );
+        return;
+    }
+    fs::write(work.join("pipe.data"), &record.stdout).unwrap();
+    let (ok, stderr) = report_status(work, &["pipe.data", "-o", "pipe.html"]);
+    assert!(
+        ok && stderr.contains("warning: pipe.data: no marker files searched: a pipe-mode"),
+        "{stderr}"
+    );
+    let (ok, stderr) = report_status(work, &["pipe.data", "--during", "x", "-o", "during.html"]);
+    assert!(!ok && stderr.contains("error: a pipe-mode"), "{stderr}");
+}
