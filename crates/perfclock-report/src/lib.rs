@@ -3,6 +3,11 @@
 //! ingest ([`pprof`]), both from the samples `perf script` symbolizes ([`samples`]): JIT frames
 //! with the names `perf inject --jit` gave them, kernel frames told apart. perf's output is read
 //! by its structure, so no thread or function name can forge a sample or stop the report.
+//!
+//! Around them: two recordings made comparable for a differential flame graph and a pprof pair
+//! ([`compare`], [`flamegraph::write_diff_svg`]); the spans of perfclock's marker files given to
+//! the samples inside them ([`markers`]); the source lines of JIT code from the jitdump's debug
+//! info ([`jit_lines`]).
 #![deny(unsafe_code)]
 
 pub mod build_ids;

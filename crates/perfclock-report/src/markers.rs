@@ -69,11 +69,6 @@ impl Spans {
         &self.names
     }
 
-    /// Whether no span was read.
-    pub fn is_empty(&self) -> bool {
-        self.by_pid.values().all(Vec::is_empty)
-    }
-
     /// Reads the marker file `file` of process `pid` (at most [`MAX_MARKER_FILE_BYTES`] of it
     /// should be given) and adds its spans.
     ///
