@@ -100,6 +100,8 @@ pub enum Command {
     /// offline in any browser: click to zoom, search, a tooltip with the share) and a gzipped pprof profile
     /// (for `go tool pprof` and the fleet's profilers), from the samples `perf script`
     /// symbolizes (JIT names after `perf inject --jit`; `perfclock record`'s output has them).
+    /// With `--diff BASE`, what changed since BASE; with the program's marker spans, what ran
+    /// during them.
     Report(ReportArgs),
     /// Profile CMD with `perf record -g` (perf's default clock), every JVM in it writing a
     /// jitdump through perfclock's agent, then add the TIME_CONV record and run `perf inject
