@@ -56,17 +56,18 @@ fn report(options: &ReportArgs) -> Result<(), String> {
     for out in outputs.into_iter().flatten() {
         check_output_path(out).map_err(|e| chain(&e))?;
     }
-    let mut samples = recording(options, &options.input)?;
-    let mut base = options
-        .diff
-        .as_deref()
-        .map(|base| recording(options, base))
-        .transpose()?;
-    if let Some(base_samples) = base.take() {
-        warn_if_incomparable(&base_samples, &samples);
-        base = Some(compare::comparable(base_samples));
-        samples = compare::comparable(samples);
-    }
+    let samples = recording(options, &options.input)?;
+    let (samples, base) = match &options.diff {
+        None => (samples, None),
+        Some(base_input) => {
+            let base = recording(options, base_input)?;
+            warn_if_incomparable(&base, &samples);
+            (
+                compare::comparable(samples),
+                Some(compare::comparable(base)),
+            )
+        }
+    };
     if let Some(path) = &options.flamegraph {
         write_flamegraph(options, path, &samples, base.as_deref())?;
     }

@@ -163,7 +163,7 @@ impl DumpLines {
             let offset = address
                 .checked_sub(GEN_ELF_TEXT_OFFSET)
                 .filter(|&offset| offset < load.code_size)?;
-            load.code_addr + offset
+            load.code_addr.checked_add(offset)?
         };
         let table = &load.entries;
         let after = table.partition_point(|entry| entry.addr <= address);
@@ -363,6 +363,20 @@ mod tests {
             None,
             "past the code"
         );
+        // A load that claims the whole address space: no address overflows.
+        let whole = dump(&[
+            debug_info(u64::MAX - 1, &[(u64::MAX - 1, 1, "a"), (u64::MAX, 2, "a")]),
+            (JIT_CODE_LOAD, {
+                let (_, mut body) = load(0, u64::MAX - 1);
+                body[24..32].copy_from_slice(&u64::MAX.to_le_bytes()); // code_size
+                body
+            }),
+        ]);
+        let (huge, _) = DumpLines::read(&whole[..], whole.len() as u64).unwrap();
+        for address in [0, GEN_ELF_TEXT_OFFSET, u64::MAX - 1, u64::MAX] {
+            let _ = huge.line_at(0, address);
+        }
+        assert_eq!(huge.line_at(0, u64::MAX - 1), Some(("a", 1)));
         // Cut off inside its last record: the records before it are read.
         let (cut, _) = DumpLines::read(&bytes[..bytes.len() - 1], bytes.len() as u64).unwrap();
         assert_eq!(cut.line_at(1, 0x1000), Some(("Hot.java", 10)));
