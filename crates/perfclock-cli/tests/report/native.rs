@@ -2,10 +2,13 @@
 //! program with frame pointers): the flame graph and the pprof profile, read back by `go tool
 //! pprof`, count for each of its functions what `perf script` counts, at the leaf and anywhere
 //! in the stack. A program that names its thread and its hot function with line breaks and
-//! forged sample headers gets the same totals as perf, with and without call chains. The JVM's
+//! forged sample headers gets the same totals as perf, with and without call chains. A command
+//! of two processes gets perf's totals per process, in the flame graph split by process and in
+//! `go tool pprof -traces` by pid and leaf. The JVM's
 //! totals are checked with its recording in `tests/record/jvm.rs`, the C JIT's in
 //! `tests/e2e/jit-reload/run.sh`.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -292,4 +295,156 @@ fn hostile_thread_and_function_names_neither_forge_samples_nor_stop_the_report()
             "{data}: the renamed thread's root: {counts:?}"
         );
     }
+}
+
+/// A command of two processes (`two_processes.c`: the parent in `parent_work`, its fork in
+/// `child_work`).
+const TWO_PROCESSES_C: &str = include_str!("fixtures/two_processes.c");
+
+/// `go tool pprof -traces`' samples per `(pid, leaf function)`: each block holds a trace's
+/// labels, then its count and leaf on one line and its callers below.
+fn pprof_traces(traces: &str) -> BTreeMap<(u32, String), u64> {
+    let mut counts = BTreeMap::new();
+    let mut pid = None;
+    for line in traces.lines() {
+        if line.starts_with("-----") {
+            pid = None;
+            continue;
+        }
+        let trimmed = line.trim();
+        if let Some(value) = trimmed.strip_prefix("pid:") {
+            pid = value.trim().parse().ok();
+            continue;
+        }
+        let mut words = trimmed.split_whitespace();
+        if let (Some(pid), Some(Ok(count)), Some(leaf)) =
+            (pid, words.next().map(str::parse::<u64>), words.next())
+        {
+            *counts.entry((pid, leaf.to_owned())).or_default() += count;
+        }
+    }
+    counts
+}
+
+/// Each process's totals, in the flame graph split by process and in `go tool pprof -traces`
+/// (by pid label and leaf), are `perf script`'s.
+#[test]
+fn per_process_totals_and_traces_are_perf_scripts() {
+    let test = perfclock_testutil::test_name!();
+    if !tools_run(test, &[]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let work = work.path();
+    fs::write(work.join("two.c"), TWO_PROCESSES_C).unwrap();
+    run(
+        work,
+        "cc",
+        &["-O0", "-fno-omit-frame-pointer", "-o", "two", "two.c"],
+    );
+    let record = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-g",
+            "-e",
+            "cpu-clock",
+            "-o",
+            "two.data",
+            "./two",
+            "400",
+        ])
+        .current_dir(work)
+        .env("HOME", work)
+        .output()
+        .unwrap();
+    if !record.status.success() {
+        skip(
+            test,
+            Need::Perf,
+            format!("perf record failed: {}", text(&record.stderr)),
+        );
+        return;
+    }
+    run(
+        work,
+        env!("CARGO_BIN_EXE_perfclock"),
+        &[
+            "report",
+            "two.data",
+            "--split",
+            "process",
+            "-o",
+            "two.html",
+            "--pprof",
+            "two.pb.gz",
+        ],
+    );
+    // `PID` header lines, each followed by its stack's frame lines (`\tIP SYMBOL`), leaf first.
+    let script = run(
+        work,
+        "perf",
+        &["script", "-F", "pid,ip,sym", "-i", "two.data"],
+    );
+    let mut perf: BTreeMap<(u32, String), u64> = BTreeMap::new();
+    let mut per_pid: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut header: Option<u32> = None;
+    for line in script.lines().filter(|line| !line.trim().is_empty()) {
+        if line.starts_with('\t') {
+            if let Some(pid) = header.take() {
+                let leaf = line.trim().split_once(' ').map_or("", |(_, symbol)| symbol);
+                *perf.entry((pid, leaf.to_owned())).or_default() += 1;
+            }
+        } else if let Ok(pid) = line.trim().parse::<u32>() {
+            *per_pid.entry(pid).or_default() += 1;
+            header = Some(pid);
+        }
+    }
+    println!("perf script per pid: {per_pid:?}");
+    assert_eq!(per_pid.len(), 2, "two processes: {per_pid:?}");
+    // Each process has its own hot function: most of its samples, none of the other's.
+    let hot: Vec<&str> = per_pid
+        .iter()
+        .filter_map(|(&pid, &total)| {
+            ["parent_work", "child_work"].into_iter().find(|function| {
+                perf.get(&(pid, (*function).to_owned()))
+                    .is_some_and(|&n| n * 2 > total)
+            })
+        })
+        .collect();
+    assert!(
+        hot.contains(&"parent_work") && hot.contains(&"child_work"),
+        "each process's hot function: {perf:?}"
+    );
+
+    let flame = flame_counts(&fs::read_to_string(work.join("two.html")).unwrap());
+    for (pid, count) in &per_pid {
+        assert_eq!(
+            flame.get(&format!("two-{pid}")),
+            Some(count),
+            "process {pid}'s root: {flame:?}"
+        );
+    }
+
+    if !runs("go", "version") {
+        skip(test, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
+        return;
+    }
+    let traces = run(
+        work,
+        "go",
+        &[
+            "tool",
+            "pprof",
+            "-traces",
+            "-sample_index=samples",
+            "-symbolize=none",
+            "two.pb.gz",
+        ],
+    );
+    assert_eq!(
+        pprof_traces(&traces),
+        perf,
+        "pprof -traces against perf script"
+    );
 }
