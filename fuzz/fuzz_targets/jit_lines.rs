@@ -1,6 +1,7 @@
 //! A jitdump's source lines as `perfclock report` reads them (`perfclock_report::jit_lines`):
-//! the dump is a runtime's file. On arbitrary bytes, reading gives lines or a typed error, never
-//! a panic, and any address of any load can be asked for. On a dump of arbitrary code loads and
+//! the dump is a runtime's file. On arbitrary bytes, and on loads at any address of any size,
+//! reading gives lines or a typed error, never a panic, and any address of any load can be
+//! asked for. On a dump of arbitrary code loads and
 //! debug-info records laid out as perf's `jitdump.h` says, every load is read, and the line of
 //! each address (the process's or the image's, from `GEN_ELF_TEXT_OFFSET`) is the last entry at
 //! or below it, none before the first entry or from the last on, as a brute-force reading of
@@ -15,6 +16,8 @@ use perfclock_report::jit_lines::{DumpLines, GEN_ELF_TEXT_OFFSET};
 struct Load {
     code_addr: u64,
     code_size: u16,
+    /// A `code_size` field other than the code's length (a runtime's lie).
+    claimed_size: Option<u64>,
     /// `(offset into the code, line, file)`: a debug-info record before the load, if any.
     entries: Option<Vec<(u16, u32, u8)>>,
     probes: Vec<u16>,
@@ -52,7 +55,7 @@ fn dump(loads: &[Load]) -> Vec<u8> {
         }
         let mut body = 7u32.to_le_bytes().to_vec();
         body.extend_from_slice(&7u32.to_le_bytes());
-        let size = u64::from(load.code_size);
+        let size = load.claimed_size.unwrap_or(u64::from(load.code_size));
         for word in [load.code_addr, load.code_addr, size, index as u64] {
             body.extend_from_slice(&word.to_le_bytes());
         }
@@ -76,6 +79,16 @@ fuzz_target!(|data: &[u8]| {
     let Ok(loads) = Vec::<Load>::arbitrary(&mut Unstructured::new(data)) else {
         return;
     };
+    // Any load, at any address and of any size: asking for any address never panics.
+    let any = dump(&loads);
+    if let Ok((lines, _)) = DumpLines::read(&any[..], any.len() as u64) {
+        for (index, load) in loads.iter().enumerate() {
+            let end = load.code_addr.wrapping_add(u64::from(load.code_size));
+            for address in [0, GEN_ELF_TEXT_OFFSET, u64::MAX, load.code_addr, end] {
+                let _ = lines.line_at(index as u64, address);
+            }
+        }
+    }
     let loads: Vec<Load> = loads
         .into_iter()
         .take(16)
@@ -83,6 +96,7 @@ fuzz_target!(|data: &[u8]| {
         // (the text offset and a 16-bit offset) below it.
         .filter(|load| load.code_addr < u64::MAX - 0x2_0000)
         .filter(|load| load.code_addr > GEN_ELF_TEXT_OFFSET + 0x1_0000)
+        .filter(|load| load.claimed_size.is_none())
         .collect();
     let bytes = dump(&loads);
     let (lines, counts) =
