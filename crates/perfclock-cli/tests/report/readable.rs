@@ -3,6 +3,7 @@
 //! in a window narrow enough that the names do not fit. The widest frames of the workload's
 //! functions show the function, and their tooltips and the search keep the whole text. The
 //! control is the same page with inferno's default (the left of a name cut): the function goes.
+//! The same holds for the SVG alone.
 //! The icicle graph (`--icicle`) keeps the names and puts the root at the top.
 
 use std::fs;
@@ -61,7 +62,10 @@ fn check(work: &Path, page: &Path, workload: fn(&str) -> bool, function: fn(&str
         "no frame was too narrow for its name: the window checks nothing"
     );
 
-    let control = page.with_extension("control.html");
+    let control = page.with_extension(format!(
+        "control.{}",
+        page.extension().and_then(|e| e.to_str()).unwrap_or("html")
+    ));
     fs::write(
         &control,
         html.replace(
@@ -122,6 +126,9 @@ fn node_frames_show_their_functions_when_cut() {
     report(work, &["node.data", "-o", "node.html"]);
     let workload = |name: &str| name.starts_with("JS:") && name.contains("/hot.js:");
     check(work, &work.join("node.html"), workload, js_function);
+    // The SVG alone, as the browser draws it.
+    report(work, &["node.data", "-o", "node.svg"]);
+    check(work, &work.join("node.svg"), workload, js_function);
 
     // The icicle graph as the browser lays it out: the root above every workload frame, the
     // names as readable.
@@ -168,11 +175,9 @@ fn java_frames_show_class_and_method_first() {
     if record(test, work, "jvm.data", &command).is_none() {
         return;
     }
-    report(work, &["jvm.data", "-o", "jvm.html"]);
-    check(
-        work,
-        &work.join("jvm.html"),
-        |name| name.starts_with("Cart.") && name.ends_with(") org.example.shop"),
-        java_function,
-    );
+    let workload = |name: &str| name.starts_with("Cart.") && name.ends_with(") org.example.shop");
+    for page in ["jvm.html", "jvm.svg"] {
+        report(work, &["jvm.data", "-o", page]);
+        check(work, &work.join(page), workload, java_function);
+    }
 }
