@@ -2,7 +2,8 @@
 # Every publishable crate packages and builds from its package alone (`cargo package`).
 # --workspace packages them together: their dependencies on each other resolve to the packages
 # just made (a local registry), so none has to be on the registry first. Left out: the crates
-# with `publish = false` (JVMTI agent cdylib, test bed guest program, test helpers).
+# with `publish = false` (JVMTI agent cdylib, test bed guest program, test helpers, the
+# signal-safety proof).
 # --allow-dirty: this checks what the packages hold and that they build, not that the work tree is
 # committed (a run on a tree with edits would stop here otherwise).
 # Cargo unpacks those packages under $CARGO_HOME/registry/src/<hash of the local registry's path>/
@@ -20,4 +21,5 @@ cd "$(dirname "$0")/.."
 rm -rf target/package-verify "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/perfclock-[0-9]* \
     "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/perfclock-*-[0-9]*
 cargo package --workspace --allow-dirty --target-dir target/package-verify \
-    --exclude perfclock-jvmti --exclude perfclock-testbed --exclude perfclock-testutil
+    --exclude perfclock-jvmti --exclude perfclock-testbed --exclude perfclock-testutil \
+    --exclude perfclock-signal-safety
