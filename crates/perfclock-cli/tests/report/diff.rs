@@ -137,10 +137,14 @@ fn a_function_made_four_times_slower_is_the_reddest_and_pprof_shows_its_change()
         let (new_leaf, new_anywhere) = counts(&new, perf_name);
         changes.insert(perf_name, new_leaf - base_leaf);
         let drawn = frames_of(&frames, shown);
-        assert_eq!(
-            drawn.iter().map(|f| f.samples).sum::<u64>(),
-            new_anywhere,
-            "{shown}: the flame graph's count against NEW's perf script"
+        // inferno leaves out frames narrower than 0.1 px of its 1,200-px layout: in NEW's
+        // 16,000 samples or so, frames of one sample.
+        let drawn_samples: u64 = drawn.iter().map(|f| f.samples).sum();
+        let narrowest = new.len() as u64 / 12_000;
+        assert!(
+            drawn_samples <= new_anywhere && new_anywhere - drawn_samples <= new_anywhere / 1000,
+            "{shown}: the flame graph's {drawn_samples} against NEW's perf script's \
+             {new_anywhere} (frames of {narrowest} samples or fewer are not drawn)"
         );
         println!(
             "{perf_name}: perf script self samples {base_leaf} -> {new_leaf}, fills {:?}",
