@@ -6,6 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use perfclock_attach::procfs::{self, ProcStatus};
 use perfclock_attach::protocol::{self, LoadResponse};
+use perfclock_core::untrusted::{Untrusted, UNTRUSTED_MAX_CHARS};
 
 fuzz_target!(|data: &[u8]| {
     // The JVM's answer to `load`.
@@ -38,9 +39,9 @@ fuzz_target!(|data: &[u8]| {
     }
     assert!(asked <= procfs::OPTION_FILES_MAX_COUNT);
     // What a terminal is shown of the JVM's bytes: no control character, bounded.
-    let shown = perfclock_attach::escape_untrusted_bytes(data);
+    let shown = Untrusted(data).to_string();
     assert!(!shown.chars().any(char::is_control));
-    assert!(shown.chars().count() <= perfclock_attach::UNTRUSTED_MAX_CHARS * 10 + 40);
+    assert!(shown.chars().count() <= UNTRUSTED_MAX_CHARS * 10 + 40);
     let request = protocol::load_request(cmdline, environ);
     if let Ok(request) = request {
         assert_eq!(request.iter().filter(|&&b| b == 0).count(), 5);
