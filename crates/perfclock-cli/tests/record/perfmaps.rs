@@ -8,10 +8,13 @@
 //! of those samples, how many name function N in that frame.
 //!
 //! The tests against map_jit judge a 99% share that a loaded machine can deny (the watch wakes
-//! after each write: another test's recording beside it, or the host descheduling the vCPU,
-//! delays it by milliseconds), so they are ignored in the workspace's run and `.ci/run` runs
-//! them alone (`cargo test -p perfclock-cli --test record perfmaps:: -- --ignored
-//! --test-threads=1`).
+//! after each write: another test's recording beside it delays it by milliseconds), so they are
+//! ignored in the workspace's run and `.ci/run` runs them alone (`cargo test -p perfclock-cli
+//! --test record perfmaps:: -- --ignored --test-threads=1`). The host can deny it too: while it
+//! runs another guest on the watch's vCPU (steal time), no thread of this machine wakes, and a
+//! single 40 ms steal costs a 3 s run 1.3% (seen: 98.5%). So a recording below the share is
+//! made again, up to [`ATTEMPTS`] times, only when `/proc/stat` counted steal time during it;
+//! one below the share without steal fails at once.
 //!
 //! Needs root (the container), perf, cc and an x86-64 CPU; samply's reading needs samply and
 //! python3; the runtimes' comparison needs node and CPython 3.13. Without them the tests say `SKIPPED` (fatal under the PERFCLOCK_REQUIRE_*
@@ -34,6 +37,40 @@ const SAMPLY_MAP_JIT_PY: &str = include_str!("../fixtures/samply_map_jit.py");
 const MIN_NAMED: f64 = 0.99;
 /// The share perf's own reading of the map may name right at most: one name for the four.
 const MAX_NAMED_BY_PERF: f64 = 0.5;
+/// How many recordings a share may take when the host steals time from each.
+const ATTEMPTS: usize = 3;
+
+/// The share `record` names right, from the first of at most [`ATTEMPTS`] recordings that
+/// reaches [`MIN_NAMED`]; another recording follows only one below it during which the host
+/// stole time from this machine's vCPUs. Fails with every recording's share and steal.
+fn named_in_time(what: &str, mut record: impl FnMut() -> f64) -> f64 {
+    let mut attempts = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let stolen_before = host_steal_ms();
+        let in_time = record();
+        let stolen = host_steal_ms() - stolen_before;
+        eprintln!("{what}: named right {in_time:.4}, host steal {stolen} ms");
+        attempts.push(format!("{in_time:.4} (host steal {stolen} ms)"));
+        if in_time >= MIN_NAMED || stolen == 0 {
+            return in_time;
+        }
+    }
+    panic!(
+        "{what}: named right below {MIN_NAMED} in every recording, each with host steal: {}",
+        attempts.join(", ")
+    );
+}
+
+/// The time the host has taken from this machine's vCPUs since boot (`/proc/stat`'s steal
+/// column, in clock ticks), ms.
+fn host_steal_ms() -> u64 {
+    let stat = fs::read_to_string("/proc/stat").unwrap();
+    let cpu = stat.lines().next().unwrap();
+    let ticks: u64 = cpu.split_whitespace().nth(8).unwrap().parse().unwrap();
+    // SAFETY: sysconf reads a constant.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    ticks * 1000 / u64::try_from(per_second).unwrap()
+}
 
 /// map_jit built in `work`'s app directory, or `None` after saying why not.
 fn map_jit(test: &str, work: &Work) -> Option<PathBuf> {
@@ -187,22 +224,24 @@ fn a_jit_reusing_one_address_is_named_after_the_code_there_at_each_sample() {
 
     let mut args = vec!["-o".to_owned(), "out.data".to_owned(), "--".to_owned()];
     args.extend(command);
-    let output = work.record(&args);
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("stamped as they appeared"), "{stderr}");
     let out = work.app().join("out.data");
-    let pids = pids_of(&work, &out, "map_jit");
-    let [pid] = pids[..] else {
-        panic!("map_jit ran as {pids:?}");
-    };
-    let map = fs::read_to_string(format!("/tmp/perf-{pid}.map")).unwrap();
-    remove_maps(&pids);
-    assert!(
-        map.lines().count() >= 40 && map.lines().all(|line| line.contains(" map_jit_fn_")),
-        "the map is not as the JIT wrote it:\n{map}"
-    );
-    let in_time = share(jit_share(&work, &out));
+    let in_time = named_in_time(test, || {
+        let output = work.record(&args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{stderr}");
+        assert!(stderr.contains("stamped as they appeared"), "{stderr}");
+        let pids = pids_of(&work, &out, "map_jit");
+        let [pid] = pids[..] else {
+            panic!("map_jit ran as {pids:?}");
+        };
+        let map = fs::read_to_string(format!("/tmp/perf-{pid}.map")).unwrap();
+        remove_maps(&pids);
+        assert!(
+            map.lines().count() >= 40 && map.lines().all(|line| line.contains(" map_jit_fn_")),
+            "the map is not as the JIT wrote it:\n{map}"
+        );
+        share(jit_share(&work, &out))
+    });
     eprintln!("{test}: perf's reading {by_perf:.4}, perfclock record {in_time:.4}");
     assert!(in_time >= MIN_NAMED, "named right: {in_time:.4}");
     // samply import reads the same output: each sample's JIT frame in the image mapped at its
@@ -288,20 +327,22 @@ fn garbage_truncated_and_replaced_maps_are_warned_of_and_followed() {
             scenario,
         ]
         .map(str::to_owned);
-        let output = work.record(&args);
-        let stderr = text(&output.stderr);
-        assert_eq!(output.status.code(), Some(0), "{scenario}: {stderr}");
-        for warning in warnings {
-            assert!(
-                stderr.lines().any(|line| line.contains("warning: process")
-                    && line.contains("perf map")
-                    && line.contains(warning)),
-                "{scenario}: no warning `{warning}`: {stderr}"
-            );
-        }
         let data = work.app().join(data);
-        remove_maps(&pids_of(&work, &data, "map_jit"));
-        let in_time = share(jit_share(&work, &data));
+        let in_time = named_in_time(scenario, || {
+            let output = work.record(&args);
+            let stderr = text(&output.stderr);
+            assert_eq!(output.status.code(), Some(0), "{scenario}: {stderr}");
+            for warning in warnings {
+                assert!(
+                    stderr.lines().any(|line| line.contains("warning: process")
+                        && line.contains("perf map")
+                        && line.contains(warning)),
+                    "{scenario}: no warning `{warning}`: {stderr}"
+                );
+            }
+            remove_maps(&pids_of(&work, &data, "map_jit"));
+            share(jit_share(&work, &data))
+        });
         assert!(
             in_time >= MIN_NAMED,
             "{scenario}: named right: {in_time:.4}"
@@ -332,24 +373,27 @@ fn a_jit_in_a_container_is_named_in_time_by_record_p() {
         return;
     }
     let _turn = jvm_lock();
-    let container = Container::start(&work, &["./map_jit".to_owned(), "8".to_owned()], "map_jit");
-    std::thread::sleep(Duration::from_millis(500));
     let data = work.path("p.data").display().to_string();
-    let args = [
-        "-o",
-        &data,
-        "-p",
-        &container.pid.to_string(),
-        "--duration",
-        "3",
-    ]
-    .map(str::to_owned);
-    let output = work.record(&args);
-    drop(container);
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("perf map /tmp/perf-1.map"), "{stderr}");
-    let in_time = share(jit_share(&work, Path::new(&data)));
+    let in_time = named_in_time(test, || {
+        let container =
+            Container::start(&work, &["./map_jit".to_owned(), "8".to_owned()], "map_jit");
+        std::thread::sleep(Duration::from_millis(500));
+        let args = [
+            "-o",
+            &data,
+            "-p",
+            &container.pid.to_string(),
+            "--duration",
+            "3",
+        ]
+        .map(str::to_owned);
+        let output = work.record(&args);
+        drop(container);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{stderr}");
+        assert!(stderr.contains("perf map /tmp/perf-1.map"), "{stderr}");
+        share(jit_share(&work, Path::new(&data)))
+    });
     assert!(in_time >= MIN_NAMED, "named right: {in_time:.4}");
 }
 
