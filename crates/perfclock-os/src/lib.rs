@@ -66,6 +66,7 @@ pub mod thread;
 pub mod time;
 pub mod untrusted_file;
 
-pub use error::{read_paranoid, BadSwitch, CreateError, ErrorKind, Op, RingError, SysError};
+pub use error::{read_paranoid, BadSwitch, ErrorKind, Op, RingError, SysError};
 pub use mapping::{Access, Mapping, PageMapping, RingMapping, Sharing};
 pub use perf_event::{remap_page_after_fork, sample, DrainStats, EventAttr, PerfEvent, RingReader};
+pub use shared_file::CreateError;

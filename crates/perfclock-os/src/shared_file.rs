@@ -50,16 +50,14 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, CString};
+use std::fmt;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::{AsRawFd, FromRawFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-use crate::error::CreateError;
-pub use crate::error::{LiveName, TakenName};
 
 /// What a name was found to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -424,11 +422,126 @@ pub fn try_lock_exclusive(file: &File) -> io::Result<()> {
     }
 }
 
+/// Why [`create_exclusive`] created nothing.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CreateError {
+    /// Something that is not a stale regular file of the caller's user is at the name.
+    Taken(TakenName),
+    /// A regular file of the caller's user is at the name whose lock a live writer holds
+    /// (another process with the same pid number, e.g. in another pid namespace). It was left
+    /// as it was.
+    Live(LiveName),
+    /// The directory could not be opened, the create or the lock of the new file failed, or a
+    /// stale file could not be checked or removed.
+    Io {
+        /// The directory or the file.
+        path: PathBuf,
+        /// The system's error.
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for CreateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CreateError::Taken(taken) => taken.fmt(f),
+            CreateError::Live(live) => live.fmt(f),
+            CreateError::Io { path, .. } => write!(f, "cannot create {}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for CreateError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CreateError::Io { source, .. } => Some(source),
+            CreateError::Taken(_) | CreateError::Live(_) => None,
+        }
+    }
+}
+
+/// What was found at a name [`create_exclusive`] would not replace; it was left as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakenName {
+    /// The full path of the name.
+    pub path: PathBuf,
+    /// What is there.
+    pub kind: FileKind,
+    /// Its owner's uid.
+    pub owner_uid: u32,
+    /// Its owner's user name, where the user database has one.
+    pub owner_name: Option<String>,
+    /// The caller's effective uid.
+    pub caller_uid: u32,
+}
+
+impl fmt::Display for TakenName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} already exists and is {}",
+            self.path.display(),
+            self.kind.describe()
+        )?;
+        match &self.owner_name {
+            Some(name) => write!(f, " owned by {name} (uid {})", self.owner_uid)?,
+            None => write!(f, " owned by uid {}", self.owner_uid)?,
+        }
+        write!(
+            f,
+            "; perfclock creates it only where nothing is, and replaces only a regular file of \
+             its own user (uid {}), so as never to write through a planted link or into a file \
+             another user controls: remove it if it is stale, or write into a directory only you \
+             can write",
+            self.caller_uid
+        )
+    }
+}
+
+/// A regular file of the caller's own user at the name, that [`create_exclusive`] would not
+/// remove because it cannot prove that no writer uses it (see the module docs); it was
+/// left as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveName {
+    /// The full path of the name.
+    pub path: PathBuf,
+}
+
+impl fmt::Display for LiveName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} is held open by a live writer: another process using the same pid number (for \
+             example pid 1 in another pid namespace: containers sharing this directory), or a \
+             child it forked. perfclock never removes a file a live writer holds: give each \
+             container its own dump directory, or stop the other writer",
+            self.path.display()
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
 
     use super::*;
+
+    /// The io error is the `source()`, and the message does not repeat it.
+    #[test]
+    fn create_error_gives_its_io_cause_once() {
+        let source = io::Error::from_raw_os_error(libc::EACCES);
+        let cause = source.to_string();
+        let error = CreateError::Io {
+            path: PathBuf::from("/run/dir"),
+            source,
+        };
+        let message = error.to_string();
+        assert!(message.contains("/run/dir"), "{message}");
+        assert!(!message.contains(&cause), "{message} repeats {cause}");
+        let given = std::error::Error::source(&error).map(ToString::to_string);
+        assert_eq!(given, Some(cause));
+    }
 
     #[test]
     fn a_second_exclusive_lock_is_refused_until_the_first_is_closed() {
