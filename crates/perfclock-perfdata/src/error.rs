@@ -6,9 +6,8 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use crate::bounds::{FILE_HEADER_SIZE, MAX_ATTRS, MAX_JIT_DUMPS};
 use crate::features::Feature;
-use crate::header::{FILE_HEADER_SIZE, MAX_ATTRS};
-use crate::scan::MAX_JIT_DUMPS;
 
 /// Why a perf.data cannot be read, scanned, patched or written. Each message says what is wrong
 /// with the perf.data read (or the file written) and what to do.

@@ -3,6 +3,7 @@
 
 use std::io::{self, Read};
 
+use crate::bounds::FILE_HEADER_SIZE;
 use crate::error::PerfDataError;
 use crate::features::FeatureSet;
 use crate::section::{u64_at, Section};
@@ -13,13 +14,8 @@ pub(crate) const MAGIC: &[u8; 8] = b"PERFILE2";
 pub(crate) const MAGIC_SWAPPED: &[u8; 8] = b"2ELIFREP";
 /// The magic of perf's first file format (before 2009).
 pub(crate) const MAGIC_V1: &[u8; 8] = b"PERFFILE";
-/// `sizeof(struct perf_file_header)`.
-pub const FILE_HEADER_SIZE: u64 = 104;
 /// `sizeof(struct perf_pipe_file_header)`: what the size field holds in pipe mode.
 pub(crate) const PIPE_HEADER_SIZE: u64 = 16;
-/// More events than this in one recording is no file perf writes; the limit keeps a hostile
-/// attribute section from costing minutes of reads.
-pub const MAX_ATTRS: u64 = 65_536;
 
 /// Where the header's fields are.
 pub(crate) mod at {

@@ -5,9 +5,10 @@
 
 use std::io::{Read, Seek, SeekFrom};
 
+use crate::bounds::{FILE_HEADER_SIZE, MAX_ATTRS};
 use crate::error::PerfDataError;
 use crate::features::{Feature, FeatureSet};
-use crate::header::{at, FileHeader, FILE_HEADER_SIZE, MAX_ATTRS};
+use crate::header::{at, FileHeader};
 use crate::section::{u32_at, u64_at, Section, SECTION_SIZE};
 
 /// `PERF_ATTR_SIZE_VER0`: the smallest `perf_event_attr`, and what `size == 0` means.

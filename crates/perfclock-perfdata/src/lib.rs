@@ -29,6 +29,7 @@
 //! error, never a panic: the `perfdata` fuzz target runs scan and patch.
 #![deny(unsafe_code)]
 
+mod bounds;
 mod build_id;
 mod clock_data;
 mod decompress;
@@ -47,19 +48,20 @@ mod section;
 pub mod synth;
 mod time_conv;
 
+pub use bounds::{
+    FILE_HEADER_SIZE, MAX_ATTRS, MAX_JIT_DUMPS, MAX_JIT_DUMP_NAME_BYTES, MAX_MARKER_PLACES,
+};
 pub use build_id::{elf_build_id, maps_of, set_map_build_id, MapAt, MAX_BUILD_ID_BYTES};
 pub use clock_data::{ClockData, WallClockPair, MAX_REALTIME_SLEW_PPM, PERF_CLOCK_CLOCKID};
 pub use error::PerfDataError;
 pub use features::{Feature, FeatureSet};
-pub use header::{FileHeader, FILE_HEADER_SIZE, MAX_ATTRS};
+pub use header::FileHeader;
 pub use jitdump_name::{jitdump_file_name, jitdump_pid};
 pub use layout::{read_layout, Layout};
 pub use output::{check_output_path, OutputFile, TEMP_PREFIX};
 pub use patch::Patch;
 pub use record::{with_file_name, RecordHeader, RecordType, RECORD_HEADER_SIZE};
 pub use sampled::{sampled_addresses, SampledAddresses};
-pub use scan::{
-    scan_records, JitDumpMap, Scan, MAX_JIT_DUMPS, MAX_JIT_DUMP_NAME_BYTES, MAX_MARKER_PLACES,
-};
+pub use scan::{scan_records, JitDumpMap, Scan};
 pub use section::{Section, SECTION_SIZE};
 pub use time_conv::{time_conv_record, TIME_CONV_RECORD_SIZE};

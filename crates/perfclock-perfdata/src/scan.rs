@@ -8,6 +8,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::bounds::{MAX_JIT_DUMPS, MAX_JIT_DUMP_NAME_BYTES, MAX_MARKER_PLACES};
 use crate::error::PerfDataError;
 use crate::jitdump_name::jitdump_pid;
 use crate::layout::Layout;
@@ -15,13 +16,6 @@ use crate::record::{
     RecordHeader, RecordType, MMAP2_FILENAME_AT, MMAP_FILENAME_AT, RECORD_HEADER_SIZE,
 };
 use crate::section::u64_at;
-
-/// The most distinct `jit-<pid>.dump` names a scan keeps; one more is
-/// [`PerfDataError::TooManyJitDumps`]. One per JIT process of the recording.
-pub const MAX_JIT_DUMPS: usize = 131_072;
-/// The most bytes of distinct jitdump names a scan keeps (each name is stored twice: in file
-/// order and in the set that finds repeats); more is [`PerfDataError::TooManyJitDumps`].
-pub const MAX_JIT_DUMP_NAME_BYTES: usize = 32 << 20;
 
 /// A jitdump one process of the recording mapped (perf's marker that the JIT wrote one).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,10 +64,6 @@ pub(crate) struct Inspector {
     /// How many marker places were kept, over all names.
     places: usize,
 }
-
-/// The most record places ([`JitDumpMap::marker_slashes`]) a scan keeps in all; more is
-/// [`PerfDataError::TooManyJitDumps`].
-pub const MAX_MARKER_PLACES: usize = 1 << 20;
 
 impl Inspector {
     /// Notes what one record tells: a TIME_CONV, or the map of a jitdump; `offset` is the
