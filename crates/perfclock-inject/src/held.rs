@@ -17,7 +17,6 @@
 //! ([`crate::perfmap`]): between looks it waits on their writes.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::fs;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -28,10 +27,11 @@ use std::time::{Duration, Instant};
 
 use perfclock_core::counter::read_counter_ordered_or_zero;
 use perfclock_os::time::{clock_gettime_ns, monotonic_ns, ClockId};
-use perfclock_os::untrusted_file::{open_untrusted, Root, UntrustedFile, UntrustedFileError};
+use perfclock_os::untrusted_file::{open_untrusted, Root, UntrustedFile};
 use perfclock_perfdata::jitdump_pid;
 
 use crate::dumps::MAX_DUMP_BYTES;
+use crate::not_held::NotHeld;
 use crate::perfmap::{FollowedMap, FollowedMaps};
 use crate::sidecar::MAX_SIDECAR_BYTES;
 
@@ -65,29 +65,6 @@ pub struct Held {
     pub command: String,
     /// Where the path was resolved.
     pub root: Root,
-}
-
-/// Why a dump a recorded process mapped, or its perf map, could not be held.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotHeld {
-    /// The process.
-    pub process: u32,
-    /// The file as the process names it.
-    pub path: PathBuf,
-    /// Why.
-    pub error: UntrustedFileError,
-}
-
-impl fmt::Display for NotHeld {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "process {}'s {} could not be opened while it ran: {}",
-            self.process,
-            crate::input::shown(&self.path),
-            self.error
-        )
-    }
 }
 
 /// The dumps held, by (process, path as the process maps it), and the perf maps followed.

@@ -39,7 +39,7 @@ use perfclock_jitdump::MAX_CODE_BYTES;
 use perfclock_os::inotify::{Inotify, Watch};
 use perfclock_os::untrusted_file::{open_untrusted, Root, UntrustedFile, UntrustedFileError};
 
-use crate::held::NotHeld;
+use crate::not_held::NotHeld;
 
 /// The most bytes of one map followed.
 pub const MAX_MAP_BYTES: u64 = 256 << 20;
