@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::PermissionsExt;
 
+use perfclock::ClockSnapshot;
 use perfclock_core::TimeConversion;
 use perfclock_os::untrusted_file::Root;
 use perfclock_perfdata::{
@@ -14,12 +15,13 @@ use perfclock_perfdata::{
 
 use crate::clock_data::{self, ClockDataError};
 use crate::copies::LazyCopies;
-use crate::dumps::{self, Copying, Dump, DumpError, Writer};
+use crate::dumps::{self, Copying, Dump, DumpError, DumpReport, Writer};
 use crate::input::{open_input, InputError};
 use crate::options::{ClockDataSource, InjectOptions};
 use crate::outcome::{Injected, Outcome, Unfiltered, Warning};
 use crate::output::{write_output, OutputError, TempFiles};
 use crate::pairings::Pairings;
+use crate::perfmap::FollowedMap;
 use crate::sidecar::{self, AgreementError, Sidecar, SidecarError};
 use crate::time_conv::{self, ClockError, TimeConvSource};
 use crate::timed_maps::{self, MapOutcome, MapReport, Timing};
@@ -76,11 +78,8 @@ impl std::error::Error for InjectError {
 pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected, InjectError> {
     // First, to be as close as possible to the recording.
     let snapshot = match &options.clock_data {
+        ClockDataSource::Now => Some(perfclock::snapshot().map_err(ClockDataError::Snapshot)),
         ClockDataSource::None | ClockDataSource::Recorded(_) => None,
-        ClockDataSource::Now => Some(
-            perfclock::snapshot()
-                .map_err(|error| InjectError::ClockData(ClockDataError::Snapshot(error)))?,
-        ),
     };
     let (mut file, metadata) =
         open_input(&options.input, &options.output).map_err(InjectError::Input)?;
@@ -89,37 +88,20 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
     let scan = scan_records(&mut file, &layout).map_err(perf_data)?;
     let mode = metadata.permissions().mode();
     let mut warnings = Vec::new();
-    let clock_data = match (&snapshot, &options.clock_data) {
-        (Some(snapshot), _) => {
-            let (data, warning) = clock_data::from_snapshot(&mut file, &layout, snapshot)
-                .map_err(InjectError::ClockData)?;
-            warnings.extend(warning.map(Warning::ClockData));
-            Some(data)
-        }
-        (None, ClockDataSource::Recorded(recorded)) => Some(ClockData::perf_clock(
-            recorded.realtime.ns,
-            recorded.perf_ns,
-        )),
-        (None, _) => None,
-    };
     let mut patch = Patch::new(&layout);
-    if let Some(clock_data) = &clock_data {
-        patch
-            .add_feature(Feature::CLOCK_DATA, clock_data.to_bytes().to_vec())
-            .map_err(perf_data)?;
-    }
+    let clock_data = clock_data(
+        options,
+        snapshot,
+        &mut file,
+        &layout,
+        &mut patch,
+        &mut warnings,
+    )?;
     let write = |file: &mut File, patch: &Patch<'_>| {
         write_patched_or_copy(options, mode, temps, file, &layout, patch)
             .map_err(InjectError::Output)
     };
-    let maps: Vec<_> = options
-        .held
-        .as_ref()
-        .map(|held| held.take_maps())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|map| !map.lines.is_empty() || !map.warnings.is_empty())
-        .collect();
+    let maps = followed_maps(options);
     if scan.jit_dumps.is_empty() && maps.is_empty() {
         let untimed_maps = match (&options.held, sampled(options, &mut file)) {
             (None, (Some(sampled), _)) => untimed_maps(&sampled),
@@ -129,84 +111,29 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
             return Err(InjectError::Input(InputError::NoJitMarker));
         }
         write(&mut file, &patch)?;
-        let time_conv = if scan.has_time_conv {
-            TimeConvSource::InInput
-        } else {
-            TimeConvSource::NotNeeded
-        };
-        let outcome = Outcome {
-            time_conv,
-            dumps: Vec::new(),
-            maps: Vec::new(),
-            untimed_maps,
-            unfiltered: None,
-            warnings,
-        };
-        return Ok(Injected {
-            outcome,
-            clock_data,
-            copies: None,
-        });
+        return Ok(without_jit_code(&scan, clock_data, untimed_maps, warnings));
     }
-    if let Some(clockid) = layout.clockid {
-        return Err(InjectError::Input(InputError::OtherClock(clockid)));
-    }
-    if scan.compressed_markers {
-        // Seen with perf 6.1: inject --jit passes compressed records through unread, so it
-        // never sees the marker, and succeeds without injecting anything.
-        warnings.push(Warning::CompressedMaps);
-    }
+    check_clock_and_markers(&layout, &scan, &mut warnings)?;
     let (dumps, sidecars) = writers(options, &scan);
-    let recorded = !options.pairings.is_empty();
     let any_other = dumps
         .iter()
         .any(|dump| matches!(dump.writer, Ok(Writer::Other)));
-    let (time_conv, conversion) = if scan.has_time_conv {
-        // The kernel's own: this boot's clock converts exactly as it does.
-        let conversion = if any_other || !maps.is_empty() {
-            let clock = time_conv::this_clock(&options.input, &metadata, recorded, &scan);
-            Some(clock.map_err(InjectError::Clock)?.2)
-        } else {
-            None
-        };
-        (TimeConvSource::InInput, conversion)
-    } else {
-        let agreed = time_conv::from_sidecars(&scan, &sidecars).map_err(InjectError::Sidecars)?;
-        match agreed {
-            Some((reference, inserted)) => {
-                warnings.extend(time_conv::boot_warning(&sidecars).map(Warning::Boot));
-                (
-                    TimeConvSource::Sidecar {
-                        path: reference.path,
-                        record: Box::new(reference.record),
-                        inserted,
-                    },
-                    Some(inserted.conversion),
-                )
-            }
-            None => {
-                let clock = time_conv::this_clock(&options.input, &metadata, recorded, &scan);
-                let (mode, bound_ns, conversion) = clock.map_err(InjectError::Clock)?;
-                let source = TimeConvSource::ThisClock {
-                    mode,
-                    bound_ns,
-                    conversion,
-                };
-                (source, Some(conversion))
-            }
-        }
-    };
+    let needs_clock = any_other || !maps.is_empty();
+    let (time_conv, conversion) = time_conv_source(
+        options,
+        &metadata,
+        &scan,
+        &sidecars,
+        needs_clock,
+        &mut warnings,
+    )?;
     if let (TimeConvSource::Sidecar { .. } | TimeConvSource::ThisClock { .. }, Some(conversion)) =
         (&time_conv, &conversion)
     {
         insert_time_conv(&mut patch, conversion).map_err(perf_data)?;
     }
     let (sampled, unfiltered) = sampled(options, &mut file);
-    let pairings = if any_other {
-        pairings(options).map_err(InjectError::Clock)?
-    } else {
-        Pairings::default()
-    };
+    let pairings = pairings(options, any_other).map_err(InjectError::Clock)?;
     let mut copying = Copying {
         input: &mut file,
         conversion: conversion.as_ref(),
@@ -217,27 +144,9 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
         copies: LazyCopies::new(&options.copies_beside, temps),
     };
     let dumps = dumps::copy_all(dumps, &mut copying, &mut patch).map_err(InjectError::Output)?;
-    let maps = match &conversion {
-        Some(conversion) if !maps.is_empty() => {
-            let with_dumps: Vec<u32> = dumps
-                .iter()
-                .filter(|dump| matches!(dump.outcome, crate::DumpOutcome::Copied { .. }))
-                .map(|dump| dump.process)
-                .collect();
-            let mut timing = Timing {
-                input: copying.input,
-                layout: &layout,
-                conversion,
-                first_sample_ns: scan.sample_times.map(|(first, _)| first),
-                sampled: copying.sampled,
-                filter: copying.filter,
-                with_dumps: &with_dumps,
-                copies: &mut copying.copies,
-            };
-            timed_maps::time_all(maps, &mut timing, &mut patch).map_err(InjectError::Output)?
-        }
-        _ => Vec::new(),
-    };
+    let first_sample_ns = scan.sample_times.map(|(first, _)| first);
+    let timing = (&layout, conversion.as_ref(), first_sample_ns);
+    let maps = time_maps(maps, &dumps, &mut copying, timing, &mut patch)?;
     let untimed_maps = match (&options.held, copying.sampled) {
         (None, Some(sampled)) => untimed_maps(sampled),
         _ => Vec::new(),
@@ -259,6 +168,168 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
         clock_data,
         copies,
     })
+}
+
+/// A recording with JIT code must be in perf's clock; its markers compressed are a warning.
+fn check_clock_and_markers(
+    layout: &Layout,
+    scan: &Scan,
+    warnings: &mut Vec<Warning>,
+) -> Result<(), InjectError> {
+    if let Some(clockid) = layout.clockid {
+        return Err(InjectError::Input(InputError::OtherClock(clockid)));
+    }
+    if scan.compressed_markers {
+        // Seen with perf 6.1: inject --jit passes compressed records through unread, so it
+        // never sees the marker, and succeeds without injecting anything.
+        warnings.push(Warning::CompressedMaps);
+    }
+    Ok(())
+}
+
+/// What a recording that maps no dump and had no map followed gets: its TIME_CONV as it was,
+/// the clock data, and the maps perf will read untimed.
+fn without_jit_code(
+    scan: &Scan,
+    clock_data: Option<ClockData>,
+    untimed_maps: Vec<std::path::PathBuf>,
+    warnings: Vec<Warning>,
+) -> Injected {
+    let time_conv = if scan.has_time_conv {
+        TimeConvSource::InInput
+    } else {
+        TimeConvSource::NotNeeded
+    };
+    let outcome = Outcome {
+        time_conv,
+        dumps: Vec::new(),
+        maps: Vec::new(),
+        untimed_maps,
+        unfiltered: None,
+        warnings,
+    };
+    Injected {
+        outcome,
+        clock_data,
+        copies: None,
+    }
+}
+
+/// The clock data OUT gets, added to `patch`: this machine's now (`snapshot`, taken when the
+/// options asked, with its warning), the recorded pair, or none.
+fn clock_data(
+    options: &InjectOptions,
+    snapshot: Option<Result<ClockSnapshot, ClockDataError>>,
+    file: &mut File,
+    layout: &Layout,
+    patch: &mut Patch<'_>,
+    warnings: &mut Vec<Warning>,
+) -> Result<Option<ClockData>, InjectError> {
+    let clock_data = match (snapshot, &options.clock_data) {
+        (Some(snapshot), _) => {
+            let snapshot = snapshot.map_err(InjectError::ClockData)?;
+            let (data, warning) = clock_data::from_snapshot(file, layout, &snapshot)
+                .map_err(InjectError::ClockData)?;
+            warnings.extend(warning.map(Warning::ClockData));
+            data
+        }
+        (None, ClockDataSource::Recorded(recorded)) => {
+            ClockData::perf_clock(recorded.realtime.ns, recorded.perf_ns)
+        }
+        (None, _) => return Ok(None),
+    };
+    patch
+        .add_feature(Feature::CLOCK_DATA, clock_data.to_bytes().to_vec())
+        .map_err(|error| InjectError::Input(InputError::PerfData(error)))?;
+    Ok(Some(clock_data))
+}
+
+/// The maps the watch followed that hold a line or a warning.
+fn followed_maps(options: &InjectOptions) -> Vec<FollowedMap> {
+    let maps = options.held.as_ref().map(|held| held.take_maps());
+    let mut maps = maps.unwrap_or_default();
+    maps.retain(|map| !map.lines.is_empty() || !map.warnings.is_empty());
+    maps
+}
+
+/// Where OUT's TIME_CONV comes from, and the conversion the dumps and maps are retimed with:
+/// IN's own (this machine's clock asked only when `needs_clock`: a foreign dump or a map to
+/// time), the sidecars' agreed one, or this machine's clock.
+fn time_conv_source(
+    options: &InjectOptions,
+    metadata: &std::fs::Metadata,
+    scan: &Scan,
+    sidecars: &[Sidecar],
+    needs_clock: bool,
+    warnings: &mut Vec<Warning>,
+) -> Result<(TimeConvSource, Option<TimeConversion>), InjectError> {
+    let recorded = !options.pairings.is_empty();
+    let this_clock = || {
+        time_conv::this_clock(&options.input, metadata, recorded, scan).map_err(InjectError::Clock)
+    };
+    if scan.has_time_conv {
+        // The kernel's own: this boot's clock converts exactly as it does.
+        let conversion = if needs_clock {
+            Some(this_clock()?.2)
+        } else {
+            None
+        };
+        return Ok((TimeConvSource::InInput, conversion));
+    }
+    let agreed = time_conv::from_sidecars(scan, sidecars).map_err(InjectError::Sidecars)?;
+    Ok(match agreed {
+        Some((reference, inserted)) => {
+            warnings.extend(time_conv::boot_warning(sidecars).map(Warning::Boot));
+            (
+                TimeConvSource::Sidecar {
+                    path: reference.path,
+                    record: Box::new(reference.record),
+                    inserted,
+                },
+                Some(inserted.conversion),
+            )
+        }
+        None => {
+            let (mode, bound_ns, conversion) = this_clock()?;
+            let source = TimeConvSource::ThisClock {
+                mode,
+                bound_ns,
+                conversion,
+            };
+            (source, Some(conversion))
+        }
+    })
+}
+
+/// The followed maps timed into dumps of their sampled lines, but for processes whose own dump
+/// was copied; `timing` is IN's layout, the conversion (none: no map is timed) and the first
+/// sample's time.
+fn time_maps(
+    maps: Vec<FollowedMap>,
+    dumps: &[DumpReport],
+    copying: &mut Copying<'_>,
+    (layout, conversion, first_sample_ns): (&Layout, Option<&TimeConversion>, Option<u64>),
+    patch: &mut Patch<'_>,
+) -> Result<Vec<MapReport>, InjectError> {
+    let Some(conversion) = conversion.filter(|_| !maps.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let with_dumps: Vec<u32> = dumps
+        .iter()
+        .filter(|dump| matches!(dump.outcome, crate::DumpOutcome::Copied { .. }))
+        .map(|dump| dump.process)
+        .collect();
+    let mut timing = Timing {
+        input: copying.input,
+        layout,
+        conversion,
+        first_sample_ns,
+        sampled: copying.sampled,
+        filter: copying.filter,
+        with_dumps: &with_dumps,
+        copies: &mut copying.copies,
+    };
+    timed_maps::time_all(maps, &mut timing, patch).map_err(InjectError::Output)
 }
 
 fn insert_time_conv(
@@ -416,8 +487,12 @@ fn sampled(
     }
 }
 
-/// The recording's pairings, or one taken now for a recording of this boot.
-fn pairings(options: &InjectOptions) -> Result<Pairings, ClockError> {
+/// The recording's pairings, or one taken now for a recording of this boot; none unless
+/// `needed` (a foreign dump is retimed).
+fn pairings(options: &InjectOptions, needed: bool) -> Result<Pairings, ClockError> {
+    if !needed {
+        return Ok(Pairings::default());
+    }
     if !options.pairings.is_empty() {
         return Ok(Pairings::of(&options.pairings));
     }
