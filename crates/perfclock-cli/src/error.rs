@@ -13,11 +13,7 @@ use std::process::ExitStatus;
 
 use crate::agent::agent_failure;
 
-use perfclock::paravirt::{self, OffsetSource, ParavirtRefusal};
-use perfclock::{Error, ReadError};
 use perfclock_attach::{AttachError, Remedy};
-use perfclock_calib::CalibError;
-use perfclock_serve::PublishError;
 
 /// Why `record -p`/`-a` could not attach a HotSpot JVM: it is recorded without its JIT names.
 #[derive(Debug)]
@@ -197,64 +193,23 @@ impl std::error::Error for RecordError {
 /// (printed once, by [`chain`](crate::output::chain)).
 #[derive(Debug)]
 pub(crate) enum ServeError {
-    /// No perf clock at all (not merely a withheld conversion).
-    NoPerfClock(Error),
-    /// No `--path` and no `XDG_RUNTIME_DIR` for the per-user default.
-    NoDefaultPath,
-    /// The page, its file, its socket or its directory: the publisher's error says which.
-    Publish(PublishError),
-    /// `/proc/sys/kernel/random/boot_id` unreadable.
-    BootId(io::Error),
     /// The SIGINT/SIGTERM handlers could not be installed.
     Signals(io::Error),
-    /// `--once` with paravirt mode disabled.
-    OnceWithParavirtOff,
-    /// Paravirt mode measured no offset.
-    NoOffset(ParavirtRefusal),
-    /// The offset came from a source that is not published.
-    OffsetFromUnpublished(OffsetSource),
-    /// No bracket intersection checked the offset.
-    OffsetUnchecked,
-    /// The offset could not be encoded.
-    OffsetFormat,
-    /// The in-process calibration failed.
-    Calibration(CalibError),
-    /// This architecture has no counter.
-    NoCounter,
-    /// The in-process page could not be read.
-    PageUnreadable(ReadError),
-    /// The in-process refiner republished on every try.
-    KeptRepublishing,
+    /// The server failed: its error says which step.
+    Server(perfclock_serve::ServeError),
+}
+
+impl From<perfclock_serve::ServeError> for ServeError {
+    fn from(error: perfclock_serve::ServeError) -> Self {
+        ServeError::Server(error)
+    }
 }
 
 impl fmt::Display for ServeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ServeError::NoPerfClock(_) => f.write_str("no perf clock"),
-            ServeError::NoDefaultPath => f.write_str(
-                "no XDG_RUNTIME_DIR for a per-user page: name the file with --path (in a directory \
-                 only you can write)",
-            ),
-            ServeError::Publish(error) => error.fmt(f),
-            ServeError::BootId(_) => write!(f, "cannot read {}", perfclock_os::time::BOOT_ID_PATH),
             ServeError::Signals(_) => f.write_str("cannot install the SIGINT/SIGTERM handlers"),
-            ServeError::OnceWithParavirtOff => write!(
-                f,
-                "--once publishes the paravirt offset, which {}=off disables",
-                paravirt::ENV
-            ),
-            ServeError::NoOffset(_) => f.write_str("no paravirt offset to publish"),
-            ServeError::OffsetFromUnpublished(source) => {
-                write!(f, "no paravirt offset to publish: it came from {source}")
-            }
-            ServeError::OffsetUnchecked => {
-                f.write_str("no paravirt offset to publish: no bracket intersection checked it")
-            }
-            ServeError::OffsetFormat => f.write_str("cannot format the offset"),
-            ServeError::Calibration(_) => f.write_str("calibration failed"),
-            ServeError::NoCounter => f.write_str("no counter on this architecture"),
-            ServeError::PageUnreadable(_) => f.write_str("in-process page unreadable"),
-            ServeError::KeptRepublishing => f.write_str("the in-process refiner kept republishing"),
+            ServeError::Server(error) => error.fmt(f),
         }
     }
 }
@@ -262,20 +217,9 @@ impl fmt::Display for ServeError {
 impl std::error::Error for ServeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            // Transparent: the publisher's own message is this one's.
-            ServeError::Publish(error) => error.source(),
-            ServeError::BootId(error) | ServeError::Signals(error) => Some(error),
-            ServeError::NoOffset(refusal) => Some(refusal),
-            ServeError::NoPerfClock(error) => Some(error),
-            ServeError::Calibration(error) => Some(error),
-            ServeError::PageUnreadable(error) => Some(error),
-            ServeError::NoDefaultPath
-            | ServeError::OnceWithParavirtOff
-            | ServeError::OffsetFromUnpublished(_)
-            | ServeError::OffsetUnchecked
-            | ServeError::OffsetFormat
-            | ServeError::NoCounter
-            | ServeError::KeptRepublishing => None,
+            ServeError::Signals(error) => Some(error),
+            // Transparent: the server's own message is this one's.
+            ServeError::Server(error) => error.source(),
         }
     }
 }

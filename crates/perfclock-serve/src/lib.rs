@@ -6,7 +6,10 @@
 //!   hands it to clients, the file beside it, the published paravirt offset's file;
 //! - [`line`](mod@line): what is published and when (the in-process refiner's line, continued across
 //!   refits);
-//! - the command around them (flags, modes, signals, the poll loop, logging) is the CLI's.
+//! - [`server`]: the server's run around them: its mode (kernel, paravirt, calibrated), the
+//!   page's claim and inheritance, the in-process calibration, the poll loop, the paravirt
+//!   offset measured and published; what it has to say handed to the caller as events;
+//! - the command around it (flags, signals, printing) is the CLI's.
 //!
 //! # Safety
 //! Unsafe code is confined to [`publisher`], which says why it is sound.
@@ -15,5 +18,6 @@
 mod error;
 pub mod line;
 pub mod publisher;
+pub mod server;
 
-pub use error::PublishError;
+pub use error::{PublishError, ServeError};
