@@ -125,13 +125,9 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
         &scan,
         &sidecars,
         needs_clock,
+        &mut patch,
         &mut warnings,
     )?;
-    if let (TimeConvSource::Sidecar { .. } | TimeConvSource::ThisClock { .. }, Some(conversion)) =
-        (&time_conv, &conversion)
-    {
-        insert_time_conv(&mut patch, conversion).map_err(perf_data)?;
-    }
     let (sampled, unfiltered) = sampled(options, &mut file);
     let pairings = pairings(options, any_other).map_err(InjectError::Clock)?;
     let mut copying = Copying {
@@ -254,13 +250,14 @@ fn followed_maps(options: &InjectOptions) -> Vec<FollowedMap> {
 
 /// Where OUT's TIME_CONV comes from, and the conversion the dumps and maps are retimed with:
 /// IN's own (this machine's clock asked only when `needs_clock`: a foreign dump or a map to
-/// time), the sidecars' agreed one, or this machine's clock.
+/// time), or else the sidecars' agreed one or this machine's clock, inserted into `patch`.
 fn time_conv_source(
     options: &InjectOptions,
     metadata: &std::fs::Metadata,
     scan: &Scan,
     sidecars: &[Sidecar],
     needs_clock: bool,
+    patch: &mut Patch<'_>,
     warnings: &mut Vec<Warning>,
 ) -> Result<(TimeConvSource, Option<TimeConversion>), InjectError> {
     let recorded = !options.pairings.is_empty();
@@ -277,7 +274,7 @@ fn time_conv_source(
         return Ok((TimeConvSource::InInput, conversion));
     }
     let agreed = time_conv::from_sidecars(scan, sidecars).map_err(InjectError::Sidecars)?;
-    Ok(match agreed {
+    let (source, conversion) = match agreed {
         Some((reference, inserted)) => {
             warnings.extend(time_conv::boot_warning(sidecars).map(Warning::Boot));
             (
@@ -286,7 +283,7 @@ fn time_conv_source(
                     record: Box::new(reference.record),
                     inserted,
                 },
-                Some(inserted.conversion),
+                inserted.conversion,
             )
         }
         None => {
@@ -296,9 +293,12 @@ fn time_conv_source(
                 bound_ns,
                 conversion,
             };
-            (source, Some(conversion))
+            (source, conversion)
         }
-    })
+    };
+    insert_time_conv(patch, &conversion)
+        .map_err(|error| InjectError::Input(InputError::PerfData(error)))?;
+    Ok((source, Some(conversion)))
 }
 
 /// The followed maps timed into dumps of their sampled lines, but for processes whose own dump
