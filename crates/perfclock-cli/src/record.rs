@@ -26,6 +26,7 @@ mod work_dir;
 use std::process::ExitCode;
 
 use perfclock_cli::RecordArgs;
+use perfclock_inject::DumpReport;
 use perfclock_perfdata::check_output_path;
 
 use crate::error::RecordError;
@@ -36,7 +37,7 @@ use jvm_agent::{
 };
 use perf::run_perf_record;
 use post_process::finish;
-use runtimes::{remove_caused, runtime_flags};
+use runtimes::{remove_caused, runtime_flags, RuntimeFlags};
 use target::{check_arguments, Target};
 use work_dir::WorkDir;
 
@@ -87,25 +88,7 @@ fn record(options: &RecordArgs) -> Result<u8, Failure> {
         attached: Vec::new(),
         private: Vec::new(),
     };
-    let mut env: Vec<(&'static str, std::ffi::OsString)> = Vec::new();
-    let mut turned_on = Vec::new();
-    if let (Target::Command(command), false) = (&target, options.no_runtime_flags) {
-        let flags = runtime_flags(command, |name| std::env::var_os(name));
-        let named: Vec<String> = flags
-            .env
-            .iter()
-            .map(|(name, value)| format!("{name}={}", value.to_string_lossy()))
-            .collect();
-        if !named.is_empty() {
-            errln!(
-                "{NAME}: the command's runtimes write jitdumps: {} (--no-runtime-flags leaves \
-                 them alone)",
-                named.join(" ")
-            );
-        }
-        env.extend(flags.env);
-        turned_on = flags.turned_on;
-    }
+    let RuntimeFlags { mut env, turned_on } = command_runtime_flags(options, &target);
     if let Some(agent) = &agent {
         let root = make_dump_root(output).map_err(failed)?;
         dumps.root = Some(root.clone());
@@ -159,38 +142,7 @@ fn record(options: &RecordArgs) -> Result<u8, Failure> {
         }
     }
     let (code, reports) = finish(&target, work, status, &anchors, held, &signals, options)?;
-    let dwarf = options
-        .perf_args
-        .iter()
-        .any(|arg| arg.to_string_lossy().contains("dwarf"));
-    let cpython = reports.iter().any(|report| {
-        report
-            .command
-            .as_deref()
-            .is_some_and(|command| command.starts_with("python"))
-    });
-    let cpython_running = reports.iter().any(|report| {
-        report
-            .command
-            .as_deref()
-            .is_some_and(|command| command.starts_with("python"))
-            && std::path::Path::new(&format!("/proc/{}", report.process)).exists()
-    });
-    if cpython_running {
-        errln!(
-            "{NAME}: note: CPython writes its jitdump through a 2 MiB buffer, and the rest when it \
-             exits: the code of a CPython still running is named as far as it has written it \
-             (docs/recorders.md)"
-        );
-    }
-    if cpython && !dwarf {
-        errln!(
-            "{NAME}: note: CPython's Python functions are named in the call chains perf unwinds \
-             with --call-graph dwarf (its interpreter keeps no frame pointers): record with \
-             `perfclock record --call-graph dwarf -- ...` (each sample then carries 8 KiB of \
-             stack; docs/recorders.md)"
-        );
-    }
+    cpython_notes(options, &reports);
     for (path, error) in remove_caused(&turned_on, &reports, started) {
         errln!(
             "{NAME}: warning: cannot remove {}, which a runtime wrote because perfclock turned \
@@ -199,6 +151,62 @@ fn record(options: &RecordArgs) -> Result<u8, Failure> {
         );
     }
     Ok(code)
+}
+
+/// The runtime flags `record` sets for a command (none with --no-runtime-flags, or for -p and
+/// -a), said when there are any.
+fn command_runtime_flags(options: &RecordArgs, target: &Target<'_>) -> RuntimeFlags {
+    let (Target::Command(command), false) = (target, options.no_runtime_flags) else {
+        return RuntimeFlags::default();
+    };
+    let flags = runtime_flags(command, |name| std::env::var_os(name));
+    let named: Vec<String> = flags
+        .env
+        .iter()
+        .map(|(name, value)| format!("{name}={}", value.to_string_lossy()))
+        .collect();
+    if !named.is_empty() {
+        errln!(
+            "{NAME}: the command's runtimes write jitdumps: {} (--no-runtime-flags leaves them \
+             alone)",
+            named.join(" ")
+        );
+    }
+    flags
+}
+
+/// What a recording of CPython's dumps needs said: a CPython still running has not written all
+/// of its dump, and its Python frames need --call-graph dwarf.
+fn cpython_notes(options: &RecordArgs, reports: &[DumpReport]) {
+    let dwarf = options
+        .perf_args
+        .iter()
+        .any(|arg| arg.to_string_lossy().contains("dwarf"));
+    let cpython = |report: &&DumpReport| {
+        report
+            .command
+            .as_deref()
+            .is_some_and(|command| command.starts_with("python"))
+    };
+    let cpython_running = reports
+        .iter()
+        .filter(cpython)
+        .any(|report| std::path::Path::new(&format!("/proc/{}", report.process)).exists());
+    if cpython_running {
+        errln!(
+            "{NAME}: note: CPython writes its jitdump through a 2 MiB buffer, and the rest when it \
+             exits: the code of a CPython still running is named as far as it has written it \
+             (docs/recorders.md)"
+        );
+    }
+    if reports.iter().any(|report| cpython(&report)) && !dwarf {
+        errln!(
+            "{NAME}: note: CPython's Python functions are named in the call chains perf unwinds \
+             with --call-graph dwarf (its interpreter keeps no frame pointers): record with \
+             `perfclock record --call-graph dwarf -- ...` (each sample then carries 8 KiB of \
+             stack; docs/recorders.md)"
+        );
+    }
 }
 
 /// A command line's arguments as clap hands them over, for the tests.
