@@ -210,6 +210,17 @@ pub(crate) struct Copying<'a> {
     pub copies: LazyCopies<'a>,
 }
 
+impl<'a> Copying<'a> {
+    /// How a `CLOCK_MONOTONIC` dump is retimed: none without a conversion or a pairing.
+    fn retime(&self) -> Option<Retime<'a>> {
+        Some(Retime {
+            conversion: self.conversion?,
+            pairings: self.pairings,
+            latest: self.pairings.latest()?,
+        })
+    }
+}
+
 /// Copies each of `dumps` as the [module docs](self) say; what became of each.
 ///
 /// # Errors
@@ -257,6 +268,19 @@ enum Source {
     Held(UntrustedFile),
 }
 
+impl Source {
+    /// The dump opened (again, when held: its size is taken anew) within its bound.
+    fn open(self, map: &JitDumpMap, dump_dirs: &[PathBuf]) -> Result<UntrustedFile, DumpError> {
+        match self {
+            Source::Path(root) => locate(map, root, dump_dirs),
+            Source::Held(mut file) => file
+                .refresh(MAX_DUMP_BYTES)
+                .map(|()| file)
+                .map_err(DumpError::Open),
+        }
+    }
+}
+
 /// A dump's copy made and the recording pointed at it, or why it was left out.
 fn copy_one(
     map: &JitDumpMap,
@@ -270,14 +294,7 @@ fn copy_one(
     if map.first_record.is_none() {
         return Ok(DumpOutcome::Skipped(DumpError::CompressedMap));
     }
-    let opened = match source {
-        Source::Path(root) => locate(map, root, copying.dump_dirs),
-        Source::Held(mut file) => file
-            .refresh(MAX_DUMP_BYTES)
-            .map(|()| file)
-            .map_err(DumpError::Open),
-    };
-    let opened = match opened {
+    let opened = match source.open(map, copying.dump_dirs) {
         Ok(opened) => opened,
         Err(error) => return Ok(DumpOutcome::Skipped(error)),
     };
@@ -293,17 +310,10 @@ fn copy_one(
         }));
     }
     let monotonic = writer == Writer::Other && !reader.has_arch_timestamps();
-    let retime = if monotonic {
-        match (copying.conversion, copying.pairings.latest()) {
-            (Some(conversion), Some(latest)) => Some(Retime {
-                conversion,
-                pairings: copying.pairings,
-                latest,
-            }),
-            _ => return Ok(DumpOutcome::Skipped(DumpError::NoPairing)),
-        }
-    } else {
-        None
+    let retime = match (monotonic, copying.retime()) {
+        (false, _) => None,
+        (true, None) => return Ok(DumpOutcome::Skipped(DumpError::NoPairing)),
+        (true, retime) => retime,
     };
     // A process of another pid namespace (a container): its dump names it by its pid there.
     // The copy names it by its pid here, in its header and code loads, so the images perf
