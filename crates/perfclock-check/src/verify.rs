@@ -9,7 +9,7 @@
 use core::fmt;
 
 use perfclock_calib::fit::{signed_diff, Constraint, Fit, FitOptions};
-use perfclock_calib::{GroundTruth, RecordKind};
+use perfclock_calib::{GroundTruth, RecordKind, Stamped};
 use perfclock_core::ReadError;
 use perfclock_os::thread::affinity::AffinityGuard;
 
@@ -383,23 +383,8 @@ pub fn verify_with(
         round += 1;
         for (i, &kind) in kinds.iter().enumerate() {
             let todo = (options.per_kind - done[i]).min(BATCH);
-            let mut discards_in_a_row = 0;
-            let mut got = 0;
-            while got < todo {
-                let s = match gt.bracket_with(kind, &mut read) {
-                    Ok(s) => s,
-                    Err(e) if e.is_transient() => {
-                        discarded += 1;
-                        discards_in_a_row += 1;
-                        if discards_in_a_row >= perfclock_calib::MAX_CONSECUTIVE_DISCARDS {
-                            return Err(VerifyError::Bracket(e));
-                        }
-                        continue;
-                    }
-                    Err(e) => return Err(VerifyError::Bracket(e)),
-                };
-                discards_in_a_row = 0;
-                got += 1;
+            for _ in 0..todo {
+                let s = next_bracket(&mut gt, kind, &mut read, &mut discarded)?;
                 let (now, counter) = readings_ns(clock, &s.before, &s.after)?;
                 if let (Some(before), Some(after)) = (s.before.counter, s.after.counter) {
                     brackets.push(Constraint {
@@ -415,7 +400,7 @@ pub fn verify_with(
                     bound,
                 );
             }
-            done[i] += got;
+            done[i] += todo;
         }
     }
     let pinned_cpus = cores.iter().map(|c| c.id).collect();
@@ -433,6 +418,30 @@ pub fn verify_with(
         discarded,
         pinned_cpus,
     })
+}
+
+/// The next bracket of `kind`; a transient miss (no record, two records, lost records) is
+/// counted in `discarded` and tried again, up to the calibration's bound in a row.
+fn next_bracket<T>(
+    gt: &mut GroundTruth,
+    kind: RecordKind,
+    read: &mut impl FnMut() -> T,
+    discarded: &mut u64,
+) -> Result<Stamped<T>, VerifyError> {
+    let mut discards_in_a_row = 0;
+    loop {
+        match gt.bracket_with(kind, read) {
+            Ok(s) => return Ok(s),
+            Err(e) if e.is_transient() => {
+                *discarded += 1;
+                discards_in_a_row += 1;
+                if discards_in_a_row >= perfclock_calib::MAX_CONSECUTIVE_DISCARDS {
+                    return Err(VerifyError::Bracket(e));
+                }
+            }
+            Err(e) => return Err(VerifyError::Bracket(e)),
+        }
+    }
 }
 
 #[cfg(test)]
