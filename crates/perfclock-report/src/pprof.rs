@@ -585,7 +585,7 @@ mod tests {
     /// Each message with every field set to its own field number (bools true), against the
     /// bytes written out by hand: key `(number << 3) | wire type`, then the value.
     #[test]
-    fn every_message_encodes_with_the_protos_field_numbers() {
+    fn the_scalar_messages_encode_with_the_protos_field_numbers() {
         use super::proto::*;
         let value_type = ValueType { r#type: 1, unit: 2 };
         assert_eq!(value_type.encode_to_vec(), [0x08, 1, 0x10, 2]);
@@ -632,7 +632,12 @@ mod tests {
                 0x50, 1
             ]
         );
-        // Messages and packed numbers are length-delimited (wire type 2).
+    }
+
+    /// Messages and packed numbers are length-delimited (wire type 2).
+    #[test]
+    fn the_nested_messages_encode_with_the_protos_field_numbers() {
+        use super::proto::*;
         let location = Location {
             id: 1,
             mapping_id: 2,
