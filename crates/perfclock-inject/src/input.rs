@@ -122,3 +122,137 @@ fn names_same_file(input_metadata: &fs::Metadata, output: &Path) -> bool {
     fs::metadata(output)
         .is_ok_and(|out| out.dev() == input_metadata.dev() && out.ino() == input_metadata.ino())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory holding `in.data` (a few bytes); OUT would be `out.data` there.
+    fn recording() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.data");
+        fs::write(&input, b"PERFILE2").unwrap();
+        let output = dir.path().join("out.data");
+        (dir, input, output)
+    }
+
+    #[test]
+    fn a_regular_in_and_a_new_out_are_accepted() {
+        let (_dir, input, output) = recording();
+        let (_file, metadata) = open_input(&input, &output).unwrap();
+        assert!(metadata.is_file());
+        assert_eq!(metadata.len(), 8);
+        // An existing regular OUT is fine too: it is replaced.
+        fs::write(&output, b"old").unwrap();
+        assert!(open_input(&input, &output).is_ok());
+    }
+
+    #[test]
+    fn out_naming_in_is_refused_under_any_name() {
+        let (dir, input, _) = recording();
+        assert!(matches!(
+            open_input(&input, &input),
+            Err(InputError::SameFile)
+        ));
+        let hard_link = dir.path().join("hard");
+        fs::hard_link(&input, &hard_link).unwrap();
+        assert!(matches!(
+            open_input(&input, &hard_link),
+            Err(InputError::SameFile)
+        ));
+        let symlink = dir.path().join("soft");
+        std::os::unix::fs::symlink(&input, &symlink).unwrap();
+        assert!(matches!(
+            open_input(&input, &symlink),
+            Err(InputError::SameFile)
+        ));
+        let dotted = dir.path().join(".").join("in.data");
+        assert!(matches!(
+            open_input(&input, &dotted),
+            Err(InputError::SameFile)
+        ));
+        // A copy (another inode) is not IN.
+        let copy = dir.path().join("copy.data");
+        fs::copy(&input, &copy).unwrap();
+        assert!(open_input(&input, &copy).is_ok());
+    }
+
+    #[test]
+    fn a_missing_in_cannot_be_opened() {
+        let (dir, _, output) = recording();
+        let missing = dir.path().join("missing.data");
+        match open_input(&missing, &output) {
+            Err(InputError::Open(path, error)) => {
+                assert_eq!(path, missing);
+                assert_eq!(error.kind(), io::ErrorKind::NotFound);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_directory_in_is_refused_as_a_directory() {
+        let (dir, _, output) = recording();
+        match open_input(dir.path(), &output) {
+            Err(InputError::Directory(path)) => assert_eq!(path, dir.path()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_device_in_is_refused_as_not_a_file() {
+        let (_dir, _, output) = recording();
+        let null = Path::new("/dev/null");
+        match open_input(null, &output) {
+            Err(InputError::NotFile(path)) => assert_eq!(path, null),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_fifo_in_is_refused_as_not_a_file() {
+        let (dir, _, output) = recording();
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("run mkfifo");
+        assert!(made.success());
+        // Held open for reading and writing (which does not wait on Linux), so that IN's
+        // opening for reading does not wait for a writer.
+        let _held = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&fifo)
+            .unwrap();
+        match open_input(&fifo, &output) {
+            Err(InputError::NotFile(path)) => assert_eq!(path, fifo),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_out_that_is_a_directory_is_refused_with_its_kind() {
+        let (dir, input, _) = recording();
+        let out_dir = dir.path().join("out");
+        fs::create_dir(&out_dir).unwrap();
+        match open_input(&input, &out_dir) {
+            Err(InputError::Output(PerfDataError::OutputKind { path, kind })) => {
+                assert_eq!(path, out_dir);
+                assert_eq!(kind, "a directory");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn messages_show_in_escaped() {
+        let error = InputError::Directory(PathBuf::from("/tmp/a\nb\x1b[2J"));
+        let shown = error.to_string();
+        assert!(
+            shown.starts_with("IN /tmp/a\\nb\\x1b[2J is a directory"),
+            "{shown:?}"
+        );
+        assert!(!shown.contains(['\n', '\x1b']), "{shown:?}");
+    }
+}

@@ -375,3 +375,366 @@ pub fn check_consistent(sidecars: &[Sidecar]) -> Result<(), AgreementError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfclock_core::TimeConversion;
+
+    const BOOT: &str = "0b3f4c5e-1111-2222-3333-444455556666";
+
+    /// 1 ns per tick from `zero`: a record's conversion at counter `c` is `zero + c`.
+    fn record(
+        pid: u32,
+        mode: TimeConvMode,
+        zero: u64,
+        bound_ns: u64,
+        written: u64,
+    ) -> TimeConvRecord {
+        let conversion = TimeConversion::new(1 << 31, 31, zero).unwrap();
+        TimeConvRecord::new(pid, BOOT, mode, "tsc", conversion, bound_ns, written)
+    }
+
+    fn sidecar(name: &str, record: TimeConvRecord) -> Sidecar {
+        Sidecar {
+            path: PathBuf::from(name),
+            record,
+        }
+    }
+
+    /// `text` written as `jit-<pid>.dump`'s sidecar in a new directory: the directory and the
+    /// dump's path.
+    fn dump_with_sidecar(pid: u32, text: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let dump = dir.path().join(format!("jit-{pid}.dump"));
+        std::fs::write(dir.path().join(format!("jit-{pid}.dump{SUFFIX}")), text).unwrap();
+        (dir, dump)
+    }
+
+    fn read_text(pid: u32, text: &[u8]) -> Result<Sidecar, SidecarError> {
+        let (dir, _) = dump_with_sidecar(pid, text);
+        let path = dir.path().join(format!("jit-{pid}.dump{SUFFIX}"));
+        let file = std::fs::File::open(&path).unwrap();
+        read(path, file, pid)
+    }
+
+    #[test]
+    fn a_written_record_is_read_back_as_it_was() {
+        let written = record(42, TimeConvMode::Calibrated, 1_000, 250, 9_000);
+        let sidecar = read_text(42, written.to_string().as_bytes()).unwrap();
+        assert_eq!(sidecar.record, written);
+        assert!(sidecar.path.ends_with(format!("jit-42.dump{SUFFIX}")));
+    }
+
+    #[test]
+    fn a_record_that_is_not_utf8_is_not_text() {
+        let mut text = record(42, TimeConvMode::Kernel, 0, 0, 1)
+            .to_string()
+            .into_bytes();
+        text.push(0xff);
+        let error = read_text(42, &text).unwrap_err();
+        assert!(matches!(error, SidecarError::NotText(_)), "{error:?}");
+    }
+
+    #[test]
+    fn malformed_records_are_invalid_with_the_parsers_reason() {
+        let error = read_text(42, b"not a record\npid=42\n").unwrap_err();
+        assert!(
+            matches!(
+                error,
+                SidecarError::Invalid(_, TimeConvError::NotARecord { .. })
+            ),
+            "{error:?}"
+        );
+        // The magic line, then a line without `=`.
+        let text = format!("{}\npid 42\n", perfclock_jitdump::timeconv::MAGIC_LINE);
+        let error = read_text(42, text.as_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                SidecarError::Invalid(_, TimeConvError::MalformedLine { line: 2 })
+            ),
+            "{error:?}"
+        );
+        // A whole record but for one key.
+        let whole = record(42, TimeConvMode::Kernel, 0, 0, 1).to_string();
+        let without: String = whole
+            .lines()
+            .filter(|line| !line.starts_with("time_zero="))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let error = read_text(42, without.as_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                SidecarError::Invalid(_, TimeConvError::MissingKey("time_zero"))
+            ),
+            "{error:?}"
+        );
+        // Its Display names the file, never the content.
+        assert!(!error.to_string().contains("tsc"), "{error}");
+    }
+
+    #[test]
+    fn a_record_of_a_dump_not_in_counter_values_is_refused_with_its_clock() {
+        for clock in [JitClock::Perf, JitClock::Monotonic] {
+            let text = record(42, TimeConvMode::Kernel, 0, 0, 1)
+                .with_clock(clock)
+                .to_string();
+            let error = read_text(42, text.as_bytes()).unwrap_err();
+            assert!(
+                matches!(error, SidecarError::NotArchClock { clock: c, .. } if c == clock),
+                "{error:?}"
+            );
+        }
+        // The accepting control: an arch dump's record.
+        let text = record(42, TimeConvMode::Kernel, 0, 0, 1)
+            .with_clock(JitClock::Arch)
+            .to_string();
+        assert!(read_text(42, text.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn a_record_naming_another_pid_is_refused_with_both_pids() {
+        let text = record(7, TimeConvMode::Kernel, 0, 0, 1).to_string();
+        let error = read_text(42, text.as_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                SidecarError::Pid {
+                    dump_pid: 42,
+                    record_pid: 7,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(read_text(7, text.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn find_reads_the_sidecar_beside_the_dump_and_none_where_there_is_none() {
+        let written = record(42, TimeConvMode::Kernel, 0, 0, 1);
+        let (dir, dump) = dump_with_sidecar(42, written.to_string().as_bytes());
+        let found = find(&dump, 42, Root::Here, &[]).unwrap().unwrap();
+        assert_eq!(found.record, written);
+        assert_eq!(found.path, dir.path().join(format!("jit-42.dump{SUFFIX}")));
+        // Another dump in the same directory has none: not an error.
+        let other = dir.path().join("jit-43.dump");
+        assert!(find(&other, 43, Root::Here, &[]).unwrap().is_none());
+    }
+
+    #[test]
+    fn find_looks_only_in_the_dump_dirs_when_given() {
+        let written = record(42, TimeConvMode::Kernel, 0, 0, 1);
+        let (beside, dump) = dump_with_sidecar(42, written.to_string().as_bytes());
+        let empty = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        // The sidecar beside the dump is not looked at when dump dirs are given.
+        let dirs = [empty.path().to_owned()];
+        assert!(find(&dump, 42, Root::Here, &dirs).unwrap().is_none());
+        // The one in a dump dir is.
+        let moved = elsewhere.path().join(format!("jit-42.dump{SUFFIX}"));
+        std::fs::write(&moved, written.to_string()).unwrap();
+        let dirs = [empty.path().to_owned(), elsewhere.path().to_owned()];
+        let found = find(&dump, 42, Root::Here, &dirs).unwrap().unwrap();
+        assert_eq!(found.path, moved);
+        drop(beside);
+    }
+
+    #[test]
+    fn find_refuses_an_oversized_sidecar_unopened() {
+        let (_dir, dump) = dump_with_sidecar(42, &vec![b'x'; MAX_SIDECAR_BYTES as usize + 1]);
+        let error = find(&dump, 42, Root::Here, &[]).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                SidecarError::Open(
+                    _,
+                    UntrustedFileError::TooLarge {
+                        len,
+                        max: MAX_SIDECAR_BYTES
+                    }
+                ) if len == MAX_SIDECAR_BYTES + 1
+            ),
+            "{error:?}"
+        );
+        // At the bound, it is opened (and then read: it is no record).
+        let (_dir, dump) = dump_with_sidecar(42, &vec![b'x'; MAX_SIDECAR_BYTES as usize]);
+        let error = find(&dump, 42, Root::Here, &[]).unwrap_err();
+        assert!(matches!(error, SidecarError::Invalid(..)), "{error:?}");
+    }
+
+    #[test]
+    fn find_refuses_a_sidecar_that_is_a_link() {
+        let written = record(42, TimeConvMode::Kernel, 0, 0, 1);
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, written.to_string()).unwrap();
+        let link = dir.path().join(format!("jit-42.dump{SUFFIX}"));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let error = find(&dir.path().join("jit-42.dump"), 42, Root::Here, &[]).unwrap_err();
+        assert!(
+            matches!(
+                            error,
+                            SidecarError::Open(
+                                ref path,
+            UntrustedFileError::NotRegular {
+                                    kind: "a symbolic link"
+                                }
+                            ) if *path == link
+                        ),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn the_reference_is_the_tightest_bound_then_the_latest_written() {
+        let sidecars = [
+            sidecar("a", record(1, TimeConvMode::Calibrated, 0, 300, 10)),
+            sidecar("b", record(2, TimeConvMode::Calibrated, 0, 100, 10)),
+            sidecar("c", record(3, TimeConvMode::Calibrated, 0, 100, 20)),
+            sidecar("d", record(4, TimeConvMode::Calibrated, 0, 200, 30)),
+        ];
+        assert_eq!(reference(&sidecars).unwrap().path, Path::new("c"));
+        assert!(reference(&[]).is_none());
+    }
+
+    #[test]
+    fn agree_at_allows_the_sum_of_the_bounds_and_no_more() {
+        let a = record(1, TimeConvMode::Calibrated, 1_000, 100, 10);
+        // 150 ns apart, 150 allowed.
+        let b = record(2, TimeConvMode::Calibrated, 1_150, 50, 10);
+        assert_eq!(agree_at(&a, &b, 5_000), Ok(()));
+        // 151 ns apart.
+        let c = record(2, TimeConvMode::Calibrated, 1_151, 50, 10);
+        assert_eq!(agree_at(&a, &c, 5_000), Err((151, 150)));
+    }
+
+    #[test]
+    fn kernel_records_agree_only_when_identical() {
+        let a = record(1, TimeConvMode::Kernel, 1_000, 0, 10);
+        assert_eq!(agree_at(&a, &a.clone(), 5_000), Ok(()));
+        let b = record(2, TimeConvMode::Kernel, 1_001, 0, 10);
+        assert_eq!(agree_at(&a, &b, 5_000), Err((1, 0)));
+    }
+
+    #[test]
+    fn sidecars_that_agree_within_their_bounds_are_consistent() {
+        let sidecars = [
+            sidecar("a", record(1, TimeConvMode::Kernel, 1_000, 0, 10)),
+            sidecar("b", record(2, TimeConvMode::Calibrated, 1_090, 100, 20)),
+            sidecar("c", record(3, TimeConvMode::Calibrated, 950, 60, 30)),
+        ];
+        assert_eq!(check_consistent(&sidecars), Ok(()));
+        assert_eq!(check_consistent(&[]), Ok(()));
+    }
+
+    #[test]
+    fn a_sidecar_disagreeing_with_the_reference_is_named_with_the_gap() {
+        let sidecars = [
+            sidecar("a", record(1, TimeConvMode::Kernel, 1_000, 0, 10)),
+            sidecar("b", record(2, TimeConvMode::Calibrated, 1_500, 100, 20)),
+        ];
+        // The kernel record (bound 0) is the reference; b is 500 ns off, 100 allowed, at its
+        // own written counter.
+        assert_eq!(
+            check_consistent(&sidecars),
+            Err(AgreementError::Disagree(Disagreement {
+                first: Some(PathBuf::from("a")),
+                second: PathBuf::from("b"),
+                counter: 20,
+                apart_ns: 500,
+                allowed_ns: 100,
+            }))
+        );
+    }
+
+    #[test]
+    fn two_sidecars_each_within_the_reference_but_not_each_other_disagree() {
+        // The reference (bound 10) at 1000; b 101 above and c 101 below, bound 100 each: each
+        // is within 110 ns of the reference, but b and c are 202 apart, 200 allowed.
+        let sidecars = [
+            sidecar("a", record(1, TimeConvMode::Calibrated, 1_000, 10, 10)),
+            sidecar("b", record(2, TimeConvMode::Calibrated, 1_101, 100, 10)),
+            sidecar("c", record(3, TimeConvMode::Calibrated, 899, 100, 10)),
+        ];
+        assert_eq!(
+            check_consistent(&sidecars),
+            Err(AgreementError::Disagree(Disagreement {
+                first: Some(PathBuf::from("b")),
+                second: PathBuf::from("c"),
+                counter: 10,
+                apart_ns: 202,
+                allowed_ns: 200,
+            }))
+        );
+        // One ns closer each, they meet.
+        let sidecars = [
+            sidecar("a", record(1, TimeConvMode::Calibrated, 1_000, 10, 10)),
+            sidecar("b", record(2, TimeConvMode::Calibrated, 1_100, 100, 10)),
+            sidecar("c", record(3, TimeConvMode::Calibrated, 900, 100, 10)),
+        ];
+        assert_eq!(check_consistent(&sidecars), Ok(()));
+    }
+
+    #[test]
+    fn sidecars_naming_another_counter_or_boot_are_inconsistent() {
+        let conversion = TimeConversion::new(1 << 31, 31, 0).unwrap();
+        let first = sidecar("a", record(1, TimeConvMode::Kernel, 0, 0, 10));
+        let other_counter = TimeConvRecord::new(
+            2,
+            BOOT,
+            TimeConvMode::Kernel,
+            "cntvct_el0",
+            conversion,
+            0,
+            10,
+        );
+        assert_eq!(
+            check_consistent(&[first.clone(), sidecar("b", other_counter)]),
+            Err(AgreementError::Inconsistent {
+                what: "counter",
+                first: PathBuf::from("a"),
+                second: PathBuf::from("b"),
+            })
+        );
+        let other_boot = TimeConvRecord::new(
+            2,
+            "99999999-1111-2222-3333-444455556666",
+            TimeConvMode::Kernel,
+            "tsc",
+            conversion,
+            0,
+            10,
+        );
+        assert_eq!(
+            check_consistent(&[first.clone(), sidecar("b", other_boot)]),
+            Err(AgreementError::Inconsistent {
+                what: "boot_id",
+                first: PathBuf::from("a"),
+                second: PathBuf::from("b"),
+            })
+        );
+        // The same counter and boot: consistent.
+        let same = record(2, TimeConvMode::Kernel, 0, 0, 20);
+        assert_eq!(check_consistent(&[first, sidecar("b", same)]), Ok(()));
+    }
+
+    #[test]
+    fn disagreement_display_escapes_the_paths() {
+        let error = AgreementError::Disagree(Disagreement {
+            first: Some(PathBuf::from("/tmp/a\nb")),
+            second: PathBuf::from("/tmp/\x1b[31m"),
+            counter: 20,
+            apart_ns: 500,
+            allowed_ns: 100,
+        });
+        let shown = error.to_string();
+        assert!(shown.starts_with("/tmp/a\\nb and /tmp/\\x1b[31m disagree by 500 ns at counter 20"));
+        assert!(
+            !shown.contains('\n') && !shown.contains('\x1b'),
+            "{shown:?}"
+        );
+    }
+}

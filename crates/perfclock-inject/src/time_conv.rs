@@ -331,3 +331,175 @@ impl fmt::Display for BootWarning {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfclock_core::pvclock::PvclockParams;
+    use perfclock_jitdump::timeconv::{PvclockConversion, TimeConvMode};
+    use std::path::Path;
+
+    const BOOT: &str = "0b3f4c5e-1111-2222-3333-444455556666";
+
+    /// 1 ns per tick from `zero`.
+    fn record(mode: TimeConvMode, zero: u64, bound_ns: u64, written: u64) -> TimeConvRecord {
+        let conversion = TimeConversion::new(1 << 31, 31, zero).unwrap();
+        TimeConvRecord::new(1, BOOT, mode, "tsc", conversion, bound_ns, written)
+    }
+
+    fn sidecar(name: &str, record: TimeConvRecord) -> Sidecar {
+        Sidecar {
+            path: PathBuf::from(name),
+            record,
+        }
+    }
+
+    fn scan(sample_times: Option<(u64, u64)>) -> Scan {
+        let mut scan = Scan::default();
+        scan.sample_times = sample_times;
+        scan
+    }
+
+    #[test]
+    fn from_sidecars_inserts_the_tightest_records_conversion_and_counts_all() {
+        let sidecars = [
+            sidecar("loose", record(TimeConvMode::Calibrated, 1_050, 100, 30)),
+            sidecar("tight", record(TimeConvMode::Calibrated, 1_000, 20, 10)),
+            sidecar("looser", record(TimeConvMode::Calibrated, 980, 200, 40)),
+        ];
+        let (used, inserted) = from_sidecars(&scan(Some((5_000, 9_000))), &sidecars)
+            .unwrap()
+            .unwrap();
+        assert_eq!(used.path, Path::new("tight"));
+        assert_eq!(inserted.conversion, sidecars[1].record.conversion());
+        // No pvclock form: the bound is the record's own, with no drift.
+        assert_eq!(inserted.bound_ns, 20);
+        assert_eq!(inserted.agreed, 3);
+    }
+
+    #[test]
+    fn from_sidecars_of_none_is_none() {
+        assert!(from_sidecars(&scan(None), &[]).unwrap().is_none());
+    }
+
+    #[test]
+    fn from_sidecars_refuses_sidecars_that_disagree() {
+        let sidecars = [
+            sidecar("a", record(TimeConvMode::Kernel, 1_000, 0, 10)),
+            sidecar("b", record(TimeConvMode::Calibrated, 2_000, 100, 20)),
+        ];
+        let error = from_sidecars(&scan(None), &sidecars).unwrap_err();
+        assert_eq!(
+            error,
+            sidecar::AgreementError::Disagree(Disagreement {
+                first: Some(PathBuf::from("a")),
+                second: PathBuf::from("b"),
+                counter: 20,
+                apart_ns: 1_000,
+                allowed_ns: 100,
+            })
+        );
+    }
+
+    #[test]
+    fn a_paravirt_record_is_anchored_in_the_middle_of_the_samples() {
+        // A counter of about 0.59 ns per tick, the boot's offset 5 s.
+        let params = PvclockParams::new(1_000_003, 2_000_000, 0x4bda_12f7, 1, 1).unwrap();
+        let offset_ns = 5_000_000_000;
+        let fallback = TimeConversion::new(1, 0, 0).unwrap();
+        let record = TimeConvRecord::new(
+            1,
+            BOOT,
+            TimeConvMode::Paravirt,
+            "tsc",
+            fallback,
+            7,
+            3_000_000,
+        )
+        .with_pvclock(PvclockConversion { params, offset_ns });
+        let (first, last) = (6_000_000_000, 8_000_000_000);
+        let sidecars = [sidecar("pv", record.clone())];
+        let (_, inserted) = from_sidecars(&scan(Some((first, last))), &sidecars)
+            .unwrap()
+            .unwrap();
+        let middle = record.cycles_at(7_000_000_000);
+        assert_eq!(inserted.conversion, record.conversion_at(middle));
+        // Exact in the middle: the pvclock's own time there.
+        assert_eq!(
+            inserted.conversion.cycles_to_ns(middle),
+            params.perf_ns(middle, offset_ns)
+        );
+        let drift = record
+            .conversion_error_at_ns(record.cycles_at(first), middle)
+            .max(record.conversion_error_at_ns(record.cycles_at(last), middle));
+        assert_eq!(inserted.bound_ns, 7 + drift);
+        // Without sample times: anchored where the record was written.
+        let (_, unanchored) = from_sidecars(&scan(None), &sidecars).unwrap().unwrap();
+        assert_eq!(unanchored.conversion, record.conversion_at(3_000_000));
+        assert_eq!(
+            unanchored.bound_ns,
+            7 + record.conversion_error_at_ns(3_000_000, 3_000_000)
+        );
+    }
+
+    fn with_boot(boot_id: &str) -> Sidecar {
+        let conversion = TimeConversion::new(1 << 31, 31, 0).unwrap();
+        sidecar(
+            "/tmp/jit-1.dump.timeconv",
+            TimeConvRecord::new(1, boot_id, TimeConvMode::Kernel, "tsc", conversion, 0, 1),
+        )
+    }
+
+    #[test]
+    fn boot_warning_only_for_another_boot() {
+        assert_eq!(boot_warning(&[]), None);
+        // Reads /proc/sys/kernel/random/boot_id, which any user can.
+        let this_boot = match perfclock_os::time::boot_id() {
+            Ok(boot_id) => boot_id,
+            Err(error) => {
+                assert_eq!(
+                    boot_warning(&[with_boot(BOOT)]),
+                    Some(BootWarning::Unknown(error.kind()))
+                );
+                return;
+            }
+        };
+        let mut this = String::new();
+        write_boot_id(&mut this, this_boot).unwrap();
+        assert_eq!(boot_warning(&[with_boot(&this)]), None);
+        // Another boot: one that differs from this one in its last digit.
+        let last = if this.ends_with('0') { '1' } else { '0' };
+        let other = format!("{}{last}", &this[..this.len() - 1]);
+        assert_eq!(
+            boot_warning(&[with_boot(&other)]),
+            Some(BootWarning::OtherBoot {
+                path: PathBuf::from("/tmp/jit-1.dump.timeconv"),
+                written_on: other.clone(),
+                this_boot: this.clone(),
+            })
+        );
+        // A boot id that is no boot id is another boot too.
+        assert!(matches!(
+            boot_warning(&[with_boot("not a boot id")]),
+            Some(BootWarning::OtherBoot { .. })
+        ));
+    }
+
+    #[test]
+    fn boot_warning_display_escapes_the_path_and_the_records_boot_id() {
+        let warning = BootWarning::OtherBoot {
+            path: PathBuf::from("/tmp/a\nb.timeconv"),
+            written_on: "\x1b]52;c;eA==\x07".to_owned(),
+            this_boot: "0b3f4c5e-1111-2222-3333-444455556666".to_owned(),
+        };
+        let shown = warning.to_string();
+        assert!(
+            shown.starts_with(
+                "/tmp/a\\nb.timeconv was written on boot \\x1b]52;c;eA==\\x07, this machine is on \
+                 boot 0b3f4c5e-1111-2222-3333-444455556666"
+            ),
+            "{shown:?}"
+        );
+        assert!(!shown.contains(['\n', '\x1b', '\x07']), "{shown:?}");
+    }
+}
