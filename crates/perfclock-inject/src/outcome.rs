@@ -275,3 +275,240 @@ fn other_line(
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dumps::DumpError;
+    use crate::perfmap::MapWarning;
+    use crate::timed_maps::Untimed;
+    use perfclock_jitdump::foreign::CopyCounts;
+    use perfclock_os::untrusted_file::Root;
+
+    /// A path with a newline and an escape sequence in it, and how it is printed.
+    const HOSTILE: &str = "/tmp/a\nb\x1b[2J";
+    const HOSTILE_SHOWN: &str = "/tmp/a\\nb\\x1b[2J";
+
+    fn outcome() -> Outcome {
+        Outcome {
+            time_conv: TimeConvSource::NotNeeded,
+            dumps: Vec::new(),
+            maps: Vec::new(),
+            untimed_maps: Vec::new(),
+            unfiltered: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn dump(path: &str, command: Option<&str>, outcome: DumpOutcome) -> DumpReport {
+        DumpReport {
+            path: PathBuf::from(path),
+            process: 42,
+            command: command.map(str::to_owned),
+            file: None,
+            root: Root::Here,
+            outcome,
+        }
+    }
+
+    fn copied(
+        writer: Writer,
+        copy: &str,
+        loads: usize,
+        kept: usize,
+        samples: Option<u64>,
+    ) -> DumpOutcome {
+        DumpOutcome::Copied {
+            writer,
+            copy: PathBuf::from(copy),
+            loads: CopyCounts { loads, kept },
+            samples,
+            retimed_bound_ns: None,
+        }
+    }
+
+    fn map(path: &str, warnings: Vec<MapWarning>, outcome: MapOutcome) -> MapReport {
+        MapReport {
+            process: 7,
+            pid: 7,
+            path: PathBuf::from(path),
+            root: Root::Here,
+            lines: 12,
+            warnings,
+            outcome,
+        }
+    }
+
+    /// No line holds a raw newline or escape byte.
+    fn assert_escaped(lines: &[String]) {
+        for line in lines {
+            assert!(!line.contains(['\n', '\x1b']), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn a_skipped_dump_is_a_warning_naming_it_escaped() {
+        let mut outcome = outcome();
+        outcome.dumps.push(dump(
+            HOSTILE,
+            None,
+            DumpOutcome::Skipped(DumpError::NoPairing),
+        ));
+        let lines = outcome.lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "warning: {HOSTILE_SHOWN}: not injected: has CLOCK_MONOTONIC timestamps"
+            )),
+            "{lines:?}"
+        );
+        assert_escaped(&lines);
+        assert!(!outcome.maps_jitdumps());
+    }
+
+    #[test]
+    fn another_writers_copy_names_the_dump_and_the_copy_escaped() {
+        let mut outcome = outcome();
+        let mut retimed = copied(Writer::Other, "/out/copy\x07.dump", 10, 3, Some(5));
+        if let DumpOutcome::Copied {
+            retimed_bound_ns, ..
+        } = &mut retimed
+        {
+            *retimed_bound_ns = Some(1_500);
+        }
+        outcome.dumps.push(dump(HOSTILE, Some("node"), retimed));
+        let lines = outcome.lines();
+        assert_eq!(
+            lines[0],
+            format!(
+                "{HOSTILE_SHOWN}: CLOCK_MONOTONIC timestamps (another writer's): converted to \
+                 counter values within 1500 ns, 3 of its 10 code loads sampled, into \
+                 /out/copy\\x07.dump, which the output maps instead"
+            )
+        );
+        assert_eq!(
+            lines[1],
+            "JIT code of node: 1 dump(s), 5 sample(s) with their IP in it (call chains not \
+             counted)"
+        );
+        assert_eq!(lines.len(), 2);
+        assert!(outcome.maps_jitdumps());
+    }
+
+    #[test]
+    fn perfclocks_dumps_are_one_line_and_runtimes_sum_their_samples() {
+        let mut outcome = outcome();
+        outcome.dumps.push(dump(
+            "/tmp/jit-1.dump",
+            Some("java\x1b"),
+            copied(Writer::Perfclock, "/o/1", 10, 3, Some(5)),
+        ));
+        outcome.dumps.push(dump(
+            "/tmp/jit-2.dump",
+            Some("java\x1b"),
+            copied(Writer::Perfclock, "/o/2", 20, 4, Some(6)),
+        ));
+        outcome.dumps.push(dump(
+            "/tmp/jit-3.dump",
+            None,
+            copied(Writer::Perfclock, "/o/3", 1, 1, None),
+        ));
+        let lines = outcome.lines();
+        assert_eq!(
+            lines,
+            [
+                "perfclock's jitdumps: 8 of 31 code loads in 3 dump(s) hold sampled code; only \
+                 those become images for perf report",
+                "JIT code of java\\x1b: 2 dump(s), 11 sample(s) with their IP in it (call chains \
+                 not counted)",
+                "JIT code of ?: 1 dump(s), unknown sample(s) with their IP in it (call chains not \
+                 counted)",
+            ]
+        );
+    }
+
+    #[test]
+    fn warnings_come_first_and_a_boot_warning_names_the_sidecar_escaped() {
+        let mut outcome = outcome();
+        outcome.warnings.push(Warning::Boot(BootWarning::OtherBoot {
+            path: PathBuf::from(HOSTILE),
+            written_on: "b1".to_owned(),
+            this_boot: "b2".to_owned(),
+        }));
+        outcome.warnings.push(Warning::CompressedMaps);
+        outcome.unfiltered = Some(Unfiltered::Asked);
+        let lines = outcome.lines();
+        assert!(
+            lines[0].starts_with(&format!(
+                "warning: {HOSTILE_SHOWN} was written on boot b1, this machine is on boot b2"
+            )),
+            "{lines:?}"
+        );
+        assert!(lines[1].starts_with("warning: IN's jitdump maps are inside compressed records"));
+        assert_eq!(
+            lines[2],
+            "every code load goes to perf inject --jit: --all-jit-code"
+        );
+        assert_eq!(lines.len(), 3);
+        assert_escaped(&lines);
+    }
+
+    #[test]
+    fn a_timed_map_names_its_dump_and_its_warnings_escaped() {
+        let mut outcome = outcome();
+        outcome.maps.push(map(
+            HOSTILE,
+            vec![MapWarning::Replaced],
+            MapOutcome::Timed {
+                dump: PathBuf::from("/o/map-0/jit-7\n.dump"),
+                loads: 4,
+                over_bound: 2,
+                samples: Some(9),
+            },
+        ));
+        let lines = outcome.lines();
+        let name = format!("process 7's perf map {HOSTILE_SHOWN}");
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[0].starts_with(&format!("warning: {name}: ")),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with(&format!("warning: {name}: 2 sampled line(s) left out")),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[2],
+            format!(
+                "{name}: 12 line(s) followed and stamped as they appeared; the 4 sampled are \
+                 named in time through /o/map-0/jit-7\\n.dump (9 sample(s) with their IP in them)"
+            )
+        );
+        assert_escaped(&lines);
+        assert!(outcome.maps_jitdumps());
+    }
+
+    #[test]
+    fn an_untimed_map_says_why_and_maps_no_jitdump() {
+        let mut outcome = outcome();
+        outcome.maps.push(map(
+            "/tmp/perf-7.map",
+            Vec::new(),
+            MapOutcome::Untimed(Untimed::NotSampled),
+        ));
+        outcome.untimed_maps.push(PathBuf::from(HOSTILE));
+        let lines = outcome.lines();
+        assert_eq!(
+            lines[0],
+            "process 7's perf map /tmp/perf-7.map: 12 line(s) followed, not timed: no sample \
+             lies in the code it names; perf reads the map as it is"
+        );
+        assert!(
+            lines[1].starts_with(&format!("{HOSTILE_SHOWN}: a perf map, with no time")),
+            "{lines:?}"
+        );
+        assert_eq!(lines.len(), 2);
+        assert_escaped(&lines);
+        assert!(!outcome.maps_jitdumps());
+    }
+}
