@@ -260,3 +260,209 @@ fn write_dump(dir: &Path, dump: &Path, pid: u32, loads: &[TimedLoad<'_>]) -> Res
     })?;
     out.flush().map_err(Failure::Write)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::process::{Child, Command};
+
+    use perfclock_jitdump::foreign::DumpReader;
+    use perfclock_perfdata::read_layout;
+    use perfclock_perfdata::synth::{mmap2, Synth};
+
+    use crate::NoSignals;
+
+    /// A process of this test's own (so no other test writes its perf map), with a perf map
+    /// of three lines in `/tmp`; killed and its map removed when dropped.
+    struct Mapped {
+        child: Child,
+        map: PathBuf,
+    }
+
+    impl Mapped {
+        fn new() -> Mapped {
+            let child = Command::new("sleep").arg("600").spawn().expect("run sleep");
+            let map = PathBuf::from(format!("/tmp/perf-{}.map", child.id()));
+            Mapped { child, map }
+        }
+
+        fn pid(&self) -> u32 {
+            self.child.id()
+        }
+
+        /// The map followed as a recording would: line `a` there when it was first opened
+        /// (at counter 500), `b` appearing at 9000, `c` at 12000.
+        fn followed(&self) -> FollowedMap {
+            let mut writer = File::create(&self.map).unwrap();
+            writer.write_all(b"1000 10 a\n").unwrap();
+            let mut map = FollowedMap::open(self.pid(), 500).unwrap().unwrap();
+            writer.write_all(b"2000 20 b\n").unwrap();
+            map.read_new_stamped(|| 9_000);
+            writer.write_all(b"3000 30 c\n").unwrap();
+            map.read_new_stamped(|| 12_000);
+            let stamps: Vec<u64> = map.lines.iter().map(|line| line.counter).collect();
+            assert_eq!(stamps, [500, 9_000, 12_000]);
+            map
+        }
+    }
+
+    impl Drop for Mapped {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let _ = fs::remove_file(&self.map);
+        }
+    }
+
+    /// A recording (in `dir`) of `records`, opened.
+    fn recording(dir: &Path, records: Vec<Vec<u8>>) -> File {
+        let path = dir.join("in.data");
+        let synth = Synth {
+            records,
+            ..Synth::default()
+        };
+        fs::write(&path, synth.build().bytes).unwrap();
+        File::open(path).unwrap()
+    }
+
+    /// `maps` timed against a recording of `records` whose first sample is at 1000 ns (1 ns
+    /// per counter tick), keeping every line; the reports and whether the recording was
+    /// patched.
+    fn time(
+        dir: &Path,
+        records: Vec<Vec<u8>>,
+        maps: Vec<FollowedMap>,
+        with_dumps: &[u32],
+    ) -> (Vec<MapReport>, bool, Option<crate::CopiesDir>) {
+        let mut input = recording(dir, records);
+        let layout = read_layout(&mut input).unwrap();
+        let mut patch = Patch::new(&layout);
+        let conversion = TimeConversion::new(1 << 31, 31, 0).unwrap();
+        let output = dir.join("out.data");
+        let mut copies = LazyCopies::new(&output, &NoSignals);
+        let mut timing = Timing {
+            input: &mut input,
+            layout: &layout,
+            conversion: &conversion,
+            first_sample_ns: Some(1_000),
+            sampled: None,
+            filter: false,
+            with_dumps,
+            copies: &mut copies,
+        };
+        let reports = time_all(maps, &mut timing, &mut patch).unwrap();
+        let patched = !patch.is_empty();
+        (reports, patched, copies.into_dir())
+    }
+
+    #[test]
+    fn a_followed_maps_lines_become_loads_at_their_stamps() {
+        let mapped = Mapped::new();
+        let pid = mapped.pid();
+        let dir = tempfile::tempdir().unwrap();
+        let records = vec![mmap2(pid, "/usr/bin/sleep")];
+        let (reports, patched, copies) = time(dir.path(), records, vec![mapped.followed()], &[]);
+        let copies = copies.expect("the dump's directory");
+        assert_eq!(reports.len(), 1);
+        let report = &reports[0];
+        assert_eq!((report.process, report.lines), (pid, 3));
+        let MapOutcome::Timed {
+            dump,
+            loads,
+            over_bound,
+            samples,
+        } = &report.outcome
+        else {
+            panic!("{:?}", report.outcome);
+        };
+        assert_eq!(
+            *dump,
+            copies.path().join("map-0").join(format!("jit-{pid}.dump"))
+        );
+        assert_eq!((*loads, *over_bound, *samples), (3, 0, None));
+        // The recording maps the dump into the process.
+        assert!(patched);
+
+        let file = File::open(dump).unwrap();
+        let len = file.metadata().unwrap().len();
+        let mut reader = DumpReader::new(file, len).unwrap();
+        assert_eq!(reader.pid(), pid);
+        assert!(reader.has_arch_timestamps());
+        let mut loads = Vec::new();
+        while let Some(record) = reader.next_record().unwrap() {
+            if record.kind == 0 {
+                loads.push((record.timestamp, record.code));
+            }
+        }
+        // Line a, there before the first sample (counter 1000), counts from just before it.
+        assert_eq!(
+            loads,
+            [
+                (999, Some((0x1000, 0x10))),
+                (9_000, Some((0x2000, 0x20))),
+                (12_000, Some((0x3000, 0x30))),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_process_with_its_own_dump_gets_none() {
+        let mapped = Mapped::new();
+        let pid = mapped.pid();
+        let dir = tempfile::tempdir().unwrap();
+        let records = vec![mmap2(pid, "/usr/bin/sleep")];
+        let (reports, patched, copies) = time(dir.path(), records, vec![mapped.followed()], &[pid]);
+        assert!(matches!(
+            reports[0].outcome,
+            MapOutcome::Untimed(Untimed::HasJitDump)
+        ));
+        assert!(!patched);
+        assert!(copies.is_none());
+    }
+
+    #[test]
+    fn a_process_the_recording_maps_nothing_into_gets_none() {
+        let mapped = Mapped::new();
+        let dir = tempfile::tempdir().unwrap();
+        // Another process's map only.
+        let records = vec![mmap2(mapped.pid() + 1, "/usr/bin/sleep")];
+        let (reports, patched, _) = time(dir.path(), records, vec![mapped.followed()], &[]);
+        assert!(matches!(
+            reports[0].outcome,
+            MapOutcome::Untimed(Untimed::NoMapRecord)
+        ));
+        assert!(!patched);
+    }
+
+    #[test]
+    fn unsampled_lines_make_no_dump_when_filtered() {
+        let mapped = Mapped::new();
+        let pid = mapped.pid();
+        let dir = tempfile::tempdir().unwrap();
+        let mut input = recording(dir.path(), vec![mmap2(pid, "/usr/bin/sleep")]);
+        let layout = read_layout(&mut input).unwrap();
+        let mut patch = Patch::new(&layout);
+        let conversion = TimeConversion::new(1 << 31, 31, 0).unwrap();
+        let output = dir.path().join("out.data");
+        let mut copies = LazyCopies::new(&output, &NoSignals);
+        let no_samples = SampledAddresses::default();
+        let mut timing = Timing {
+            input: &mut input,
+            layout: &layout,
+            conversion: &conversion,
+            first_sample_ns: Some(1_000),
+            sampled: Some(&no_samples),
+            filter: true,
+            with_dumps: &[],
+            copies: &mut copies,
+        };
+        let reports = time_all(vec![mapped.followed()], &mut timing, &mut patch).unwrap();
+        assert!(matches!(
+            reports[0].outcome,
+            MapOutcome::Untimed(Untimed::NotSampled)
+        ));
+        assert!(patch.is_empty());
+        assert!(copies.into_dir().is_none());
+    }
+}
