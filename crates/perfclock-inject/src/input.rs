@@ -4,7 +4,7 @@
 use std::fmt;
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use perfclock_core::untrusted::Untrusted;
@@ -100,7 +100,13 @@ pub(crate) fn shown(path: &Path) -> Untrusted<'_> {
 /// # Errors
 /// [`InputError`].
 pub(crate) fn open_input(input: &Path, output: &Path) -> Result<(File, fs::Metadata), InputError> {
-    let file = File::open(input).map_err(|error| InputError::Open(input.to_owned(), error))?;
+    // Non-blocking: opening a FIFO for reading otherwise waits for a writer, forever; on the
+    // regular file IN must be, the flag changes nothing.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(input)
+        .map_err(|error| InputError::Open(input.to_owned(), error))?;
     let metadata = file
         .metadata()
         .map_err(|error| InputError::Open(input.to_owned(), error))?;
@@ -218,14 +224,17 @@ mod tests {
             .status()
             .expect("run mkfifo");
         assert!(made.success());
-        // Held open for reading and writing (which does not wait on Linux), so that IN's
-        // opening for reading does not wait for a writer.
-        let _held = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&fifo)
-            .unwrap();
-        match open_input(&fifo, &output) {
+        // No writer: a blocking open would wait for one forever, so the open runs on a thread
+        // the test waits for a bounded time.
+        let (sender, opened) = std::sync::mpsc::channel();
+        let (fifo_here, output_here) = (fifo.clone(), output.clone());
+        std::thread::spawn(move || {
+            let _ = sender.send(open_input(&fifo_here, &output_here));
+        });
+        let result = opened
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("open_input waited for a writer of the FIFO");
+        match result {
             Err(InputError::NotFile(path)) => assert_eq!(path, fifo),
             other => panic!("{other:?}"),
         }
