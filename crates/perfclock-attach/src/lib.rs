@@ -60,9 +60,15 @@
 //!   the caller has its error at the deadline, but the process cannot exit before the server
 //!   answers, dies or is aborted (`/sys/fs/fuse/connections/N/abort`).
 //! - OpenJ9's attach mechanism is not supported.
+//!
+//! # perfclock's agent
+//! [`jvms`] is the JVM registry `perfclock record -p`/`-a` attaches perfclock's own agent
+//! through: which processes are HotSpot JVMs, each one's private dump directory, the JVMs that
+//! start during a recording, and the end of each agent's session.
 #![deny(unsafe_code)]
 
 mod error;
+pub mod jvms;
 mod listener;
 pub mod procfs;
 pub mod protocol;

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use perfclock_attach::jvms::{agent_failure, attach_when_live};
 use perfclock_attach::Remedy;
 use perfclock_core::untrusted::Untrusted;
 
-use crate::agent::{agent_failure, attach_when_live};
 use crate::agent_path;
 use crate::output::chain;
 use crate::output::errln;

@@ -13,7 +13,6 @@ use std::fs;
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub(crate) use perfclock_os::peer::effective_uid;
 use perfclock_os::process::children::reap_if_exited;
 pub(crate) use perfclock_os::process::children::{become_subreaper, die_with_parent, kill};
 

@@ -1,6 +1,7 @@
-//! Why a subcommand failed: `record`'s steps around perf ([`RecordError`]), why `record -p`/`-a`
-//! could not attach a JVM ([`JvmError`]), and `serve` ([`ServeError`]); each message says what
-//! to do. Post-processing's errors are `perfclock_inject`'s.
+//! Why a subcommand failed: `record`'s steps around perf ([`RecordError`]) and `serve`
+//! ([`ServeError`]); each message says what to do. Post-processing's errors are
+//! `perfclock_inject`'s, and why `record -p`/`-a` could not attach a JVM is
+//! `perfclock_attach::jvms::JvmError`.
 //!
 //! The CLI is a binary, so these are not public API and the workspace's `#[non_exhaustive]`
 //! policy for public error enums does not apply; they implement `Display` and
@@ -10,88 +11,6 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 use std::process::ExitStatus;
-
-use crate::agent::agent_failure;
-
-use perfclock_attach::{AttachError, Remedy};
-
-/// Why `record -p`/`-a` could not attach a HotSpot JVM: it is recorded without its JIT names.
-#[derive(Debug)]
-pub(crate) enum JvmError {
-    /// A file of the process in `/proc` could not be read (it exited, or is not ours to read).
-    Proc { path: String, source: io::Error },
-    /// An OpenJ9 JVM, whose attach protocol is not HotSpot's.
-    OpenJ9,
-    /// The JVM's dump directory could not be created.
-    CreateDir { dir: PathBuf, source: io::Error },
-    /// The dump directory could not be given to the JVM's user.
-    GiveDir {
-        dir: PathBuf,
-        uid: u32,
-        source: io::Error,
-    },
-    /// The JVM sees something else at the dump directory's path (another mount namespace).
-    NotVisible { dir: PathBuf },
-    /// The private directory in a containerised JVM's `/tmp` could not be made or filled.
-    ContainerDir { pid: u32, source: io::Error },
-    /// The attach or the agent failed.
-    Attach(AttachError),
-}
-
-impl fmt::Display for JvmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Proc { path, .. } => write!(f, "cannot read {path}"),
-            Self::OpenJ9 => write!(f, "an OpenJ9 JVM: only HotSpot can be attached"),
-            Self::CreateDir { dir, .. } => write!(f, "cannot create {}", dir.display()),
-            Self::GiveDir { dir, uid, .. } => {
-                write!(f, "cannot give {} to uid {uid}", dir.display())
-            }
-            Self::NotVisible { dir } => write!(
-                f,
-                "the jitdump directory {} is not visible at that path in the JVM's mount \
-                 namespace (a container): write OUT (-o) in a directory the container mounts \
-                 at the same path",
-                dir.display()
-            ),
-            Self::ContainerDir { pid, .. } => write!(
-                f,
-                "cannot put the agent and a dump directory into JVM {pid}'s /tmp (it runs in \
-                 another mount namespace: a container)"
-            ),
-            Self::Attach(error) => {
-                write!(f, "{error}")?;
-                if let Some(failure) = agent_failure(error) {
-                    write!(
-                        f,
-                        " (perfclock's agent returns {} when {}: {})",
-                        failure.code(),
-                        failure.meaning(),
-                        failure.fix()
-                    )?;
-                }
-                if error.remedy() == Some(Remedy::AnotherAgent) {
-                    f.write_str(" (the agent is record's --agent PATH)")?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-impl std::error::Error for JvmError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Proc { source, .. }
-            | Self::CreateDir { source, .. }
-            | Self::GiveDir { source, .. }
-            | Self::ContainerDir { source, .. } => Some(source),
-            // Display shows the attach error's own message; its cause follows it.
-            Self::Attach(error) => std::error::Error::source(error),
-            Self::OpenJ9 | Self::NotVisible { .. } => None,
-        }
-    }
-}
 
 /// Why a step of `perfclock record` around perf itself failed.
 #[derive(Debug)]

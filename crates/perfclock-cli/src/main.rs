@@ -4,7 +4,6 @@
 //! signal-hook's.
 #![forbid(unsafe_code)]
 
-pub(crate) mod agent;
 pub(crate) mod agent_path;
 pub(crate) mod attach;
 pub(crate) mod children;

@@ -111,7 +111,7 @@ pub(super) fn run_perf_record(
     let watcher = match (target, agent, &dumps.root) {
         (Target::SystemWide, Some(agent), Some(root)) => {
             let skip = vec![std::process::id(), child.id()];
-            match jvms::Watcher::start(agent, root.clone(), skip, report) {
+            match jvms::watch(agent, root.clone(), skip, report) {
                 Ok(watcher) => Some(watcher),
                 Err(error) => {
                     errln!("{NAME}: warning: cannot watch for JVMs: {error}");

@@ -1,19 +1,18 @@
-//! perfclock's JVMTI agent as the attaching side sees it: which of its return codes an attach
-//! ended in (the table is `perfclock_agent_codes::AgentFailure`, the one the agent returns them
+//! perfclock's agent as the attaching side sees it: which of its return codes an attach ended
+//! in (the table is `perfclock_agent_codes::AgentFailure`, the one the agent returns them
 //! from), and an attach that waits out a JVM which is still starting.
-//!
-//! The waiting is here and not in `perfclock-attach`, which loads any agent the way jattach
-//! does: only perfclock's agent gives code 102 its meaning.
 
 use std::ffi::OsStr;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use perfclock_agent_codes::AgentFailure;
-use perfclock_attach::{Agent, AnswerError, AttachError, Attached};
 
-/// The agent's failure behind `error`, if the JVM ran the agent and it returned one of its codes.
-pub(crate) fn agent_failure(error: &AttachError) -> Option<AgentFailure> {
+use crate::{Agent, AnswerError, AttachError, Attached};
+
+/// The agent's failure behind `error`, if the JVM ran the agent and it returned one of
+/// perfclock's agent's codes.
+pub fn agent_failure(error: &AttachError) -> Option<AgentFailure> {
     match error {
         AttachError::Answer(AnswerError::AgentFailed { return_code, .. }) => {
             AgentFailure::from_return_code(*return_code)
@@ -29,7 +28,10 @@ const RETRY_INTERVAL: Duration = Duration::from_millis(200);
 /// it starts answers the attach before JVMTI's live phase, and the agent returns
 /// [`AgentFailure::NoJvmti`]; such a JVM is tried again every 200 ms until the timeout, which
 /// then ends in that error.
-pub(crate) fn attach_when_live(
+///
+/// # Errors
+/// As [`attach_agent`](crate::attach_agent), the last attempt's.
+pub fn attach_when_live(
     pid: u32,
     agent: &Agent,
     options: &OsStr,
@@ -39,8 +41,7 @@ pub(crate) fn attach_when_live(
     let deadline = Instant::now().checked_add(timeout);
     loop {
         let left = deadline.map_or(timeout, |end| end.saturating_duration_since(Instant::now()));
-        let attempt =
-            perfclock_attach::attach_agent(pid, agent.clone(), options, left.max(RETRY_INTERVAL));
+        let attempt = crate::attach_agent(pid, agent.clone(), options, left.max(RETRY_INTERVAL));
         let error = match attempt {
             Ok(attached) => return Ok(attached),
             Err(error) => error,
