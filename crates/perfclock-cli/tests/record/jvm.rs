@@ -6,6 +6,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use perfclock_testutil::perf_script::tod_ns;
 use perfclock_testutil::{is_root, skip, Need};
@@ -587,6 +588,13 @@ fn a_failed_record_p_ends_the_sessions_it_started() {
         .spawn()
         .unwrap();
     let jvm_pid = jvm.id();
+    // record -p takes a process that has not mapped libjvm.so yet for no JVM: wait until it
+    // is one.
+    let is_jvm = wait_until(Duration::from_secs(30), || {
+        fs::read_to_string(format!("/proc/{jvm_pid}/maps"))
+            .is_ok_and(|maps| maps.contains("/libjvm.so"))
+    });
+    assert!(is_jvm, "java {jvm_pid} did not map libjvm.so within 30 s");
     // A pid that names no process: above the kernel's pid_max.
     let absent = 4_194_305u32;
     let output = record(
