@@ -278,12 +278,7 @@ fn an_option_file_whose_read_never_returns_ends_at_the_deadline() {
     let Some(fixture) = fake_fixture(test) else {
         return;
     };
-    if !is_root() {
-        skip(
-            test,
-            Need::Root,
-            "mounting the stalling FUSE file system needs root",
-        );
+    if !as_root(test, "mounting the stalling FUSE file system needs root") {
         return;
     }
     if !Path::new("/dev/fuse").exists() {

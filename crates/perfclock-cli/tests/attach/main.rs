@@ -352,6 +352,23 @@ fn assert_error(result: &(Output, Duration), expected: &str) {
     assert!(*elapsed < ERROR_BOUND, "took {elapsed:?}: {message}");
 }
 
+/// The file the agent appends to in `java`'s run of a test's `kind` (its own directory).
+fn marker_for(fixture: &Fixture, kind: &str, java: &Path) -> PathBuf {
+    marker_dir(
+        fixture,
+        &format!("{kind}-{}", java.display()).replace('/', "_"),
+    )
+    .join("marker")
+}
+
+/// Whether this runs as root; if not, the test is skipped, saying `why` it needs root.
+fn as_root(test: &str, why: &str) -> bool {
+    if !is_root() {
+        skip(test, Need::Root, why);
+    }
+    is_root()
+}
+
 fn marker_lines(path: &Path) -> Vec<String> {
     fs::read_to_string(path)
         .unwrap_or_default()

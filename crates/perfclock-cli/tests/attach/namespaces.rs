@@ -9,22 +9,13 @@ fn attach_as_root_acts_as_the_jvms_user() {
     let Some(fixture) = fixture(test) else {
         return;
     };
-    if !is_root() {
-        skip(
-            test,
-            Need::Root,
-            "the JVM runs as nobody and perfclock as root",
-        );
+    if !as_root(test, "the JVM runs as nobody and perfclock as root") {
         return;
     }
     let agent = fixture.agent.to_str().unwrap();
     for java in &fixture.jdks {
         eprintln!("== {}", java.display());
-        let markers = marker_dir(
-            fixture,
-            &format!("nobody-{}", java.display()).replace('/', "_"),
-        );
-        let marker = markers.join("marker");
+        let marker = marker_for(fixture, "nobody", java);
         // HotSpot's trace names the trigger file it used: its working directory (root's, 0755)
         // admits only a file root creates, so /tmp shows perfclock created it as nobody.
         let jvm = Jvm::start(java, fixture, &["-Xlog:attach=trace"], Wrapper::Nobody);
@@ -69,15 +60,13 @@ fn attach_reaches_a_jvm_in_its_own_mount_and_pid_namespace() {
     let Some(fixture) = fixture(test) else {
         return;
     };
-    if !is_root() {
-        skip(test, Need::Root, "unshare --mount --pid needs root");
+    if !as_root(test, "unshare --mount --pid needs root") {
         return;
     }
     let agent = fixture.agent.to_str().unwrap();
     for java in &fixture.jdks {
         eprintln!("== {}", java.display());
-        let markers = marker_dir(fixture, &format!("ns-{}", java.display()).replace('/', "_"));
-        let marker = markers.join("marker");
+        let marker = marker_for(fixture, "ns", java);
         let jvm = Jvm::start(java, fixture, &[], Wrapper::Namespace);
         // The setup: another pid namespace (the JVM is its init) and a private /tmp.
         assert_eq!(jvm.ns_pid, 1, "the JVM is not its pid namespace's init");
@@ -134,12 +123,7 @@ fn root_creates_no_trigger_file_where_only_its_groups_may_write() {
     let Some(fixture) = fake_fixture(test) else {
         return;
     };
-    if !is_root() {
-        skip(
-            test,
-            Need::Root,
-            "the target must be another user's process",
-        );
+    if !as_root(test, "the target must be another user's process") {
         return;
     }
     // Writable by root and group root only; nobody may enter it.

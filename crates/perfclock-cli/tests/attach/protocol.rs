@@ -12,11 +12,7 @@ fn attach_loads_the_agent_into_a_running_jvm_of_every_jdk() {
     let agent = fixture.agent.to_str().unwrap();
     for java in &fixture.jdks {
         eprintln!("== {}", java.display());
-        let markers = marker_dir(
-            fixture,
-            &format!("plain-{}", java.display()).replace('/', "_"),
-        );
-        let marker = markers.join("marker");
+        let marker = marker_for(fixture, "plain", java);
         let jvm = Jvm::start(java, fixture, &[], Wrapper::Plain);
         let pid = jvm.pid.to_string();
 
@@ -109,22 +105,13 @@ fn a_socket_left_by_a_killed_jvm_with_the_same_pid_is_replaced() {
     let Some(fixture) = fixture(test) else {
         return;
     };
-    if !is_root() {
-        skip(
-            test,
-            Need::Root,
-            "the JVM's /tmp socket is made as the JVM's user",
-        );
+    if !as_root(test, "the JVM's /tmp socket is made as the JVM's user") {
         return;
     }
     let agent = fixture.agent.to_str().unwrap();
     for java in &fixture.jdks {
         eprintln!("== {}", java.display());
-        let markers = marker_dir(
-            fixture,
-            &format!("stale-{}", java.display()).replace('/', "_"),
-        );
-        let marker = markers.join("marker");
+        let marker = marker_for(fixture, "stale", java);
         // In its own namespaces, so the socket path is the JVM's alone and nobody else's test.
         let jvm = Jvm::start(java, fixture, &[], Wrapper::Namespace);
         let pid = jvm.pid.to_string();
