@@ -9,6 +9,7 @@
 //! [`read_layout`](crate::read_layout) has checked that no section straddles these points.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 
 use crate::error::PerfDataError;
@@ -25,8 +26,10 @@ pub struct Patch<'a> {
     layout: &'a Layout,
     records: Vec<u8>,
     features: Vec<(Feature, Vec<u8>)>,
-    /// Bytes of the data section replaced in place, by file offset.
-    overwrites: Vec<(u64, Vec<u8>)>,
+    /// Bytes of the data section replaced in place, by file offset. Ordered, so a new place is
+    /// checked against its two neighbours only: a system-wide recording can disable tens of
+    /// thousands of maps.
+    overwrites: BTreeMap<u64, Vec<u8>>,
 }
 
 /// What is done at one position of the input.
@@ -45,7 +48,7 @@ impl<'a> Patch<'a> {
             layout,
             records: Vec::new(),
             features: Vec::new(),
-            overwrites: Vec::new(),
+            overwrites: BTreeMap::new(),
         }
     }
 
@@ -80,17 +83,22 @@ impl<'a> Patch<'a> {
         let data = self.layout.data;
         let end = at.checked_add(bytes.len() as u64);
         let inside = at >= data.offset && end.is_some_and(|end| Some(end) <= data.end());
+        let overlaps = |(other, old): (&u64, &Vec<u8>)| {
+            at < other + old.len() as u64 && *other < at + bytes.len() as u64
+        };
         let overlaps = self
             .overwrites
-            .iter()
-            .any(|(other, old)| at < other + old.len() as u64 && *other < at + bytes.len() as u64);
+            .range(..=at)
+            .next_back()
+            .is_some_and(overlaps)
+            || self.overwrites.range(at..).next().is_some_and(overlaps);
         if !inside || overlaps || bytes.is_empty() {
             return Err(PerfDataError::BadInsertion(format!(
                 "{} bytes at offset {at} are not a new place inside the data section",
                 bytes.len()
             )));
         }
-        self.overwrites.push((at, bytes.to_vec()));
+        self.overwrites.insert(at, bytes.to_vec());
         Ok(self)
     }
 

@@ -426,9 +426,21 @@ fn a_dumps_maps_are_disabled_in_place_and_a_renamed_map_inserted() {
         patch.overwrite(slash + 3, b"X").unwrap();
     }
     patch.insert_record(&renamed).unwrap();
-    // Outside the data section, or over bytes already replaced: refused.
-    assert!(patch.overwrite(0, b"X").is_err());
-    assert!(patch.overwrite(seven.marker_slashes[0] + 3, b"Y").is_err());
+    // Outside the data section, over bytes already replaced, or reaching into them from before
+    // or from within: refused.
+    let slash = seven.marker_slashes[0];
+    for (at, bytes) in [
+        (0, &b"X"[..]),
+        (slash + 3, b"Y"),
+        (slash + 1, b"ABC"),
+        (slash + 2, b"AB"),
+    ] {
+        let refused = patch.overwrite(at, bytes).map(|_| ()).unwrap_err();
+        assert!(
+            matches!(refused, PerfDataError::BadInsertion(_)),
+            "{at}: {refused:?}"
+        );
+    }
     let mut out = Vec::new();
     patch.write(&mut input, &mut out).unwrap();
     assert_eq!(out.len(), built.bytes.len() + renamed.len());
