@@ -28,6 +28,12 @@ export -f runs_of
 export runs slow_share_percent
 
 cargo "+$PERFCLOCK_NIGHTLY" fuzz build
+# The build resolves the workspace's path crates afresh; a lock it had to change is one a commit
+# left stale, which CI would otherwise rewrite in every clone it runs in.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && ! git diff --quiet -- Cargo.lock; then
+    echo "fuzz/Cargo.lock is stale: commit the lock the fuzz build wrote (git diff fuzz/Cargo.lock)" >&2
+    exit 1
+fi
 files=$(for f in fuzz_targets/*.rs; do basename "$f" .rs; done | sort)
 listed=$(cargo "+$PERFCLOCK_NIGHTLY" fuzz list | sort)
 if [ "$files" != "$listed" ]; then
@@ -41,9 +47,13 @@ for target in page_snapshot conversions records timeconv marker_line perfdata at
 done
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
+# Each target starts from an empty corpus of this run's own (libFuzzer grows the first corpus
+# directory it is given): a corpus kept from an earlier run is replayed before the new runs, so
+# each run in the same clone would take longer than the one before.
 # shellcheck disable=SC2016 # expanded by the inner shell
 printf '%s\n' $listed | xargs -P 2 -I{} bash -c '
-    if cargo "+$PERFCLOCK_NIGHTLY" fuzz run "$1" -- -runs="$(runs_of "$1")" >"$2/$1.log" 2>&1; then
+    mkdir "$2/corpus-$1"
+    if cargo "+$PERFCLOCK_NIGHTLY" fuzz run "$1" "$2/corpus-$1" -- -runs="$(runs_of "$1")" >"$2/$1.log" 2>&1; then
         echo "fuzz $1: $(grep -Eo "Done [0-9]+ runs in [0-9]+ second" "$2/$1.log")"
     else
         echo "fuzz $1: FAILED" >&2
