@@ -10,8 +10,9 @@
 //! through that descriptor (a link as a link) and the directory through its parent's.
 //!
 //! # Safety
-//! `openat2`, `mkdirat`, `openat`, `unlinkat`, `fchown`, `fstat` and `getrandom` through libc with
+//! `mkdirat`, `openat`, `unlinkat`, `fchown`, `fstat` and `getrandom` through libc with
 //! NUL-terminated names and buffers this module owns; every descriptor is owned at once.
+//! `openat2` is [`untrusted_file`](crate::untrusted_file)'s.
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
@@ -21,7 +22,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::untrusted_file::Root;
+use crate::untrusted_file::{openat2, Root};
 
 /// How many random names are tried before giving up.
 const ATTEMPTS: usize = 16;
@@ -163,36 +164,19 @@ fn open_parent(root: Root, parent: &Path) -> io::Result<OwnedFd> {
     };
     let dirfd = root_dir.as_ref().map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd);
     let path = CString::new(parent.as_os_str().as_bytes()).map_err(|_| invalid())?;
-    // SAFETY: `open_how` is plain integers; all-zero is its documented default.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_NO_SYMLINKS
+    let resolve = libc::RESOLVE_NO_SYMLINKS
         | libc::RESOLVE_NO_MAGICLINKS
         | match root {
             Root::Here => 0,
             Root::Process(_) => libc::RESOLVE_IN_ROOT,
         };
-    loop {
-        // SAFETY: `path` is NUL-terminated and `how` a valid `open_how` of the size passed, both
-        // alive for the call; the kernel only reads them.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dirfd,
-                path.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if rc >= 0 {
-            // SAFETY: a descriptor the kernel just returned, owned by nothing else.
-            return Ok(unsafe { OwnedFd::from_raw_fd(rc as RawFd) });
-        }
-        let error = io::Error::last_os_error();
-        if !matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) {
-            return Err(error);
-        }
-    }
+    openat2(
+        dirfd,
+        &path,
+        (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        resolve,
+    )
+    .map_err(io::Error::from_raw_os_error)
 }
 
 fn openat(dirfd: RawFd, name: &CString, flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {

@@ -328,7 +328,14 @@ fn reopen_as_owner(located: &OwnedFd, uid: u32, gid: u32) -> Result<File, Untrus
     })
 }
 
-fn openat2(dirfd: RawFd, path: &CString, flags: u64, resolve: u64) -> Result<OwnedFd, i32> {
+/// `openat2(2)` of `path` under `dirfd` with `flags` and `resolve`, tried again on `EAGAIN` and
+/// `EINTR`; a failure is its errno.
+pub(crate) fn openat2(
+    dirfd: RawFd,
+    path: &CString,
+    flags: u64,
+    resolve: u64,
+) -> Result<OwnedFd, i32> {
     // SAFETY: `open_how` is plain integers; all-zero is its documented default.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = flags;
