@@ -69,14 +69,21 @@ fn socket_error(socket: &JvmPath, action: &'static str, source: io::Error) -> At
     .into()
 }
 
-/// Waits `interval` (never past the deadline); an error if the JVM exits meanwhile.
+/// Between two polls of the JVM: `timed_out(timeout)` once the deadline has passed, else waits
+/// the poll interval of the `attempt`th pause (never past the deadline) and counts it; an error
+/// if the JVM exits meanwhile.
 fn pause(
     target: &Target,
-    interval: Duration,
+    attempt: &mut u32,
     deadline: Deadline,
     during: &'static str,
+    timed_out: impl FnOnce(Duration) -> AttachError,
 ) -> Result<(), AttachError> {
-    let interval = interval.min(deadline.remaining().unwrap_or_default());
+    if deadline.remaining().is_none() {
+        return Err(timed_out(deadline.timeout()));
+    }
+    let interval = poll_interval(*attempt).min(deadline.remaining().unwrap_or_default());
+    *attempt += 1;
     match target.pidfd.wait_exit(interval) {
         Ok(true) => Err(ProcessError::Exited {
             pid: target.pid,
@@ -104,23 +111,20 @@ fn connect(
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
             Err(error) => return Err(ConnectFailure::Refused(error)),
         }
-        if deadline.remaining().is_none() {
-            return Err(ConnectFailure::Attach(
-                StepError::ConnectTimeout {
-                    socket: socket.shown.clone(),
-                    waited: deadline.timeout(),
-                }
-                .into(),
-            ));
-        }
         pause(
             target,
-            poll_interval(attempt),
+            &mut attempt,
             deadline,
             "connected to its attach socket",
+            |waited| {
+                StepError::ConnectTimeout {
+                    socket: socket.shown.clone(),
+                    waited,
+                }
+                .into()
+            },
         )
         .map_err(ConnectFailure::Attach)?;
-        attempt += 1;
     }
 }
 
@@ -235,20 +239,13 @@ fn start_listener(target: &Target, deadline: Deadline) -> Result<TriggerFile, At
     let pid = target.pid;
     let mut attempt = 0;
     while !target.status()?.catches(libc::SIGQUIT) {
-        if deadline.remaining().is_none() {
-            return Err(ProcessError::NoQuitHandler {
-                pid,
-                waited: deadline.timeout(),
-            }
-            .into());
-        }
         pause(
             target,
-            poll_interval(attempt),
+            &mut attempt,
             deadline,
             "waited for its SIGQUIT handler",
+            |waited| ProcessError::NoQuitHandler { pid, waited }.into(),
         )?;
-        attempt += 1;
     }
     let trigger = create_trigger(target)?;
     // Creating the file may have blocked (a FUSE working directory): no signal once the caller
@@ -287,21 +284,20 @@ fn wait_for_socket(
                 return Ok(());
             }
         }
-        if deadline.remaining().is_none() {
-            return Err(StepError::SocketTimeout {
-                pid: target.pid,
-                socket: socket.shown.clone(),
-                waited: deadline.timeout(),
-            }
-            .into());
-        }
         pause(
             target,
-            poll_interval(attempt),
+            &mut attempt,
             deadline,
             "waited for its attach socket",
+            |waited| {
+                StepError::SocketTimeout {
+                    pid: target.pid,
+                    socket: socket.shown.clone(),
+                    waited,
+                }
+                .into()
+            },
         )?;
-        attempt += 1;
     }
 }
 
