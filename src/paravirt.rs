@@ -174,26 +174,35 @@ impl ParavirtClock {
                     CHECK_BRACKETS_PER_KIND,
                 )
             });
-        let measured = match from_log {
-            Ok(measured) => measured,
+        let measured = from_log.or_else(|refusal| {
+            refused.push(refusal);
+            measure_from_brackets_if_built(&reader)
+        });
+        Self::with_offset(page, reader, measured, None, refused)
+    }
+
+    /// The clock on `page` with `C` from `measured` (taken from `published`, if from a file),
+    /// or the refusals with `measured`'s own last.
+    fn with_offset(
+        page: PvclockPage,
+        reader: PvclockReader<'static>,
+        measured: Result<MeasuredOffset, ParavirtRefusal>,
+        published: Option<PublishedOffset>,
+        mut refused: Vec<ParavirtRefusal>,
+    ) -> Result<ParavirtClock, Vec<ParavirtRefusal>> {
+        match measured {
+            Ok(measured) => Ok(ParavirtClock {
+                page,
+                reader,
+                measured,
+                published,
+                refused,
+            }),
             Err(refusal) => {
                 refused.push(refusal);
-                match measure_from_brackets_if_built(&reader) {
-                    Ok(measured) => measured,
-                    Err(refusal) => {
-                        refused.push(refusal);
-                        return Err(refused);
-                    }
-                }
+                Err(refused)
             }
-        };
-        Ok(ParavirtClock {
-            page,
-            reader,
-            measured,
-            published: None,
-            refused,
-        })
+        }
     }
 }
 
@@ -227,24 +236,11 @@ impl ParavirtClock {
             return Err(refused);
         };
         let measured = if owner == 0 {
-            measured_from_published(&published)
+            Ok(measured_from_published(&published))
         } else {
-            match measured_from_users_file(&reader, &published, owner) {
-                Ok(measured) => measured,
-                Err(refusal) => {
-                    let mut refused = refused;
-                    refused.push(refusal);
-                    return Err(refused);
-                }
-            }
+            measured_from_users_file(&reader, &published, owner)
         };
-        Ok(ParavirtClock {
-            page,
-            reader,
-            measured,
-            published: Some(published),
-            refused,
-        })
+        Self::with_offset(page, reader, measured, Some(published), refused)
     }
 }
 
