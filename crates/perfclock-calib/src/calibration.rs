@@ -21,8 +21,8 @@ use crate::fork_gate;
 use crate::options::{CalibrationOptions, MIN_REFINE_BATCH};
 use crate::prune::{prune_hull_into, prune_into, HullScratch, PruneScratch};
 use crate::published::{
-    continuations, slope_of, solve, switch_line, tighter_at, Band, BoundCell, BoundModel,
-    LineTarget, Solution, CONTINUITY_MARGIN_NS, PUBLISH_MARGIN_NS,
+    continuations, slope_of, solve, tighter_at, Band, BoundCell, BoundModel, LinePublisher,
+    LineTarget, Solution, Step, CONTINUITY_MARGIN_NS, PUBLISH_MARGIN_NS,
 };
 use crate::shared::Shared;
 use crate::source::Probe;
@@ -74,7 +74,10 @@ struct Calibrator {
     options: CalibrationOptions,
     probe: Probe,
     history: Vec<Constraint>,
-    current: Option<(Solution, f64)>,
+    /// The published line.
+    line: LinePublisher,
+    /// The slope (ns per tick) of the fit behind the published line.
+    fit_slope: f64,
     /// Buffers reused round after round: once [`Calibrator::reserve_steady_state`] has sized
     /// them, the refiner's loop never calls the allocator, so it never holds a malloc lock a raw
     /// `clone()` could copy locked.
@@ -125,17 +128,7 @@ impl Buffers {
     }
 }
 
-/// What a refinement publishes after the old line (see [`Calibrator::choose`]).
-enum Choice {
-    /// Keep the old line; with its bound re-measured under the new fit when that is smaller
-    /// ahead than the one published.
-    Keep(Option<BoundModel>),
-    /// Switch to `line`, written before the counter reaches `before` (see [`continuations`]);
-    /// if it cannot be, the old line stays and the next refinement tries again.
-    Switch { line: Solution, before: u64 },
-}
-
-/// The refiner's pages and bound, as [`switch_line`] writes them.
+/// The refiner's pages and bound, as its [`LinePublisher`] writes them.
 struct RefinerPages<'a> {
     writer: &'a PageWriter,
     bound: &'a BoundCell,
@@ -157,44 +150,33 @@ impl Calibrator {
     fn publish(&mut self, fit: &Fit, continuous: bool) -> Result<(), CalibError> {
         let now = counter::read_counter().ok_or(BracketError::CounterUnsupported)?;
         let target = solve(fit, now)?;
-        let (sol, publish_before) = match (continuous, self.current) {
-            (true, Some((old, _))) => match self.choose(fit, &old, &target, now)? {
-                Choice::Switch { line, before } => (line, before),
-                Choice::Keep(remeasured) => {
-                    if let Some(bound) = remeasured {
-                        // No fork may copy the bound mid-update (see `fork_gate`).
-                        let gate = fork_gate::hold();
-                        self.shared.bound.store(&bound);
-                        drop(gate);
-                        let conversion = old.conversion;
-                        self.current = Some((Solution { conversion, bound }, fit.slope_best));
-                        self.note_fit(fit);
-                    }
-                    return Ok(());
-                }
+        let step = match (continuous, self.line.current()) {
+            (true, Some(old)) => self.choose(fit, &old, &target, now)?,
+            _ => Step::Switch {
+                line: target,
+                before: u64::MAX,
             },
-            _ => (target, u64::MAX),
         };
-        // No fork may copy the page or the bound mid-update (see `fork_gate`).
-        let gate = fork_gate::hold();
-        let old = self.current.as_ref().map(|(old, _)| old);
         let pages = RefinerPages {
             writer: &self.writer,
             bound: &self.shared.bound,
         };
-        if !switch_line(&pages, old, &sol, now, publish_before) {
-            return Ok(());
-        }
+        // No fork may copy the page or the bound mid-update (see `fork_gate`).
+        let gate = fork_gate::hold();
+        let published = self.line.take(&pages, step, now);
         drop(gate);
-        self.note_fit(fit);
-        self.current = Some((sol, fit.slope_best));
+        if published {
+            self.note_fit(fit);
+            self.fit_slope = fit.slope_best;
+        }
         Ok(())
     }
 
     /// What a refinement publishes after `old`, given `fit` and its middle line `target`, at
     /// counter value `now`.
     ///
-    /// It keeps the published line (with its bound under `fit`) or moves to one of the
+    /// It keeps the published line (with its bound under `fit` when that is smaller ahead than
+    /// the one published) or moves to one of the
     /// continuations that may follow it (see [`continuations`]), whichever lies nearest the
     /// band a while ahead (the next refinement, at least two publish margins), among those whose
     /// bound now is no more than the allowed growth above the kept line's, or than the kept
@@ -209,7 +191,7 @@ impl Calibrator {
         old: &Solution,
         target: &Solution,
         now: u64,
-    ) -> Result<Choice, CalibError> {
+    ) -> Result<Step, CalibError> {
         let slope = fit.slope_best.max(f64::MIN_POSITIVE);
         // A continuation flatter than the old line starts above it by the slope difference
         // times the publish margin (see `continuations`); the old line's own drift from the
@@ -243,14 +225,14 @@ impl Calibrator {
         .filter(|(_, _, measured, judged)| measured.base_ns <= ceiling && *judged < kept_later)
         .min_by_key(|(_, _, _, judged)| *judged);
         Ok(match better {
-            Some((next, before, measured, _)) => Choice::Switch {
+            Some((next, before, measured, _)) => Step::Switch {
                 line: Solution {
                     conversion: next.conversion,
                     bound: tighter_at(look, measured, next.bound),
                 },
                 before,
             },
-            None => Choice::Keep((kept.at(look) < old.bound.at(look)).then_some(kept)),
+            None => Step::Keep((kept.at(look) < old.bound.at(look)).then_some(kept)),
         })
     }
 
@@ -419,7 +401,7 @@ impl Calibrator {
     /// publication (the clock may have jumped since the parent last refined, e.g. a restored VM
     /// snapshot), and publishes continuously (never stepping back) unless the check found a jump.
     fn resume(&mut self) -> Result<(), CalibError> {
-        let Some((sol, _)) = self.current else {
+        let Some(sol) = self.line.current() else {
             return self.calibrate_from_scratch(false);
         };
         let b = &mut self.buffers;
@@ -442,7 +424,7 @@ impl Calibrator {
         let b = &mut self.buffers;
         b.batch.clear();
         self.probe.collect(n, &mut b.batch, None)?;
-        let Some((sol, _)) = self.current else {
+        let Some(sol) = self.line.current() else {
             self.calibrate_from_scratch(false)?;
             return Ok(self.options.min_refine_interval);
         };
@@ -452,8 +434,7 @@ impl Calibrator {
         }
         self.history.extend_from_slice(&b.batch);
         if let Some(last) = self.history.iter().map(|c| c.after).max() {
-            let (_, slope) = self.current.unwrap_or((sol, 1.0));
-            let window_ticks = (self.options.window.as_nanos() as f64 / slope) as u64;
+            let window_ticks = (self.options.window.as_nanos() as f64 / self.fit_slope) as u64;
             let oldest = last.saturating_sub(window_ticks);
             self.history.retain(|c| c.before >= oldest);
             Buffers::prune_history(
@@ -473,7 +454,6 @@ impl Calibrator {
                 return Ok(self.options.min_refine_interval);
             }
         };
-        let fitted_slope = fit.slope_best;
         let published = self.publish(&fit, true);
         self.buffers.rel = fit.into_spare();
         published?;
@@ -481,8 +461,8 @@ impl Calibrator {
             .stats
             .refinements
             .fetch_add(1, Ordering::Relaxed);
-        let (sol, slope) = self.current.unwrap_or((sol, fitted_slope));
-        Ok(self.options.pause_after(&sol.bound, slope))
+        let sol = self.line.current().unwrap_or(sol);
+        Ok(self.options.pause_after(&sol.bound, self.fit_slope))
     }
 }
 
@@ -569,7 +549,8 @@ pub(crate) fn run(
         options,
         probe,
         history: Vec::new(),
-        current: inherited.map(|sol| (sol, slope_of(&sol.conversion))),
+        line: LinePublisher::new(inherited),
+        fit_slope: inherited.map_or(1.0, |sol| slope_of(&sol.conversion)),
         buffers: Buffers::default(),
         steady: false,
     };

@@ -376,7 +376,8 @@ impl BoundSlot {
 }
 
 /// Where a line is published: a conversion page (or two, mirrored) and a bound readers pair
-/// with it. The in-process refiner's pages and `perfclock serve`'s shared page are both.
+/// with it. The in-process refiner's pages and `perfclock serve`'s shared page are both; only a
+/// [`LinePublisher`] writes them.
 pub trait LineTarget {
     /// Publishes `conversion` (a seqlock write section of the page).
     fn publish_conversion(&self, conversion: &TimeConversion);
@@ -384,28 +385,78 @@ pub trait LineTarget {
     fn store_bound(&self, bound: &BoundModel);
 }
 
-/// The one publish step: switches `target` from the line `old` (if any) to `next`, at counter
-/// value `now`. While switching a reader may pair either conversion with either bound, so the
-/// bound covers both first; `next` lies above `old` only up to counter value
-/// `publish_before` (see [`continue_within`]), so a writer preempted past it publishes nothing
-/// and restores `old`'s bound. Whether `next` was published.
-pub fn switch_line(
-    target: &impl LineTarget,
-    old: Option<&Solution>,
-    next: &Solution,
-    now: u64,
-    publish_before: u64,
-) -> bool {
-    if let Some(old) = old {
-        target.store_bound(&union_bound(&old.bound, &next.bound, now));
-        if perfclock_core::counter::read_counter().is_none_or(|late| late >= publish_before) {
-            target.store_bound(&old.bound);
-            return false;
+/// What one publication does to the published line: the decision of the refiner's rule
+/// ([`continuations`] judged against its fit) or of the server's (the refiner's line followed
+/// through [`continue_within`]), which [`LinePublisher::take`] carries out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The line stays; with this bound when there is one (a bound re-measured toward a newer
+    /// line, or the same bound written again so that a heartbeat stored with it moves on).
+    Keep(Option<BoundModel>),
+    /// Switch to `line`, which must be written before the counter reaches `before` (see
+    /// [`continue_within`]; `u64::MAX` for a first line, or one after a jump, which need not
+    /// continue anything).
+    Switch {
+        /// The line to publish.
+        line: Solution,
+        /// The counter value past which publishing `line` could step a reading back.
+        before: u64,
+    },
+}
+
+/// The line a [`LineTarget`] carries, and the one writer of it: the in-process refiner and
+/// `perfclock serve` each decide every publication's [`Step`] by their own rule and take it
+/// here, so the order of the writes that keep readers safe is written once.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LinePublisher {
+    line: Option<Solution>,
+}
+
+impl LinePublisher {
+    /// A publisher whose target carries `inherited` (a line published before this one took
+    /// over: a fork parent's, or an earlier server's), or nothing yet.
+    pub const fn new(inherited: Option<Solution>) -> Self {
+        LinePublisher { line: inherited }
+    }
+
+    /// The line the target carries.
+    pub fn current(&self) -> Option<Solution> {
+        self.line
+    }
+
+    /// Takes `step` on `target` at counter value `now`; whether it wrote anything. A switch
+    /// covers both lines' bounds while a reader may pair either conversion with either bound,
+    /// and is dropped (the old bound restored) if the counter already passed its `before`: a
+    /// writer preempted that long publishes nothing, and the caller tries again later. A
+    /// switch to the line already carried, or a kept bound, stores the bound alone.
+    pub fn take(&mut self, target: &impl LineTarget, step: Step, now: u64) -> bool {
+        match (step, self.line.as_mut()) {
+            (Step::Keep(Some(bound)), Some(line)) => {
+                target.store_bound(&bound);
+                line.bound = bound;
+                true
+            }
+            (Step::Keep(_), _) => false,
+            (Step::Switch { line: next, .. }, Some(old)) if old.conversion == next.conversion => {
+                target.store_bound(&next.bound);
+                *old = next;
+                true
+            }
+            (Step::Switch { line: next, before }, old) => {
+                if let Some(old) = old {
+                    target.store_bound(&union_bound(&old.bound, &next.bound, now));
+                    if perfclock_core::counter::read_counter().is_none_or(|late| late >= before) {
+                        target.store_bound(&old.bound);
+                        return false;
+                    }
+                }
+                target.publish_conversion(&next.conversion);
+                target.store_bound(&next.bound);
+                self.line = Some(next);
+                true
+            }
         }
     }
-    target.publish_conversion(&next.conversion);
-    target.store_bound(&next.bound);
-    true
 }
 
 /// The bound that covers both `a` and `b` from `counter` on: used while switching between two
@@ -681,5 +732,120 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A [`LineTarget`] that records each write, in order.
+    #[derive(Default)]
+    struct Recorded(core::cell::RefCell<Vec<Write>>);
+
+    #[derive(Debug, PartialEq)]
+    enum Write {
+        Conversion(TimeConversion),
+        Bound(BoundModel),
+    }
+
+    impl LineTarget for Recorded {
+        fn publish_conversion(&self, conversion: &TimeConversion) {
+            self.0.borrow_mut().push(Write::Conversion(*conversion));
+        }
+
+        fn store_bound(&self, bound: &BoundModel) {
+            self.0.borrow_mut().push(Write::Bound(*bound));
+        }
+    }
+
+    fn solution(zero: u64, base_ns: u64) -> Solution {
+        Solution {
+            conversion: TimeConversion::new(1 << 31, 31, zero).unwrap(),
+            bound: BoundModel {
+                base_ns,
+                growth_q48: 1 << 20,
+                counter_ref: 1_000,
+            },
+        }
+    }
+
+    #[test]
+    fn a_switch_covers_both_bounds_before_the_new_line_is_written() {
+        let (old, next) = (solution(0, 400), solution(5, 900));
+        let mut publisher = LinePublisher::new(Some(old));
+        let target = Recorded::default();
+        let step = Step::Switch {
+            line: next,
+            before: u64::MAX,
+        };
+        assert!(publisher.take(&target, step, 2_000));
+        let union = union_bound(&old.bound, &next.bound, 2_000);
+        assert_eq!(
+            *target.0.borrow(),
+            [
+                Write::Bound(union),
+                Write::Conversion(next.conversion),
+                Write::Bound(next.bound)
+            ]
+        );
+        assert_eq!(publisher.current(), Some(next));
+    }
+
+    #[test]
+    fn a_switch_found_past_its_deadline_restores_the_old_bound_and_keeps_the_line() {
+        let (old, next) = (solution(0, 400), solution(5, 900));
+        let mut publisher = LinePublisher::new(Some(old));
+        let target = Recorded::default();
+        let late = Step::Switch {
+            line: next,
+            before: 0,
+        };
+        assert!(!publisher.take(&target, late, 2_000));
+        let union = union_bound(&old.bound, &next.bound, 2_000);
+        assert_eq!(
+            *target.0.borrow(),
+            [Write::Bound(union), Write::Bound(old.bound)]
+        );
+        assert_eq!(publisher.current(), Some(old));
+    }
+
+    #[test]
+    fn the_same_line_or_a_kept_one_stores_its_bound_alone() {
+        let old = solution(0, 400);
+        let mut publisher = LinePublisher::new(Some(old));
+        let target = Recorded::default();
+        let same = Solution {
+            bound: solution(0, 300).bound,
+            ..old
+        };
+        let step = Step::Switch {
+            line: same,
+            before: 0,
+        };
+        assert!(publisher.take(&target, step, 2_000));
+        let kept = solution(0, 350).bound;
+        assert!(publisher.take(&target, Step::Keep(Some(kept)), 2_000));
+        assert!(!publisher.take(&target, Step::Keep(None), 2_000));
+        assert_eq!(
+            *target.0.borrow(),
+            [Write::Bound(same.bound), Write::Bound(kept)]
+        );
+        assert_eq!(publisher.current(), Some(Solution { bound: kept, ..old }));
+    }
+
+    #[test]
+    fn a_first_line_is_written_as_it_is() {
+        let mut publisher = LinePublisher::new(None);
+        let target = Recorded::default();
+        assert!(!publisher.take(&target, Step::Keep(Some(solution(0, 1).bound)), 5));
+        let first = solution(7, 500);
+        let step = Step::Switch {
+            line: first,
+            before: u64::MAX,
+        };
+        assert!(publisher.take(&target, step, 5));
+        assert_eq!(
+            *target.0.borrow(),
+            [
+                Write::Conversion(first.conversion),
+                Write::Bound(first.bound)
+            ]
+        );
     }
 }

@@ -1,11 +1,12 @@
 //! What the server publishes and when: the in-process refiner's line, continued across its
 //! refits with perfclock-calib's `continue_within` (the first of the continuations the
-//! in-process refiner chooses among between its own fits), with the union of both bounds while
-//! the two switch; after a clock jump the refiner detected, the new line as it is.
+//! in-process refiner chooses among between its own fits); after a clock jump the refiner
+//! detected, the new line as it is. The refiner's [`LinePublisher`] writes each step, as it
+//! writes the refiner's own.
 
 use perfclock_calib::published::{
-    bound_toward, continue_within, slope_of, switch_line, tighter_at, BoundModel, LineTarget,
-    Solution,
+    bound_toward, continue_within, slope_of, tighter_at, BoundModel, LinePublisher, LineTarget,
+    Solution, Step,
 };
 use perfclock_core::shared_page::SharedPageWriter;
 use perfclock_core::TimeConversion;
@@ -18,7 +19,7 @@ const SLEW_HORIZON_NS: f64 = 1e9;
 /// refiner's jump count when it was published.
 #[derive(Debug, Clone, Copy)]
 pub struct PublishedLine {
-    published: Option<Solution>,
+    published: LinePublisher,
     toward: Option<TimeConversion>,
     jumps: u64,
 }
@@ -45,7 +46,7 @@ impl PublishedLine {
     /// is the refiner's count now.
     pub fn new(inherited: Option<Solution>, jumps: u64) -> Self {
         PublishedLine {
-            published: inherited,
+            published: LinePublisher::new(inherited),
             toward: None,
             jumps,
         }
@@ -53,7 +54,7 @@ impl PublishedLine {
 
     /// What the page publishes now.
     pub fn current(&self) -> Option<Solution> {
-        self.published
+        self.published.current()
     }
 
     /// Publishes `target` at counter value `now`, continuing the published line unless the
@@ -69,46 +70,43 @@ impl PublishedLine {
         now: u64,
     ) -> Publication {
         let page = SharedLine { writer, now };
-        let Some(old) = self.published else {
-            switch_line(&page, None, &target, now, u64::MAX);
-            self.published = Some(target);
-            self.toward = Some(target.conversion);
-            self.jumps = jumps;
-            return Publication::First;
-        };
-        if jumps == self.jumps && old.conversion == target.conversion {
-            writer.store_bound(&target.bound, now);
-            self.published = Some(target);
-            return Publication::Unchanged;
-        }
-        let horizon = (SLEW_HORIZON_NS / slope_of(&target.conversion)) as u64;
-        if jumps == self.jumps && self.toward == Some(target.conversion) {
-            let remeasured = bound_toward(&old.conversion, &target, now);
-            let bound = tighter_at(now.saturating_add(horizon), remeasured, old.bound);
-            writer.store_bound(&bound, now);
-            self.published = Some(Solution { bound, ..old });
-            return Publication::Unchanged;
-        }
-        let (next, publish_before, publication) = if jumps != self.jumps {
-            (target, u64::MAX, Publication::Jumped(jumps - self.jumps))
-        } else {
-            match continue_within(&old.conversion, &target, now, horizon) {
-                Some((next, before)) => (next, before, Publication::Continued),
-                None => {
-                    writer.store_bound(&old.bound, now);
-                    return Publication::Deferred;
-                }
-            }
-        };
-        if next.conversion == old.conversion {
-            writer.store_bound(&next.bound, now);
-        } else if !switch_line(&page, Some(&old), &next, now, publish_before) {
+        let (step, publication) = self.step(target, jumps, now);
+        if !self.published.take(&page, step, now) {
             return Publication::Deferred;
         }
-        self.published = Some(next);
-        self.toward = Some(target.conversion);
-        self.jumps = jumps;
+        if matches!(step, Step::Switch { .. }) {
+            self.toward = Some(target.conversion);
+            self.jumps = jumps;
+        }
         publication
+    }
+
+    /// The server's rule: what publishing `target` at counter value `now` does to the line
+    /// the page carries (see [`PublishedLine::publish`]), and what that is called.
+    fn step(&self, target: Solution, jumps: u64, now: u64) -> (Step, Publication) {
+        let first = Step::Switch {
+            line: target,
+            before: u64::MAX,
+        };
+        let Some(old) = self.published.current() else {
+            return (first, Publication::First);
+        };
+        if jumps != self.jumps {
+            return (first, Publication::Jumped(jumps - self.jumps));
+        }
+        if old.conversion == target.conversion {
+            return (Step::Keep(Some(target.bound)), Publication::Unchanged);
+        }
+        let horizon = (SLEW_HORIZON_NS / slope_of(&target.conversion)) as u64;
+        if self.toward == Some(target.conversion) {
+            let remeasured = bound_toward(&old.conversion, &target, now);
+            let bound = tighter_at(now.saturating_add(horizon), remeasured, old.bound);
+            return (Step::Keep(Some(bound)), Publication::Unchanged);
+        }
+        match continue_within(&old.conversion, &target, now, horizon) {
+            Some((line, before)) => (Step::Switch { line, before }, Publication::Continued),
+            None => (Step::Keep(Some(old.bound)), Publication::Deferred),
+        }
     }
 }
 
