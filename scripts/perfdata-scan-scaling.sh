@@ -2,8 +2,10 @@
 # Scaling of the perf.data scan in the number of distinct jit-<pid>.dump names (a
 # recording any process can fill with such names): generates synthetic recordings with N distinct names for each N given (default
 # 16384 and 100000), then times the library's layout+scan (the synth_perf_data example's --scan,
-# which prints its peak RSS) and the whole `perfclock inject-time-conv` (which stops at the
-# first missing sidecar, after the scan), with /usr/bin/time for elapsed time and peak RSS.
+# which prints its peak RSS) and the whole `perfclock inject-time-conv` (after the scan it
+# warns of each dump it cannot read, and writes the clock data only), with /usr/bin/time for
+# elapsed time and peak RSS. A measurement, not a check: tests/e2e/scaling/sidecar-check.sh is
+# the check CI runs.
 # Linear means: the time and the memory above the process's floor grow with N, not N^2.
 #
 #   scripts/perfdata-scan-scaling.sh [N...]

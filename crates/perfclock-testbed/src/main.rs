@@ -1,4 +1,4 @@
-//! In-guest test program of the real-kernel test bed (`scripts/testbed.sh`).
+//! In-guest test program of the real-kernel test bed (`tests/e2e/testbed/run.sh`).
 //!
 //! It runs as `/init` (PID 1) of a qemu guest booted with one of Debian's kernels, where the
 //! kernel really publishes the time parameters (`cap_user_time_zero = 1`), and checks perfclock

@@ -1,5 +1,5 @@
 //! The packaged `perfclock doctor` on this kernel: when the test bed boots with a package
-//! (`PERFCLOCK_TESTBED_PACKAGE`, scripts/testbed.sh), the kernel command line names its binary
+//! (`PERFCLOCK_TESTBED_PACKAGE`, tests/e2e/testbed/run.sh), the kernel command line names its binary
 //! in `TESTBED_PACKAGE_DOCTOR` and the guest's libraries (the binary's loader, libc, libgcc_s,
 //! copied from the toolchain's sysroot) in `TESTBED_PACKAGE_LIBS`. The doctor must exit 0, say
 //! it is in kernel mode and count 0 violations among its kernel stamps.

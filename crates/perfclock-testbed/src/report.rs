@@ -1,4 +1,4 @@
-//! Console lines for `scripts/testbed.sh`, and the totals behind the summary line.
+//! Console lines for `tests/e2e/testbed/run.sh`, and the totals behind the summary line.
 
 use std::fmt;
 

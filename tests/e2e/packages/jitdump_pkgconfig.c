@@ -1,4 +1,4 @@
-/* The C program of scripts/ci-packages.sh, compiled with `pkg-config --cflags --libs perfclock`
+/* The C program of tests/e2e/packages/run.sh, compiled with `pkg-config --cflags --libs perfclock`
  * alone: opens the clock, writes a jitdump with one code load into DIR, and prints the mode. */
 #include <perfclock.h>
 #include <stdint.h>

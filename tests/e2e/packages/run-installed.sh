@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One installed perfclock, checked as a user would use it (scripts/ci-packages.sh runs this in a
+# One installed perfclock, checked as a user would use it (tests/e2e/packages/run.sh runs this in a
 # mount namespace where the checkout, cargo and the target directory are hidden):
 #
 #   run-installed.sh WORK NAME PREFIX VERSION COMMIT

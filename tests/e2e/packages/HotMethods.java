@@ -1,4 +1,4 @@
-// The Java program of scripts/ci-packages.sh: two hot methods, named in the check's perf report.
+// The Java program of tests/e2e/packages/run.sh: two hot methods, named in the check's perf report.
 // Usage: java HotMethods SECONDS   (prints "ready" once the loop runs, "done" at the end)
 public class HotMethods {
     static long spinPrimes(long limit) {

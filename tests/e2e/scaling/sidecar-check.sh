@@ -5,10 +5,10 @@
 # a 4x larger N, times the whole command on each and fails if the larger takes more than
 # MAX_RATIO times as long (linear work gives at most 4 plus noise; a check of every pair gives 16).
 #
-#   scripts/sidecar-check-scaling.sh [SMALL_N]      # default 15000 (and 4x that)
-#   PERFCLOCK_BIN=/path/to/perfclock scripts/sidecar-check-scaling.sh   # another build
+#   tests/e2e/scaling/sidecar-check.sh [SMALL_N]      # default 15000 (and 4x that)
+#   PERFCLOCK_BIN=/path/to/perfclock tests/e2e/scaling/sidecar-check.sh   # another build
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 small=${1:-15000}
 large=$((small * 4))
 max_ratio=${MAX_RATIO:-8}

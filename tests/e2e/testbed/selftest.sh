@@ -6,11 +6,11 @@
 # jitdump checks report violations. A run that passes, is skipped (exit 2), times out or fails
 # for another reason fails this script.
 #
-#   scripts/testbed-selftest.sh [ARCH]      (default x86_64; needs what scripts/testbed.sh needs)
+#   tests/e2e/testbed/selftest.sh [ARCH]      (default x86_64; needs what tests/e2e/testbed/run.sh needs)
 #
-# Environment: as scripts/testbed.sh; SKEW_NS (default 1000000).
+# Environment: as tests/e2e/testbed/run.sh; SKEW_NS (default 1000000).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 arch=${1:-x86_64}
 skew_ns=${SKEW_NS:-1000000}
 log=$(mktemp "${TMPDIR:-/tmp}/perfclock-testbed-selftest.XXXXXX")
@@ -19,9 +19,9 @@ trap 'rm -f "$log"' EXIT
 fail() { echo "testbed-selftest: FAIL: $*" >&2; exit 1; }
 
 PERFCLOCK_TESTBED_APPEND="${PERFCLOCK_TESTBED_APPEND:-} TESTBED_SELFTEST_SKEW_NS=$skew_ns" \
-    bash scripts/testbed.sh "$arch" 2>&1 | tee "$log"
+    bash tests/e2e/testbed/run.sh "$arch" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
-[ "$status" = 1 ] || fail "scripts/testbed.sh exited $status with first readings skewed by $skew_ns ns, not 1 (a failed check)"
+[ "$status" = 1 ] || fail "tests/e2e/testbed/run.sh exited $status with first readings skewed by $skew_ns ns, not 1 (a failed check)"
 grep -qF "[$arch] TESTBED INFO self-test: first readings skewed by +$skew_ns ns" "$log" ||
     fail "the guest did not announce the skew: TESTBED_SELFTEST_SKEW_NS did not reach it"
 grep -qxF "[$arch] TESTBED-DONE fail" "$log" || fail "the guest did not run to its end"

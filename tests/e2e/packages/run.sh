@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the packages scripts/package.sh built, as a user without Rust would use them:
 #
-#   scripts/package.sh x86_64 && scripts/package.sh aarch64 && scripts/ci-packages.sh
+#   scripts/package.sh x86_64 && scripts/package.sh aarch64 && tests/e2e/packages/run.sh
 #
 # x86_64, each artifact (the tarball unpacked into a fresh directory; the .deb installed with
 # `dpkg --root` into a throwaway root and removed again, and its files laid over /usr in a
@@ -11,11 +11,11 @@
 # methods, `perfclock attach` into a running JVM under `perf record -p` (named again after
 # inject), and a C program built with `pkg-config --cflags --libs perfclock` alone that opens the
 # clock and writes a jitdump. aarch64: the artifacts exist and hold aarch64 ELF files (running
-# them is scripts/testbed.sh's, with PERFCLOCK_TESTBED_PACKAGE).
+# them is tests/e2e/testbed/run.sh's, with PERFCLOCK_TESTBED_PACKAGE).
 # Needs root (mount namespace, perf), perf, java and javac, cc, pkg-config, dpkg. Exits non-zero
 # on any failure.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 case $target_dir in /*) ;; *) target_dir=$root/$target_dir ;; esac
 out=$target_dir/package-out
@@ -113,8 +113,8 @@ say "x86_64 .deb: dpkg -i into $dpkg_root installed $(wc -l <<<"$listed") files,
 
 # The Java program is compiled here, with the host's JDK; the checks run it with java alone.
 mkdir -p "$work/java"
-javac -d "$work/java" "$root/packaging/check/HotMethods.java"
-cp "$root/packaging/check/jitdump_pkgconfig.c" "$root/packaging/check/run-installed.sh" "$work/"
+javac -d "$work/java" "$root/tests/e2e/packages/HotMethods.java"
+cp "$root/tests/e2e/packages/jitdump_pkgconfig.c" "$root/tests/e2e/packages/run-installed.sh" "$work/"
 
 # --- the checks, run in a mount namespace with the build world hidden ---------------------------
 hidden=("$root" "${CARGO_HOME:-$HOME/.cargo}" "${RUSTUP_HOME:-$HOME/.rustup}" "$target_dir")

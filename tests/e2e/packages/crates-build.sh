@@ -17,7 +17,7 @@
 # for unchanged (registry sources are immutable to it), so a verify build would link the
 # workspace crates as an earlier run packaged them.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 rm -rf target/package-verify "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/perfclock-[0-9]* \
     "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/perfclock-*-[0-9]*
 cargo package --workspace --allow-dirty --target-dir target/package-verify \
