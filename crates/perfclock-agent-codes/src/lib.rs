@@ -24,8 +24,10 @@ pub mod options {
 }
 
 /// Why the agent refused a start (load, attach, new session) or a stop request. The
-/// discriminant is the value returned to the JVM.
+/// discriminant is the value returned to the JVM. Non-exhaustive as every public error of the
+/// workspace: a newer agent may return a code this build does not know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AgentFailure {
     /// The option string: unknown, repeated or valueless key, bad value.
     Options = 101,
