@@ -17,7 +17,7 @@ use perfclock_core::{counter, PageReader, ReadError, Reading};
 use perfclock_os::{EventAttr, PerfEvent};
 
 use crate::page::Tolerance;
-use crate::report::{chain, min_or_dash, Report};
+use crate::report::{chain, min_or_dash, Judged, Report};
 use crate::Budget;
 
 /// Discarded brackets in a row (no record, two records, lost records) after which a worker gives
@@ -72,6 +72,16 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
+    /// What these brackets add to the run's totals.
+    pub(crate) fn judged(&self) -> Judged {
+        Judged {
+            events: self.events,
+            violations: self.violations,
+            slips: self.slips,
+            tightest_ns: self.tightest_ns,
+        }
+    }
+
     pub(crate) fn new() -> Stats {
         Stats {
             events: 0,
@@ -377,7 +387,7 @@ pub(crate) fn run(report: &mut Report, budget: &Budget, tolerance: Tolerance, cp
         }
         for (read, stats) in &w.groups {
             let facade_cpu = (*read == Read::Facade).then_some(index);
-            report.add_events(stats, facade_cpu);
+            report.add_events(stats.judged(), facade_cpu);
             report.check(
                 stats.ok(),
                 "brackets",

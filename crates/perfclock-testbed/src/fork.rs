@@ -150,7 +150,7 @@ fn report_child(
         stats.slips,
         stats.tightest_ns,
     ) = (events, violations, slips, tightest);
-    report.add_events(&stats, None);
+    report.add_events(stats.judged(), None);
     let inside = before <= child_ns && child_ns <= after;
     report.check(
         exited && inside && kernel_mode == 1,

@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use crate::brackets::Stats;
-
 /// An error and its causes on one line: the facade's [`perfclock::error_chain`].
 pub(crate) use perfclock::error_chain as chain;
 
@@ -14,6 +12,18 @@ pub(crate) fn min_or_dash(v: u64) -> String {
     } else {
         v.to_string()
     }
+}
+
+/// What one group of judged brackets adds to the run's totals.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Judged {
+    pub events: u64,
+    /// Kernel stamps outside the readings by more than the tolerance.
+    pub violations: u64,
+    /// Outside by at most the tolerance.
+    pub slips: u64,
+    /// Narrowest bracket, ns (`u64::MAX` with no events).
+    pub tightest_ns: u64,
 }
 
 /// What the run found so far. Printing and counting go together so that the summary can only
@@ -74,7 +84,7 @@ impl Report {
     }
 
     /// Adds judged brackets to the totals; `facade_cpu` when they were read through the facade.
-    pub(crate) fn add_events(&mut self, stats: &Stats, facade_cpu: Option<usize>) {
+    pub(crate) fn add_events(&mut self, stats: Judged, facade_cpu: Option<usize>) {
         self.events += stats.events;
         self.violations += stats.violations;
         self.slips_1ns += stats.slips;
