@@ -106,6 +106,11 @@ pub struct Attached {
     pub message: String,
 }
 
+/// The usual bound of a whole attach (`perfclock attach`'s default, and each attach and
+/// session stop of `perfclock record -p`/`-a`): HotSpot answers within milliseconds, so this is
+/// for a loaded machine; errors come within it, well inside 10 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(8);
+
 /// How long [`attach`] waits past the deadline for the steps' own report, which names the
 /// step that ran out of time, before it reports a stalled step itself.
 const STALL_GRACE: Duration = Duration::from_millis(500);

@@ -12,10 +12,6 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Kernel stamps `doctor` checks per record kind when the command line names no number.
 pub const DEFAULT_RECORDS_PER_KIND: usize = 20_000;
 
-/// The whole attach's default bound: HotSpot answers within milliseconds, so this is for a
-/// loaded machine; errors come within it, well inside 10 s.
-pub const DEFAULT_TIMEOUT_SECS: f64 = 8.0;
-
 /// The clock Linux perf stamps into its samples, from user space.
 #[derive(Debug, Parser)]
 #[command(name = "perfclock", version = env!("PERFCLOCK_VERSION"), about)]
@@ -76,7 +72,7 @@ pub enum Command {
         #[arg(long, value_name = "PATH")]
         agent: Option<PathBuf>,
         /// Give up after this many seconds (waiting for the JVM's listener and its answer).
-        #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_TIMEOUT_SECS,
+        #[arg(long, value_name = "SECONDS", default_value_t = perfclock_attach::DEFAULT_TIMEOUT.as_secs_f64(),
               value_parser = parse_seconds)]
         timeout: f64,
     },

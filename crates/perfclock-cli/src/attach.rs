@@ -15,8 +15,6 @@ use crate::agent_path;
 use crate::output::chain;
 use crate::output::errln;
 
-pub(crate) use perfclock_cli::DEFAULT_TIMEOUT_SECS;
-
 const NAME: &str = "perfclock attach";
 
 pub(crate) fn run(

@@ -9,7 +9,6 @@ pub(crate) mod attach;
 pub(crate) mod children;
 pub(crate) mod doctor;
 pub(crate) mod error;
-pub(crate) mod jvms;
 pub(crate) mod output;
 pub(crate) mod record;
 pub(crate) mod report;

@@ -86,11 +86,19 @@ impl fmt::Display for JvmError {
                         failure.fix()
                     )?;
                 }
-                if error.remedy() == Some(Remedy::AnotherAgent) {
-                    f.write_str(" (the agent is record's --agent PATH)")?;
-                }
                 Ok(())
             }
+        }
+    }
+}
+
+impl JvmError {
+    /// The input to change, where changing one can help (the attach's own, see
+    /// [`AttachError::remedy`]).
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            Self::Attach(error) => error.remedy(),
+            _ => None,
         }
     }
 }
@@ -106,5 +114,23 @@ impl std::error::Error for JvmError {
             Self::Attach(error) => std::error::Error::source(error),
             Self::OpenJ9 | Self::NotVisible { .. } => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AnswerError;
+
+    #[test]
+    fn an_attach_the_agent_could_not_serve_names_another_agent_as_its_remedy() {
+        let not_loaded = JvmError::Attach(
+            AnswerError::NotLoaded {
+                message: "Agent library was not loaded".to_owned(),
+            }
+            .into(),
+        );
+        assert_eq!(not_loaded.remedy(), Some(Remedy::AnotherAgent));
+        assert_eq!(JvmError::OpenJ9.remedy(), None);
     }
 }

@@ -14,10 +14,10 @@ use perfclock_cli::RecordArgs;
 use super::target::Target;
 use super::work_dir::{file_name, parent_dir};
 use super::{fail, Failure, NAME};
+use crate::agent_path;
 use crate::error::RecordError;
 use crate::output::{chain, errln};
-use crate::{agent_path, jvms};
-use perfclock_attach::Agent;
+use perfclock_attach::{jvms, Agent, Remedy, DEFAULT_TIMEOUT};
 use perfclock_os::private_dir::PrivateDir;
 
 /// `OUT.jit-XXXXXX` (mkdtemp), mode 0711: the JVMs' jitdump directories are made inside it,
@@ -175,7 +175,7 @@ impl Dumps {
     /// so a second call does nothing.
     pub(super) fn release(&mut self) {
         for (pid, agent) in std::mem::take(&mut self.attached) {
-            if let Err(error) = jvms::stop_session(pid, &agent) {
+            if let Err(error) = jvms::stop_session(pid, &agent, DEFAULT_TIMEOUT) {
                 errln!(
                     "{NAME}: warning: cannot end the agent's session in JVM {pid}: {}",
                     chain(&error)
@@ -216,7 +216,7 @@ pub(super) fn attach_pids(
     let root = dumps.root.clone().unwrap_or_default();
     let mut failed = Vec::new();
     for &pid in pids {
-        if dumps.add(jvms::attach(pid, agent, &root)) {
+        if dumps.add(jvms::attach(pid, agent, &root, DEFAULT_TIMEOUT)) {
             failed.push(pid.to_string());
         }
     }
@@ -245,9 +245,17 @@ pub(super) fn report(outcome: &jvms::Outcome) -> bool {
             false
         }
         jvms::Outcome::Failed { pid, error } => {
-            errln!("{NAME}: cannot attach JVM {pid}: {}", chain(error));
+            errln!("{NAME}: cannot attach JVM {pid}: {}", failure_line(error));
             true
         }
+    }
+}
+
+/// Why a JVM was not attached, with the flag to change where another agent would help.
+fn failure_line(error: &jvms::JvmError) -> String {
+    match error.remedy() {
+        Some(Remedy::AnotherAgent) => format!("{} (the agent is --agent PATH)", chain(error)),
+        _ => chain(error),
     }
 }
 
@@ -256,7 +264,9 @@ pub(super) fn list_unattached(outcomes: &[jvms::Outcome]) {
     let failed: Vec<String> = outcomes
         .iter()
         .filter_map(|outcome| match outcome {
-            jvms::Outcome::Failed { pid, error } => Some(format!("  {pid}: {}", chain(error))),
+            jvms::Outcome::Failed { pid, error } => {
+                Some(format!("  {pid}: {}", failure_line(error)))
+            }
             _ => None,
         })
         .collect();

@@ -21,7 +21,9 @@ use super::target::Target;
 use super::work_dir::WorkDir;
 use super::{fail, Failure, NAME};
 use crate::output::errln;
-use crate::{children, jvms, signals};
+use crate::{children, signals};
+use perfclock_attach::jvms::Watcher;
+use perfclock_attach::DEFAULT_TIMEOUT;
 
 /// `perf record` for `target`, writing `raw`.
 fn perf_record(options: &RecordArgs, target: &Target<'_>, raw: &Path) -> Command {
@@ -111,7 +113,7 @@ pub(super) fn run_perf_record(
     let watcher = match (target, agent, &dumps.root) {
         (Target::SystemWide, Some(agent), Some(root)) => {
             let skip = vec![std::process::id(), child.id()];
-            match jvms::watch(agent, root.clone(), skip, report) {
+            match Watcher::start(agent, root.clone(), skip, report, DEFAULT_TIMEOUT) {
                 Ok(watcher) => Some(watcher),
                 Err(error) => {
                     errln!("{NAME}: warning: cannot watch for JVMs: {error}");
