@@ -10,6 +10,7 @@
 //! - [`hostile`]: a case run in a fresh child process (the test binary re-executed, filtered to
 //!   the test's path, [`test_path!`]), a watchdog, seccomp filters and output without
 //!   allocation, for the hostile tests.
+//! - [`aliased_dir`]: one directory reached by two names (a symlink, a bind mount).
 //! - [`shared_dir`]: what is planted at a writer's name in a directory others can write, and the
 //!   checks that the writer neither followed nor reused it.
 //! - [`bracket_line`]: the one affine line through kernel-stamped brackets, and where each stamp
@@ -28,6 +29,7 @@
 //! The shell and Python end-to-end scripts have the same skip helper in `scripts/lib/skip.sh`.
 #![deny(unsafe_code)]
 
+pub mod aliased_dir;
 pub mod bracket_line;
 pub mod error_chain;
 pub mod handoff;

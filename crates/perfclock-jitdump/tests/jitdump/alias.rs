@@ -6,19 +6,12 @@
 //! `PERFCLOCK_REQUIRE_PERF=1` / `PERFCLOCK_REQUIRE_MOUNT=1` (CI) make that a failure.
 
 use std::io::Cursor;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
 use perfclock_jitdump::JitDump;
+use perfclock_testutil::aliased_dir::AliasedDir;
 use perfclock_testutil::{ok_or_skip, skip, Need};
-
-fn fresh_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pcj-alias-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// The names of the loads in the dump at `path`, and whether it ends with a close record.
 fn loads(path: &Path) -> (Vec<String>, bool) {
@@ -72,38 +65,9 @@ fn symlinked_directory_shares_the_dump() {
     if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() {
         return;
     }
-    let dir = fresh_dir("symlink");
-    let real = dir.join("real");
-    let link = dir.join("link");
-    std::fs::create_dir(&real).unwrap();
-    std::os::unix::fs::symlink(&real, &link).unwrap();
-    every_load_kept(&real, &link);
-    std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// `mount --bind` of a directory onto another, unmounted on drop.
-struct BindMount(PathBuf);
-
-impl BindMount {
-    fn mount(source: &Path, target: &Path) -> Result<BindMount, String> {
-        let output = Command::new("mount")
-            .arg("--bind")
-            .arg(source)
-            .arg(target)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if output.status.success() {
-            Ok(BindMount(target.to_owned()))
-        } else {
-            Err(String::from_utf8_lossy(&output.stderr).trim().to_owned())
-        }
-    }
-}
-
-impl Drop for BindMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
+    let dir = AliasedDir::symlinked("pcj-alias");
+    every_load_kept(&dir.real, &dir.alias);
+    dir.remove();
 }
 
 #[test]
@@ -112,26 +76,13 @@ fn bind_mounted_directory_shares_the_dump() {
     if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() {
         return;
     }
-    let dir = fresh_dir("bind");
-    let real = dir.join("real");
-    let bound = dir.join("bound");
-    std::fs::create_dir(&real).unwrap();
-    std::fs::create_dir(&bound).unwrap();
-    let mount = match BindMount::mount(&real, &bound) {
-        Ok(mount) => mount,
+    let dir = match AliasedDir::bind_mounted("pcj-alias") {
+        Ok(dir) => dir,
         Err(why) => {
             skip(test, Need::Mount, why);
             return;
         }
     };
-    // The setup ran: the same directory under both names.
-    std::fs::write(real.join("probe"), b"x").unwrap();
-    assert!(
-        bound.join("probe").exists(),
-        "the bind mount is not in place"
-    );
-    std::fs::remove_file(real.join("probe")).unwrap();
-    every_load_kept(&real, &bound);
-    drop(mount);
-    std::fs::remove_dir_all(&dir).unwrap();
+    every_load_kept(&dir.real, &dir.alias);
+    dir.remove();
 }
