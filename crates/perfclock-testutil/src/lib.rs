@@ -13,6 +13,7 @@
 //! - [`aliased_dir`]: one directory reached by two names (a symlink, a bind mount).
 //! - [`shared_dir`]: what is planted at a writer's name in a directory others can write, and the
 //!   checks that the writer neither followed nor reused it.
+//! - [`pid_namespace`]: two writers, each pid 1 of its own pid namespace, in one directory.
 //! - [`bracket_line`]: the one affine line through kernel-stamped brackets, and where each stamp
 //!   sits in its bracket (the calibration's tests and the `bracket_widths` example).
 //! - [`samply`]: samply's reading of a marker line.
@@ -35,6 +36,7 @@ pub mod error_chain;
 pub mod handoff;
 pub mod hostile;
 pub mod perf_script;
+pub mod pid_namespace;
 mod root;
 pub mod samply;
 pub mod shared_dir;

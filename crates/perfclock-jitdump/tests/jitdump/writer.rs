@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
 use perfclock_jitdump::timeconv::TimeConvRecord;
 use perfclock_jitdump::{JitDump, JitDumpError};
+use perfclock_testutil::pid_namespace::{self, Role};
 use perfclock_testutil::{ok_or_skip, skip, Need};
 
 // perf's `tools/perf/util/jitdump.h`, written out here rather than taken from the writer, so the
@@ -488,67 +489,38 @@ fn killed_writer_leaves_complete_records() {
     }
 }
 
-/// The test's directory, shared by its two pid namespaces.
-const PIDNS_DIR_ENV: &str = "PERFCLOCK_JITDUMP_TEST_PIDNS_DIR";
-/// `first` (holds its dump open until its stdin closes) or `second` (creates once, reports).
-const PIDNS_ROLE_ENV: &str = "PERFCLOCK_JITDUMP_TEST_PIDNS_ROLE";
+/// The child test of `same_pid_in_two_pid_namespaces_keeps_the_live_dump`.
+const PIDNS_CHILD: &str = "writer::pid_namespace_jit";
 
-/// Not a test on its own: with [`PIDNS_DIR_ENV`] set, run as pid 1 of a new pid namespace by
+/// Not a test on its own: run as pid 1 of a new pid namespace by
 /// `same_pid_in_two_pid_namespaces_keeps_the_live_dump`, creates the dump of the shared
 /// directory (`jit-1.dump`) and says on stdout what happened.
 #[test]
 fn pid_namespace_jit() {
-    let (Some(dir), Ok(role)) = (
-        std::env::var_os(PIDNS_DIR_ENV),
-        std::env::var(PIDNS_ROLE_ENV),
-    ) else {
+    let Some((dir, role)) = pid_namespace::child_role() else {
         return;
     };
-    assert_eq!(std::process::id(), 1, "not pid 1 of its own pid namespace");
     let code = [0xc3u8; 16];
-    if role == "first" {
-        let dump = JitDump::create(&dir).unwrap();
-        dump.code_load(b"first_before", 0x1000, &code).unwrap();
-        println!("PIDNS-OPEN {}", dump.path().display());
-        // Held open (and so locked) until the parent closes our stdin.
-        std::io::copy(&mut std::io::stdin(), &mut std::io::sink()).unwrap();
-        dump.code_load(b"first_after", 0x2000, &code).unwrap();
-        dump.close().unwrap();
-        println!("PIDNS-FIRST-DONE");
-    } else {
-        match JitDump::create(&dir) {
-            Ok(dump) => {
+    match role {
+        Role::First => {
+            let dump = JitDump::create(&dir).unwrap();
+            dump.code_load(b"first_before", 0x1000, &code).unwrap();
+            pid_namespace::hold_open(dump.path());
+            dump.code_load(b"first_after", 0x2000, &code).unwrap();
+            dump.close().unwrap();
+            pid_namespace::first_done();
+        }
+        Role::Second => pid_namespace::report_second(
+            JitDump::create(&dir).map(|dump| {
                 dump.code_load(b"second", 0x3000, &code).unwrap();
                 dump.close().unwrap();
-                println!("PIDNS-SECOND-OPENED");
-            }
-            Err(error) => match &error {
-                JitDumpError::NameLive(live) => println!(
-                    "PIDNS-SECOND-REFUSED path={} message={error}",
-                    live.path.display()
-                ),
-                other => println!("PIDNS-SECOND-OTHER-ERROR {other:?}"),
+            }),
+            |error| match error {
+                JitDumpError::NameLive(live) => Some(&live.path),
+                _ => None,
             },
-        }
+        ),
     }
-}
-
-/// `pid_namespace_jit` as pid 1 of a new pid namespace (`unshare --pid --fork --mount-proc`),
-/// in `dir`, as `role`.
-fn pid_namespace_command(dir: &Path, role: &str) -> Command {
-    let mut command = Command::new("unshare");
-    command
-        .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "writer::pid_namespace_jit",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(PIDNS_DIR_ENV, dir)
-        .env(PIDNS_ROLE_ENV, role);
-    command
 }
 
 /// Two containerised JITs, both pid 1 in their own pid namespace, sharing one dump directory:
@@ -557,71 +529,32 @@ fn pid_namespace_command(dir: &Path, role: &str) -> Command {
 /// Once the first has exited, its dump is stale and the next JIT replaces it.
 #[test]
 fn same_pid_in_two_pid_namespaces_keeps_the_live_dump() {
-    use std::io::BufRead as _;
     use std::os::unix::fs::MetadataExt as _;
     let test = "same_pid_in_two_pid_namespaces_keeps_the_live_dump";
     if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() {
         return;
     }
-    match Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .output()
-    {
-        Err(error) => return skip(test, Need::Tool("unshare"), error),
-        Ok(probe) if !probe.status.success() => {
-            let why = String::from_utf8_lossy(&probe.stderr);
-            return skip(
-                test,
-                Need::Root,
-                format_args!("unshare --pid --fork --mount-proc: {}", why.trim()),
-            );
-        }
-        Ok(_) => {}
+    if !pid_namespace::unshare_or_skip(test) {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut first = pid_namespace_command(dir.path(), "first")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first_out = std::io::BufReader::new(first.stdout.take().unwrap());
-    let mut line = String::new();
-    let path = loop {
-        line.clear();
-        assert!(
-            first_out.read_line(&mut line).unwrap() > 0,
-            "the first JIT exited before creating its dump: {:?}",
-            first.wait()
-        );
-        // libtest prints `test writer::pid_namespace_jit ... ` before the test's own output.
-        if let Some((_, path)) = line.trim_end().split_once("PIDNS-OPEN ") {
-            break std::path::PathBuf::from(path);
-        }
-    };
+    let first = pid_namespace::spawn_first(
+        PIDNS_CHILD,
+        dir.path(),
+        "the first JIT exited before creating its dump",
+    );
+    let path = first.path.clone();
     assert_eq!(path, dir.path().join("jit-1.dump"));
     let timeconv_path = dir.path().join("jit-1.dump.timeconv");
     let inode = std::fs::metadata(&path).unwrap().ino();
     let timeconv = std::fs::read_to_string(&timeconv_path).unwrap();
 
-    let second = pid_namespace_command(dir.path(), "second")
-        .output()
-        .unwrap();
-    let second_out = String::from_utf8_lossy(&second.stdout);
-    assert!(second.status.success(), "{second:?}");
-    assert!(
-        second_out.contains(&format!(
-            "PIDNS-SECOND-REFUSED path={} message=",
-            path.display()
-        )),
-        "the second JIT's create was not refused as NameLive: {second_out}"
+    pid_namespace::assert_second_refused(
+        PIDNS_CHILD,
+        dir.path(),
+        &path,
+        "the second JIT's create was not refused as NameLive",
     );
-    for words in [
-        "held open by a live writer",
-        "pid namespace",
-        "own dump directory",
-    ] {
-        assert!(second_out.contains(words), "{words} missing: {second_out}");
-    }
     assert_eq!(
         std::fs::metadata(&path).unwrap().ino(),
         inode,
@@ -633,11 +566,7 @@ fn same_pid_in_two_pid_namespaces_keeps_the_live_dump() {
         "the first JIT's sidecar was removed or rewritten"
     );
 
-    drop(first.stdin.take()); // the first JIT loads once more and closes its dump
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut first_out, &mut rest).unwrap();
-    assert!(first.wait().unwrap().success());
-    assert!(rest.contains("PIDNS-FIRST-DONE"), "{rest}");
+    first.finish(); // the first JIT loads once more and closes its dump
     let names =
         |parsed: Parsed| -> Vec<Vec<u8>> { parsed.loads.into_iter().map(|l| l.name).collect() };
     let parsed = parse_of(&std::fs::read(&path).unwrap(), 1).unwrap();
@@ -648,11 +577,7 @@ fn same_pid_in_two_pid_namespaces_keeps_the_live_dump() {
     assert_eq!(names(parsed), [&b"first_before"[..], b"first_after"]);
 
     // The first JIT is gone: its dump is stale now, and replaced.
-    let third = pid_namespace_command(dir.path(), "second")
-        .output()
-        .unwrap();
-    let third_out = String::from_utf8_lossy(&third.stdout);
-    assert!(third_out.contains("PIDNS-SECOND-OPENED"), "{third_out}");
+    pid_namespace::assert_second_opens(PIDNS_CHILD, dir.path());
     let parsed = parse_of(&std::fs::read(&path).unwrap(), 1).unwrap();
     assert_eq!(names(parsed), [&b"second"[..]]);
 }

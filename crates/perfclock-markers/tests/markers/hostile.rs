@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use perfclock_markers::line::MAX_NAME_BYTES;
 use perfclock_markers::{MarkerError, Markers};
+use perfclock_testutil::pid_namespace::{self, Role};
 use perfclock_testutil::{skip, Need};
 
 use perfclock_testutil::samply::parse_like_samply;
@@ -386,10 +387,8 @@ fn one_file_per_directory_however_it_is_named() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The test's directory, shared by its two pid namespaces.
-const PIDNS_DIR_ENV: &str = "PCM_HOSTILE_PIDNS_DIR";
-/// `first` (holds the file open until its stdin closes) or `second` (opens once, reports).
-const PIDNS_ROLE_ENV: &str = "PCM_HOSTILE_PIDNS_ROLE";
+/// The child test of `same_pid_in_two_pid_namespaces_keeps_the_live_file`.
+const PIDNS_CHILD: &str = "hostile::pid_namespace_writer";
 
 /// Re-executed as pid 1 of a new pid namespace by
 /// `same_pid_in_two_pid_namespaces_keeps_the_live_file`: opens the markers of the shared
@@ -397,57 +396,30 @@ const PIDNS_ROLE_ENV: &str = "PCM_HOSTILE_PIDNS_ROLE";
 /// ordinary test.
 #[test]
 fn pid_namespace_writer() {
-    let (Some(dir), Some(role)) = (
-        std::env::var_os(PIDNS_DIR_ENV),
-        std::env::var(PIDNS_ROLE_ENV).ok(),
-    ) else {
+    let Some((dir, role)) = pid_namespace::child_role() else {
         return;
     };
-    assert_eq!(std::process::id(), 1, "not pid 1 of its own pid namespace");
-    if role == "first" {
-        let markers = Markers::open(&dir).unwrap();
-        markers.span("first-before", 1, 2).unwrap();
-        markers.flush().unwrap();
-        println!("PIDNS-OPEN {}", markers.path().display());
-        // Held open (and so locked) until the parent closes our stdin.
-        std::io::copy(&mut std::io::stdin(), &mut std::io::sink()).unwrap();
-        markers.span("first-after", 3, 4).unwrap();
-        markers.close().unwrap();
-        println!("PIDNS-FIRST-DONE");
-    } else {
-        match Markers::open(&dir) {
-            Ok(markers) => {
+    match role {
+        Role::First => {
+            let markers = Markers::open(&dir).unwrap();
+            markers.span("first-before", 1, 2).unwrap();
+            markers.flush().unwrap();
+            pid_namespace::hold_open(markers.path());
+            markers.span("first-after", 3, 4).unwrap();
+            markers.close().unwrap();
+            pid_namespace::first_done();
+        }
+        Role::Second => pid_namespace::report_second(
+            Markers::open(&dir).map(|markers| {
                 markers.span("second", 5, 6).unwrap();
                 markers.close().unwrap();
-                println!("PIDNS-SECOND-OPENED");
-            }
-            Err(error) => match &error {
-                MarkerError::NameLive(live) => println!(
-                    "PIDNS-SECOND-REFUSED path={} message={error}",
-                    live.path.display()
-                ),
-                other => println!("PIDNS-SECOND-OTHER-ERROR {other:?}"),
+            }),
+            |error| match error {
+                MarkerError::NameLive(live) => Some(&live.path),
+                _ => None,
             },
-        }
+        ),
     }
-}
-
-/// `pid_namespace_writer` as pid 1 of a new pid namespace (`unshare --pid --fork
-/// --mount-proc`), in `dir`, as `role`.
-fn pid_namespace_command(dir: &Path, role: &str) -> Command {
-    let mut command = Command::new("unshare");
-    command
-        .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "hostile::pid_namespace_writer",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(PIDNS_DIR_ENV, dir)
-        .env(PIDNS_ROLE_ENV, role);
-    command
 }
 
 /// Two containerised writers, both pid 1 in their own pid namespace, sharing one directory: the
@@ -456,88 +428,39 @@ fn pid_namespace_command(dir: &Path, role: &str) -> Command {
 /// exited, its file is stale and the next writer replaces it.
 #[test]
 fn same_pid_in_two_pid_namespaces_keeps_the_live_file() {
-    use std::io::BufRead as _;
     use std::os::unix::fs::MetadataExt as _;
     let test = "same_pid_in_two_pid_namespaces_keeps_the_live_file";
-    match Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .output()
-    {
-        Err(error) => {
-            skip(test, Need::Tool("unshare"), error);
-            return;
-        }
-        Ok(probe) if !probe.status.success() => {
-            skip(
-                test,
-                Need::Root,
-                format_args!(
-                    "unshare --pid --fork --mount-proc: {}",
-                    String::from_utf8_lossy(&probe.stderr).trim()
-                ),
-            );
-            return;
-        }
-        Ok(_) => {}
+    if !pid_namespace::unshare_or_skip(test) {
+        return;
     }
     let dir = fresh_dir("pidns");
-    let mut first = pid_namespace_command(&dir, "first")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first_out = std::io::BufReader::new(first.stdout.take().unwrap());
-    let mut line = String::new();
-    let path = loop {
-        line.clear();
-        assert!(
-            first_out.read_line(&mut line).unwrap() > 0,
-            "the first writer exited before opening its markers: {:?}",
-            first.wait()
-        );
-        // libtest prints `test hostile::pid_namespace_writer ... ` before the test's own output.
-        if let Some((_, path)) = line.trim_end().split_once("PIDNS-OPEN ") {
-            break PathBuf::from(path);
-        }
-    };
+    let first = pid_namespace::spawn_first(
+        PIDNS_CHILD,
+        &dir,
+        "the first writer exited before opening its markers",
+    );
+    let path = first.path.clone();
     assert_eq!(path, dir.canonicalize().unwrap().join("marker-1.txt"));
     let inode = std::fs::metadata(&path).unwrap().ino();
 
-    let second = pid_namespace_command(&dir, "second").output().unwrap();
-    let second_out = String::from_utf8_lossy(&second.stdout);
-    assert!(second.status.success(), "{second:?}");
-    assert!(
-        second_out.contains(&format!(
-            "PIDNS-SECOND-REFUSED path={} message=",
-            path.display()
-        )),
-        "the second writer's open was not refused as NameLive: {second_out}"
+    pid_namespace::assert_second_refused(
+        PIDNS_CHILD,
+        &dir,
+        &path,
+        "the second writer's open was not refused as NameLive",
     );
-    for words in [
-        "held open by a live writer",
-        "pid namespace",
-        "own dump directory",
-    ] {
-        assert!(second_out.contains(words), "{words} missing: {second_out}");
-    }
     assert_eq!(
         std::fs::metadata(&path).unwrap().ino(),
         inode,
         "the first writer's live file was replaced"
     );
 
-    drop(first.stdin.take()); // the first writer writes once more and exits
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut first_out, &mut rest).unwrap();
-    assert!(first.wait().unwrap().success());
-    assert!(rest.contains("PIDNS-FIRST-DONE"), "{rest}");
+    first.finish(); // the first writer writes once more and exits
     let names: Vec<String> = read_markers(&path).into_iter().map(|(_, _, n)| n).collect();
     assert_eq!(names, ["first-before", "first-after"], "the first's file");
 
     // The first writer is gone: its file is stale now, and replaced.
-    let third = pid_namespace_command(&dir, "second").output().unwrap();
-    let third_out = String::from_utf8_lossy(&third.stdout);
-    assert!(third_out.contains("PIDNS-SECOND-OPENED"), "{third_out}");
+    pid_namespace::assert_second_opens(PIDNS_CHILD, &dir);
     let names: Vec<String> = read_markers(&path).into_iter().map(|(_, _, n)| n).collect();
     assert_eq!(names, ["second"], "the stale file replaced");
     std::fs::remove_dir_all(&dir).unwrap();
