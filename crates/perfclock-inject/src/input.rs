@@ -8,7 +8,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use perfclock_core::untrusted::Untrusted;
-use perfclock_perfdata::{check_output_path, PerfDataError};
+use perfclock_perfdata::{check_output_path, PatchError, PerfDataError};
 
 /// What is wrong with IN or with where OUT goes.
 #[derive(Debug)]
@@ -51,13 +51,13 @@ impl fmt::Display for InputError {
                 shown(path)
             ),
             Self::PerfData(error) => write!(f, "IN: {error}"),
-            Self::Output(PerfDataError::OutputKind { path, kind }) => write!(
+            Self::Output(PerfDataError::Patch(PatchError::OutputKind { path, kind })) => write!(
                 f,
                 "OUT {} is {kind}, not a regular file: it would be replaced by a regular file; \
                  pass -o a new path or an existing regular file",
                 shown(path)
             ),
-            Self::Output(PerfDataError::Output { path, .. }) => {
+            Self::Output(PerfDataError::Patch(PatchError::Output { path, .. })) => {
                 write!(f, "cannot write OUT {}", shown(path))
             }
             Self::Output(error) => write!(f, "OUT: {error}"),
@@ -246,7 +246,10 @@ mod tests {
         let out_dir = dir.path().join("out");
         fs::create_dir(&out_dir).unwrap();
         match open_input(&input, &out_dir) {
-            Err(InputError::Output(PerfDataError::OutputKind { path, kind })) => {
+            Err(InputError::Output(PerfDataError::Patch(PatchError::OutputKind {
+                path,
+                kind,
+            }))) => {
                 assert_eq!(path, out_dir);
                 assert_eq!(kind, "a directory");
             }

@@ -17,7 +17,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use crate::error::PerfDataError;
+use crate::error::{PatchError, PerfDataError, RecordsError};
 use crate::layout::Layout;
 use crate::record::{
     RecordHeader, RecordType, MMAP2_FILENAME_AT, MMAP_FILENAME_AT, RECORD_HEADER_SIZE,
@@ -118,16 +118,16 @@ pub fn maps_of(
     while offset < end {
         let mut header = [0u8; RECORD_HEADER_SIZE];
         if end - offset < RECORD_HEADER_SIZE as u64 {
-            return Err(PerfDataError::RecordPastData { offset });
+            return Err(RecordsError::RecordPastData { offset }.into());
         }
         reader.read_exact(&mut header)?;
         let parsed = RecordHeader::parse(header);
         let size = u64::from(parsed.size);
         if size < RECORD_HEADER_SIZE as u64 {
-            return Err(PerfDataError::RecordTooSmall { offset, size });
+            return Err(RecordsError::RecordTooSmall { offset, size }.into());
         }
         if size > end - offset {
-            return Err(PerfDataError::RecordPastData { offset });
+            return Err(RecordsError::RecordPastData { offset }.into());
         }
         body.resize(size as usize - RECORD_HEADER_SIZE, 0);
         reader.read_exact(&mut body)?;
@@ -174,10 +174,11 @@ pub fn set_map_build_id(
         || usize::from(parsed.size) < RECORD_HEADER_SIZE + MMAP2_FILENAME_AT
         || build_id.len() > MAX_BUILD_ID_BYTES
     {
-        return Err(PerfDataError::BadInsertion(format!(
+        return Err(PatchError::BadInsertion(format!(
             "no MMAP2 record at offset {offset} to carry a build id of {} bytes",
             build_id.len()
-        )));
+        ))
+        .into());
     }
     let marked = RecordHeader {
         misc: parsed.misc | MISC_MMAP_BUILD_ID,

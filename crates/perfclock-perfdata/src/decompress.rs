@@ -1,9 +1,9 @@
 //! Records inside `PERF_RECORD_COMPRESSED`/`COMPRESSED2` (`perf record -z`): one zstd stream
 //! across all of them, as perf's `perf_session__process_compressed_event` reads them; a frame,
 //! and a record, may continue in the next compressed record. Without the `zstd` feature a
-//! compressed record is [`PerfDataError::CompressedUnsupported`].
+//! compressed record is [`RecordsError::CompressedUnsupported`].
 
-use crate::error::PerfDataError;
+use crate::error::{PerfDataError, RecordsError};
 use crate::scan::Inspector;
 
 #[cfg(feature = "zstd")]
@@ -16,7 +16,7 @@ pub(crate) use without_zstd::Decompressed;
 mod with_zstd {
     use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
 
-    use super::{Inspector, PerfDataError};
+    use super::{Inspector, PerfDataError, RecordsError};
     use crate::record::{RecordHeader, RECORD_HEADER_SIZE};
 
     /// How much is decompressed per call into the decoder.
@@ -34,7 +34,7 @@ mod with_zstd {
     impl Decompressed {
         pub(crate) fn new(offset: u64) -> Result<Self, PerfDataError> {
             Ok(Self {
-                decoder: Decoder::new().map_err(|error| PerfDataError::Compressed {
+                decoder: Decoder::new().map_err(|error| RecordsError::Compressed {
                     offset,
                     reason: format!("no zstd decompressor: {error}"),
                 })?,
@@ -50,7 +50,9 @@ mod with_zstd {
             compressed: &[u8],
             offset: u64,
         ) -> Result<(), PerfDataError> {
-            let corrupt = |reason: String| PerfDataError::Compressed { offset, reason };
+            let corrupt = |reason: String| {
+                PerfDataError::Records(RecordsError::Compressed { offset, reason })
+            };
             let mut input = InBuffer::around(compressed);
             loop {
                 let mut output = OutBuffer::around(&mut self.chunk[..]);
@@ -93,10 +95,11 @@ mod with_zstd {
             if self.pending.is_empty() {
                 Ok(())
             } else {
-                Err(PerfDataError::Compressed {
+                Err(RecordsError::Compressed {
                     offset,
                     reason: "the compressed stream ends inside a record".to_owned(),
-                })
+                }
+                .into())
             }
         }
     }
@@ -104,14 +107,14 @@ mod with_zstd {
 
 #[cfg(not(feature = "zstd"))]
 mod without_zstd {
-    use super::{Inspector, PerfDataError};
+    use super::{Inspector, PerfDataError, RecordsError};
 
     /// No decoder: any compressed record is refused.
     pub(crate) enum Decompressed {}
 
     impl Decompressed {
         pub(crate) fn new(offset: u64) -> Result<Self, PerfDataError> {
-            Err(PerfDataError::CompressedUnsupported { offset })
+            Err(RecordsError::CompressedUnsupported { offset }.into())
         }
 
         pub(crate) fn feed(

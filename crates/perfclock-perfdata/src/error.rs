@@ -1,6 +1,8 @@
-//! The crate's one error type.
+//! The crate's one error type, nested by the stage that raises it.
 //!
-//! They follow the workspace's error policy, stated in docs/design.md ("Errors").
+//! They follow the workspace's error policy, stated in docs/design.md ("Errors"): one enum per
+//! stage, each `Display` a plain exhaustive match, so a variant added without its message does
+//! not compile.
 
 use std::fmt;
 use std::io;
@@ -16,6 +18,20 @@ use crate::features::Feature;
 pub enum PerfDataError {
     /// Reading failed.
     Io(io::Error),
+    /// The file as a whole: not a perf.data, or one of a format this crate does not read.
+    Format(FormatError),
+    /// The header's sections and tables.
+    Layout(LayoutError),
+    /// The records of the data section.
+    Records(RecordsError),
+    /// The patch and the file it is written to.
+    Patch(PatchError),
+}
+
+/// The file as a whole: not a perf.data, or one of a format this crate does not read.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum FormatError {
     /// The file holds fewer bytes than a perf.data header.
     TooShort {
         /// The file's length.
@@ -36,6 +52,12 @@ pub enum PerfDataError {
     HeaderSize(u64),
     /// The attribute entry size is no `perf_file_attr`.
     AttrSize(u64),
+}
+
+/// The header's sections and tables.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LayoutError {
     /// A section reaches past the end of the file.
     OutOfFile {
         /// Which section.
@@ -64,6 +86,19 @@ pub enum PerfDataError {
     Auxtrace,
     /// `HEADER_DIR_FORMAT` is present: the data lives in other files.
     DirFormat,
+    /// Two offset fields of the file overlap (sections written over each other).
+    OverlappingFields,
+    /// The header's data size is 0 though records follow it: perf record never finished.
+    Unfinished {
+        /// Bytes after the data section's start.
+        trailing: u64,
+    },
+}
+
+/// The records of the data section.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RecordsError {
     /// A record's size is below its 8-byte header.
     RecordTooSmall {
         /// The record's file offset.
@@ -93,22 +128,21 @@ pub enum PerfDataError {
         /// The record's file offset where the limit was passed.
         offset: u64,
     },
-    /// linux-perf-data could not read the recording's samples (its reason).
-    Unreadable(String),
     /// More records naming jitdumps than [`MAX_MARKER_PLACES`](crate::MAX_MARKER_PLACES).
     TooManyMarkerRecords {
         /// The record's file offset where the limit was passed.
         offset: u64,
     },
+    /// linux-perf-data could not read the recording's samples (its reason).
+    Unreadable(String),
+}
+
+/// The patch and the file it is written to.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PatchError {
     /// A section would end past 2^64 once moved.
     OffsetOverflow,
-    /// Two offset fields of the file overlap (sections written over each other).
-    OverlappingFields,
-    /// The header's data size is 0 though records follow it: perf record never finished.
-    Unfinished {
-        /// Bytes after the data section's start.
-        trailing: u64,
-    },
     /// A feature section is to be added that the file has already.
     FeaturePresent(Feature),
     /// A record or feature section to insert is malformed (size not a multiple of 8, or its
@@ -133,43 +167,18 @@ pub enum PerfDataError {
 impl fmt::Display for PerfDataError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Io(_)
-            | Self::TooShort { .. }
-            | Self::NotPerfData { .. }
-            | Self::PipeMode
-            | Self::ByteSwapped
-            | Self::VersionOne
-            | Self::HeaderSize(_)
-            | Self::AttrSize(_) => self.fmt_format(f),
-            Self::OutOfFile { .. }
-            | Self::InsideData { .. }
-            | Self::TooManyAttrs(_)
-            | Self::AttrLayout { .. }
-            | Self::Auxtrace
-            | Self::DirFormat
-            | Self::OverlappingFields
-            | Self::Unfinished { .. } => self.fmt_layout(f),
-            Self::RecordTooSmall { .. }
-            | Self::RecordPastData { .. }
-            | Self::Compressed { .. }
-            | Self::CompressedUnsupported { .. }
-            | Self::TooManyJitDumps { .. }
-            | Self::TooManyMarkerRecords { .. }
-            | Self::Unreadable(_) => self.fmt_records(f),
-            Self::OffsetOverflow
-            | Self::FeaturePresent(_)
-            | Self::BadInsertion(_)
-            | Self::OutputKind { .. }
-            | Self::Output { .. } => self.fmt_patch(f),
+            Self::Io(_) => f.write_str("reading the perf.data failed"),
+            Self::Format(error) => fmt::Display::fmt(error, f),
+            Self::Layout(error) => fmt::Display::fmt(error, f),
+            Self::Records(error) => fmt::Display::fmt(error, f),
+            Self::Patch(error) => fmt::Display::fmt(error, f),
         }
     }
 }
 
-impl PerfDataError {
-    /// The file as a whole: not a perf.data, or one of a format this crate does not read.
-    fn fmt_format(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Io(_) => f.write_str("reading the perf.data failed"),
             Self::TooShort { len: 0 } => f.write_str("the file is empty: not a perf.data"),
             Self::TooShort { len } => write!(
                 f,
@@ -204,13 +213,12 @@ impl PerfDataError {
                 "the perf.data's attribute entries are {size} bytes, no perf_file_attr size: \
                  corrupt perf.data"
             ),
-            // Not reached: `fmt` routes each variant to its group.
-            other => fmt::Debug::fmt(other, f),
         }
     }
+}
 
-    /// The header's sections and tables.
-    fn fmt_layout(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::OutOfFile {
                 what,
@@ -257,13 +265,12 @@ impl PerfDataError {
                  follow it: perf record did not finish writing it (killed?); re-record and stop \
                  perf record with Ctrl-C or by ending the command"
             ),
-            // Not reached: `fmt` routes each variant to its group.
-            other => fmt::Debug::fmt(other, f),
         }
     }
+}
 
-    /// The records of the data section.
-    fn fmt_records(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl fmt::Display for RecordsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::RecordTooSmall { offset, size } => write!(
                 f,
@@ -293,22 +300,21 @@ impl PerfDataError {
                  ordinary JIT processes has that many; split the recording (perf record with a \
                  shorter run), or report the workload if it is real"
             ),
-            Self::Unreadable(reason) => {
-                write!(f, "the perf.data's samples cannot be read: {reason}")
-            }
             Self::TooManyMarkerRecords { offset } => write!(
                 f,
                 "the perf.data has more than {} records that map jitdumps (the limit was passed \
                  at the record at offset {offset}): split the recording",
                 crate::MAX_MARKER_PLACES
             ),
-            // Not reached: `fmt` routes each variant to its group.
-            other => fmt::Debug::fmt(other, f),
+            Self::Unreadable(reason) => {
+                write!(f, "the perf.data's samples cannot be read: {reason}")
+            }
         }
     }
+}
 
-    /// The patch and the file it is written to.
-    fn fmt_patch(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl fmt::Display for PatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::OffsetOverflow => {
                 f.write_str("the perf.data's sections would end past 2^64 bytes once moved")
@@ -330,17 +336,38 @@ impl PerfDataError {
                 "cannot write {} (nothing was left there)",
                 path.display()
             ),
-            // Not reached: `fmt` routes each variant to its group.
-            other => fmt::Debug::fmt(other, f),
         }
     }
 }
 
+// The nested enum's message is this one's message, so its source is this one's source: a
+// chain printed from the top shows each cause once.
 impl std::error::Error for PerfDataError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Io(error) | Self::Output { error, .. } => Some(error),
-            _ => None,
+            Self::Io(error) => Some(error),
+            Self::Format(error) => error.source(),
+            Self::Layout(error) => error.source(),
+            Self::Records(error) => error.source(),
+            Self::Patch(error) => error.source(),
+        }
+    }
+}
+
+impl std::error::Error for FormatError {}
+
+impl std::error::Error for LayoutError {}
+
+impl std::error::Error for RecordsError {}
+
+impl std::error::Error for PatchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Output { error, .. } => Some(error),
+            Self::OffsetOverflow
+            | Self::FeaturePresent(_)
+            | Self::BadInsertion(_)
+            | Self::OutputKind { .. } => None,
         }
     }
 }
@@ -348,5 +375,29 @@ impl std::error::Error for PerfDataError {
 impl From<io::Error> for PerfDataError {
     fn from(error: io::Error) -> Self {
         Self::Io(error)
+    }
+}
+
+impl From<FormatError> for PerfDataError {
+    fn from(error: FormatError) -> Self {
+        Self::Format(error)
+    }
+}
+
+impl From<LayoutError> for PerfDataError {
+    fn from(error: LayoutError) -> Self {
+        Self::Layout(error)
+    }
+}
+
+impl From<RecordsError> for PerfDataError {
+    fn from(error: RecordsError) -> Self {
+        Self::Records(error)
+    }
+}
+
+impl From<PatchError> for PerfDataError {
+    fn from(error: PatchError) -> Self {
+        Self::Patch(error)
     }
 }

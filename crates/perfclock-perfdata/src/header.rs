@@ -4,7 +4,7 @@
 use std::io::{self, Read};
 
 use crate::bounds::FILE_HEADER_SIZE;
-use crate::error::PerfDataError;
+use crate::error::{FormatError, PerfDataError};
 use crate::features::FeatureSet;
 use crate::section::{u64_at, Section};
 
@@ -58,20 +58,20 @@ impl FileHeader {
             magic.copy_from_slice(&header[..8]);
             match &magic {
                 MAGIC => {}
-                MAGIC_SWAPPED => return Err(PerfDataError::ByteSwapped),
-                MAGIC_V1 => return Err(PerfDataError::VersionOne),
-                _ => return Err(PerfDataError::NotPerfData { magic }),
+                MAGIC_SWAPPED => return Err(FormatError::ByteSwapped.into()),
+                MAGIC_V1 => return Err(FormatError::VersionOne.into()),
+                _ => return Err(FormatError::NotPerfData { magic }.into()),
             }
             if header_len >= 16 && u64_at(&header, at::SIZE) == PIPE_HEADER_SIZE {
-                return Err(PerfDataError::PipeMode);
+                return Err(FormatError::PipeMode.into());
             }
         }
         if (header_len as u64) < FILE_HEADER_SIZE {
-            return Err(PerfDataError::TooShort { len: file_len });
+            return Err(FormatError::TooShort { len: file_len }.into());
         }
         let header_size = u64_at(&header, at::SIZE);
         if header_size != FILE_HEADER_SIZE {
-            return Err(PerfDataError::HeaderSize(header_size));
+            return Err(FormatError::HeaderSize(header_size).into());
         }
         let mut features = FeatureSet::default();
         for (index, word) in features.0.iter_mut().enumerate() {

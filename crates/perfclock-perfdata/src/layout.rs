@@ -6,7 +6,7 @@
 use std::io::{Read, Seek, SeekFrom};
 
 use crate::bounds::{FILE_HEADER_SIZE, MAX_ATTRS};
-use crate::error::PerfDataError;
+use crate::error::{FormatError, LayoutError, PatchError, PerfDataError};
 use crate::features::{Feature, FeatureSet};
 use crate::header::{at, FileHeader};
 use crate::section::{u32_at, u64_at, Section, SECTION_SIZE};
@@ -101,10 +101,10 @@ pub fn read_layout<R: Read + Seek>(reader: &mut R) -> Result<Layout, PerfDataErr
     reader.seek(SeekFrom::Start(0))?;
     let header = FileHeader::read(reader, file_len)?;
     if header.features.contains(Feature::DIR_FORMAT) {
-        return Err(PerfDataError::DirFormat);
+        return Err(LayoutError::DirFormat.into());
     }
     if header.features.contains(Feature::AUXTRACE) {
-        return Err(PerfDataError::Auxtrace);
+        return Err(LayoutError::Auxtrace.into());
     }
     let bounds = Bounds::of(&header, file_len)?;
     bounds.outside_data("attribute section", header.attrs)?;
@@ -146,7 +146,7 @@ impl Bounds {
     /// The data section and the feature table of `header`, checked to lie inside the file.
     fn of(header: &FileHeader, file_len: u64) -> Result<Bounds, PerfDataError> {
         let data = header.data;
-        let data_end = data.end().ok_or(PerfDataError::OffsetOverflow)?;
+        let data_end = data.end().ok_or(PatchError::OffsetOverflow)?;
         let bounds = Bounds {
             file_len,
             data,
@@ -159,14 +159,16 @@ impl Bounds {
         // perf record writes a header with no data and no features first, and the real one
         // when it finishes.
         if data.size == 0 && header.features.is_empty() && file_len > data.offset {
-            return Err(PerfDataError::Unfinished {
+            return Err(LayoutError::Unfinished {
                 trailing: file_len - data.offset,
-            });
+            }
+            .into());
         }
         if data.offset < FILE_HEADER_SIZE {
-            return Err(PerfDataError::InsideData {
+            return Err(LayoutError::InsideData {
                 what: "header".to_owned(),
-            });
+            }
+            .into());
         }
         bounds.within_file("feature section table", bounds.feature_table)?;
         Ok(bounds)
@@ -175,12 +177,13 @@ impl Bounds {
     fn within_file(&self, what: &str, section: Section) -> Result<(), PerfDataError> {
         match section.end() {
             Some(end) if end <= self.file_len => Ok(()),
-            _ => Err(PerfDataError::OutOfFile {
+            _ => Err(LayoutError::OutOfFile {
                 what: what.to_owned(),
                 offset: section.offset,
                 size: section.size,
                 file_len: self.file_len,
-            }),
+            }
+            .into()),
         }
     }
 
@@ -197,9 +200,10 @@ impl Bounds {
         if end <= self.data.offset || section.offset >= table_end {
             Ok(())
         } else {
-            Err(PerfDataError::InsideData {
+            Err(LayoutError::InsideData {
                 what: what.to_owned(),
-            })
+            }
+            .into())
         }
     }
 }
@@ -215,14 +219,14 @@ fn read_attrs<R: Read + Seek>(
 ) -> Result<(Option<i32>, Option<u64>), PerfDataError> {
     let (attrs, attr_size) = (header.attrs, header.attr_size);
     if !(ATTR_SIZE_VER0 + SECTION_SIZE..=MAX_ATTR_SIZE).contains(&attr_size) || attr_size % 8 != 0 {
-        return Err(PerfDataError::AttrSize(attr_size));
+        return Err(FormatError::AttrSize(attr_size).into());
     }
     if attrs.size % attr_size != 0 {
-        return Err(PerfDataError::AttrSize(attr_size));
+        return Err(FormatError::AttrSize(attr_size).into());
     }
     let attr_count = attrs.size / attr_size;
     if attr_count > MAX_ATTRS {
-        return Err(PerfDataError::TooManyAttrs(attr_count));
+        return Err(LayoutError::TooManyAttrs(attr_count).into());
     }
     reader.seek(SeekFrom::Start(attrs.offset))?;
     let mut entry = vec![0u8; attr_size as usize];
@@ -237,7 +241,7 @@ fn read_attrs<R: Read + Seek>(
             size => size,
         };
         if own_size + SECTION_SIZE != attr_size {
-            return Err(PerfDataError::AttrLayout { index });
+            return Err(LayoutError::AttrLayout { index }.into());
         }
         sample_types.push(u64_at(&entry, ATTR_SAMPLE_TYPE_AT));
         let flags = u64_at(&entry, ATTR_FLAGS_AT);
@@ -296,7 +300,7 @@ fn check_fields_apart(offset_fields: &[OffsetField]) -> Result<(), PerfDataError
         .windows(2)
         .any(|pair| pair[1] - pair[0] < SECTION_SIZE)
     {
-        return Err(PerfDataError::OverlappingFields);
+        return Err(LayoutError::OverlappingFields.into());
     }
     Ok(())
 }

@@ -53,7 +53,7 @@ pub use bounds::{
 };
 pub use build_id::{elf_build_id, maps_of, set_map_build_id, MapAt, MAX_BUILD_ID_BYTES};
 pub use clock_data::{ClockData, WallClockPair, MAX_REALTIME_SLEW_PPM, PERF_CLOCK_CLOCKID};
-pub use error::PerfDataError;
+pub use error::{FormatError, LayoutError, PatchError, PerfDataError, RecordsError};
 pub use features::{Feature, FeatureSet};
 pub use header::FileHeader;
 pub use jitdump_name::{jitdump_file_name, jitdump_pid};

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use tempfile::NamedTempFile;
 
-use crate::error::PerfDataError;
+use crate::error::{PatchError, PerfDataError};
 
 /// The prefix of the temporary file in OUT's directory.
 pub const TEMP_PREFIX: &str = ".perfclock-out-";
@@ -22,17 +22,18 @@ const OWNER_READ_WRITE: u32 = 0o600;
 /// Refuses an OUT that exists and is not a regular file; a missing OUT is fine.
 ///
 /// # Errors
-/// [`PerfDataError::OutputKind`] naming what OUT is; [`PerfDataError::Output`] if it cannot be
+/// [`PatchError::OutputKind`] naming what OUT is; [`PatchError::Output`] if it cannot be
 /// looked at.
 pub fn check_output_path(path: &Path) -> Result<(), PerfDataError> {
     let file_type = match fs::symlink_metadata(path) {
         Ok(metadata) => metadata.file_type(),
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(error) => {
-            return Err(PerfDataError::Output {
+            return Err(PatchError::Output {
                 path: path.to_path_buf(),
                 error,
-            })
+            }
+            .into())
         }
     };
     let kind = if file_type.is_file() {
@@ -52,10 +53,11 @@ pub fn check_output_path(path: &Path) -> Result<(), PerfDataError> {
     } else {
         "not a regular file"
     };
-    Err(PerfDataError::OutputKind {
+    Err(PatchError::OutputKind {
         path: path.to_path_buf(),
         kind,
-    })
+    }
+    .into())
 }
 
 /// OUT being written: a temporary file beside it until [`OutputFile::commit`].
@@ -71,7 +73,7 @@ impl OutputFile {
     /// OUT will get permission bits `mode | 0o600`.
     ///
     /// # Errors
-    /// [`PerfDataError::OutputKind`] or [`PerfDataError::Output`].
+    /// [`PatchError::OutputKind`] or [`PatchError::Output`].
     pub fn create(path: &Path, mode: u32) -> Result<Self, PerfDataError> {
         check_output_path(path)?;
         let dir = match path.parent() {
@@ -81,7 +83,7 @@ impl OutputFile {
         let temp = tempfile::Builder::new()
             .prefix(TEMP_PREFIX)
             .tempfile_in(dir)
-            .map_err(|error| PerfDataError::Output {
+            .map_err(|error| PatchError::Output {
                 path: path.to_path_buf(),
                 error,
             })?;
@@ -106,10 +108,10 @@ impl OutputFile {
     /// On error the temporary file is removed.
     ///
     /// # Errors
-    /// [`PerfDataError::OutputKind`] if OUT became something other than a regular file since
-    /// [`OutputFile::create`]; [`PerfDataError::Output`] if a step fails.
+    /// [`PatchError::OutputKind`] if OUT became something other than a regular file since
+    /// [`OutputFile::create`]; [`PatchError::Output`] if a step fails.
     pub fn commit(mut self) -> Result<(), PerfDataError> {
-        let error = |error| PerfDataError::Output {
+        let error = |error| PatchError::Output {
             path: self.path.clone(),
             error,
         };
@@ -120,7 +122,7 @@ impl OutputFile {
         let path = self.path.clone();
         self.temp
             .persist(&path)
-            .map_err(|failed| PerfDataError::Output {
+            .map_err(|failed| PatchError::Output {
                 path,
                 error: failed.error,
             })?;

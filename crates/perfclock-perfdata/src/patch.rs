@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 
-use crate::error::PerfDataError;
+use crate::error::{FormatError, LayoutError, PatchError, PerfDataError};
 use crate::features::Feature;
 use crate::header::at;
 use crate::layout::Layout;
@@ -56,7 +56,7 @@ impl<'a> Patch<'a> {
     /// at the start of the data section, after records inserted before it.
     ///
     /// # Errors
-    /// [`PerfDataError::BadInsertion`] if `record` is not one whole record.
+    /// [`PatchError::BadInsertion`] if `record` is not one whole record.
     pub fn insert_record(&mut self, record: &[u8]) -> Result<&mut Self, PerfDataError> {
         let header = record
             .first_chunk::<RECORD_HEADER_SIZE>()
@@ -66,10 +66,11 @@ impl<'a> Patch<'a> {
                 self.records.extend_from_slice(record);
                 Ok(self)
             }
-            _ => Err(PerfDataError::BadInsertion(format!(
+            _ => Err(PatchError::BadInsertion(format!(
                 "a record to insert must be whole and 8-byte aligned ({} bytes given)",
                 record.len()
-            ))),
+            ))
+            .into()),
         }
     }
 
@@ -77,7 +78,7 @@ impl<'a> Patch<'a> {
     /// the data section: a byte of a record's file name, for example.
     ///
     /// # Errors
-    /// [`PerfDataError::BadInsertion`] if the bytes do not lie inside the data section or
+    /// [`PatchError::BadInsertion`] if the bytes do not lie inside the data section or
     /// overlap bytes overwritten before.
     pub fn overwrite(&mut self, at: u64, bytes: &[u8]) -> Result<&mut Self, PerfDataError> {
         let data = self.layout.data;
@@ -93,10 +94,11 @@ impl<'a> Patch<'a> {
             .is_some_and(overlaps)
             || self.overwrites.range(at..).next().is_some_and(overlaps);
         if !inside || overlaps || bytes.is_empty() {
-            return Err(PerfDataError::BadInsertion(format!(
+            return Err(PatchError::BadInsertion(format!(
                 "{} bytes at offset {at} are not a new place inside the data section",
                 bytes.len()
-            )));
+            ))
+            .into());
         }
         self.overwrites.insert(at, bytes.to_vec());
         Ok(self)
@@ -132,7 +134,7 @@ impl<'a> Patch<'a> {
     /// ([`Patch::disable_jitdump`]).
     ///
     /// # Errors
-    /// [`PerfDataError::BadInsertion`] if the map's first record was inside a compressed
+    /// [`PatchError::BadInsertion`] if the map's first record was inside a compressed
     /// record or is not a map record; a read error.
     pub fn redirect_jitdump<R: Read + Seek>(
         &mut self,
@@ -142,7 +144,7 @@ impl<'a> Patch<'a> {
         pid: Option<u32>,
     ) -> Result<&mut Self, PerfDataError> {
         let at = map.first_record.ok_or_else(|| {
-            PerfDataError::BadInsertion(
+            PatchError::BadInsertion(
                 "the jitdump's map is inside a compressed record (perf record -z): record \
                  without -z"
                     .to_owned(),
@@ -157,7 +159,7 @@ impl<'a> Patch<'a> {
     /// by `pid` if given: a map of that file at the same time, in the same process.
     ///
     /// # Errors
-    /// [`PerfDataError::BadInsertion`] if the record there is not a map record; a read error.
+    /// [`PatchError::BadInsertion`] if the record there is not a map record; a read error.
     pub fn insert_map_copy<R: Read + Seek>(
         &mut self,
         input: &mut R,
@@ -185,22 +187,23 @@ impl<'a> Patch<'a> {
     /// Adds a feature section with `contents`; the file must not have `feature` yet.
     ///
     /// # Errors
-    /// [`PerfDataError::FeaturePresent`] if the file (or this patch) has it already,
-    /// [`PerfDataError::BadInsertion`] for a bit past 255.
+    /// [`PatchError::FeaturePresent`] if the file (or this patch) has it already,
+    /// [`PatchError::BadInsertion`] for a bit past 255.
     pub fn add_feature(
         &mut self,
         feature: Feature,
         contents: Vec<u8>,
     ) -> Result<&mut Self, PerfDataError> {
         if feature.0 >= Feature::BITS {
-            return Err(PerfDataError::BadInsertion(format!(
+            return Err(PatchError::BadInsertion(format!(
                 "{feature} is past the header's 256 feature bits"
-            )));
+            ))
+            .into());
         }
         if self.layout.features().contains(feature)
             || self.features.iter().any(|(added, _)| *added == feature)
         {
-            return Err(PerfDataError::FeaturePresent(feature));
+            return Err(PatchError::FeaturePresent(feature).into());
         }
         self.features.push((feature, contents));
         self.features.sort_by_key(|(feature, _)| *feature);
@@ -248,7 +251,7 @@ impl<'a> Patch<'a> {
                 .iter()
                 .filter(|(at, _)| *at <= offset)
                 .try_fold(offset, |moved, (_, len)| moved.checked_add(*len))
-                .ok_or(PerfDataError::OffsetOverflow)
+                .ok_or(PerfDataError::Patch(PatchError::OffsetOverflow))
         };
         // New contents go after everything, in bit order.
         let mut contents_at = moved(layout.file_len)?;
@@ -260,7 +263,7 @@ impl<'a> Patch<'a> {
             entries.push((layout.feature_table.offset + SECTION_SIZE * index, entry));
             contents_at = contents_at
                 .checked_add(contents.len() as u64)
-                .ok_or(PerfDataError::OffsetOverflow)?;
+                .ok_or(PatchError::OffsetOverflow)?;
         }
         for (at, entry) in entries {
             edits.push((at, 1, Edit::Insert(Cow::Owned(entry))));
@@ -291,7 +294,7 @@ impl<'a> Patch<'a> {
             .data
             .size
             .checked_add(self.records.len() as u64)
-            .ok_or(PerfDataError::OffsetOverflow)?;
+            .ok_or(PatchError::OffsetOverflow)?;
         let mut edits = vec![(
             at::DATA_SIZE as u64,
             3,
@@ -327,9 +330,9 @@ impl<'a> Patch<'a> {
     /// moved.
     ///
     /// # Errors
-    /// A read or write error; [`PerfDataError::OffsetOverflow`] if a moved offset would
-    /// overflow; [`PerfDataError::OverlappingFields`] if rewritten fields overlap;
-    /// [`PerfDataError::TooShort`] if the input shrank since the layout was read.
+    /// A read or write error; [`PatchError::OffsetOverflow`] if a moved offset would
+    /// overflow; [`LayoutError::OverlappingFields`] if rewritten fields overlap;
+    /// [`FormatError::TooShort`] if the input shrank since the layout was read.
     pub fn write<R: Read + Seek, W: Write>(
         &self,
         reader: &mut R,
@@ -346,9 +349,10 @@ impl<'a> Patch<'a> {
                     let replaced = bytes.len() as u64;
                     let skipped = io::copy(&mut reader.by_ref().take(replaced), &mut io::sink())?;
                     if skipped != replaced {
-                        return Err(PerfDataError::TooShort {
+                        return Err(FormatError::TooShort {
                             len: position + skipped,
-                        });
+                        }
+                        .into());
                     }
                     position += replaced;
                     writer.write_all(&bytes)?;
@@ -368,12 +372,12 @@ fn copy_to<R: Read, W: Write>(
 ) -> Result<(), PerfDataError> {
     let wanted = end
         .checked_sub(*position)
-        .ok_or(PerfDataError::OverlappingFields)?;
+        .ok_or(LayoutError::OverlappingFields)?;
     let copied = io::copy(&mut reader.by_ref().take(wanted), writer)?;
     *position += copied;
     if copied == wanted {
         Ok(())
     } else {
-        Err(PerfDataError::TooShort { len: *position })
+        Err(FormatError::TooShort { len: *position }.into())
     }
 }

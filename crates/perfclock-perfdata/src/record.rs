@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::error::PerfDataError;
+use crate::error::{PatchError, PerfDataError};
 
 /// `sizeof(struct perf_event_header)`.
 pub const RECORD_HEADER_SIZE: usize = 8;
@@ -90,10 +90,14 @@ impl RecordHeader {
 /// it.
 ///
 /// # Errors
-/// [`PerfDataError::BadInsertion`] if `record` is not a whole MMAP/MMAP2 record with a
+/// [`PatchError::BadInsertion`] if `record` is not a whole MMAP/MMAP2 record with a
 /// NUL-terminated name, if `file_name` holds a NUL, or if the result exceeds a record's 64 KiB.
 pub fn with_file_name(record: &[u8], file_name: &[u8]) -> Result<Vec<u8>, PerfDataError> {
-    let bad = |why: &str| PerfDataError::BadInsertion(format!("cannot rename the map: {why}"));
+    let bad = |why: &str| {
+        PerfDataError::Patch(PatchError::BadInsertion(format!(
+            "cannot rename the map: {why}"
+        )))
+    };
     let header = record
         .first_chunk::<RECORD_HEADER_SIZE>()
         .map(|header| RecordHeader::parse(*header))

@@ -18,7 +18,7 @@ use linux_perf_data::linux_perf_event_reader::{
 };
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 
-use crate::error::PerfDataError;
+use crate::error::{PerfDataError, RecordsError};
 use crate::header::at;
 
 /// Call-chain entries from here up are `PERF_CONTEXT_*` markers (the kernel's `perf_event.h`:
@@ -103,13 +103,13 @@ impl SampledAddresses {
 /// Every sample's addresses in the recording `reader` holds.
 ///
 /// # Errors
-/// [`PerfDataError::Unreadable`] where linux-perf-data cannot read the recording or a record
+/// [`RecordsError::Unreadable`] where linux-perf-data cannot read the recording or a record
 /// (a compressed one without its `zstd` feature among them).
 pub fn sampled_addresses<R: Read + Seek>(mut reader: R) -> Result<SampledAddresses, PerfDataError> {
     let layout = crate::read_layout(&mut reader)?;
     crate::scan::check_aux_data(&mut reader, &layout)?;
     reader.seek(SeekFrom::Start(0))?;
-    let unreadable = |error: &dyn std::fmt::Display| PerfDataError::Unreadable(error.to_string());
+    let unreadable = |error: &dyn std::fmt::Display| RecordsError::Unreadable(error.to_string());
     let PerfFileReader {
         mut perf_file,
         mut record_iter,

@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::bounds::{MAX_JIT_DUMPS, MAX_JIT_DUMP_NAME_BYTES, MAX_MARKER_PLACES};
-use crate::error::PerfDataError;
+use crate::error::{PerfDataError, RecordsError};
 use crate::jitdump_name::jitdump_pid;
 use crate::layout::Layout;
 use crate::record::{
@@ -109,7 +109,7 @@ impl Inspector {
             None => {
                 self.name_bytes += 2 * name.len();
                 if self.seen.len() >= MAX_JIT_DUMPS || self.name_bytes > MAX_JIT_DUMP_NAME_BYTES {
-                    return Err(PerfDataError::TooManyJitDumps { offset });
+                    return Err(RecordsError::TooManyJitDumps { offset }.into());
                 }
                 self.seen.insert(key, self.scan.jit_dumps.len());
                 self.scan.jit_dumps.push(JitDumpMap {
@@ -125,7 +125,7 @@ impl Inspector {
         if let (false, Some(slash_at)) = (compressed, slash_at) {
             self.places += 1;
             if self.places > MAX_MARKER_PLACES {
-                return Err(PerfDataError::TooManyMarkerRecords { offset });
+                return Err(RecordsError::TooManyMarkerRecords { offset }.into());
             }
             self.scan.jit_dumps[index].marker_slashes.push(slash_at);
         }
@@ -235,7 +235,7 @@ fn past_aux_data<R: Read + Seek>(
     data_end: u64,
 ) -> Result<u64, PerfDataError> {
     if extra > data_end - offset {
-        return Err(PerfDataError::RecordPastData { offset });
+        return Err(RecordsError::RecordPastData { offset }.into());
     }
     if extra > 0 {
         reader.seek(SeekFrom::Start(offset + extra))?;
@@ -252,7 +252,7 @@ fn aux_data_size<R: Read + Seek>(
 ) -> Result<u64, PerfDataError> {
     let body_len = size - RECORD_HEADER_SIZE as u64;
     if body_len < 8 {
-        return Err(PerfDataError::RecordTooSmall { offset, size });
+        return Err(RecordsError::RecordTooSmall { offset, size }.into());
     }
     let mut aux_size = [0u8; 8];
     reader.read_exact(&mut aux_size)?;
@@ -267,17 +267,17 @@ fn read_record_header<R: Read>(
     data_end: u64,
 ) -> Result<(RecordType, u64), PerfDataError> {
     if data_end - offset < RECORD_HEADER_SIZE as u64 {
-        return Err(PerfDataError::RecordPastData { offset });
+        return Err(RecordsError::RecordPastData { offset }.into());
     }
     let mut header = [0u8; RECORD_HEADER_SIZE];
     reader.read_exact(&mut header)?;
     let RecordHeader { kind, size, .. } = RecordHeader::parse(header);
     let size = u64::from(size);
     if size < RECORD_HEADER_SIZE as u64 {
-        return Err(PerfDataError::RecordTooSmall { offset, size });
+        return Err(RecordsError::RecordTooSmall { offset, size }.into());
     }
     if size > data_end - offset {
-        return Err(PerfDataError::RecordPastData { offset });
+        return Err(RecordsError::RecordPastData { offset }.into());
     }
     Ok((kind, size))
 }
@@ -292,9 +292,10 @@ fn compressed_data(kind: RecordType, body: &[u8], offset: u64) -> Result<&[u8], 
         Some(data_size) if data_size <= body.len() as u64 - 8 => {
             Ok(&body[8..8 + data_size as usize])
         }
-        _ => Err(PerfDataError::Compressed {
+        _ => Err(RecordsError::Compressed {
             offset,
             reason: "its data size exceeds the record".to_owned(),
-        }),
+        }
+        .into()),
     }
 }

@@ -7,8 +7,8 @@ use std::io::Cursor;
 use perfclock_core::TimeConversion;
 use perfclock_perfdata::synth::{self, Synth};
 use perfclock_perfdata::{
-    read_layout, scan_records, time_conv_record, with_file_name, ClockData, Feature, Patch,
-    PerfDataError, RecordType, TIME_CONV_RECORD_SIZE,
+    read_layout, scan_records, time_conv_record, with_file_name, ClockData, Feature, FormatError,
+    LayoutError, Patch, PatchError, PerfDataError, RecordType, RecordsError, TIME_CONV_RECORD_SIZE,
 };
 
 fn time_conv() -> Vec<u8> {
@@ -236,7 +236,10 @@ fn a_feature_between_existing_ones_takes_its_place_in_the_table() {
     // A feature the file has already is refused.
     let error = patch_with(&built.bytes, None, &[(Feature::CLOCK_DATA, vec![0; 24])]).unwrap_err();
     assert!(
-        matches!(error, PerfDataError::FeaturePresent(Feature::CLOCK_DATA)),
+        matches!(
+            error,
+            PerfDataError::Patch(PatchError::FeaturePresent(Feature::CLOCK_DATA))
+        ),
         "{error}"
     );
 }
@@ -245,21 +248,36 @@ fn a_feature_between_existing_ones_takes_its_place_in_the_table() {
 fn refuses_what_it_cannot_patch_with_typed_errors() {
     let built = sample(false);
     let err = |bytes: &[u8]| patch(bytes, &time_conv()).unwrap_err();
-    assert!(matches!(err(b""), PerfDataError::TooShort { len: 0 }));
+    assert!(matches!(
+        err(b""),
+        PerfDataError::Format(FormatError::TooShort { len: 0 })
+    ));
     assert!(matches!(
         err(b"PERFILE2"),
-        PerfDataError::TooShort { len: 8 }
+        PerfDataError::Format(FormatError::TooShort { len: 8 })
     ));
-    assert!(matches!(err(&[7; 200]), PerfDataError::NotPerfData { .. }));
+    assert!(matches!(
+        err(&[7; 200]),
+        PerfDataError::Format(FormatError::NotPerfData { .. })
+    ));
     let mut pipe = b"PERFILE2".to_vec();
     pipe.extend_from_slice(&16u64.to_le_bytes());
-    assert!(matches!(err(&pipe), PerfDataError::PipeMode));
+    assert!(matches!(
+        err(&pipe),
+        PerfDataError::Format(FormatError::PipeMode)
+    ));
     let mut swapped = built.bytes.clone();
     swapped[..8].copy_from_slice(b"2ELIFREP");
-    assert!(matches!(err(&swapped), PerfDataError::ByteSwapped));
+    assert!(matches!(
+        err(&swapped),
+        PerfDataError::Format(FormatError::ByteSwapped)
+    ));
     let mut v1 = built.bytes.clone();
     v1[..8].copy_from_slice(b"PERFFILE");
-    assert!(matches!(err(&v1), PerfDataError::VersionOne));
+    assert!(matches!(
+        err(&v1),
+        PerfDataError::Format(FormatError::VersionOne)
+    ));
     for (feature, expected) in [
         (Feature::AUXTRACE, "HEADER_AUXTRACE"),
         (Feature::DIR_FORMAT, "--threads"),
@@ -276,7 +294,7 @@ fn refuses_what_it_cannot_patch_with_typed_errors() {
     zero_size[built.data.0 + 6..built.data.0 + 8].copy_from_slice(&0u16.to_le_bytes());
     assert!(matches!(
         err(&zero_size),
-        PerfDataError::RecordTooSmall { size: 0, .. }
+        PerfDataError::Records(RecordsError::RecordTooSmall { size: 0, .. })
     ));
     let mut past = built.bytes.clone();
     let short_data = built.data.1 as u64 - 8;
@@ -293,17 +311,23 @@ fn refuses_what_it_cannot_patch_with_typed_errors() {
     unfinished[48..56].copy_from_slice(&0u64.to_le_bytes());
     assert!(matches!(
         err(&unfinished),
-        PerfDataError::Unfinished { trailing: 24 }
+        PerfDataError::Layout(LayoutError::Unfinished { trailing: 24 })
     ));
     let mut attr_zero = built.bytes.clone();
     attr_zero[16..24].copy_from_slice(&0u64.to_le_bytes());
-    assert!(matches!(err(&attr_zero), PerfDataError::AttrSize(0)));
+    assert!(matches!(
+        err(&attr_zero),
+        PerfDataError::Format(FormatError::AttrSize(0))
+    ));
     // A feature section over the feature table itself: an insertion there would cut it.
     let mut over_table = built.bytes.clone();
     let table = built.data.0 + built.data.1;
     over_table[table..table + 8].copy_from_slice(&(table as u64 + 8).to_le_bytes());
     assert!(
-        matches!(err(&over_table), PerfDataError::InsideData { .. }),
+        matches!(
+            err(&over_table),
+            PerfDataError::Layout(LayoutError::InsideData { .. })
+        ),
         "{}",
         err(&over_table)
     );
@@ -314,12 +338,12 @@ fn refuses_what_it_cannot_patch_with_typed_errors() {
     for bad in [&time_conv()[..50], &[0u8; 4][..], &time_conv()[..48]] {
         assert!(matches!(
             patch.insert_record(bad),
-            Err(PerfDataError::BadInsertion(_))
+            Err(PerfDataError::Patch(PatchError::BadInsertion(_)))
         ));
     }
     assert!(matches!(
         patch.add_feature(Feature(256), vec![]),
-        Err(PerfDataError::BadInsertion(_))
+        Err(PerfDataError::Patch(PatchError::BadInsertion(_)))
     ));
 }
 
@@ -437,7 +461,7 @@ fn a_dumps_maps_are_disabled_in_place_and_a_renamed_map_inserted() {
     ] {
         let refused = patch.overwrite(at, bytes).map(|_| ()).unwrap_err();
         assert!(
-            matches!(refused, PerfDataError::BadInsertion(_)),
+            matches!(refused, PerfDataError::Patch(PatchError::BadInsertion(_))),
             "{at}: {refused:?}"
         );
     }

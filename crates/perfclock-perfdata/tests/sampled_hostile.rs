@@ -5,7 +5,7 @@
 use std::io::Cursor;
 
 use perfclock_perfdata::synth::{self, Synth};
-use perfclock_perfdata::{sampled_addresses, PerfDataError, RecordType};
+use perfclock_perfdata::{sampled_addresses, PerfDataError, RecordType, RecordsError};
 
 /// `perf_event_attr.sample_type`'s offset in the attribute.
 const SAMPLE_TYPE_AT: usize = 24;
@@ -34,7 +34,7 @@ fn aux_data_claimed_past_the_data_is_refused() {
     let error = sampled_addresses(Cursor::new(&built.bytes)).unwrap_err();
     let after = (built.data.0 + auxtrace.len()) as u64;
     assert!(
-        matches!(error, PerfDataError::RecordPastData { offset } if offset == after),
+        matches!(error, PerfDataError::Records(RecordsError::RecordPastData { offset }) if offset == after),
         "{error:?}"
     );
 

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use perfclock_perfdata::synth::{self, Synth};
 use perfclock_perfdata::{
-    read_layout, scan_records, Feature, JitDumpMap, PerfDataError, RecordType, Scan, MAX_JIT_DUMPS,
+    read_layout, scan_records, Feature, JitDumpMap, PerfDataError, RecordType, RecordsError, Scan,
+    MAX_JIT_DUMPS,
 };
 
 fn scan_of(records: Vec<Vec<u8>>) -> Result<Scan, PerfDataError> {
@@ -125,7 +126,7 @@ fn scans_inside_compressed_records_split_anywhere() {
     for records in [vec![compressed(&cut_record)], vec![compressed(&[7; 40])]] {
         assert!(matches!(
             scan_of(records),
-            Err(PerfDataError::Compressed { .. })
+            Err(PerfDataError::Records(RecordsError::Compressed { .. }))
         ));
     }
     // A record inside claiming less than its header.
@@ -150,7 +151,10 @@ fn distinct_dumps_beyond_the_cap_are_refused_and_repeats_are_free() {
     );
     let error = scan_of(names.clone()).unwrap_err();
     assert!(
-        matches!(error, PerfDataError::TooManyJitDumps { .. }),
+        matches!(
+            error,
+            PerfDataError::Records(RecordsError::TooManyJitDumps { .. })
+        ),
         "{error}"
     );
     assert!(error.to_string().contains("131072 distinct"), "{error}");
