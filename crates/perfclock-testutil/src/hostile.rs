@@ -20,6 +20,7 @@
 
 use std::fmt::Write as _;
 use std::io::Read as _;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -178,6 +179,24 @@ pub fn run_child_with(
     run
 }
 
+/// The environment variable that hands a child run by [`run_child_in`] its directory.
+const DIR_ENV: &str = "PERFCLOCK_TEST_DIR";
+
+/// As [`run_child`], handing the child `dir` ([`child_dir`]), a directory the parent owns.
+pub fn run_child_in(test_name: &str, case: &str, timeout: Duration, dir: &Path) -> ChildRun {
+    run_child_with(
+        test_name,
+        case,
+        timeout,
+        &[(DIR_ENV, dir.display().to_string())],
+    )
+}
+
+/// The directory the parent handed this child ([`run_child_in`]).
+pub fn child_dir() -> PathBuf {
+    PathBuf::from(std::env::var_os(DIR_ENV).expect("a child run by run_child_in"))
+}
+
 /// Kills this process with SIGALRM after `seconds` unless it has exited: a child that hangs
 /// (deadlock, endless retry) dies instead of waiting for the parent's timeout.
 pub fn watchdog(seconds: u32) {
@@ -209,6 +228,17 @@ pub fn wait(pid: libc::pid_t) -> i32 {
         let error = std::io::Error::last_os_error();
         assert_eq!(error.raw_os_error(), Some(libc::EINTR), "waitpid: {error}");
     }
+}
+
+/// Waits for the fork child `pid` and asserts that it exited with status 0; `what` names it in
+/// the failure.
+pub fn assert_exited_zero(pid: libc::pid_t, what: impl std::fmt::Display) {
+    let status = wait(pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child {what}: {}",
+        describe_status(status)
+    );
 }
 
 /// Describes a raw wait status.

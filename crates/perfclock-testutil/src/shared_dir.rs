@@ -220,6 +220,35 @@ pub fn open_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// A directory anyone may write (0777) at `parent/name`: one case's own directory, for a child
+/// that plants as root and then drops to `nobody`.
+pub fn open_subdir(parent: &Path, name: &str) -> PathBuf {
+    let dir = parent.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o777)).unwrap();
+    dir
+}
+
+/// Runs the case `test` in a child ([`hostile::run_child`](crate::hostile::run_child)) that
+/// plants as root in [`open_dir`]`(tag)` and drops to `nobody`; expects `ok` in its report, then
+/// removes its directories, which `nobody` may not.
+pub fn run_as_nobody_child(test: &str, tag: &str, ok: &str) {
+    let run = crate::hostile::run_child(test, test, std::time::Duration::from_secs(90));
+    run.expect_success(ok);
+    remove_open_dirs(tag);
+}
+
+/// Removes every [`open_dir`] of `tag`, whichever process made it (a child has another pid).
+fn remove_open_dirs(tag: &str) {
+    let prefix = format!("perfclock-shared-{tag}-");
+    for entry in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+        let name = entry.file_name().into_string().unwrap_or_default();
+        if name.starts_with(&prefix) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Drops this whole process (every thread: glibc broadcasts set*id) to `nobody`.
 pub fn become_nobody() {
     // SAFETY: integer arguments and a null list (no supplementary groups).

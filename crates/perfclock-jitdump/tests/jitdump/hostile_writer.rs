@@ -133,22 +133,13 @@ fn as_nobody_case() {
     let mut dirs = Vec::new();
     for name in names(pid) {
         for plant in Plant::REFUSED {
-            let dir = root_dir.join(format!("{name}-{plant:?}"));
-            std::fs::create_dir(&dir).unwrap();
-            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
-                .unwrap();
+            let dir = shared_dir::open_subdir(&root_dir, &format!("{name}-{plant:?}"));
             // Planted by root, aimed at nobody's own files.
             let planted = shared_dir::plant(&dir, &name, plant, NOBODY, 0);
             dirs.push((dir, name.clone(), planted));
         }
     }
-    let stale_dir = root_dir.join("stale");
-    std::fs::create_dir(&stale_dir).unwrap();
-    std::fs::set_permissions(
-        &stale_dir,
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    let stale_dir = shared_dir::open_subdir(&root_dir, "stale");
     let stale = shared_dir::plant(&stale_dir, &names(pid)[0], Plant::OwnStaleFile, NOBODY, 0);
     shared_dir::become_nobody();
     if let Err(error) = perfclock::init() {
@@ -180,16 +171,7 @@ fn as_nobody_planted_names_are_refused() {
     {
         return;
     }
-    let run = hostile::run_child(test, test, Duration::from_secs(90));
-    run.expect_success("AS_NOBODY_OK 8 refused");
-    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().into_string().unwrap_or_default();
-            if name.starts_with("perfclock-shared-jit-nobody-") {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
-    }
+    shared_dir::run_as_nobody_child(test, "jit-nobody", "AS_NOBODY_OK 8 refused");
 }
 
 /// How a fork child treats the inherited handle.
@@ -249,12 +231,7 @@ fn fork_case(dir: &Path) {
             // SAFETY: as above.
             unsafe { libc::_exit(code) };
         }
-        let status = hostile::wait(pid);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child {does:?}: {}",
-            hostile::describe_status(status)
-        );
+        hostile::assert_exited_zero(pid, format_args!("{does:?}"));
     }
     let dump = dump.unwrap();
     for i in 100..200 {
@@ -284,19 +261,13 @@ fn fork_children_never_write_into_the_parent_dump() {
     let test_path = perfclock_testutil::test_path!();
     let test = test_path.as_str();
     if hostile::child_case().as_deref() == Some(test) {
-        let dir = std::env::var_os("PERFCLOCK_TEST_DIR").unwrap();
-        return fork_case(Path::new(&dir));
+        return fork_case(&hostile::child_dir());
     }
     if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let run = hostile::run_child_with(
-        test,
-        test,
-        Duration::from_secs(90),
-        &[("PERFCLOCK_TEST_DIR", dir.path().display().to_string())],
-    );
+    let run = hostile::run_child_in(test, test, Duration::from_secs(90), dir.path());
     run.expect_success("FORK_OK");
 }
 

@@ -93,10 +93,7 @@ fn as_nobody_case() {
     let root_dir = shared_dir::open_dir("markers-nobody");
     let mut cases = Vec::new();
     for plant in Plant::REFUSED.into_iter().chain([Plant::OwnStaleFile]) {
-        let dir = root_dir.join(format!("{plant:?}"));
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
-            .unwrap();
+        let dir = shared_dir::open_subdir(&root_dir, &format!("{plant:?}"));
         let planted = shared_dir::plant(&dir, &marker_name(pid), plant, NOBODY, 0);
         cases.push((dir, planted));
     }
@@ -124,14 +121,7 @@ fn as_nobody_planted_names_are_refused() {
     if !shared_dir::root_or_skip(test) {
         return;
     }
-    let run = hostile::run_child(test, test, Duration::from_secs(90));
-    run.expect_success("AS_NOBODY_OK 5 cases");
-    for entry in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
-        let name = entry.file_name().into_string().unwrap_or_default();
-        if name.starts_with("perfclock-shared-markers-nobody-") {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
+    shared_dir::run_as_nobody_child(test, "markers-nobody", "AS_NOBODY_OK 5 cases");
 }
 
 /// What a fork child does after marking on the inherited handle.
@@ -184,12 +174,7 @@ fn fork_case(dir: &Path) {
                 ChildDoes::ExitsWithoutFlushing => unsafe { libc::_exit(code) },
             }
         }
-        let status = hostile::wait(pid);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child {does:?}: {}",
-            hostile::describe_status(status)
-        );
+        hostile::assert_exited_zero(pid, format_args!("{does:?}"));
     }
     for i in 100..200 {
         markers.span(&format!("parent_{i}"), i, i + 1).unwrap();
@@ -212,16 +197,10 @@ fn fork_children_never_write_into_the_parent_file() {
     let test_path = perfclock_testutil::test_path!();
     let test = test_path.as_str();
     if hostile::child_case().as_deref() == Some(test) {
-        let dir = std::env::var_os("PERFCLOCK_TEST_DIR").unwrap();
-        return fork_case(Path::new(&dir));
+        return fork_case(&hostile::child_dir());
     }
     let dir = fresh_dir("fork");
-    let run = hostile::run_child_with(
-        test,
-        test,
-        Duration::from_secs(90),
-        &[("PERFCLOCK_TEST_DIR", dir.display().to_string())],
-    );
+    let run = hostile::run_child_in(test, test, Duration::from_secs(90), &dir);
     run.expect_success("FORK_OK");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -338,16 +317,10 @@ fn markers_from_a_signal_handler_never_hang() {
     let test_path = perfclock_testutil::test_path!();
     let test = test_path.as_str();
     if hostile::child_case().as_deref() == Some(test) {
-        let dir = std::env::var_os("PERFCLOCK_TEST_DIR").unwrap();
-        return signal_case(Path::new(&dir));
+        return signal_case(&hostile::child_dir());
     }
     let dir = fresh_dir("signals");
-    let run = hostile::run_child_with(
-        test,
-        test,
-        Duration::from_secs(120),
-        &[("PERFCLOCK_TEST_DIR", dir.display().to_string())],
-    );
+    let run = hostile::run_child_in(test, test, Duration::from_secs(120), &dir);
     run.expect_success("SIGNALS_OK");
     std::fs::remove_dir_all(&dir).unwrap();
 }
