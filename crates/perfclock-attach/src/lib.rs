@@ -2,12 +2,11 @@
 //! what `jcmd PID JVMTI.agent_load` and jattach do, with no JDK on the machine.
 //!
 //! ```no_run
-//! use std::time::Duration;
 //! let attached = perfclock_attach::attach(
 //!     4242,
 //!     "/opt/perfclock/libperfclock_agent.so".as_ref(),
 //!     "jitdump=/tmp".as_ref(),
-//!     Duration::from_secs(8),
+//!     perfclock_attach::DEFAULT_TIMEOUT,
 //! )?;
 //! println!("Agent_OnAttach ran in {} (already loaded: {})", attached.pid, attached.already_loaded);
 //! # Ok::<(), perfclock_attach::AttachError>(())

@@ -28,7 +28,7 @@ pub enum Command {
     /// the kernel stamps. Exits non-zero if no clock can be had or a stamp falls outside the
     /// clock's bound.
     Doctor {
-        /// Kernel stamps to check per record kind and CPU turn.
+        /// Kernel stamps to check per record kind (spread over the CPUs in turns).
         #[arg(default_value_t = DEFAULT_RECORDS_PER_KIND)]
         records_per_kind: usize,
     },
@@ -68,7 +68,7 @@ pub enum Command {
         /// The agent's options, passed to its Agent_OnAttach as they are (none if omitted).
         #[arg(value_name = "AGENT-OPTIONS")]
         options: Option<OsString>,
-        /// The agent library [default: libperfclock_agent.so next to the perfclock executable].
+        /// The agent library [default: libperfclock_agent.so next to the perfclock executable, or in ../lib/perfclock/].
         #[arg(long, value_name = "PATH")]
         agent: Option<PathBuf>,
         /// Give up after this many seconds (waiting for the JVM's listener and its answer).
@@ -156,7 +156,7 @@ pub struct RecordArgs {
     /// The recording to write (replaced atomically if it exists).
     #[arg(short, long, value_name = "OUT", default_value = "perf.data")]
     pub output: PathBuf,
-    /// The JVMTI agent [default: libperfclock_agent.so next to the perfclock executable].
+    /// The JVMTI agent [default: libperfclock_agent.so next to the perfclock executable, or in ../lib/perfclock/].
     #[arg(long, value_name = "PATH")]
     pub agent: Option<PathBuf>,
     /// Leave JAVA_TOOL_OPTIONS alone (and, with -p/-a, attach nothing): no agent, no

@@ -15,7 +15,7 @@ use perfclock_core::counter;
 use crate::output::chain;
 use crate::output::{out, outln};
 
-/// Runs the doctor with `per_kind` kernel stamps per record kind and CPU turn.
+/// Runs the doctor with `per_kind` kernel stamps per record kind, spread over the CPUs.
 pub(crate) fn run(per_kind: usize) -> ExitCode {
     // First, so that a failed open still shows which shared pages were refused and why.
     describe_shared_pages();
@@ -235,7 +235,7 @@ fn describe_conversion(clock: &Clock) {
 }
 
 fn check_against_kernel(clock: &Clock, per_kind: usize) -> bool {
-    outln!("\nchecking against {per_kind} fresh kernel stamps per record kind and CPU turn ...");
+    outln!("\nchecking against {per_kind} fresh kernel stamps per record kind, spread over the CPUs ...");
     match perfclock_check::verify(clock, per_kind) {
         Ok(report) => {
             out!("{report}");
