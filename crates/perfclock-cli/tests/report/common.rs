@@ -53,6 +53,86 @@ pub(crate) fn run(work: &Path, program: &str, args: &[&str]) -> String {
     text(&output.stdout)
 }
 
+/// Whether `go` runs here, for `go tool pprof`; if not, the rest of the test is skipped.
+pub(crate) fn go_or_skip(test: &str) -> bool {
+    if runs("go", "version") {
+        return true;
+    }
+    skip(test, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
+    false
+}
+
+/// `go tool pprof ARGS` in `work`, asserting success; its standard output.
+pub(crate) fn go_pprof(work: &Path, args: &[&str]) -> String {
+    let mut all = vec!["tool", "pprof"];
+    all.extend_from_slice(args);
+    run(work, "go", &all)
+}
+
+/// Writes the C program `source` to `work/<source_file>` and compiles it to `work/<binary>` with
+/// frame pointers. -O0: at -O1 a leaf function sets up no frame, and the frame-pointer walk
+/// loses its caller.
+pub(crate) fn compile_c(work: &Path, source_file: &str, source: &str, binary: &str) {
+    fs::write(work.join(source_file), source).unwrap();
+    run(
+        work,
+        "cc",
+        &["-O0", "-fno-omit-frame-pointer", "-o", binary, source_file],
+    );
+}
+
+/// A work directory (HOME there) holding the C program `source`, compiled to `binary`
+/// ([`compile_c`]) and recorded there to `<binary>.data` by `perf record -q -g -e cpu-clock
+/// OPTIONS -o <binary>.data ./<binary> ARGS`; `None` after saying why not (no perf or cc, or
+/// perf cannot record here).
+pub(crate) fn record_c_program(
+    test: &str,
+    source_file: &str,
+    source: &str,
+    binary: &str,
+    options: &[&str],
+    args: &[&str],
+) -> Option<tempfile::TempDir> {
+    if !tools_or_skip(test, &[("perf", "--version"), ("cc", "--version")]) {
+        return None;
+    }
+    let work = tempfile::tempdir().unwrap();
+    compile_c(work.path(), source_file, source, binary);
+    let (data, program) = (format!("{binary}.data"), format!("./{binary}"));
+    let mut record_args = vec!["-q", "-g", "-e", "cpu-clock"];
+    record_args.extend_from_slice(options);
+    record_args.extend(["-o", &data, &program]);
+    record_args.extend_from_slice(args);
+    perf_record(test, work.path(), work.path(), &record_args)?;
+    Some(work)
+}
+
+/// `perf record ARGS` in `work` with HOME at `home` (perf's build-id cache); `None` (skipped)
+/// where it fails, as it does where perf cannot record here.
+pub(crate) fn perf_record(
+    test: &str,
+    work: &Path,
+    home: &Path,
+    args: &[&str],
+) -> Option<std::process::Output> {
+    let output = Command::new("perf")
+        .arg("record")
+        .args(args)
+        .current_dir(work)
+        .env("HOME", home)
+        .output()
+        .unwrap();
+    if !output.status.success() {
+        skip(
+            test,
+            Need::Perf,
+            format!("perf record failed: {}", text(&output.stderr)),
+        );
+        return None;
+    }
+    Some(output)
+}
+
 /// Each sample's stack from `perf script -F comm,tid,time,ip,sym` of a call-graph recording,
 /// leaf first.
 pub(crate) fn stacks(script: &str) -> Vec<Vec<String>> {
@@ -206,6 +286,13 @@ pub(crate) fn record(test: &str, work: &Path, data: &str, command: &[&str]) -> O
 
 /// `perfclock report ARGS` in `work`, asserting success; its standard error.
 pub(crate) fn report(work: &Path, args: &[&str]) -> String {
+    let (ok, stderr) = report_status(work, args);
+    assert!(ok, "perfclock report {args:?}: {stderr}");
+    stderr
+}
+
+/// `perfclock report ARGS` in `work`: its exit status's success and its standard error.
+pub(crate) fn report_status(work: &Path, args: &[&str]) -> (bool, String) {
     let output = Command::new(perfclock())
         .arg("report")
         .args(args)
@@ -213,12 +300,7 @@ pub(crate) fn report(work: &Path, args: &[&str]) -> String {
         .env("HOME", work.join("home"))
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "perfclock report {args:?}: {}",
-        text(&output.stderr)
-    );
-    text(&output.stderr)
+    (output.status.success(), text(&output.stderr))
 }
 
 /// The DOM headless Chromium has built from `page` once its scripts ran, in a window

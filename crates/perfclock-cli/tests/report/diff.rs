@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use crate::common::{java_work, record, report, run, runs, stacks, svg_frames, SvgFrame};
-use perfclock_testutil::{skip, Need};
+use crate::common::{
+    go_or_skip, go_pprof, java_work, record, report, run, stacks, svg_frames, SvgFrame,
+};
 
 /// The workload's functions as perf names them, and as the flame graph shows them.
 const FUNCTIONS: [(&str, &str); 3] = [
@@ -164,14 +165,13 @@ fn a_function_made_four_times_slower_is_the_reddest_and_pprof_shows_its_change()
         }
     }
 
-    if !runs("go", "version") {
-        skip(test, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
+    if !go_or_skip(test) {
         return;
     }
     let pprof = |args: &[&str]| {
-        let mut all = vec!["tool", "pprof", "-symbolize=none"];
+        let mut all = vec!["-symbolize=none"];
         all.extend_from_slice(args);
-        run(work, "go", &all)
+        go_pprof(work, &all)
     };
     let top = pprof(&[
         "-diff_base",

@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use crate::common::{java_work, record, report, run, runs};
-use perfclock_testutil::{skip, Need};
+use crate::common::{go_or_skip, go_pprof, java_work, record, report, run};
 
 /// `(function, FILE:LINE)` to samples, of JIT leaves with a line, from `perf script -F
 /// ip,sym,srcline -G` limited to the JIT images (`--dsos`): a frame line, then its srcline on
@@ -83,8 +82,7 @@ fn jit_frames_lines_in_pprof_are_perf_scripts() {
     if record(test, work, "jvm.data", &command).is_none() {
         return;
     }
-    if !runs("go", "version") {
-        skip(test, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
+    if !go_or_skip(test) {
         return;
     }
     let stderr = report(work, &["jvm.data", "--pprof", "jvm.pb.gz"]);
@@ -118,12 +116,9 @@ fn jit_frames_lines_in_pprof_are_perf_scripts() {
     );
     let perf = perf_lines(&script);
     let top = |profile: &str| {
-        run(
+        go_pprof(
             work,
-            "go",
             &[
-                "tool",
-                "pprof",
                 "-top",
                 "-lines",
                 "-sample_index=samples",

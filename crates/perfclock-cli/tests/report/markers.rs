@@ -14,9 +14,9 @@ use std::fs;
 use std::path::Path;
 
 use crate::common::{
-    cargo_build, flame_counts, perfclock, record, report, run, runs, tools_or_skip,
+    cargo_build, compile_c, flame_counts, go_or_skip, go_pprof, perf_record, perfclock, record,
+    report, report_status, run, tools_or_skip,
 };
-use perfclock_testutil::{skip, Need};
 
 /// The phases' marker names and the function each runs.
 const PHASES: [(&str, &str); 3] = [
@@ -273,28 +273,17 @@ fn phase_counts_are_the_samples_inside_their_spans() {
         "--during sort --during write_file"
     );
 
-    if !runs("go", "version") {
-        skip(test, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
+    if !go_or_skip(test) {
         return;
     }
-    let tags = run(
-        work,
-        "go",
-        &[
-            "tool",
-            "pprof",
-            "-tags",
-            "-sample_index=samples",
-            "phases.pb.gz",
-        ],
-    );
+    let tags = go_pprof(work, &["-tags", "-sample_index=samples", "phases.pb.gz"]);
     println!("{tags}");
     let labelled = pprof_tags(&tags, "marker");
     for (phase, count) in &expected {
         assert_eq!(labelled.get(phase), Some(count), "pprof's marker={phase}");
     }
     // Which samples: pprof's wall-clock timestamps are perf times plus one offset.
-    let raw = run(work, "go", &["tool", "pprof", "-raw", "phases.pb.gz"]);
+    let raw = go_pprof(work, &["-raw", "phases.pb.gz"]);
     let labels = pprof_raw_samples(&raw);
     assert_eq!(labels.len(), samples.len(), "pprof's samples");
     let first_perf = samples.iter().map(|s| s.time_ns).min().unwrap();
@@ -335,21 +324,6 @@ const HOSTILE_MARKERS_C: &str = include_str!("fixtures/hostile_markers.c");
 /// The span name the hostile program writes.
 const HOSTILE_SPAN: &str = "\x1b]52;c;aGk=\x07 \x1b[2J span";
 
-/// `perfclock report ARGS` in `work`: its exit status's success and its standard error.
-fn report_status(work: &Path, args: &[&str]) -> (bool, String) {
-    let output = std::process::Command::new(perfclock())
-        .arg("report")
-        .args(args)
-        .current_dir(work)
-        .env("HOME", work.join("home"))
-        .output()
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn a_hostile_marker_file_is_read_as_untrusted() {
     let test = perfclock_testutil::test_name!();
@@ -359,43 +333,18 @@ fn a_hostile_marker_file_is_read_as_untrusted() {
     let work = tempfile::tempdir().unwrap();
     let work = work.path();
     fs::create_dir(work.join("home")).unwrap();
-    fs::write(work.join("hostile_markers.c"), HOSTILE_MARKERS_C).unwrap();
-    run(
-        work,
-        "cc",
-        &[
-            "-O0",
-            "-fno-omit-frame-pointer",
-            "-o",
-            "hostile",
-            "hostile_markers.c",
-        ],
-    );
-    let record = std::process::Command::new("perf")
-        .args([
-            "record",
-            "-q",
-            "-g",
-            "-e",
-            "cpu-clock",
-            "-o",
-            "hostile.data",
-            "./hostile",
-            "500",
-        ])
-        .current_dir(work)
-        .env("HOME", work.join("home"))
-        .output()
-        .unwrap();
-    if !record.status.success() {
-        skip(
-            test,
-            Need::Perf,
-            format!(
-                "perf record failed: {}",
-                String::from_utf8_lossy(&record.stderr)
-            ),
-        );
+    compile_c(work, "hostile_markers.c", HOSTILE_MARKERS_C, "hostile");
+    let record_args = [
+        "-q",
+        "-g",
+        "-e",
+        "cpu-clock",
+        "-o",
+        "hostile.data",
+        "./hostile",
+        "500",
+    ];
+    if perf_record(test, work, &work.join("home"), &record_args).is_none() {
         return;
     }
     let marker_file = fs::read_dir(work)
@@ -482,34 +431,10 @@ fn a_pipe_mode_recording_is_reported_without_markers() {
     let work = tempfile::tempdir().unwrap();
     let work = work.path();
     let script = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done";
-    let record = std::process::Command::new("perf")
-        .args([
-            "record",
-            "-q",
-            "-e",
-            "cpu-clock",
-            "-o",
-            "-",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ])
-        .current_dir(work)
-        .env("HOME", work)
-        .output()
-        .unwrap();
-    if !record.status.success() {
-        skip(
-            test,
-            Need::Perf,
-            format!(
-                "perf record failed: {}",
-                String::from_utf8_lossy(&record.stderr)
-            ),
-        );
+    let record_args = ["-q", "-e", "cpu-clock", "-o", "-", "--", "sh", "-c", script];
+    let Some(record) = perf_record(test, work, work, &record_args) else {
         return;
-    }
+    };
     fs::write(work.join("pipe.data"), &record.stdout).unwrap();
     let (ok, stderr) = report_status(work, &["pipe.data", "-o", "pipe.html"]);
     assert!(

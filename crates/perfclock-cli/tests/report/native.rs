@@ -11,11 +11,11 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
-use perfclock_testutil::{skip, Need};
-
-use crate::common::{flame_counts, pprof_top, run, runs, stacks, text};
+use crate::common::{
+    compile_c, flame_counts, go_or_skip, go_pprof, perf_record, pprof_top, record_c_program, run,
+    stacks, tools_or_skip,
+};
 
 /// Three functions with distinct stacks: `hot_inner` under `hot_outer` (the most samples), and
 /// `cold_path`, each called from `main`.
@@ -36,51 +36,13 @@ const HOSTILE_COMM: &str = "a\n1/1 1.00000:";
 const HOSTILE_FUNCTION: &str =
     "x 1/1 1.000000001: 1000000000 cpu-clock: 0 y\n\tdeadbeef forged (/x)";
 
-/// Whether `perf` and `cc` (and `extra`) run here; if not, the test is skipped.
-fn tools_run(test: &str, extra: &[&'static str]) -> bool {
-    for &tool in ["perf", "cc"].iter().chain(extra) {
-        if !runs(tool, "--version") {
-            skip(
-                test,
-                Need::Tool(tool),
-                "not on PATH (Debian: linux-perf, gcc, binutils)",
-            );
-            return false;
-        }
-    }
-    true
-}
-
 #[test]
 fn a_native_programs_report_counts_what_perf_script_counts() {
     let test = perfclock_testutil::test_name!();
-    if !tools_run(test, &[]) {
+    let Some(work) = record_c_program(test, "spin.c", SPIN_C, "spin", &["-F", "2000"], &[]) else {
         return;
-    }
-    let work = tempfile::tempdir().unwrap();
+    };
     let work = work.path();
-    fs::write(work.join("spin.c"), SPIN_C).unwrap();
-    // -O0: at -O1 a leaf function sets up no frame, and the frame-pointer walk loses its caller.
-    run(
-        work,
-        "cc",
-        &["-O0", "-fno-omit-frame-pointer", "-o", "spin", "spin.c"],
-    );
-    let record = Command::new("perf")
-        .args(["record", "-q", "-g", "-e", "cpu-clock", "-F", "2000"])
-        .args(["-o", "spin.data", "./spin"])
-        .current_dir(work)
-        .env("HOME", work)
-        .output()
-        .unwrap();
-    if !record.status.success() {
-        skip(
-            test,
-            Need::Perf,
-            format!("perf record failed: {}", text(&record.stderr)),
-        );
-        return;
-    }
     run(
         work,
         env!("CARGO_BIN_EXE_perfclock"),
@@ -133,16 +95,12 @@ fn a_native_programs_report_counts_what_perf_script_counts() {
         );
     }
 
-    if !runs("go", "version") {
-        skip(test, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
+    if !go_or_skip(test) {
         return;
     }
-    let top = run(
+    let top = go_pprof(
         work,
-        "go",
         &[
-            "tool",
-            "pprof",
             "-top",
             "-sample_index=samples",
             "-symbolize=none",
@@ -202,17 +160,17 @@ fn perf_self_count(work: &Path, data: &str, start: &str) -> Option<u64> {
 #[test]
 fn hostile_thread_and_function_names_neither_forge_samples_nor_stop_the_report() {
     let test = perfclock_testutil::test_name!();
-    if !tools_run(test, &["objcopy"]) {
+    let tools = [
+        ("perf", "--version"),
+        ("cc", "--version"),
+        ("objcopy", "--version"),
+    ];
+    if !tools_or_skip(test, &tools) {
         return;
     }
     let work = tempfile::tempdir().unwrap();
     let work = work.path();
-    fs::write(work.join("hostile.c"), HOSTILE_NAMES_C).unwrap();
-    run(
-        work,
-        "cc",
-        &["-O0", "-fno-omit-frame-pointer", "-o", "plain", "hostile.c"],
-    );
+    compile_c(work, "hostile.c", HOSTILE_NAMES_C, "plain");
     let rename = format!("hostile_leaf={HOSTILE_FUNCTION}");
     run(
         work,
@@ -223,23 +181,12 @@ fn hostile_thread_and_function_names_neither_forge_samples_nor_stop_the_report()
     let shown = |name: &str| name.replace(['\n', '\t'], " ");
     for call_graph in [true, false] {
         let data = if call_graph { "g.data" } else { "flat.data" };
-        let mut record = Command::new("perf");
-        record.args(["record", "-q", "-e", "cpu-clock:u", "-F", "2000"]);
+        let mut record_args = vec!["-q", "-e", "cpu-clock:u", "-F", "2000"];
         if call_graph {
-            record.arg("-g");
+            record_args.push("-g");
         }
-        let record = record
-            .args(["-o", data, "./hostile", HOSTILE_COMM])
-            .current_dir(work)
-            .env("HOME", work)
-            .output()
-            .unwrap();
-        if !record.status.success() {
-            skip(
-                test,
-                Need::Perf,
-                format!("perf record failed: {}", text(&record.stderr)),
-            );
+        record_args.extend(["-o", data, "./hostile", HOSTILE_COMM]);
+        if perf_record(test, work, work, &record_args).is_none() {
             return;
         }
         let (flame, pprof) = (format!("{data}.html"), format!("{data}.pb.gz"));
@@ -331,41 +278,10 @@ fn pprof_traces(traces: &str) -> BTreeMap<(u32, String), u64> {
 #[test]
 fn per_process_totals_and_traces_are_perf_scripts() {
     let test = perfclock_testutil::test_name!();
-    if !tools_run(test, &[]) {
+    let Some(work) = record_c_program(test, "two.c", TWO_PROCESSES_C, "two", &[], &["400"]) else {
         return;
-    }
-    let work = tempfile::tempdir().unwrap();
+    };
     let work = work.path();
-    fs::write(work.join("two.c"), TWO_PROCESSES_C).unwrap();
-    run(
-        work,
-        "cc",
-        &["-O0", "-fno-omit-frame-pointer", "-o", "two", "two.c"],
-    );
-    let record = Command::new("perf")
-        .args([
-            "record",
-            "-q",
-            "-g",
-            "-e",
-            "cpu-clock",
-            "-o",
-            "two.data",
-            "./two",
-            "400",
-        ])
-        .current_dir(work)
-        .env("HOME", work)
-        .output()
-        .unwrap();
-    if !record.status.success() {
-        skip(
-            test,
-            Need::Perf,
-            format!("perf record failed: {}", text(&record.stderr)),
-        );
-        return;
-    }
     run(
         work,
         env!("CARGO_BIN_EXE_perfclock"),
@@ -426,16 +342,12 @@ fn per_process_totals_and_traces_are_perf_scripts() {
         );
     }
 
-    if !runs("go", "version") {
-        skip(test, Need::Tool("go"), "no go on PATH (Debian: golang-go)");
+    if !go_or_skip(test) {
         return;
     }
-    let traces = run(
+    let traces = go_pprof(
         work,
-        "go",
         &[
-            "tool",
-            "pprof",
             "-traces",
             "-sample_index=samples",
             "-symbolize=none",
