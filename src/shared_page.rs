@@ -56,7 +56,7 @@ use perfclock_core::shared_page::{
     parse, SharedPageReader, SharedSnapshot, FILE_BYTES, HEADER_OFFSET, HEARTBEAT_INTERVAL_NS,
     MIRROR_OFFSET, PRIMARY_OFFSET, STALE_AFTER_NS,
 };
-use perfclock_core::{PageDefect, PageReader};
+use perfclock_core::{BootId, PageDefect, PageReader};
 
 use perfclock_core::published_offset::{self, PublishedOffset};
 use perfclock_os::{env, memfd, peer, time, Access, Mapping, Sharing};
@@ -226,8 +226,8 @@ pub(crate) struct SharedMapping {
     last_reattach: Mutex<Option<Instant>>,
 }
 
-/// This boot's id as the page stores it.
-pub(crate) fn boot_id() -> Option<[u64; 2]> {
+/// This boot's id.
+pub(crate) fn boot_id() -> Option<BootId> {
     time::boot_id().ok()
 }
 
@@ -479,7 +479,7 @@ fn map_read_only(memfd: &File) -> Result<Mapping, Refusal> {
 
 /// What is wrong with the page file `file` itself (read with `read()`, never mapped), if
 /// anything: for a page without a server, so that its refusal names the defect.
-fn judge_file(file: File, boot: [u64; 2]) -> Result<(), Refusal> {
+fn judge_file(file: File, boot: BootId) -> Result<(), Refusal> {
     use std::io::Read as _;
     let mut bytes = Vec::with_capacity(FILE_BYTES);
     file.take(FILE_BYTES as u64)

@@ -11,7 +11,7 @@ use libfuzzer_sys::fuzz_target;
 use perfclock_core::shared_page::{
     parse, SharedBound, SharedPageReader, SharedPageWriter, FILE_BYTES, LAYOUT_BYTES,
 };
-use perfclock_core::{PageDefect, TimeConversion};
+use perfclock_core::{BootId, PageDefect, TimeConversion};
 
 #[repr(C, align(4096))]
 struct File([u8; FILE_BYTES]);
@@ -30,7 +30,7 @@ fn template() -> Box<File> {
     let base = NonNull::from(&mut file.0).cast::<u8>();
     // SAFETY: an aligned FILE_BYTES buffer written by this one writer, read by no one meanwhile.
     let writer = unsafe { SharedPageWriter::new(base) };
-    writer.claim([7, 9], 1234, 1_000_000);
+    writer.claim(BootId::from_words([7, 9]), 1234, 1_000_000);
     writer.publish(&TimeConversion::new(858_993_459, 31, 1_000).unwrap());
     writer.store_bound(
         &SharedBound {
@@ -58,10 +58,11 @@ fn judge(data: &[u8]) {
     let parsed = parse(data);
     // The last 24 bytes past the page (if any) drive the freshness check.
     let now = u64_at(data, FILE_BYTES);
-    let boot = [u64_at(data, FILE_BYTES + 8), u64_at(data, FILE_BYTES + 16)];
+    let boot = BootId::from_words([u64_at(data, FILE_BYTES + 8), u64_at(data, FILE_BYTES + 16)]);
     if let Ok(snapshot) = parsed {
         assert!(snapshot.server_pid != 0);
-        let slope = f64::from(snapshot.conversion.mult()) / (1u64 << snapshot.conversion.shift()) as f64;
+        let slope =
+            f64::from(snapshot.conversion.mult()) / (1u64 << snapshot.conversion.shift()) as f64;
         assert!((0.05..=1000.0).contains(&slope));
         let _ = snapshot.check_fresh(boot, now);
         let _ = snapshot.check_fresh(snapshot.boot_id, now);

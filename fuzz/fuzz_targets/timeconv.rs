@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use perfclock_core::pvclock::PvclockParams;
-use perfclock_core::TimeConversion;
+use perfclock_core::{BootId, TimeConversion};
 use perfclock_jitdump::timeconv::{PvclockConversion, TimeConvMode, TimeConvRecord, MAGIC_LINE};
 
 /// The record's keys in file order, `clock` and `pvclock` included, as the writer prints them:
@@ -21,12 +21,19 @@ fn keys() -> &'static [String] {
     KEYS.get_or_init(|| {
         let conversion = TimeConversion::new(1, 0, 0).expect("a valid conversion");
         let params = PvclockParams::new(1, 1, 1 << 31, 0, 0).expect("a valid entry");
-        let record =
-            TimeConvRecord::new(1, "boot", TimeConvMode::Paravirt, "tsc", conversion, 0, 0)
-                .with_pvclock(PvclockConversion {
-                    params,
-                    offset_ns: -1,
-                });
+        let record = TimeConvRecord::new(
+            1,
+            BootId::from_words([0, 0]),
+            TimeConvMode::Paravirt,
+            "tsc",
+            conversion,
+            0,
+            0,
+        )
+        .with_pvclock(PvclockConversion {
+            params,
+            offset_ns: -1,
+        });
         record
             .to_string()
             .lines()

@@ -372,12 +372,23 @@ fn refuses_records_that_disagree_or_do_not_belong() {
     write(
         &second,
         sidecar_text(2, "kernel", 1_000_000_000, 5_000, 0, 20)
-            .replace("boot_id=", "boot_id=x")
+            .replace(OTHER_BOOT, "00000000-1111-2222-3333-555555555555")
             .as_bytes(),
     );
     assert_refused(&inject(&input, &out, &[]), &out, "different boot_ids");
-    write(&second, b"perfclock-timeconv 1\npid=2\n");
+    write(
+        &second,
+        sidecar_text(2, "kernel", 1_000_000_000, 5_000, 0, 20)
+            .replace("boot_id=", "boot_id=x")
+            .as_bytes(),
+    );
     let jit2 = dir.join("jit-2.dump");
+    assert_left_out(
+        &inject(&input, &out, &[]),
+        &jit2,
+        "the value of boot_id does not parse",
+    );
+    write(&second, b"perfclock-timeconv 1\npid=2\n");
     assert_left_out(&inject(&input, &out, &[]), &jit2, "lacks the key");
     write(&second, &[0xff; 64]);
     assert_left_out(&inject(&input, &out, &[]), &jit2, "is not text");

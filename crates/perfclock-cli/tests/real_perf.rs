@@ -212,9 +212,10 @@ fn jit_end_to_end(test: &str, record_options: &[&str]) {
     let written = clock.read_counter().unwrap();
     let sidecar = TimeConvRecord::new(
         pid,
-        fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .unwrap()
-            .trim(),
+        perfclock_core::BootId::parse(
+            &fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap(),
+        )
+        .expect("a boot id"),
         clock.mode().into(),
         COUNTER_NAME,
         clock.conversion().unwrap(),

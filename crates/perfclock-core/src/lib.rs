@@ -26,6 +26,7 @@
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
+mod boot_id;
 mod conversion;
 pub mod counter;
 mod error;
@@ -42,6 +43,7 @@ pub mod shared_page;
 pub mod untrusted;
 mod writer;
 
+pub use boot_id::BootId;
 pub use conversion::TimeConversion;
 pub use error::{PageDefect, ParamError, PvclockError, ReadError};
 #[cfg(feature = "std")]

@@ -22,7 +22,7 @@
 
 use core::fmt::{self, Write as _};
 
-use crate::PageDefect;
+use crate::{BootId, PageDefect};
 
 /// The first line's keyword.
 pub const MAGIC: &str = "perfclock-offset";
@@ -62,8 +62,8 @@ impl OffsetOrigin {
 /// What the file says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PublishedOffset {
-    /// `/proc/sys/kernel/random/boot_id` of the boot `C` belongs to.
-    pub boot_id: [u64; 2],
+    /// The boot `C` belongs to.
+    pub boot_id: BootId,
     /// `C`, ns.
     pub offset_ns: i64,
     /// Where the publisher took it from.
@@ -83,9 +83,7 @@ impl PublishedOffset {
     /// `out`'s.
     pub fn encode(&self, out: &mut impl fmt::Write) -> fmt::Result {
         writeln!(out, "{MAGIC} {VERSION}")?;
-        out.write_str("boot_id ")?;
-        write_boot_id(out, self.boot_id)?;
-        out.write_char('\n')?;
+        writeln!(out, "boot_id {}", self.boot_id)?;
         writeln!(out, "offset_ns {}", self.offset_ns)?;
         writeln!(out, "source {}", self.origin.as_str())?;
         writeln!(
@@ -105,34 +103,6 @@ impl PublishedOffset {
         let above = hi.abs_diff(self.offset_ns);
         below.max(above)
     }
-}
-
-/// `boot_id` as the kernel prints it (`8-4-4-4-12` lower-case hex digits).
-pub fn write_boot_id(out: &mut impl fmt::Write, boot_id: [u64; 2]) -> fmt::Result {
-    let [high, low] = boot_id;
-    write!(
-        out,
-        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        high >> 32,
-        (high >> 16) & 0xffff,
-        high & 0xffff,
-        low >> 48,
-        low & 0xffff_ffff_ffff
-    )
-}
-
-/// A boot id as the kernel prints it (`/proc/sys/kernel/random/boot_id`, surrounding white
-/// space allowed): 32 hex digits, dashes anywhere ignored; `None` otherwise.
-pub fn parse_boot_id(text: &str) -> Option<[u64; 2]> {
-    let mut words = [0u64; 2];
-    let mut digits = 0usize;
-    for c in text.trim().chars().filter(|c| *c != '-') {
-        let digit = u64::from(c.to_digit(16)?);
-        let word = words.get_mut(digits / 16)?;
-        *word = (*word << 4) | digit;
-        digits += 1;
-    }
-    (digits == 32).then_some(words)
 }
 
 /// The file's contents, judged: a [`PublishedOffset`] whose fields are consistent, or why not.
@@ -205,13 +175,13 @@ pub fn parse(bytes: &[u8]) -> Result<PublishedOffset, PageDefect> {
 }
 
 /// A boot id in the kernel's spelling only (lower-case, dashes where it puts them).
-fn canonical_boot_id(text: &str) -> Option<[u64; 2]> {
-    let boot_id = parse_boot_id(text).filter(|_| text.len() == 36)?;
+fn canonical_boot_id(text: &str) -> Option<BootId> {
+    let boot_id = BootId::parse(text).filter(|_| text.len() == 36)?;
     let mut canonical = Canonical {
         expected: text.as_bytes(),
         matches: true,
     };
-    write_boot_id(&mut canonical, boot_id).ok()?;
+    write!(canonical, "{boot_id}").ok()?;
     (canonical.matches && canonical.expected.is_empty()).then_some(boot_id)
 }
 
@@ -258,7 +228,7 @@ mod tests {
 
     fn sample() -> PublishedOffset {
         PublishedOffset {
-            boot_id: [0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210],
+            boot_id: BootId::from_words([0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210]),
             offset_ns: -1_234_567,
             origin: OffsetOrigin::KernelLog,
             intersection_ns: (-1_234_890, -1_234_100),
@@ -283,20 +253,6 @@ mod tests {
         assert!(text.len() < MAX_BYTES);
         assert_eq!(parse(text.as_bytes()), Ok(sample()));
         assert_eq!(sample().bracket_bound_ns(), 467);
-    }
-
-    #[test]
-    fn boot_ids_parse_as_the_kernel_prints_them() {
-        assert_eq!(
-            parse_boot_id("01234567-89ab-cdef-0123-456789abcdef\n"),
-            Some([0x0123_4567_89ab_cdef, 0x0123_4567_89ab_cdef])
-        );
-        assert_eq!(
-            parse_boot_id("0123456789abcdef-0123-4567-89ab-cdef01234567"),
-            None
-        );
-        assert_eq!(parse_boot_id("01234567-89ab-cdef-0123-456789abcdeg"), None);
-        assert_eq!(parse_boot_id(""), None);
     }
 
     #[test]

@@ -34,7 +34,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::page::{PerfEventMmapPage, PAGE_LAYOUT_BYTES};
 use crate::seq_lock::SeqLock;
-use crate::{PageDefect, ReadError, TimeConversion};
+use crate::{BootId, PageDefect, ReadError, TimeConversion};
 use crate::{PageReader, PageWriter, RawTimeFields};
 
 /// `SharedHeader::magic`: "perfclk1" read as a native-endian word.
@@ -75,8 +75,7 @@ pub struct SharedHeader {
     pub version: u32,
     /// Seqlock over the header and the perf pages: odd while the server changes anything.
     pub lock: u32,
-    /// `/proc/sys/kernel/random/boot_id` as 16 bytes: counter values mean nothing in another
-    /// boot.
+    /// The boot's id ([`BootId::words`]): counter values mean nothing in another boot.
     pub boot_id: [u64; 2],
     /// The serving process.
     pub server_pid: u64,
@@ -140,7 +139,7 @@ impl SharedBound {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SharedSnapshot {
     /// The boot the counter values belong to.
-    pub boot_id: [u64; 2],
+    pub boot_id: BootId,
     /// The serving process.
     pub server_pid: u32,
     /// Raw counter value of the last refresh.
@@ -165,7 +164,7 @@ impl SharedSnapshot {
     /// # Errors
     /// [`PageDefect::OtherBoot`], [`PageDefect::Stale`], or [`PageDefect::Garbage`] for a
     /// heartbeat more than a heartbeat interval in the future.
-    pub fn check_fresh(&self, boot_id: [u64; 2], now: u64) -> Result<(), PageDefect> {
+    pub fn check_fresh(&self, boot_id: BootId, now: u64) -> Result<(), PageDefect> {
         if self.boot_id != boot_id {
             return Err(PageDefect::OtherBoot);
         }
@@ -270,10 +269,10 @@ pub fn parse(bytes: &[u8]) -> Result<SharedSnapshot, PageDefect> {
         .filter(|&pid| pid != 0 && pid <= i32::MAX as u32)
         .ok_or(PageDefect::Garbage("server pid out of range"))?;
     Ok(SharedSnapshot {
-        boot_id: [
+        boot_id: BootId::from_words([
             word(bytes, h + offset_of!(SharedHeader, boot_id)),
             word(bytes, h + offset_of!(SharedHeader, boot_id) + 8),
-        ],
+        ]),
         server_pid,
         heartbeat_counter: word(bytes, h + offset_of!(SharedHeader, heartbeat_counter)),
         conversion,
@@ -493,13 +492,14 @@ impl SharedPageWriter {
 
     /// Stamps the header: magic, version, boot id, pid and a first heartbeat. Until a
     /// conversion is published, the page is refused as garbage ("no conversion published").
-    pub fn claim(&self, boot_id: [u64; 2], pid: u32, heartbeat_counter: u64) {
+    pub fn claim(&self, boot_id: BootId, pid: u32, heartbeat_counter: u64) {
         let header = self.header();
         let update = header.lock.write();
         header.magic.store(MAGIC, Ordering::Relaxed);
         header.version.store(VERSION, Ordering::Relaxed);
-        header.boot_id[0].store(boot_id[0], Ordering::Relaxed);
-        header.boot_id[1].store(boot_id[1], Ordering::Relaxed);
+        for (field, word) in header.boot_id.iter().zip(boot_id.words()) {
+            field.store(word, Ordering::Relaxed);
+        }
         header.server_pid.store(u64::from(pid), Ordering::Relaxed);
         header
             .heartbeat_counter
@@ -573,7 +573,7 @@ mod tests {
         NonNull::from(Box::leak(Box::new(File([0; FILE_BYTES])))).cast()
     }
 
-    const BOOT: [u64; 2] = [0x1234, 0x5678];
+    const BOOT: BootId = BootId::from_words([0x1234, 0x5678]);
 
     fn served(base: NonNull<u8>) -> SharedPageWriter {
         // SAFETY: a leaked, page-aligned buffer with this one writer.
@@ -615,7 +615,7 @@ mod tests {
             })
         );
         assert_eq!(
-            snapshot.check_fresh([1, 2], 1_000_000),
+            snapshot.check_fresh(BootId::from_words([1, 2]), 1_000_000),
             Err(PageDefect::OtherBoot)
         );
         let future = SharedSnapshot {

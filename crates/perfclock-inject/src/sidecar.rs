@@ -379,9 +379,9 @@ pub fn check_consistent(sidecars: &[Sidecar]) -> Result<(), AgreementError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use perfclock_core::TimeConversion;
+    use perfclock_core::{BootId, TimeConversion};
 
-    const BOOT: &str = "0b3f4c5e-1111-2222-3333-444455556666";
+    const BOOT: BootId = BootId::from_words([0x0b3f_4c5e_1111_2222, 0x3333_4444_5555_6666]);
 
     /// 1 ns per tick from `zero`: a record's conversion at counter `c` is `zero + c`.
     fn record(
@@ -701,7 +701,7 @@ mod tests {
         );
         let other_boot = TimeConvRecord::new(
             2,
-            "99999999-1111-2222-3333-444455556666",
+            BootId::from_words([0x9999_9999_1111_2222, 0x3333_4444_5555_6666]),
             TimeConvMode::Kernel,
             "tsc",
             conversion,

@@ -6,7 +6,6 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use perfclock_core::published_offset::{parse_boot_id, write_boot_id};
 use perfclock_core::TimeConversion;
 use perfclock_jitdump::timeconv::TimeConvRecord;
 use perfclock_perfdata::Scan;
@@ -202,7 +201,7 @@ pub(crate) fn disagreeing_with_this_clock(sidecars: &[Sidecar]) -> Vec<(usize, D
     let mut disagreeing = Vec::new();
     for (index, sidecar) in sidecars.iter().enumerate() {
         let record = &sidecar.record;
-        if parse_boot_id(record.boot_id()) != Some(boot_id) {
+        if record.boot_id() != boot_id {
             continue;
         }
         let counter = record.written_counter();
@@ -276,17 +275,12 @@ pub(crate) fn from_sidecars(
 pub(crate) fn boot_warning(sidecars: &[Sidecar]) -> Option<BootWarning> {
     let sidecar = sidecars.first()?;
     match perfclock_os::time::boot_id() {
-        Ok(boot_id) if parse_boot_id(sidecar.record.boot_id()) == Some(boot_id) => None,
-        Ok(boot_id) => {
-            let mut this_boot = String::new();
-            // Writing into a String cannot fail.
-            let _ = write_boot_id(&mut this_boot, boot_id);
-            Some(BootWarning::OtherBoot {
-                path: sidecar.path.clone(),
-                written_on: sidecar.record.boot_id().to_owned(),
-                this_boot,
-            })
-        }
+        Ok(boot_id) if sidecar.record.boot_id() == boot_id => None,
+        Ok(boot_id) => Some(BootWarning::OtherBoot {
+            path: sidecar.path.clone(),
+            written_on: sidecar.record.boot_id().to_string(),
+            this_boot: boot_id.to_string(),
+        }),
         Err(error) => Some(BootWarning::Unknown(error.kind())),
     }
 }
@@ -336,10 +330,11 @@ impl fmt::Display for BootWarning {
 mod tests {
     use super::*;
     use perfclock_core::pvclock::PvclockParams;
+    use perfclock_core::BootId;
     use perfclock_jitdump::timeconv::{PvclockConversion, TimeConvMode};
     use std::path::Path;
 
-    const BOOT: &str = "0b3f4c5e-1111-2222-3333-444455556666";
+    const BOOT: BootId = BootId::from_words([0x0b3f_4c5e_1111_2222, 0x3333_4444_5555_6666]);
 
     /// 1 ns per tick from `zero`.
     fn record(mode: TimeConvMode, zero: u64, bound_ns: u64, written: u64) -> TimeConvRecord {
@@ -442,7 +437,7 @@ mod tests {
         );
     }
 
-    fn with_boot(boot_id: &str) -> Sidecar {
+    fn with_boot(boot_id: BootId) -> Sidecar {
         let conversion = TimeConversion::new(1 << 31, 31, 0).unwrap();
         sidecar(
             "/tmp/jit-1.dump.timeconv",
@@ -464,25 +459,18 @@ mod tests {
                 return;
             }
         };
-        let mut this = String::new();
-        write_boot_id(&mut this, this_boot).unwrap();
-        assert_eq!(boot_warning(&[with_boot(&this)]), None);
+        assert_eq!(boot_warning(&[with_boot(this_boot)]), None);
         // Another boot: one that differs from this one in its last digit.
-        let last = if this.ends_with('0') { '1' } else { '0' };
-        let other = format!("{}{last}", &this[..this.len() - 1]);
+        let [high, low] = this_boot.words();
+        let other = BootId::from_words([high, low ^ 1]);
         assert_eq!(
-            boot_warning(&[with_boot(&other)]),
+            boot_warning(&[with_boot(other)]),
             Some(BootWarning::OtherBoot {
                 path: PathBuf::from("/tmp/jit-1.dump.timeconv"),
-                written_on: other.clone(),
-                this_boot: this.clone(),
+                written_on: other.to_string(),
+                this_boot: this_boot.to_string(),
             })
         );
-        // A boot id that is no boot id is another boot too.
-        assert!(matches!(
-            boot_warning(&[with_boot("not a boot id")]),
-            Some(BootWarning::OtherBoot { .. })
-        ));
     }
 
     #[test]

@@ -23,18 +23,19 @@
 //! clock=arch
 //! pvclock=TSC_TIMESTAMP,SYSTEM_TIME,MUL,SHIFT,OFFSET_NS
 //! ```
-//! Every key is required once, except `clock` (the dump's [`JitClock`]; absent in records of
-//! writers that had only `arch`, which it then defaults to) and `pvclock` (paravirt mode: the
-//! pvclock entry's parameters and the boot's offset `C`, from which a reader derives the
-//! conversion anchored wherever it needs it, [`TimeConvRecord::conversion_at`]); unknown keys
-//! are ignored so later versions can add some.
+//! `boot_id` is the writer's boot id in the kernel's spelling ([`BootId`]); a record whose
+//! `boot_id` is not one does not parse. Every key is required once, except `clock` (the dump's
+//! [`JitClock`]; absent in records of writers that had only `arch`, which it then defaults to)
+//! and `pvclock` (paravirt mode: the pvclock entry's parameters and the boot's offset `C`, from
+//! which a reader derives the conversion anchored wherever it needs it,
+//! [`TimeConvRecord::conversion_at`]); unknown keys are ignored so later versions can add some.
 
 use std::fmt;
 use std::io::{self, Write};
 use std::path::Path;
 
 use perfclock_core::pvclock::PvclockParams;
-use perfclock_core::TimeConversion;
+use perfclock_core::{BootId, TimeConversion};
 
 use crate::error::TimeConvError;
 use crate::JitClock;
@@ -101,7 +102,7 @@ pub struct PvclockConversion {
 #[non_exhaustive]
 pub struct TimeConvRecord {
     pid: u32,
-    boot_id: String,
+    boot_id: BootId,
     mode: TimeConvMode,
     counter: String,
     conversion: TimeConversion,
@@ -119,7 +120,7 @@ impl TimeConvRecord {
     /// counter's value when the record is written.
     pub fn new(
         pid: u32,
-        boot_id: impl Into<String>,
+        boot_id: BootId,
         mode: TimeConvMode,
         counter: impl Into<String>,
         conversion: TimeConversion,
@@ -128,7 +129,7 @@ impl TimeConvRecord {
     ) -> Self {
         TimeConvRecord {
             pid,
-            boot_id: boot_id.into(),
+            boot_id,
             mode,
             counter: counter.into(),
             conversion,
@@ -189,10 +190,10 @@ impl TimeConvRecord {
         self.pid
     }
 
-    /// `/proc/sys/kernel/random/boot_id` when written: counter values from another boot mean
-    /// nothing under this conversion.
-    pub fn boot_id(&self) -> &str {
-        &self.boot_id
+    /// The boot the record was written in (`/proc/sys/kernel/random/boot_id` then): counter
+    /// values from another boot mean nothing under this conversion.
+    pub fn boot_id(&self) -> BootId {
+        self.boot_id
     }
 
     /// Kernel-published or calibrated conversion.
@@ -397,7 +398,8 @@ impl TimeConvRecord {
         };
         Ok(TimeConvRecord {
             pid: number("pid", get("pid")?)?,
-            boot_id: get("boot_id")?.to_owned(),
+            boot_id: BootId::parse(get("boot_id")?)
+                .ok_or(TimeConvError::InvalidValue { key: "boot_id" })?,
             mode,
             counter: get("counter")?.to_owned(),
             conversion,
@@ -474,7 +476,7 @@ mod tests {
     fn sample() -> TimeConvRecord {
         TimeConvRecord {
             pid: 4242,
-            boot_id: "0b3f4c5e-1111-2222-3333-444455556666".into(),
+            boot_id: BootId::parse("0b3f4c5e-1111-2222-3333-444455556666").unwrap(),
             mode: TimeConvMode::Calibrated,
             counter: "tsc".into(),
             conversion: TimeConversion::new(2_796_202_667, 31, 18_446_743_000_000_000_000).unwrap(),
@@ -655,6 +657,33 @@ mod tests {
             TimeConvRecord::parse(&format!("{text}no equals sign\n")),
             Err(TimeConvError::MalformedLine { line: 15 })
         );
+    }
+
+    #[test]
+    fn a_boot_id_that_is_not_one_is_refused_at_parse() {
+        let text = sample().to_string();
+        assert!(
+            text.contains("\nboot_id=0b3f4c5e-1111-2222-3333-444455556666\n"),
+            "{text}"
+        );
+        for bad in [
+            "",
+            "b",
+            "0b3f4c5e-1111-2222-3333-44445555666",
+            "0b3f4c5e-1111-2222-3333-4444555566667",
+            "0b3f4c5e-1111-2222-3333-44445555666g",
+            "\x1b]52;c;eA==\x07",
+        ] {
+            let edited = text.replace(
+                "boot_id=0b3f4c5e-1111-2222-3333-444455556666",
+                &format!("boot_id={bad}"),
+            );
+            assert_eq!(
+                TimeConvRecord::parse(&edited),
+                Err(TimeConvError::InvalidValue { key: "boot_id" }),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

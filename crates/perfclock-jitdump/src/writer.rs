@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use perfclock::Clock;
-use perfclock_core::{ReadError, TimeConversion};
+use perfclock_core::{BootId, ReadError, TimeConversion};
 use perfclock_os::mapping::ExecMarkerMapping;
 use perfclock_os::thread;
 use perfclock_os::time::{self, monotonic_ns};
@@ -58,7 +58,7 @@ struct Shared {
     path: PathBuf,
     timeconv_path: PathBuf,
     pid: u32,
-    boot_id: String,
+    boot_id: BootId,
     key: FileKey,
     state: Mutex<State>,
     timeconv: Mutex<Option<Published>>,
@@ -368,9 +368,7 @@ impl Shared {
         names: &Names<'_>,
         key: FileKey,
     ) -> Result<Shared, JitDumpError> {
-        let mut boot_id = String::new();
-        let words = time::boot_id().map_err(io_error("read", Path::new(time::BOOT_ID_PATH)))?;
-        let _ = perfclock_core::published_offset::write_boot_id(&mut boot_id, words);
+        let boot_id = time::boot_id().map_err(io_error("read", Path::new(time::BOOT_ID_PATH)))?;
         // The dump first: its lock is what proves a live writer's sidecar its own, so another
         // writer's dump at the name fails this before its sidecar is touched.
         let file = shared_file::create_exclusive(names.dir, &names.name, 0o644)
@@ -569,7 +567,7 @@ impl Shared {
         let error_bound_ns = self.sidecar_bound_ns(written);
         let record = TimeConvRecord::new(
             self.pid,
-            self.boot_id.as_str(),
+            self.boot_id,
             self.clock.mode().into(),
             perfclock_core::counter::COUNTER_NAME,
             conversion,

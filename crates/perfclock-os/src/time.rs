@@ -9,6 +9,8 @@
 use std::fs::File;
 use std::io;
 
+use perfclock_core::BootId;
+
 /// A clock [`clock_gettime_ns`] reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -67,19 +69,18 @@ pub fn monotonic_ns() -> u64 {
 /// Where the kernel publishes this boot's id.
 pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
-/// This boot's id (`/proc/sys/kernel/random/boot_id`) as its 16 bytes, read with one `read()`
-/// (`init()` pays for every system call here); its text is
-/// `perfclock_core::published_offset::write_boot_id` of them.
+/// This boot's id (`/proc/sys/kernel/random/boot_id`), read with one `read()` (`init()` pays
+/// for every system call here).
 ///
 /// # Errors
 /// The open's or read's error, or `InvalidData` if the text is not a boot id.
-pub fn boot_id() -> io::Result<[u64; 2]> {
+pub fn boot_id() -> io::Result<BootId> {
     use std::io::Read as _;
     let mut buffer = [0u8; 64];
     let len = File::open(BOOT_ID_PATH)?.read(&mut buffer)?;
     std::str::from_utf8(&buffer[..len])
         .ok()
-        .and_then(perfclock_core::published_offset::parse_boot_id)
+        .and_then(BootId::parse)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not a boot id"))
 }
 
@@ -89,9 +90,7 @@ mod tests {
     #[test]
     fn boot_id_is_the_kernels() {
         let text = std::fs::read_to_string(BOOT_ID_PATH).unwrap();
-        let mut spelled = String::new();
-        perfclock_core::published_offset::write_boot_id(&mut spelled, boot_id().unwrap()).unwrap();
-        assert_eq!(spelled, text.trim());
+        assert_eq!(boot_id().unwrap().to_string(), text.trim());
     }
 
     #[test]

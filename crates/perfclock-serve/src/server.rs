@@ -48,6 +48,7 @@ use perfclock_calib::{CalibStats, CalibratedClock, CalibrationOptions};
 use perfclock_core::counter;
 use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::shared_page::{parse, SharedPageWriter, HEARTBEAT_INTERVAL_NS};
+use perfclock_core::BootId;
 
 use crate::line::{Publication, PublishedLine};
 use crate::publisher::{self, LivePage, PageDir};
@@ -131,7 +132,7 @@ pub enum Event<'a> {
 pub struct Server {
     path: PathBuf,
     dir_lock: PageDir,
-    boot_id: [u64; 2],
+    boot_id: BootId,
     existing: Option<(File, Vec<u8>)>,
     inherited: Option<Solution>,
 }
@@ -248,7 +249,7 @@ fn page_path(path: Option<PathBuf>) -> Result<PathBuf, ServeError> {
 /// a calibration is served instead.
 fn published_paravirt_offset(
     dir: &Path,
-    boot_id: [u64; 2],
+    boot_id: BootId,
     once: bool,
     report: &mut dyn FnMut(Event<'_>),
 ) -> Result<bool, ServeError> {
@@ -270,7 +271,7 @@ fn published_paravirt_offset(
 }
 
 /// The line of a page an earlier server of this boot left, to continue.
-fn inherited_solution(existing: Option<&[u8]>, boot_id: [u64; 2]) -> Option<Solution> {
+fn inherited_solution(existing: Option<&[u8]>, boot_id: BootId) -> Option<Solution> {
     let snapshot = parse(existing?).ok()?;
     (snapshot.boot_id == boot_id).then_some(Solution {
         conversion: snapshot.conversion,
@@ -306,7 +307,7 @@ fn open_page(
     existing: Option<(File, Vec<u8>)>,
     inherited: Option<Solution>,
     path: &Path,
-    boot_id: [u64; 2],
+    boot_id: BootId,
     report: &mut dyn FnMut(Event<'_>),
 ) -> Result<(LivePage, File), ServeError> {
     let target = calibration.target()?;
@@ -379,7 +380,7 @@ fn poll_until_stopped(
 /// `C` is fixed for the boot: there is nothing to refresh afterwards.
 fn publish_paravirt_offset(
     dir: &Path,
-    boot_id: [u64; 2],
+    boot_id: BootId,
     report: &mut dyn FnMut(Event<'_>),
 ) -> Result<(), ServeError> {
     let measured =
@@ -400,7 +401,7 @@ fn publish_paravirt_offset(
 /// only one a bracket intersection checked.
 fn offset_to_publish(
     measured: &MeasuredOffset,
-    boot_id: [u64; 2],
+    boot_id: BootId,
     writer_pid: u32,
 ) -> Result<PublishedOffset, ServeError> {
     let origin = match measured.source {
@@ -482,7 +483,7 @@ fn counter_now() -> Result<u64, ServeError> {
     counter::read_counter().ok_or(ServeError::NoCounter)
 }
 
-fn boot_id() -> Result<[u64; 2], ServeError> {
+fn boot_id() -> Result<BootId, ServeError> {
     perfclock_os::time::boot_id().map_err(ServeError::BootId)
 }
 
@@ -492,7 +493,7 @@ mod tests {
     use perfclock_calib::published::BoundModel;
     use perfclock_core::TimeConversion;
 
-    const BOOT: [u64; 2] = [0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210];
+    const BOOT: BootId = BootId::from_words([0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210]);
 
     /// A page claimed in boot `BOOT`, its first line `line` published as the server does; the
     /// line the page carries.
@@ -521,7 +522,7 @@ mod tests {
         };
         let (bytes, carried) = page_of(line);
         assert_eq!(inherited_solution(Some(&bytes), BOOT), Some(carried));
-        let other_boot = [BOOT[0], BOOT[1] + 1];
+        let other_boot = BootId::from_words([BOOT.words()[0], BOOT.words()[1] + 1]);
         assert_eq!(inherited_solution(Some(&bytes), other_boot), None);
         assert_eq!(inherited_solution(Some(b"not a page"), BOOT), None);
         assert_eq!(inherited_solution(None, BOOT), None);

@@ -19,7 +19,7 @@ use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
 use perfclock_core::shared_page::{
     SharedBound, SharedPageWriter, FILE_BYTES, HEADER_OFFSET, STALE_AFTER_NS,
 };
-use perfclock_core::{PageDefect, TimeConversion};
+use perfclock_core::{BootId, PageDefect, TimeConversion};
 use perfclock_serve::publisher::LivePage;
 use perfclock_testutil::{skip, Need};
 
@@ -29,9 +29,9 @@ const MULT: u32 = 858_993_459;
 #[repr(C, align(4096))]
 struct Page([u8; FILE_BYTES]);
 
-fn boot_id() -> [u64; 2] {
+fn boot_id() -> BootId {
     let text = fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
-    perfclock_core::published_offset::parse_boot_id(&text).expect("a boot id")
+    BootId::parse(&text).expect("a boot id")
 }
 
 fn scratch_dir(tag: &str) -> std::path::PathBuf {
@@ -43,7 +43,7 @@ fn scratch_dir(tag: &str) -> std::path::PathBuf {
 }
 
 /// A page as a server would write it, with `boot` and a heartbeat `age_ns` old.
-fn page(boot: [u64; 2], age_ns: u64) -> Box<Page> {
+fn page(boot: BootId, age_ns: u64) -> Box<Page> {
     let mut page = Box::new(Page([0; FILE_BYTES]));
     let base = NonNull::from(&mut page.0).cast::<u8>();
     // SAFETY: an aligned FILE_BYTES buffer, written by this one writer and read by no one until
@@ -145,8 +145,8 @@ fn each_refused_page_names_its_reason() {
         Err(Refusal::Defect(PageDefect::Garbage(_)))
     ));
 
-    let [a, b] = boot_id();
-    write(&path, &page([a ^ 1, b], 0).0, 0o644);
+    let [a, b] = boot_id().words();
+    write(&path, &page(BootId::from_words([a ^ 1, b]), 0).0, 0o644);
     assert_eq!(probe(&path), Err(Refusal::Defect(PageDefect::OtherBoot)));
 
     write(
@@ -187,7 +187,7 @@ fn each_refused_page_names_its_reason() {
     fs::remove_dir_all(&dir).unwrap();
 }
 
-fn offset_file(boot: [u64; 2]) -> String {
+fn offset_file(boot: BootId) -> String {
     let mut text = String::new();
     PublishedOffset {
         boot_id: boot,
@@ -242,8 +242,12 @@ fn each_refused_published_offset_names_its_reason() {
         probe_published_offset(&path),
         Err(Refusal::Defect(PageDefect::Garbage(_)))
     ));
-    let [a, b] = boot_id();
-    write(&path, offset_file([a, b ^ 1]).as_bytes(), 0o644);
+    let [a, b] = boot_id().words();
+    write(
+        &path,
+        offset_file(BootId::from_words([a, b ^ 1])).as_bytes(),
+        0o644,
+    );
     assert_eq!(
         probe_published_offset(&path),
         Err(Refusal::Defect(PageDefect::OtherBoot))

@@ -284,7 +284,8 @@ const PUBLISHED_ROLE: &str = "PERFCLOCK_PARAVIRT_TEST_PUBLISHED";
 #[test]
 fn published_offset_opens_with_bound_0_and_holds() {
     let _turn = perfclock_testutil::one_at_a_time();
-    use perfclock_core::published_offset::{parse_boot_id, OffsetOrigin, PublishedOffset};
+    use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
+    use perfclock_core::BootId;
     let test_path = perfclock_testutil::test_path!();
     let test = test_path.as_str();
     if std::env::var_os(PUBLISHED_ROLE).is_some() {
@@ -302,7 +303,7 @@ fn published_offset_opens_with_bound_0_and_holds() {
         .expect("the log's C was cross-checked");
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let published = PublishedOffset {
-        boot_id: parse_boot_id(&boot_id).expect("a boot id"),
+        boot_id: BootId::parse(&boot_id).expect("a boot id"),
         offset_ns: measured.offset_ns,
         origin: OffsetOrigin::KernelLog,
         intersection_ns: (intersection.lo(), intersection.hi()),
@@ -385,7 +386,8 @@ const USER_FILE_ROLE: &str = "PERFCLOCK_PARAVIRT_TEST_USER_FILE";
 #[test]
 fn a_users_own_offset_file_is_a_claim_checked_against_brackets() {
     let _turn = perfclock_testutil::one_at_a_time();
-    use perfclock_core::published_offset::{parse_boot_id, OffsetOrigin, PublishedOffset};
+    use perfclock_core::published_offset::{OffsetOrigin, PublishedOffset};
+    use perfclock_core::BootId;
     use std::os::unix::fs::PermissionsExt as _;
     let test_path = perfclock_testutil::test_path!();
     let test = test_path.as_str();
@@ -411,7 +413,7 @@ fn a_users_own_offset_file_is_a_claim_checked_against_brackets() {
     // The wrong file is consistent in itself: its claimed intersection moved with its `C`.
     for (expect, shift_ns) in [("kept", 0), ("refused", 10_000)] {
         let published = PublishedOffset {
-            boot_id: parse_boot_id(&boot_id).expect("a boot id"),
+            boot_id: BootId::parse(&boot_id).expect("a boot id"),
             offset_ns: measured.offset_ns + shift_ns,
             origin: OffsetOrigin::KernelLog,
             intersection_ns: (intersection.lo() + shift_ns, intersection.hi() + shift_ns),

@@ -159,6 +159,7 @@ pub(super) fn timeconv_problems(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use perfclock_core::BootId;
     use perfclock_jitdump::JitDump;
     use perfclock_testutil::{skip, Need};
 
@@ -261,7 +262,7 @@ mod tests {
         let pid = 7;
         let record = TimeConvRecord::new(
             pid,
-            "b",
+            BootId::from_words([1, 2]),
             TimeConvMode::Kernel,
             perfclock_core::counter::COUNTER_NAME,
             page,
@@ -271,7 +272,7 @@ mod tests {
         assert!(timeconv_problems(&record, &page, pid).is_empty());
         let calibrated = TimeConvRecord::new(
             pid,
-            "b",
+            BootId::from_words([1, 2]),
             TimeConvMode::Calibrated,
             perfclock_core::counter::COUNTER_NAME,
             TimeConversion::new(1 << 20, 20, 1).unwrap(),
