@@ -101,6 +101,34 @@ fn assert_left_out(output: &Output, dump: &Path, why: &str) {
     assert!(line.contains(why), "expected {why:?} in {line}");
 }
 
+/// Writes the timeconv record `text` (see [`sidecar_text`]) at `path`.
+fn write_sidecar(path: &Path, text: String) {
+    write(path, text.as_bytes());
+}
+
+/// A success (exit 0) whose stderr says `expected`.
+fn assert_success_saying(output: &Output, expected: &str) {
+    let message = stderr(output);
+    assert!(output.status.success(), "{message}");
+    assert!(message.contains(expected), "{message}");
+}
+
+/// A failure with exit code 1 whose stderr says `expected`.
+fn assert_status_1_saying(output: &Output, expected: &str) {
+    let message = stderr(output);
+    assert_eq!(output.status.code(), Some(1), "{message}");
+    assert!(message.contains(expected), "{message}");
+}
+
+/// `dir/perf.data`: a recording that mapped `dir/jit-<pid>.dump` for each pid; its path and
+/// built layout.
+fn recording_at(dir: &Path, pids: &[u32]) -> (PathBuf, synth::Built) {
+    let built = recording_with_dumps(dir, pids);
+    let input = dir.join("perf.data");
+    write(&input, &built.bytes);
+    (input, built)
+}
+
 /// A recording that mapped `dir/jit-<pid>.dump` for each pid, with its built layout.
 fn recording_with_dumps(dir: &Path, pids: &[u32]) -> synth::Built {
     let mut records = vec![synth::comm(pids[0], "java")];
@@ -220,12 +248,10 @@ fn doctor_names_standard_output_when_it_cannot_write() {
 fn inserts_the_sidecar_conversion_and_replaces_an_existing_out() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let built = recording_with_dumps(dir, &[41]);
-    let input = dir.join("perf.data");
-    write(&input, &built.bytes);
-    write(
+    let (input, built) = recording_at(dir, &[41]);
+    write_sidecar(
         &dir.join("jit-41.dump.timeconv"),
-        sidecar_text(41, "calibrated", 2_796_202_667, 123_456, 700, 5_000).as_bytes(),
+        sidecar_text(41, "calibrated", 2_796_202_667, 123_456, 700, 5_000),
     );
     let out = dir.join("out.data");
     write(&out, b"an older OUT");
@@ -255,9 +281,7 @@ fn dumps_in_another_clock_than_arch_are_left_out_with_what_to_do() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let dir = dir.path();
-        let built = recording_with_dumps(dir, &[43]);
-        let input = dir.join("perf.data");
-        write(&input, &built.bytes);
+        let (input, _) = recording_at(dir, &[43]);
         let sidecar = sidecar_text(43, "calibrated", 2_796_202_667, 1, 700, 5_000);
         write(
             &dir.join("jit-43.dump.timeconv"),
@@ -278,9 +302,7 @@ fn dumps_in_another_clock_than_arch_are_left_out_with_what_to_do() {
 fn another_boot_is_a_warning_not_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let built = recording_with_dumps(dir, &[41]);
-    let input = dir.join("perf.data");
-    write(&input, &built.bytes);
+    let (input, _) = recording_at(dir, &[41]);
     let text = sidecar_text(41, "calibrated", 2_796_202_667, 1, 700, 5_000);
     let this_boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     write(&dir.join("jit-41.dump.timeconv"), text.as_bytes());
@@ -303,17 +325,15 @@ fn another_boot_is_a_warning_not_an_error() {
 fn picks_the_smallest_bound_among_agreeing_records() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let built = recording_with_dumps(dir, &[1, 2]);
-    let input = dir.join("perf.data");
-    write(&input, &built.bytes);
+    let (input, built) = recording_at(dir, &[1, 2]);
     // 1 ns of zero apart, bounds 900 and 300 ns: they agree; the second is tighter.
-    write(
+    write_sidecar(
         &dir.join("jit-1.dump.timeconv"),
-        sidecar_text(1, "calibrated", 1_000_000_000, 5_000, 900, 10).as_bytes(),
+        sidecar_text(1, "calibrated", 1_000_000_000, 5_000, 900, 10),
     );
-    write(
+    write_sidecar(
         &dir.join("jit-2.dump.timeconv"),
-        sidecar_text(2, "calibrated", 1_000_000_000, 5_001, 300, 20).as_bytes(),
+        sidecar_text(2, "calibrated", 1_000_000_000, 5_001, 300, 20),
     );
     let out = dir.join("out.data");
     let output = inject(&input, &out, &[]);
@@ -321,77 +341,85 @@ fn picks_the_smallest_bound_among_agreeing_records() {
     assert_eq!(inserted(&fs::read(&out).unwrap(), &built).1, 5_001);
 }
 
+/// What inject-time-conv makes of a recording whose second record is at fault.
+enum Verdict {
+    /// The whole recording is refused, naming this.
+    Refused(&'static str),
+    /// The second record's dump is left out, for this.
+    LeftOut(&'static str),
+}
+
 #[test]
 fn refuses_records_that_disagree_or_do_not_belong() {
+    use Verdict::{LeftOut, Refused};
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let built = recording_with_dumps(dir, &[1, 2]);
-    let input = dir.join("perf.data");
-    write(&input, &built.bytes);
+    let (input, _) = recording_at(dir, &[1, 2]);
     let out = dir.join("out.data");
     let first = dir.join("jit-1.dump.timeconv");
     let second = dir.join("jit-2.dump.timeconv");
-    write(
-        &first,
-        sidecar_text(1, "calibrated", 1_000_000_000, 5_000, 900, 10).as_bytes(),
-    );
-    // 2 us apart with bounds summing to 1.2 us.
-    write(
-        &second,
-        sidecar_text(2, "calibrated", 1_000_000_000, 7_000, 300, 20).as_bytes(),
-    );
-    assert_refused(&inject(&input, &out, &[]), &out, "disagree by 2000 ns");
-    // Two kernel-mode records must be identical: 1 ns apart is refused.
-    write(
-        &first,
-        sidecar_text(1, "kernel", 1_000_000_000, 5_000, 0, 10).as_bytes(),
-    );
-    write(
-        &second,
-        sidecar_text(2, "kernel", 1_000_000_000, 5_001, 0, 20).as_bytes(),
-    );
-    assert_refused(&inject(&input, &out, &[]), &out, "disagree");
-    // A record that does not belong to its dump leaves that dump out, not the recording.
-    write(
-        &second,
-        sidecar_text(9, "kernel", 1_000_000_000, 5_000, 0, 20).as_bytes(),
-    );
-    assert_left_out(
-        &inject(&input, &out, &[]),
-        &dir.join("jit-2.dump"),
-        "says pid=9",
-    );
-    fs::remove_file(&out).unwrap();
-    write(
-        &second,
-        sidecar_text(2, "kernel", 1_000_000_000, 5_000, 0, 20)
-            .replace("counter=tsc", "counter=cntvct_el0")
-            .as_bytes(),
-    );
-    assert_refused(&inject(&input, &out, &[]), &out, "different counters");
-    write(
-        &second,
-        sidecar_text(2, "kernel", 1_000_000_000, 5_000, 0, 20)
-            .replace(OTHER_BOOT, "00000000-1111-2222-3333-555555555555")
-            .as_bytes(),
-    );
-    assert_refused(&inject(&input, &out, &[]), &out, "different boot_ids");
-    write(
-        &second,
-        sidecar_text(2, "kernel", 1_000_000_000, 5_000, 0, 20)
-            .replace("boot_id=", "boot_id=x")
-            .as_bytes(),
-    );
     let jit2 = dir.join("jit-2.dump");
-    assert_left_out(
-        &inject(&input, &out, &[]),
-        &jit2,
-        "the value of boot_id does not parse",
-    );
-    write(&second, b"perfclock-timeconv 1\npid=2\n");
-    assert_left_out(&inject(&input, &out, &[]), &jit2, "lacks the key");
-    write(&second, &[0xff; 64]);
-    assert_left_out(&inject(&input, &out, &[]), &jit2, "is not text");
+    let kernel_2 = sidecar_text(2, "kernel", 1_000_000_000, 5_000, 0, 20);
+    // Each step writes the first record (where it has one) and the second, then injects.
+    let steps: Vec<(Option<String>, Vec<u8>, Verdict)> = vec![
+        // 2 us apart with bounds summing to 1.2 us.
+        (
+            Some(sidecar_text(1, "calibrated", 1_000_000_000, 5_000, 900, 10)),
+            sidecar_text(2, "calibrated", 1_000_000_000, 7_000, 300, 20).into_bytes(),
+            Refused("disagree by 2000 ns"),
+        ),
+        // Two kernel-mode records must be identical: 1 ns apart is refused.
+        (
+            Some(sidecar_text(1, "kernel", 1_000_000_000, 5_000, 0, 10)),
+            sidecar_text(2, "kernel", 1_000_000_000, 5_001, 0, 20).into_bytes(),
+            Refused("disagree"),
+        ),
+        // A record that does not belong to its dump leaves that dump out, not the recording.
+        (
+            None,
+            sidecar_text(9, "kernel", 1_000_000_000, 5_000, 0, 20).into_bytes(),
+            LeftOut("says pid=9"),
+        ),
+        (
+            None,
+            kernel_2
+                .replace("counter=tsc", "counter=cntvct_el0")
+                .into_bytes(),
+            Refused("different counters"),
+        ),
+        (
+            None,
+            kernel_2
+                .replace(OTHER_BOOT, "00000000-1111-2222-3333-555555555555")
+                .into_bytes(),
+            Refused("different boot_ids"),
+        ),
+        (
+            None,
+            kernel_2.replace("boot_id=", "boot_id=x").into_bytes(),
+            LeftOut("the value of boot_id does not parse"),
+        ),
+        (
+            None,
+            b"perfclock-timeconv 1\npid=2\n".to_vec(),
+            LeftOut("lacks the key"),
+        ),
+        (None, vec![0xff; 64], LeftOut("is not text")),
+    ];
+    for (first_text, second_bytes, verdict) in steps {
+        if let Some(text) = first_text {
+            write_sidecar(&first, text);
+        }
+        write(&second, &second_bytes);
+        match verdict {
+            Refused(expected) => {
+                // A step that left a dump out wrote OUT; a refusal must leave none.
+                let _ = fs::remove_file(&out);
+                assert_refused(&inject(&input, &out, &[]), &out, expected);
+            }
+            LeftOut(why) => assert_left_out(&inject(&input, &out, &[]), &jit2, why),
+        }
+    }
     // A record's content is never quoted: a forged first line stays in the file.
     write(&second, b"\x1b]52;c;SECRET\x07 not a record\n");
     let output = inject(&input, &out, &[]);
@@ -415,9 +443,9 @@ fn finds_moved_sidecars_with_dump_dir_and_names_the_fix_when_missing() {
     fs::create_dir(&moved).unwrap();
     fs::create_dir(&empty).unwrap();
     assert_left_out(&inject(&input, &out, &[&empty]), &gone, "pass --dump-dir");
-    write(
+    write_sidecar(
         &moved.join("jit-77.dump.timeconv"),
-        sidecar_text(77, "calibrated", 3_000_000_000, 42, 500, 1).as_bytes(),
+        sidecar_text(77, "calibrated", 3_000_000_000, 42, 500, 1),
     );
     let output = inject(&input, &out, &[&empty, &moved]);
     assert!(output.status.success(), "{}", stderr(&output));
@@ -457,9 +485,9 @@ fn hostile_inputs_are_refused_cleanly() {
     let out = dir.join("out.data");
     let input = dir.join("in.data");
     let built = recording_with_dumps(dir, &[3]);
-    write(
+    write_sidecar(
         &dir.join("jit-3.dump.timeconv"),
-        sidecar_text(3, "calibrated", 1_000_000_000, 1, 1, 1).as_bytes(),
+        sidecar_text(3, "calibrated", 1_000_000_000, 1, 1, 1),
     );
 
     let mut garbage = vec![0u8; 4096];
@@ -553,17 +581,10 @@ fn a_huge_sparse_file_is_refused_without_reading_it_all() {
 fn out_must_be_another_file_in_a_writable_directory() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let built = recording_with_dumps(dir, &[3]);
-    write(
-        &dir.join("jit-3.dump.timeconv"),
-        sidecar_text(3, "calibrated", 1_000_000_000, 1, 1, 1).as_bytes(),
-    );
-    let input = dir.join("perf.data");
-    write(&input, &built.bytes);
+    let (input, built) = accepted_input(dir);
     let same_file = |out: &Path| {
         let output = inject(&input, out, &[]);
-        assert_eq!(output.status.code(), Some(1));
-        assert!(stderr(&output).contains("OUT is IN"), "{}", stderr(&output));
+        assert_status_1_saying(&output, "OUT is IN");
         assert_eq!(fs::read(&input).unwrap(), built.bytes, "IN modified");
     };
     same_file(&input);
@@ -580,33 +601,20 @@ fn out_must_be_another_file_in_a_writable_directory() {
     // a directory under /proc.
     let file_parent: PathBuf = input.join("out.data");
     let output = inject(&input, &file_parent, &[]);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stderr(&output).contains("cannot write OUT"),
-        "{}",
-        stderr(&output)
-    );
+    assert_status_1_saying(&output, "cannot write OUT");
     let proc_out = Path::new("/proc/self/perfclock-out.data");
     let output = inject(&input, proc_out, &[]);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stderr(&output).contains("cannot write OUT"),
-        "{}",
-        stderr(&output)
-    );
+    assert_status_1_saying(&output, "cannot write OUT");
     assert!(!proc_out.exists());
 }
 
 /// A recording inject-time-conv accepts (one dump, its sidecar in `dir`), at `dir/perf.data`.
 fn accepted_input(dir: &Path) -> (PathBuf, synth::Built) {
-    let built = recording_with_dumps(dir, &[3]);
-    write(
+    write_sidecar(
         &dir.join("jit-3.dump.timeconv"),
-        sidecar_text(3, "calibrated", 1_000_000_000, 1, 1, 1).as_bytes(),
+        sidecar_text(3, "calibrated", 1_000_000_000, 1, 1, 1),
     );
-    let input = dir.join("perf.data");
-    write(&input, &built.bytes);
-    (input, built)
+    recording_at(dir, &[3])
 }
 
 /// OUT that exists and is no regular file is refused before anything is
@@ -839,12 +847,7 @@ fn clock_data_now_adds_a_fresh_pairing_and_refuses_a_step_back_or_another_boot()
     // Written 200 ms after its last sample, 1 s ago: consistent.
     let input = recording_ended(dir, 1_000_000_000, 200_000_000);
     let output = inject_clock_data_now(&input, &out);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("with the clock data only"),
-        "{}",
-        stderr(&output)
-    );
+    assert_success_saying(&output, "with the clock data only");
     let bytes = fs::read(&out).unwrap();
     let layout = perfclock_perfdata::read_layout(&mut std::io::Cursor::new(&bytes)).unwrap();
     let section = layout.feature_section(Feature::CLOCK_DATA).unwrap();
@@ -954,12 +957,7 @@ fn a_paravirt_time_conv_is_anchored_at_the_recording_whatever_the_uptime() {
     write(&input, &built.bytes);
     let out = dir.join("out.data");
     let output = inject(&input, &out, &[]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("paravirt mode"),
-        "{}",
-        stderr(&output)
-    );
+    assert_success_saying(&output, "paravirt mode");
     let written_out = fs::read(&out).unwrap();
     let record = &written_out[built.data.0..built.data.0 + TIME_CONV_SIZE];
     let (shift_out, mult_out, zero_out) = (
