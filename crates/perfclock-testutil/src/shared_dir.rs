@@ -229,10 +229,23 @@ pub fn open_subdir(parent: &Path, name: &str) -> PathBuf {
     dir
 }
 
-/// Runs the case `test` in a child ([`hostile::run_child`](crate::hostile::run_child)) that
-/// plants as root in [`open_dir`]`(tag)` and drops to `nobody`; expects `ok` in its report, then
-/// removes its directories, which `nobody` may not.
-pub fn run_as_nobody_child(test: &str, tag: &str, ok: &str) {
+/// The body of a test whose `case` plants as root in [`open_dir`]`(tag)` and drops to `nobody`,
+/// in a child process of its own ([`hostile`](crate::hostile)). In that child, runs `case`.
+/// Otherwise, where `may_run()` (which skips the test when it says no) and as root, runs the
+/// child, expects `ok` in its report, and removes its directories, which `nobody` may not.
+pub fn as_nobody_test(
+    test: &str,
+    tag: &str,
+    ok: &str,
+    may_run: impl FnOnce() -> bool,
+    case: impl FnOnce(),
+) {
+    if crate::hostile::child_case().as_deref() == Some(test) {
+        return case();
+    }
+    if !may_run() || !root_or_skip(test) {
+        return;
+    }
     let run = crate::hostile::run_child(test, test, std::time::Duration::from_secs(90));
     run.expect_success(ok);
     remove_open_dirs(tag);

@@ -162,16 +162,14 @@ fn as_nobody_case() {
 
 #[test]
 fn as_nobody_planted_names_are_refused() {
-    let test_path = perfclock_testutil::test_path!();
-    let test = test_path.as_str();
-    if hostile::child_case().as_deref() == Some(test) {
-        return as_nobody_case();
-    }
-    if ok_or_skip(test, Need::Perf, perfclock::init()).is_none() || !shared_dir::root_or_skip(test)
-    {
-        return;
-    }
-    shared_dir::run_as_nobody_child(test, "jit-nobody", "AS_NOBODY_OK 8 refused");
+    let test = perfclock_testutil::test_path!();
+    shared_dir::as_nobody_test(
+        &test,
+        "jit-nobody",
+        "AS_NOBODY_OK 8 refused",
+        || ok_or_skip(&test, Need::Perf, perfclock::init()).is_some(),
+        as_nobody_case,
+    );
 }
 
 /// How a fork child treats the inherited handle.

@@ -113,15 +113,14 @@ fn as_nobody_case() {
 
 #[test]
 fn as_nobody_planted_names_are_refused() {
-    let test_path = perfclock_testutil::test_path!();
-    let test = test_path.as_str();
-    if hostile::child_case().as_deref() == Some(test) {
-        return as_nobody_case();
-    }
-    if !shared_dir::root_or_skip(test) {
-        return;
-    }
-    shared_dir::run_as_nobody_child(test, "markers-nobody", "AS_NOBODY_OK 5 cases");
+    let test = perfclock_testutil::test_path!();
+    shared_dir::as_nobody_test(
+        &test,
+        "markers-nobody",
+        "AS_NOBODY_OK 5 cases",
+        || true,
+        as_nobody_case,
+    );
 }
 
 /// What a fork child does after marking on the inherited handle.
