@@ -133,6 +133,11 @@ pub(crate) fn perf_record(
     Some(output)
 }
 
+/// `perf script -F FIELDS -i DATA` in `work`, asserting success; its standard output.
+pub(crate) fn perf_script(work: &Path, fields: &str, data: &str) -> String {
+    run(work, "perf", &["script", "-F", fields, "-i", data])
+}
+
 /// Each sample's stack from `perf script -F comm,tid,time,ip,sym` of a call-graph recording,
 /// leaf first.
 pub(crate) fn stacks(script: &str) -> Vec<Vec<String>> {

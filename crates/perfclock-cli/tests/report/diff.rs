@@ -12,7 +12,7 @@ use std::fs;
 use std::path::Path;
 
 use crate::common::{
-    go_or_skip, go_pprof, java_work, record, report, run, stacks, svg_frames, SvgFrame,
+    go_or_skip, go_pprof, java_work, perf_script, record, report, stacks, svg_frames, SvgFrame,
 };
 
 /// The workload's functions as perf names them, and as the flame graph shows them.
@@ -40,11 +40,7 @@ const NEUTRAL_MIN: u8 = 235;
 
 /// Each sample's leaf-first stack from `perf script` of `data`.
 fn perf_stacks(work: &Path, data: &str) -> Vec<Vec<String>> {
-    stacks(&run(
-        work,
-        "perf",
-        &["script", "-F", "comm,tid,time,ip,sym", "-i", data],
-    ))
+    stacks(&perf_script(work, "comm,tid,time,ip,sym", data))
 }
 
 /// Samples with `function` at the leaf (innermost of an inlined chain, which perf names

@@ -14,8 +14,8 @@ use std::fs;
 use std::path::Path;
 
 use crate::common::{
-    cargo_build, compile_c, flame_counts, go_or_skip, go_pprof, perf_record, perfclock, record,
-    report, report_status, run, tools_or_skip,
+    cargo_build, compile_c, flame_counts, go_or_skip, go_pprof, perf_record, perf_script,
+    perfclock, record, report, report_status, run, tools_or_skip,
 };
 
 /// The phases' marker names and the function each runs.
@@ -356,7 +356,7 @@ fn a_hostile_marker_file_is_read_as_untrusted() {
         .file_stem()
         .and_then(|stem| stem.to_str()?.strip_prefix("marker-")?.parse().ok())
         .unwrap();
-    let of_pid = run(work, "perf", &["script", "-F", "pid", "-i", "hostile.data"])
+    let of_pid = perf_script(work, "pid", "hostile.data")
         .lines()
         .filter(|line| line.trim().parse() == Ok(pid))
         .count() as u64;

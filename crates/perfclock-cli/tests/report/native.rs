@@ -13,8 +13,8 @@ use std::fs;
 use std::path::Path;
 
 use crate::common::{
-    compile_c, flame_counts, go_or_skip, go_pprof, perf_record, pprof_top, record_c_program, run,
-    stacks, tools_or_skip,
+    compile_c, flame_counts, go_or_skip, go_pprof, perf_record, perf_script, pprof_top,
+    record_c_program, run, stacks, tools_or_skip,
 };
 
 /// Three functions with distinct stacks: `hot_inner` under `hot_outer` (the most samples), and
@@ -56,11 +56,7 @@ fn a_native_programs_report_counts_what_perf_script_counts() {
         ],
     );
 
-    let script = run(
-        work,
-        "perf",
-        &["script", "-F", "comm,tid,time,ip,sym", "-i", "spin.data"],
-    );
+    let script = perf_script(work, "comm,tid,time,ip,sym", "spin.data");
     let stacks = stacks(&script);
     let leaf = |function: &str| {
         stacks
@@ -123,7 +119,7 @@ fn a_native_programs_report_counts_what_perf_script_counts() {
 
 /// How many samples `perf script` prints: one line each when it prints no name and no stack.
 fn perf_sample_count(work: &Path, data: &str) -> u64 {
-    let script = run(work, "perf", &["script", "-F", "tid,time", "-i", data]);
+    let script = perf_script(work, "tid,time", data);
     script
         .lines()
         .filter(|line| !line.trim().is_empty())
@@ -297,11 +293,7 @@ fn per_process_totals_and_traces_are_perf_scripts() {
         ],
     );
     // `PID` header lines, each followed by its stack's frame lines (`\tIP SYMBOL`), leaf first.
-    let script = run(
-        work,
-        "perf",
-        &["script", "-F", "pid,ip,sym", "-i", "two.data"],
-    );
+    let script = perf_script(work, "pid,ip,sym", "two.data");
     let mut perf: BTreeMap<(u32, String), u64> = BTreeMap::new();
     let mut per_pid: BTreeMap<u32, u64> = BTreeMap::new();
     let mut header: Option<u32> = None;
