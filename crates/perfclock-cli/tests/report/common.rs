@@ -296,6 +296,14 @@ pub(crate) fn report(work: &Path, args: &[&str]) -> String {
     stderr
 }
 
+/// `perfclock report ARGS` in `work` with HOME there, where [`record_c_program`]'s perf kept its
+/// build-id cache, asserting success; its standard output.
+pub(crate) fn report_at_work(work: &Path, args: &[&str]) -> String {
+    let mut all = vec!["report"];
+    all.extend_from_slice(args);
+    run(work, perfclock(), &all)
+}
+
 /// `perfclock report ARGS` in `work`: its exit status's success and its standard error.
 pub(crate) fn report_status(work: &Path, args: &[&str]) -> (bool, String) {
     let output = Command::new(perfclock())

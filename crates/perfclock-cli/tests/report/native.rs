@@ -14,7 +14,7 @@ use std::path::Path;
 
 use crate::common::{
     compile_c, flame_counts, go_or_skip, go_pprof, perf_record, perf_script, pprof_top,
-    record_c_program, run, stacks, tools_or_skip,
+    record_c_program, report_at_work, run, stacks, tools_or_skip,
 };
 
 /// Three functions with distinct stacks: `hot_inner` under `hot_outer` (the most samples), and
@@ -43,17 +43,9 @@ fn a_native_programs_report_counts_what_perf_script_counts() {
         return;
     };
     let work = work.path();
-    run(
+    report_at_work(
         work,
-        env!("CARGO_BIN_EXE_perfclock"),
-        &[
-            "report",
-            "spin.data",
-            "-o",
-            "flame.html",
-            "--pprof",
-            "profile.pb.gz",
-        ],
+        &["spin.data", "-o", "flame.html", "--pprof", "profile.pb.gz"],
     );
 
     let script = perf_script(work, "comm,tid,time,ip,sym", "spin.data");
@@ -186,12 +178,9 @@ fn hostile_thread_and_function_names_neither_forge_samples_nor_stop_the_report()
             return;
         }
         let (flame, pprof) = (format!("{data}.html"), format!("{data}.pb.gz"));
-        run(
+        report_at_work(
             work,
-            env!("CARGO_BIN_EXE_perfclock"),
-            &[
-                "report", data, "-o", &flame, "--split", "thread", "--pprof", &pprof,
-            ],
+            &[data, "-o", &flame, "--split", "thread", "--pprof", &pprof],
         );
         let written = fs::read(work.join(&pprof)).unwrap();
         assert_eq!(
@@ -278,11 +267,9 @@ fn per_process_totals_and_traces_are_perf_scripts() {
         return;
     };
     let work = work.path();
-    run(
+    report_at_work(
         work,
-        env!("CARGO_BIN_EXE_perfclock"),
         &[
-            "report",
             "two.data",
             "--split",
             "process",
