@@ -233,9 +233,7 @@ impl JitDump {
     /// dump (nothing is written); [`JitDumpError::Io`] when the write fails (e.g. `ENOSPC`);
     /// [`JitDumpError::Torn`] after a failure that could not be cleaned up.
     pub fn code_load(&self, name: &[u8], addr: u64, code: &[u8]) -> Result<u64, JitDumpError> {
-        let shared = self.shared();
-        shared.check_process()?;
-        shared.code_load(name, addr, code, &[])
+        self.code_load_with_debug_info(name, addr, code, &[])
     }
 
     /// [`JitDump::code_load`] preceded by a `JIT_CODE_DEBUG_INFO` record of `entries` (source
@@ -257,7 +255,9 @@ impl JitDump {
     ) -> Result<u64, JitDumpError> {
         let shared = self.shared();
         shared.check_process()?;
-        shared.code_load(name, addr, code, entries)
+        // Encoded outside the lock: copying a large code blob must not hold up other threads.
+        let records = LoadRecords::encode(shared.pid, name, addr, code, entries)?;
+        shared.append_load(records)
     }
 
     /// Rewrites the timeconv record now, with the clock's current conversion and bound.
@@ -420,43 +420,11 @@ impl Shared {
         ForkChild::check(self.pid, std::process::id()).map_err(JitDumpError::ForkChild)
     }
 
-    /// A `JIT_CODE_LOAD`, preceded by a `JIT_CODE_DEBUG_INFO` of `entries` unless there are
-    /// none, both stamped with one clock read and written in one locked write: `perf inject
-    /// --jit` gives a debug record to the next load in the file, so no other thread's load may
-    /// come between them.
-    fn code_load(
-        &self,
-        name: &[u8],
-        addr: u64,
-        code: &[u8],
-        entries: &[DebugEntry<'_>],
-    ) -> Result<u64, JitDumpError> {
-        let load_size = record::check_load(name, code.len())?;
-        let debug_size = if entries.is_empty() {
-            0
-        } else {
-            record::check_debug_info(entries)?
-        };
-        let tid = thread::gettid();
-        // Built outside the lock with placeholder stamps and index, patched under it: copying a
-        // large code blob must not hold up the other threads.
-        let mut bytes = Vec::with_capacity(debug_size + load_size);
-        if !entries.is_empty() {
-            record::code_debug_info(&mut bytes, 0, addr, entries)?;
-        }
-        let load_at = bytes.len();
-        record::code_load(
-            &mut bytes,
-            &CodeLoad {
-                timestamp: 0,
-                pid: self.pid,
-                tid,
-                addr,
-                code_index: 0,
-                name,
-                code,
-            },
-        )?;
+    /// Stamps `records` with one clock read and the next code index, and appends them in one
+    /// locked write: `perf inject --jit` gives a debug record to the next load in the file, so no
+    /// other thread's load may come between them.
+    fn append_load(&self, records: LoadRecords) -> Result<u64, JitDumpError> {
+        let LoadRecords { mut bytes, load_at } = records;
         let index = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             let index = state.next_index;
@@ -629,4 +597,47 @@ fn paravirt_form(clock: &perfclock::Clock) -> Option<crate::timeconv::PvclockCon
         params,
         offset_ns: paravirt.offset().offset_ns,
     })
+}
+
+/// A `JIT_CODE_LOAD`, preceded by a `JIT_CODE_DEBUG_INFO` of its source lines unless there are
+/// none, encoded with placeholder stamps and code index for [`Shared::append_load`] to patch.
+struct LoadRecords {
+    bytes: Vec<u8>,
+    /// Where the load record starts in `bytes`.
+    load_at: usize,
+}
+
+impl LoadRecords {
+    fn encode(
+        pid: u32,
+        name: &[u8],
+        addr: u64,
+        code: &[u8],
+        entries: &[DebugEntry<'_>],
+    ) -> Result<Self, JitDumpError> {
+        let load_size = record::check_load(name, code.len())?;
+        let debug_size = if entries.is_empty() {
+            0
+        } else {
+            record::check_debug_info(entries)?
+        };
+        let mut bytes = Vec::with_capacity(debug_size + load_size);
+        if !entries.is_empty() {
+            record::code_debug_info(&mut bytes, 0, addr, entries)?;
+        }
+        let load_at = bytes.len();
+        record::code_load(
+            &mut bytes,
+            &CodeLoad {
+                timestamp: 0,
+                pid,
+                tid: thread::gettid(),
+                addr,
+                code_index: 0,
+                name,
+                code,
+            },
+        )?;
+        Ok(Self { bytes, load_at })
+    }
 }
