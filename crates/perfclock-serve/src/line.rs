@@ -128,21 +128,14 @@ impl LineTarget for SharedLine<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
     fn a_step_back_is_continued_not_taken() {
         let old = TimeConversion::new(1 << 31, 31, 1_000_000).unwrap();
-        let target = Solution {
-            conversion: TimeConversion::new(1 << 31, 31, 0).unwrap(),
-            bound: BoundModel {
-                base_ns: 10,
-                growth_q48: 0,
-                counter_ref: 5_000_000_000,
-            },
-        };
         let now = 5_000_000_000;
+        let target = line(0, 10, now);
         let horizon = (SLEW_HORIZON_NS / 1.0) as u64;
         let (next, before) = continue_within(&old, &target, now, horizon).expect("a continuation");
         assert!(before > now);
@@ -157,7 +150,7 @@ mod tests {
     }
 
     /// A refiner's line at 1 ns per tick, `zero` ns ahead of the counter, with bound `base_ns`.
-    fn line(zero: u64, base_ns: u64, now: u64) -> Solution {
+    pub(crate) fn line(zero: u64, base_ns: u64, now: u64) -> Solution {
         Solution {
             conversion: TimeConversion::new(1 << 31, 31, zero).unwrap(),
             bound: BoundModel {

@@ -490,8 +490,6 @@ fn boot_id() -> Result<BootId, ServeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use perfclock_calib::published::BoundModel;
-    use perfclock_core::TimeConversion;
 
     const BOOT: BootId = BootId::from_words([0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210]);
 
@@ -512,15 +510,7 @@ mod tests {
 
     #[test]
     fn a_page_of_this_boot_is_continued_another_boot_s_is_not() {
-        let line = Solution {
-            conversion: TimeConversion::new(1 << 31, 31, 1_000_000).unwrap(),
-            bound: BoundModel {
-                base_ns: 40,
-                growth_q48: 0,
-                counter_ref: 5_000_000_000,
-            },
-        };
-        let (bytes, carried) = page_of(line);
+        let (bytes, carried) = page_of(crate::line::tests::line(1_000_000, 40, 5_000_000_000));
         assert_eq!(inherited_solution(Some(&bytes), BOOT), Some(carried));
         let other_boot = BootId::from_words([BOOT.words()[0], BOOT.words()[1] + 1]);
         assert_eq!(inherited_solution(Some(&bytes), other_boot), None);
