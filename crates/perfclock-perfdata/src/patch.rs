@@ -83,17 +83,17 @@ impl<'a> Patch<'a> {
     pub fn overwrite(&mut self, at: u64, bytes: &[u8]) -> Result<&mut Self, PerfDataError> {
         let data = self.layout.data;
         let end = at.checked_add(bytes.len() as u64);
-        let inside = at >= data.offset && end.is_some_and(|end| Some(end) <= data.end());
-        let overlaps = |(other, old): (&u64, &Vec<u8>)| {
+        let inside = !bytes.is_empty()
+            && at >= data.offset
+            && end.is_some_and(|end| Some(end) <= data.end());
+        // Evaluated only inside the data section, where neither end can overflow.
+        let meets = |(other, old): (&u64, &Vec<u8>)| {
             at < other + old.len() as u64 && *other < at + bytes.len() as u64
         };
-        let overlaps = self
-            .overwrites
-            .range(..=at)
-            .next_back()
-            .is_some_and(overlaps)
-            || self.overwrites.range(at..).next().is_some_and(overlaps);
-        if !inside || overlaps || bytes.is_empty() {
+        let new_place = inside
+            && !self.overwrites.range(..=at).next_back().is_some_and(meets)
+            && !self.overwrites.range(at..).next().is_some_and(meets);
+        if !new_place {
             return Err(PatchError::BadInsertion(format!(
                 "{} bytes at offset {at} are not a new place inside the data section",
                 bytes.len()

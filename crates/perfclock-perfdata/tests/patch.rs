@@ -450,11 +450,13 @@ fn a_dumps_maps_are_disabled_in_place_and_a_renamed_map_inserted() {
         patch.overwrite(slash + 3, b"X").unwrap();
     }
     patch.insert_record(&renamed).unwrap();
-    // Outside the data section, over bytes already replaced, or reaching into them from before
-    // or from within: refused.
+    // Outside the data section (past the end of offsets too), empty, over bytes already
+    // replaced, or reaching into them from before or from within: refused.
     let slash = seven.marker_slashes[0];
     for (at, bytes) in [
         (0, &b"X"[..]),
+        (u64::MAX - 1, b"XYZ"),
+        (slash + 5, b""),
         (slash + 3, b"Y"),
         (slash + 1, b"ABC"),
         (slash + 2, b"AB"),
