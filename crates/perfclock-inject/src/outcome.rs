@@ -282,6 +282,7 @@ mod tests {
     use crate::dumps::DumpError;
     use crate::perfmap::MapWarning;
     use crate::timed_maps::Untimed;
+    use perfclock_core::BootId;
     use perfclock_jitdump::foreign::CopyCounts;
     use perfclock_os::untrusted_file::Root;
 
@@ -430,17 +431,19 @@ mod tests {
     #[test]
     fn warnings_come_first_and_a_boot_warning_names_the_sidecar_escaped() {
         let mut outcome = outcome();
+        let (written_on, this_boot) = (BootId::from_words([1, 2]), BootId::from_words([1, 3]));
         outcome.warnings.push(Warning::Boot(BootWarning::OtherBoot {
             path: PathBuf::from(HOSTILE),
-            written_on: "b1".to_owned(),
-            this_boot: "b2".to_owned(),
+            written_on,
+            this_boot,
         }));
         outcome.warnings.push(Warning::CompressedMaps);
         outcome.unfiltered = Some(Unfiltered::Asked);
         let lines = outcome.lines();
         assert!(
             lines[0].starts_with(&format!(
-                "warning: {HOSTILE_SHOWN} was written on boot b1, this machine is on boot b2"
+                "warning: {HOSTILE_SHOWN} was written on boot {written_on}, this machine is on boot \
+                 {this_boot}"
             )),
             "{lines:?}"
         );

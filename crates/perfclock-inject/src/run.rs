@@ -6,7 +6,7 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::PermissionsExt;
 
 use perfclock::ClockSnapshot;
-use perfclock_core::TimeConversion;
+use perfclock_core::{BootId, TimeConversion};
 use perfclock_os::untrusted_file::Root;
 use perfclock_perfdata::{
     read_layout, sampled_addresses, scan_records, time_conv_record, ClockData, Feature, Layout,
@@ -103,10 +103,7 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
     };
     let maps = followed_maps(options);
     if scan.jit_dumps.is_empty() && maps.is_empty() {
-        let untimed_maps = match (&options.held, sampled(options, &mut file)) {
-            (None, (Some(sampled), _)) => untimed_maps(&sampled),
-            _ => Vec::new(),
-        };
+        let untimed_maps = untimed_maps(options, sampled(options, &mut file).0.as_ref());
         if clock_data.is_none() && !scan.has_time_conv && untimed_maps.is_empty() {
             return Err(InjectError::Input(InputError::NoJitMarker));
         }
@@ -114,7 +111,8 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
         return Ok(without_jit_code(&scan, clock_data, untimed_maps, warnings));
     }
     check_clock_and_markers(&layout, &scan, &mut warnings)?;
-    let (dumps, sidecars) = writers(options, &scan);
+    let this_boot = perfclock_os::time::boot_id().map_err(|error| error.kind());
+    let (dumps, sidecars) = writers(options, &scan, this_boot.ok());
     let any_other = dumps
         .iter()
         .any(|dump| matches!(dump.writer, Ok(Writer::Other)));
@@ -126,8 +124,8 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
         &sidecars,
         needs_clock,
         &mut patch,
-        &mut warnings,
     )?;
+    warnings.extend(time_conv::boot_warning(&time_conv, this_boot).map(Warning::Boot));
     let (sampled, unfiltered) = sampled(options, &mut file);
     let pairings = pairings(options, any_other).map_err(InjectError::Clock)?;
     let mut copying = Copying {
@@ -143,10 +141,7 @@ pub fn inject(options: &InjectOptions, temps: &dyn TempFiles) -> Result<Injected
     let first_sample_ns = scan.sample_times.map(|(first, _)| first);
     let timing = (&layout, conversion.as_ref(), first_sample_ns);
     let maps = time_maps(maps, &dumps, &mut copying, timing, &mut patch)?;
-    let untimed_maps = match (&options.held, copying.sampled) {
-        (None, Some(sampled)) => untimed_maps(sampled),
-        _ => Vec::new(),
-    };
+    let untimed_maps = untimed_maps(options, copying.sampled);
     let copies = copying.copies.into_dir();
     let namespaced = namespaced_processes(&dumps, &maps);
     orphan_anonymous_maps(&namespaced, &mut file, &layout, &mut patch).map_err(perf_data)?;
@@ -258,7 +253,6 @@ fn time_conv_source(
     sidecars: &[Sidecar],
     needs_clock: bool,
     patch: &mut Patch<'_>,
-    warnings: &mut Vec<Warning>,
 ) -> Result<(TimeConvSource, Option<TimeConversion>), InjectError> {
     let recorded = !options.pairings.is_empty();
     let this_clock = || {
@@ -275,17 +269,14 @@ fn time_conv_source(
     }
     let agreed = time_conv::from_sidecars(scan, sidecars).map_err(InjectError::Sidecars)?;
     let (source, conversion) = match agreed {
-        Some((reference, inserted)) => {
-            warnings.extend(time_conv::boot_warning(sidecars).map(Warning::Boot));
-            (
-                TimeConvSource::Sidecar {
-                    path: reference.path,
-                    record: Box::new(reference.record),
-                    inserted,
-                },
-                inserted.conversion,
-            )
-        }
+        Some((reference, inserted)) => (
+            TimeConvSource::Sidecar {
+                path: reference.path,
+                record: Box::new(reference.record),
+                inserted,
+            },
+            inserted.conversion,
+        ),
         None => {
             let (mode, bound_ns, conversion) = this_clock()?;
             let source = TimeConvSource::ThisClock {
@@ -344,7 +335,11 @@ fn insert_time_conv(
 /// Each dump with its writer (or why it is left out), and the sidecars of perfclock's dumps
 /// that may be used: those found beside their dumps that are of this boot and disagree with
 /// this machine's exact clock are left out with their dumps.
-fn writers<'s>(options: &InjectOptions, scan: &'s Scan) -> (Vec<Dump<'s>>, Vec<Sidecar>) {
+fn writers<'s>(
+    options: &InjectOptions,
+    scan: &'s Scan,
+    this_boot: Option<BootId>,
+) -> (Vec<Dump<'s>>, Vec<Sidecar>) {
     let mut dumps = Vec::with_capacity(scan.jit_dumps.len());
     let mut sidecars = Vec::new();
     // For each sidecar, the index of its dump.
@@ -394,7 +389,7 @@ fn writers<'s>(options: &InjectOptions, scan: &'s Scan) -> (Vec<Dump<'s>>, Vec<S
     // Records from --dump-dir were chosen by whoever runs this: they are the recording's, as
     // when it is analysed after a move; records found beside the dumps are their writers'.
     let disagreeing = if options.dump_dirs.is_empty() {
-        time_conv::disagreeing_with_this_clock(&sidecars)
+        time_conv::disagreeing_with_this_clock(&sidecars, this_boot)
     } else {
         Vec::new()
     };
@@ -409,7 +404,13 @@ fn writers<'s>(options: &InjectOptions, scan: &'s Scan) -> (Vec<Dump<'s>>, Vec<S
 
 /// The perf maps in this machine's `/tmp` of the sampled processes, for a recording not made
 /// through a watch: nothing tells when their lines were written.
-fn untimed_maps(sampled: &SampledAddresses) -> Vec<std::path::PathBuf> {
+fn untimed_maps(
+    options: &InjectOptions,
+    sampled: Option<&SampledAddresses>,
+) -> Vec<std::path::PathBuf> {
+    let (None, Some(sampled)) = (&options.held, sampled) else {
+        return Vec::new();
+    };
     let mut maps: Vec<std::path::PathBuf> = sampled
         .pids()
         .map(|pid| std::path::PathBuf::from(format!("/tmp/perf-{pid}.map")))

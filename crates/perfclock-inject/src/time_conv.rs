@@ -6,7 +6,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use perfclock_core::TimeConversion;
+use perfclock_core::{BootId, TimeConversion};
 use perfclock_jitdump::timeconv::TimeConvRecord;
 use perfclock_perfdata::Scan;
 
@@ -188,8 +188,11 @@ fn recorded_before_boot(input: &fs::Metadata) -> bool {
 /// kernel's own arithmetic is the judge, so a stale or forged record cannot pass for the truth.
 /// Elsewhere (a calibrated clock, another boot) none is judged here: the sidecars are checked
 /// against each other ([`sidecar::check_consistent`]).
-pub(crate) fn disagreeing_with_this_clock(sidecars: &[Sidecar]) -> Vec<(usize, Disagreement)> {
-    let Ok(boot_id) = perfclock_os::time::boot_id() else {
+pub(crate) fn disagreeing_with_this_clock(
+    sidecars: &[Sidecar],
+    this_boot: Option<BootId>,
+) -> Vec<(usize, Disagreement)> {
+    let Some(boot_id) = this_boot else {
         return Vec::new();
     };
     let Ok(clock) = perfclock::init() else {
@@ -269,19 +272,25 @@ pub(crate) fn from_sidecars(
     Ok(Some((reference.clone(), inserted)))
 }
 
-/// Whether the sidecars were written on another boot than this one's: not an error (analysing
-/// a recording after a reboot or on another machine, the reason for --dump-dir, is ordinary,
-/// and the conversion belongs to the recording's boot), but worth a word if IN is of this boot.
-pub(crate) fn boot_warning(sidecars: &[Sidecar]) -> Option<BootWarning> {
-    let sidecar = sidecars.first()?;
-    match perfclock_os::time::boot_id() {
-        Ok(boot_id) if sidecar.record.boot_id() == boot_id => None,
-        Ok(boot_id) => Some(BootWarning::OtherBoot {
-            path: sidecar.path.clone(),
-            written_on: sidecar.record.boot_id().to_string(),
-            this_boot: boot_id.to_string(),
+/// Whether the sidecar used was written on another boot than `this_boot` (its kind of error
+/// when unreadable): not an error (analysing a recording after a reboot or on another machine,
+/// the reason for --dump-dir, is ordinary, and the conversion belongs to the recording's boot),
+/// but worth a word if IN is of this boot.
+pub(crate) fn boot_warning(
+    source: &TimeConvSource,
+    this_boot: Result<BootId, std::io::ErrorKind>,
+) -> Option<BootWarning> {
+    let TimeConvSource::Sidecar { path, record, .. } = source else {
+        return None;
+    };
+    match this_boot {
+        Ok(this_boot) if record.boot_id() == this_boot => None,
+        Ok(this_boot) => Some(BootWarning::OtherBoot {
+            path: path.clone(),
+            written_on: record.boot_id(),
+            this_boot,
         }),
-        Err(error) => Some(BootWarning::Unknown(error.kind())),
+        Err(kind) => Some(BootWarning::Unknown(kind)),
     }
 }
 
@@ -294,9 +303,9 @@ pub enum BootWarning {
         /// A sidecar.
         path: PathBuf,
         /// The boot it names.
-        written_on: String,
+        written_on: BootId,
         /// This machine's.
-        this_boot: String,
+        this_boot: BootId,
     },
     /// This machine's boot id is unreadable.
     Unknown(std::io::ErrorKind),
@@ -311,11 +320,10 @@ impl fmt::Display for BootWarning {
                 this_boot,
             } => write!(
                 f,
-                "{} was written on boot {}, this machine is on boot {this_boot}: fine if IN was \
-                 recorded on that boot (analysed after a reboot or elsewhere); if IN was \
-                 recorded on this boot, the record is stale",
+                "{} was written on boot {written_on}, this machine is on boot {this_boot}: fine \
+                 if IN was recorded on that boot (analysed after a reboot or elsewhere); if IN \
+                 was recorded on this boot, the record is stale",
                 shown(path),
-                perfclock_core::untrusted::Untrusted::str(written_on),
             ),
             Self::Unknown(kind) => write!(
                 f,
@@ -330,7 +338,6 @@ impl fmt::Display for BootWarning {
 mod tests {
     use super::*;
     use perfclock_core::pvclock::PvclockParams;
-    use perfclock_core::BootId;
     use perfclock_jitdump::timeconv::{PvclockConversion, TimeConvMode};
     use std::path::Path;
 
@@ -437,57 +444,63 @@ mod tests {
         );
     }
 
-    fn with_boot(boot_id: BootId) -> Sidecar {
+    /// A TIME_CONV taken from a sidecar written on boot `boot_id`.
+    fn from_boot(boot_id: BootId) -> TimeConvSource {
         let conversion = TimeConversion::new(1 << 31, 31, 0).unwrap();
-        sidecar(
-            "/tmp/jit-1.dump.timeconv",
-            TimeConvRecord::new(1, boot_id, TimeConvMode::Kernel, "tsc", conversion, 0, 1),
-        )
+        TimeConvSource::Sidecar {
+            path: PathBuf::from("/tmp/jit-1.dump.timeconv"),
+            record: Box::new(TimeConvRecord::new(
+                1,
+                boot_id,
+                TimeConvMode::Kernel,
+                "tsc",
+                conversion,
+                0,
+                1,
+            )),
+            inserted: Inserted {
+                conversion,
+                bound_ns: 0,
+                agreed: 1,
+            },
+        }
     }
 
     #[test]
-    fn boot_warning_only_for_another_boot() {
-        assert_eq!(boot_warning(&[]), None);
-        // Reads /proc/sys/kernel/random/boot_id, which any user can.
-        let this_boot = match perfclock_os::time::boot_id() {
-            Ok(boot_id) => boot_id,
-            Err(error) => {
-                assert_eq!(
-                    boot_warning(&[with_boot(BOOT)]),
-                    Some(BootWarning::Unknown(error.kind()))
-                );
-                return;
-            }
-        };
-        assert_eq!(boot_warning(&[with_boot(this_boot)]), None);
-        // Another boot: one that differs from this one in its last digit.
-        let [high, low] = this_boot.words();
-        let other = BootId::from_words([high, low ^ 1]);
+    fn boot_warning_only_for_a_sidecar_of_another_boot() {
+        let other = BootId::from_words([BOOT.words()[0], BOOT.words()[1] ^ 1]);
+        assert_eq!(boot_warning(&TimeConvSource::InInput, Ok(BOOT)), None);
+        assert_eq!(boot_warning(&from_boot(BOOT), Ok(BOOT)), None);
         assert_eq!(
-            boot_warning(&[with_boot(other)]),
+            boot_warning(&from_boot(other), Ok(BOOT)),
             Some(BootWarning::OtherBoot {
                 path: PathBuf::from("/tmp/jit-1.dump.timeconv"),
-                written_on: other.to_string(),
-                this_boot: this_boot.to_string(),
+                written_on: other,
+                this_boot: BOOT,
             })
+        );
+        let unreadable = std::io::ErrorKind::PermissionDenied;
+        assert_eq!(
+            boot_warning(&from_boot(BOOT), Err(unreadable)),
+            Some(BootWarning::Unknown(unreadable))
         );
     }
 
     #[test]
-    fn boot_warning_display_escapes_the_path_and_the_records_boot_id() {
+    fn boot_warning_display_escapes_the_path() {
         let warning = BootWarning::OtherBoot {
             path: PathBuf::from("/tmp/a\nb.timeconv"),
-            written_on: "\x1b]52;c;eA==\x07".to_owned(),
-            this_boot: "0b3f4c5e-1111-2222-3333-444455556666".to_owned(),
+            written_on: BOOT,
+            this_boot: BootId::from_words([BOOT.words()[0], BOOT.words()[1] ^ 1]),
         };
         let shown = warning.to_string();
         assert!(
-            shown.starts_with(
-                "/tmp/a\\nb.timeconv was written on boot \\x1b]52;c;eA==\\x07, this machine is on \
-                 boot 0b3f4c5e-1111-2222-3333-444455556666"
-            ),
+            shown.starts_with(&format!(
+                "/tmp/a\\nb.timeconv was written on boot {BOOT}, this machine is on boot {}",
+                BootId::from_words([BOOT.words()[0], BOOT.words()[1] ^ 1])
+            )),
             "{shown:?}"
         );
-        assert!(!shown.contains(['\n', '\x1b', '\x07']), "{shown:?}");
+        assert!(!shown.contains('\n'), "{shown:?}");
     }
 }
