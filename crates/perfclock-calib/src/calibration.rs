@@ -157,6 +157,9 @@ impl Calibrator {
                 before: u64::MAX,
             },
         };
+        if matches!(step, Step::Keep(None)) {
+            return Ok(());
+        }
         let pages = RefinerPages {
             writer: &self.writer,
             bound: &self.shared.bound,
@@ -175,16 +178,15 @@ impl Calibrator {
     /// What a refinement publishes after `old`, given `fit` and its middle line `target`, at
     /// counter value `now`.
     ///
-    /// It keeps the published line (with its bound under `fit` when that is smaller ahead than
-    /// the one published) or moves to one of the
-    /// continuations that may follow it (see [`continuations`]), whichever lies nearest the
-    /// band a while ahead (the next refinement, at least two publish margins), among those whose
-    /// bound now is no more than the allowed growth above the kept line's, or than the kept
-    /// line's will be by then. A continuation still ahead of the kept line there must come
-    /// nearer by more than the allowed growth: the fit's middle jitters from fit to fit, and
-    /// following it both ways would ratchet the line up (it may step forward, never back). One
-    /// that is behind by then corrects the slope, stepping forward now only by the head start a
-    /// flatter line needs.
+    /// It keeps the published line (with its bound under `fit` when that is smaller ahead than the
+    /// one published) or moves to one of the continuations that may follow it (see
+    /// [`continuations`]), whichever lies nearest the band a while ahead (the next refinement, at
+    /// least two publish margins), among those whose bound now is no more than the allowed growth
+    /// above the kept line's, or than the kept line's will be by then. A continuation still ahead
+    /// of the kept line there must come nearer by more than the allowed growth: the fit's middle
+    /// jitters from fit to fit, and following it both ways would ratchet the line up (it may step
+    /// forward, never back). One that is behind by then corrects the slope, stepping forward now
+    /// only by the head start a flatter line needs.
     fn choose(
         &self,
         fit: &Fit,
