@@ -235,7 +235,10 @@ fn describe_conversion(clock: &Clock) {
 }
 
 fn check_against_kernel(clock: &Clock, per_kind: usize) -> bool {
-    outln!("\nchecking against {per_kind} fresh kernel stamps per record kind, spread over the CPUs ...");
+    outln!(
+        "\nchecking against {per_kind} fresh kernel stamps per record kind, spread over the \
+         CPUs ..."
+    );
     match perfclock_check::verify(clock, per_kind) {
         Ok(report) => {
             out!("{report}");
