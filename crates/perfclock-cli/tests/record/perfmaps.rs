@@ -425,7 +425,7 @@ fn node_and_cpython_maps_are_named_at_least_as_perf_names_them() {
         perf_record(&work, "control.data", &perf_options, &command);
         let comm = runtime.comm(&program);
         let control = work.app().join("control.data");
-        let by_perf = jit_frames_named(&work, &control, &comm);
+        let by_perf = work.jit_frames_named(&control, &comm, None);
         let samples_by_perf = share_of(work.named_share(&control, runtime, &comm, None));
         remove_maps(&pids_of(&work, &control, &comm));
 
@@ -440,7 +440,7 @@ fn node_and_cpython_maps_are_named_at_least_as_perf_names_them() {
         assert_eq!(output.status.code(), Some(0), "{stderr}");
         assert!(stderr.contains("stamped as they appeared"), "{stderr}");
         let out = work.app().join("out.data");
-        let in_time = jit_frames_named(&work, &out, &comm);
+        let in_time = work.jit_frames_named(&out, &comm, None);
         let samples_in_time = share_of(work.named_share(&out, runtime, &comm, None));
         remove_maps(&pids_of(&work, &out, &comm));
         eprintln!(
@@ -459,41 +459,6 @@ fn node_and_cpython_maps_are_named_at_least_as_perf_names_them() {
              reading"
         );
     }
-}
-
-/// Of the call-chain frames of `comm`'s samples in JIT code (a perf map's, a timed dump's
-/// image, or anonymous memory): how many, and how many perf names.
-fn jit_frames_named(work: &Work, data: &Path, comm: &str) -> (u64, u64) {
-    let script = work.perf_script(data, "comm,ip,sym,dso");
-    let (mut frames, mut named) = (0, 0);
-    for sample in script.split("\n\n") {
-        let mut lines = sample.lines();
-        if lines
-            .next()
-            .and_then(|header| header.split_whitespace().next())
-            != Some(comm)
-        {
-            continue;
-        }
-        for frame in lines {
-            let Some((rest, dso)) = frame
-                .trim()
-                .strip_suffix(')')
-                .and_then(|f| f.rsplit_once(" ("))
-            else {
-                continue;
-            };
-            let file = dso.rsplit('/').next().unwrap_or(dso);
-            let jit = (file.starts_with("perf-") && file.ends_with(".map"))
-                || (file.starts_with("jitted-") && file.ends_with(".so"))
-                || dso == "//anon";
-            if jit {
-                frames += 1;
-                named += u64::from(!rest.ends_with(" [unknown]"));
-            }
-        }
-    }
-    (frames, named)
 }
 
 fn share_of((samples, named): (u64, u64)) -> f64 {
